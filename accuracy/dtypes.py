@@ -1,0 +1,67 @@
+"""The floating-point formats opbench measures, described once for inputs, backends and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from accuracy.errors import OpbenchError
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """An IEEE-style binary format: enough to compute ulps and Higham's unit roundoff."""
+
+    name: str
+    np_dtype: np.dtype
+    precision: int  # significand bits, implicit bit included
+    emin: int  # exponent of the smallest normal number
+    emax: int  # exponent of the largest finite number
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff: the relative error bound of one correctly rounded operation."""
+        return 2.0 ** -self.precision
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.precision + 1)
+
+    @property
+    def max_finite(self) -> float:
+        return (2.0 - 2.0 ** (1 - self.precision)) * 2.0**self.emax
+
+    def round(self, values: np.ndarray) -> np.ndarray:
+        """Round float64 values to this format once (round-to-nearest-even)."""
+        return np.asarray(values, dtype=np.float64).astype(self.np_dtype)
+
+
+FORMATS: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        FloatFormat("float16", np.dtype(np.float16), 11, -14, 15),
+        FloatFormat("bfloat16", np.dtype(ml_dtypes.bfloat16), 8, -126, 127),
+        FloatFormat("float32", np.dtype(np.float32), 24, -126, 127),
+        FloatFormat("float64", np.dtype(np.float64), 53, -1022, 1023),
+    )
+}
+ALL_DTYPES = tuple(FORMATS)
+IEEE_DTYPES = ("float16", "float32", "float64")  # what plain numpy computes in
+TORCH_DTYPES = ALL_DTYPES
+
+
+def get_format(name: str) -> FloatFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise OpbenchError(f"unknown dtype {name!r}; choose from {', '.join(FORMATS)}") from None
+
+
+def format_of(array: np.ndarray) -> FloatFormat:
+    """The format of a numpy array's dtype (bfloat16 included, through ml_dtypes)."""
+    for fmt in FORMATS.values():
+        if array.dtype == fmt.np_dtype:
+            return fmt
+    raise OpbenchError(f"unsupported array dtype {array.dtype}")

@@ -1,0 +1,77 @@
+"""The environment fingerprint: which BLAS, kernel, threads, CPU features and devices ran.
+
+`opbench info` prints it and every asv results file gets a copy beside it, so a number can
+always be traced to the library build and CPU dispatch that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from threadpoolctl import threadpool_info
+
+
+def _numpy_info() -> dict:
+    import numpy as np
+    from numpy._core._multiarray_umath import __cpu_baseline__, __cpu_features__
+
+    return {
+        "version": np.__version__,
+        "simd_baseline": list(__cpu_baseline__),
+        "simd_enabled": sorted(k for k, on in __cpu_features__.items() if on),
+    }
+
+
+def _torch_info() -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {"available": False}
+    return {
+        "available": True,
+        "version": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "openmp": torch.backends.openmp.is_available(),
+        "num_threads": torch.get_num_threads(),
+        "parallel_info": torch.__config__.parallel_info(),
+        "build_config": torch.__config__.show(),
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    }
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("opbench", "numpy", "scipy", "torch", "ml_dtypes", "mpmath", "threadpoolctl", "pandas", "asv"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def fingerprint() -> dict:
+    """Everything about this process's numerical stack that can change a number."""
+    torch = _torch_info()  # imported first so threadpoolctl also sees torch's OpenMP runtime
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": len(os.sched_getaffinity(0)),
+        "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_"))},
+        "versions": _versions(),
+        "blas": [
+            {k: lib.get(k) for k in ("user_api", "internal_api", "version", "architecture",
+                                     "threading_layer", "num_threads", "filepath")}
+            for lib in threadpool_info()
+        ],
+        "numpy": _numpy_info(),
+        "torch": torch,
+        "devices": ["cpu"] + [f"cuda:{i} {name}" for i, name in enumerate(torch.get("cuda_devices", []))],
+    }

@@ -1,0 +1,75 @@
+"""Run implementations on one shared input set and measure them against the references.
+
+A `Case` is (op, dtype, size) with its rounded inputs, both references and the error bound:
+built once, then every implementation is measured on exactly the same bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from accuracy import refcache
+from accuracy.backends import get_backend
+from accuracy.dtypes import FloatFormat, get_format
+from accuracy.errors import OpbenchError
+from accuracy.exact import Exact
+from accuracy.inputs import as_float64, make_inputs
+from accuracy.metrics import ErrorSummary, summarize
+from accuracy.registry import Impl, OpInfo, get_op
+
+
+@dataclass
+class Case:
+    op: OpInfo
+    fmt: FloatFormat
+    size: int
+
+    @cached_property
+    def inputs(self) -> dict[str, np.ndarray]:
+        return make_inputs(self.op, self.size, self.fmt)
+
+    @cached_property
+    def inputs64(self) -> dict[str, np.ndarray]:
+        return as_float64(self.inputs)
+
+    @cached_property
+    def exact(self) -> Exact:
+        key = refcache.cache_key(self.op.name, self.op.version, self.fmt.name, self.inputs)
+        return refcache.cached(key, lambda: self.op.exact(self.inputs64, self.fmt))
+
+    @cached_property
+    def fp64(self) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(self.op.fp64(**self.inputs64), dtype=np.float64)
+
+    @cached_property
+    def bound(self) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return self.op.bound(self.inputs64, self.exact, self.fmt)
+
+    def run(self, impl: Impl) -> np.ndarray:
+        """The implementation's output on this case's inputs, in the case's dtype."""
+        backend = get_backend(impl.backend)
+        native = {name: backend.to_native(v) for name, v in self.inputs.items()}
+        with np.errstate(all="ignore"):
+            out = impl.fn(backend.namespace, **native)
+        backend.synchronize()
+        return backend.to_numpy(out, self.fmt)
+
+    def measure(self, impl: Impl, result: np.ndarray | None = None) -> ErrorSummary:
+        result = self.run(impl) if result is None else result
+        return summarize(result, self.exact, self.fp64, self.bound)
+
+
+def make_case(op_name: str, dtype: str, size: int | None = None) -> Case:
+    """A case from user-facing names, validated with one-line errors."""
+    op = get_op(op_name)
+    fmt = get_format(dtype)
+    if dtype not in op.dtypes():
+        raise OpbenchError(f"op {op.name!r} has no implementation for {dtype}; it has {', '.join(op.dtypes())}")
+    if size is not None and size < 1:
+        raise OpbenchError(f"size must be a positive integer, got {size}")
+    return Case(op, fmt, size or op.default_size)

@@ -1,0 +1,106 @@
+"""Products: matmul, linear (x @ W.T + b, five spellings), dot.
+
+Exact references come from Dot2 over error-free products (exact to ~u**2, validated against
+mpmath in the tests); bounds are Higham's gamma_k * |A||B| (Theorem 3.5), which any blocking,
+ordering or threading of the sums satisfies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.exact import dot2_matmul
+from accuracy.inputs import normal
+from accuracy.metrics import gamma
+from accuracy.registry import Impl, OpInfo, register
+
+BLAS_DTYPES = ("float32", "float64")
+
+
+def _scipy_gemm(ns, a, b):
+    gemm = ns.linalg.blas.sgemm if a.dtype == np.float32 else ns.linalg.blas.dgemm
+    return gemm(1.0, a, b)
+
+
+def _scipy_dot(ns, x, y):
+    dot = ns.linalg.blas.sdot if x.dtype == np.float32 else ns.linalg.blas.ddot
+    return dot(x, y)
+
+
+register(OpInfo(
+    name="matmul", family="blas",
+    doc="C = A @ B for square N(0,1) matrices of order n",
+    generate=lambda rng, n: {"a": normal(rng, (n, n)), "b": normal(rng, (n, n))},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["b"]),
+    fp64=lambda a, b: a @ b,
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"])),
+    bound_doc="gamma_n * |A||B| (Higham, Theorem 3.5)",
+    impls=(
+        Impl("numpy", "a @ b", lambda ns, a, b: a @ b, IEEE_DTYPES),
+        Impl("numpy", "einsum('ik,kj->ij')", lambda ns, a, b: ns.einsum("ik,kj->ij", a, b), IEEE_DTYPES,
+             note="numpy's own loops unless optimize=True: no BLAS"),
+        Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, BLAS_DTYPES),
+        Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES),
+    ),
+    default_size=128, bench_sizes=(128, 512),
+    flops=lambda n: 2.0 * n**3,
+))
+
+_LINEAR_BATCH = 32
+
+
+def _linear_shapes(rng, n):
+    """x (32, n) @ W.T with W (n/4, n), as in a projection layer."""
+    out = max(n // 4, 1)
+    return {"x": normal(rng, (_LINEAR_BATCH, n)), "W": normal(rng, (out, n)), "b": normal(rng, out)}
+
+
+def _linear_exact(inputs, fmt):
+    """x @ W.T + b as one Dot2 over [x, 1] @ [W.T; b]: the bias joins the exact sum."""
+    x, W, b = inputs["x"], inputs["W"], inputs["b"]
+    ones = np.ones((x.shape[0], 1))
+    return dot2_matmul(np.hstack([x, ones]), np.vstack([W.T, b[None, :]]))
+
+
+def _linear_bound(inputs, exact, fmt):
+    x, W, b = inputs["x"], inputs["W"], inputs["b"]
+    return gamma(x.shape[1] + 1, fmt.u) * (np.abs(x) @ np.abs(W.T) + np.abs(b))
+
+
+register(OpInfo(
+    name="linear", family="blas",
+    doc="y = x @ W.T + b, the fully connected layer, five ways",
+    generate=_linear_shapes,
+    exact=_linear_exact,
+    fp64=lambda x, W, b: x @ W.T + b,
+    bound=_linear_bound,
+    bound_doc="gamma_{n+1} * (|x||W.T| + |b|): the bias is one more term of the sum",
+    impls=(
+        Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES),
+        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES),
+        Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
+        Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
+        Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),
+    ),
+    default_size=2048, bench_sizes=(512, 2048),
+    flops=lambda n: 2.0 * _LINEAR_BATCH * n * max(n // 4, 1),
+))
+
+register(OpInfo(
+    name="dot", family="blas",
+    doc="x . y for N(0,1) vectors",
+    generate=lambda rng, n: {"x": normal(rng, n), "y": normal(rng, n)},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["x"][None, :], inputs["y"][:, None]),
+    fp64=lambda x, y: np.dot(x, y)[None, None],
+    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size, fmt.u) * np.abs(inputs["x"]) @ np.abs(inputs["y"]),
+    bound_doc="gamma_n * |x|.|y|",
+    impls=(
+        Impl("numpy", "np.dot", lambda ns, x, y: ns.dot(x, y), IEEE_DTYPES),
+        Impl("numpy", "np.sum(x * y)", lambda ns, x, y: ns.sum(x * y), IEEE_DTYPES),
+        Impl("scipy", "linalg.blas.?dot", _scipy_dot, BLAS_DTYPES),
+        Impl("torch", "torch.dot", lambda ns, x, y: ns.dot(x, y), ALL_DTYPES),
+    ),
+    default_size=1 << 16, bench_sizes=(1 << 12, 1 << 20),
+    flops=lambda n: 2.0 * n,
+))

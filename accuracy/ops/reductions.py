@@ -1,0 +1,145 @@
+"""Reductions over long vectors: sum, mean, var, std, logsumexp.
+
+Sums are exact through math.fsum; var/std/logsumexp through 200-bit mpmath. The bounds are
+worst-case ones valid for any summation order, so blocked, pairwise and threaded sums all
+qualify and only a semantic difference (ddof, overflow) can break them.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import scipy.special
+
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.exact import Exact, fsum_rows, mp_rows
+from accuracy.inputs import normal
+from accuracy.metrics import gamma
+from accuracy.registry import Impl, OpInfo, register
+
+DDOF = 1  # the reference's explicit ddof for var and std: the unbiased estimator
+
+
+def _abs_sum(x: np.ndarray) -> float:
+    return float(np.sum(np.abs(x)))
+
+
+def _exact_mean(inputs, fmt) -> Exact:
+    total = fsum_rows(inputs["x"])
+    n = inputs["x"].shape[-1]
+    with mpmath.workprec(200):
+        return Exact.from_mpf([(mpmath.mpf(float(total.hi)) + mpmath.mpf(float(total.lo))) / n], ())
+
+
+def _mp_var(row, ddof=DDOF):
+    mean = mpmath.fsum(row) / len(row)
+    return mpmath.fsum((v - mean) ** 2 for v in row) / (len(row) - ddof)
+
+
+def _var_relative_bound(x: np.ndarray, fmt) -> float:
+    """Chan-Golub-LeVeque: two-pass variance errs by about (n u + n**2 kappa**2 u**2) relative."""
+    n = x.size
+    s = np.sum((x - x.mean()) ** 2)
+    kappa2 = np.sum(x**2) / s
+    return gamma(n + 3, fmt.u) + gamma(n, fmt.u) ** 2 * kappa2
+
+
+def _long_vector(scale=1.0, mean=0.0):
+    return lambda rng, n: {"x": normal(rng, n, scale) + mean}
+
+
+register(OpInfo(
+    name="sum", family="reduction",
+    doc="sum of a long vector of N(0,1) values",
+    generate=_long_vector(),
+    exact=lambda inputs, fmt: fsum_rows(inputs["x"]),
+    fp64=lambda x: np.sum(x),
+    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size - 1, fmt.u) * _abs_sum(inputs["x"]),
+    bound_doc="gamma_{n-1} * sum|x| (Higham 4.3: any summation order)",
+    impls=(
+        Impl("numpy", "np.sum", lambda ns, x: ns.sum(x), IEEE_DTYPES, note="pairwise summation"),
+        Impl("numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), ("float32", "float64"),
+             note="through BLAS dot"),
+        Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES),
+        Impl("torch", "torch.cumsum[-1]", lambda ns, x: ns.cumsum(x, 0)[-1], ALL_DTYPES,
+             note="a running (recursive) sum: the error grows with n"),
+    ),
+    default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
+    flops=lambda n: n,
+))
+
+register(OpInfo(
+    name="mean", family="reduction",
+    doc="mean of a long vector of N(0.5,1) values",
+    generate=_long_vector(mean=0.5),
+    exact=_exact_mean,
+    fp64=lambda x: np.mean(x),
+    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size, fmt.u) * _abs_sum(inputs["x"]) / inputs["x"].size
+    + fmt.u * abs(float(exact.hi)),
+    bound_doc="gamma_n * sum|x| / n + u*|mean| (sum bound, then one division)",
+    impls=(
+        Impl("numpy", "np.mean", lambda ns, x: ns.mean(x), IEEE_DTYPES),
+        Impl("torch", "torch.mean", lambda ns, x: ns.mean(x), ALL_DTYPES),
+    ),
+    default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
+    flops=lambda n: n,
+))
+
+for _name, _root in (("var", False), ("std", True)):
+    def _exact(inputs, fmt, root=_root):
+        return mp_rows(lambda row: [mpmath.sqrt(_mp_var(row)) if root else _mp_var(row)], inputs["x"])
+
+    def _bound(inputs, exact, fmt, root=_root):
+        rel = _var_relative_bound(inputs["x"], fmt)
+        return (rel / 2 + gamma(2, fmt.u) if root else rel) * np.abs(exact.hi)
+
+    _np = getattr(np, _name)
+    register(OpInfo(
+        name=_name, family="reduction",
+        doc=f"{_name} with explicit ddof={DDOF} of N(3,1) values (a mean that two-pass must remove)",
+        generate=_long_vector(mean=3.0),
+        exact=_exact,
+        fp64=lambda x, f=_np: f(x, ddof=DDOF),
+        bound=_bound,
+        bound_doc="two-pass bound (n u + n^2 kappa^2 u^2) relative (Chan, Golub, LeVeque)"
+        + ("; halved under sqrt" if _root else ""),
+        impls=(
+            Impl("numpy", f"np.{_name}(x, ddof=1)", lambda ns, x, f=_name: getattr(ns, f)(x, ddof=1), IEEE_DTYPES),
+            Impl("torch", f"torch.{_name}(x)", lambda ns, x, f=_name: getattr(ns, f)(x), ALL_DTYPES,
+                 note="torch's default correction=1"),
+            Impl("numpy", f"np.{_name}(x)", lambda ns, x, f=_name: getattr(ns, f)(x), IEEE_DTYPES,
+                 note="numpy's default ddof=0: a different estimator, not a rounding difference"),
+        ),
+        # n**2 u < 1 keeps the worst-case bound below ddof's 1/n effect in float32
+        default_size=1024, bench_sizes=(1 << 10, 1 << 20),
+        flops=lambda n: 3 * n,
+    ))
+
+
+def _mp_logsumexp(row):
+    return [mpmath.log(mpmath.fsum(mpmath.exp(v) for v in row))]
+
+
+def _logsumexp_bound(inputs, exact, fmt):
+    """Blanchard-Higham-Mary: shifted logsumexp errs by about u*(|lse| + n + max|x - max|)."""
+    x = inputs["x"]
+    return gamma(x.size + 3, fmt.u) * (np.abs(exact.hi) + 1.0 + np.max(x) - np.min(x))
+
+
+register(OpInfo(
+    name="logsumexp", family="reduction",
+    doc="log(sum(exp(x))) of N(0, 3**2) values (naive form overflows float16)",
+    generate=_long_vector(scale=3.0),
+    exact=lambda inputs, fmt: mp_rows(_mp_logsumexp, inputs["x"]),
+    fp64=lambda x: scipy.special.logsumexp(x),
+    bound=_logsumexp_bound,
+    bound_doc="gamma_{n+3} * (|lse| + 1 + max x - min x) (Blanchard, Higham, Mary 2021)",
+    impls=(
+        Impl("torch", "torch.logsumexp", lambda ns, x: ns.logsumexp(x, 0), ALL_DTYPES),
+        Impl("scipy", "special.logsumexp", lambda ns, x: ns.special.logsumexp(x), ("float32", "float64")),
+        Impl("numpy", "log(sum(exp(x)))", lambda ns, x: ns.log(ns.sum(ns.exp(x))), IEEE_DTYPES,
+             note="unshifted: overflows where exp(max x) does"),
+    ),
+    default_size=4096, bench_sizes=(1 << 12, 1 << 20),
+    flops=lambda n: 2 * n,
+))

@@ -1,0 +1,43 @@
+"""The `opbench report` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
+from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, DEFAULT_THRESHOLD
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write an HTML/Markdown trend report from asv results",
+        description="Load every asv result, flag regressions between commits, compare "
+        "environments, and write <out>/<name>/index.html, report.md and CSV/Parquet data.",
+    )
+    parser.add_argument("--results", type=Path, default=Path("results"), help="asv results directory (default: results)")
+    parser.add_argument("--out", type=Path, default=Path("reports"), help="where reports go (default: reports)")
+    parser.add_argument("--name", default="latest", help="report subdirectory name (default: latest)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"smallest timing ratio reported as a step (default: {DEFAULT_THRESHOLD})")
+    parser.add_argument("--nondeterministic", action="append", metavar="PATTERN",
+                        help="glob of track benchmarks whose values are noisy (repeatable; "
+                        f"default: {' '.join(DEFAULT_NONDETERMINISTIC)})")
+    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS, help="figures per plot family")
+    parser.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    index = write_report(
+        args.results,
+        args.out,
+        args.name,
+        threshold=args.threshold,
+        nondeterministic=args.nondeterministic or DEFAULT_NONDETERMINISTIC,
+        max_plots=args.max_plots,
+        on_warning=lambda line: print(f"opbench: warning: {line}", file=sys.stderr),
+    )
+    print(index)
+    return 0

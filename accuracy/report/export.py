@@ -1,0 +1,29 @@
+"""CSV and Parquet copies of the tidy frame, readable back with the same dtypes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+DATE_COLUMNS = ("commit_date", "started_at", "prev_commit_date")
+
+
+def export_frame(frame: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
+    """Write `<stem>.csv` and `<stem>.parquet`; CSV for people, Parquet for exact dtypes."""
+    csv, parquet = stem.with_suffix(".csv"), stem.with_suffix(".parquet")
+    frame.to_csv(csv, index=False)
+    frame.to_parquet(parquet, index=False)
+    return csv, parquet
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """Read an exported frame; CSV dates come back as UTC timestamps like the original."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    frame = pd.read_csv(path)
+    for column in DATE_COLUMNS:
+        if column in frame:
+            frame[column] = pd.to_datetime(frame[column], utc=True)
+    return frame
