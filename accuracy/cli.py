@@ -12,7 +12,8 @@ from accuracy.errors import OpbenchError
 COMMAND_MODULES = (
     "accuracy.commands.catalog",   # list, info
     "accuracy.commands.explain",   # explain
-    "accuracy.report.cli",         # report (helper in progress)
+    "accuracy.commands.run",       # run
+    "accuracy.report.cli",         # report
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ def _read(path: Path) -> Exact | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             hi, lo, digest = data["hi"], data["lo"], str(data["digest"])
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # bad CRC, truncated zip
         return None
     return Exact(hi, lo) if digest == _digest(hi, lo) else None
 

@@ -13,6 +13,9 @@ import numpy as np
 
 from .providers import Provider
 
+# Idle worker threads busy-wait after a call (OpenBLAS's THREAD_TIMEOUT, Intel OpenMP's
+# KMP_BLOCKTIME: ~0.1-0.2 s) and steal cores from the next provider timed: wait them out.
+SETTLE_SECONDS = 0.5
 _REFERENCE_DTYPE = {np.dtype(np.float32): np.float64, np.dtype(np.float64): np.longdouble}
 
 
@@ -67,6 +70,7 @@ def compare_gemm(providers: list[Provider], n: int = 512, dtypes=(np.float32, np
         reference = gemm_reference(a, b)
         for provider in providers:
             gemm = provider.op("gemm", dtype)
+            time.sleep(SETTLE_SECONDS)
             with provider.threads(threads or provider.num_threads):
                 used = provider.num_threads
                 seconds = best_time(gemm, a, b, repeats=repeats)

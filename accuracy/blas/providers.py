@@ -48,9 +48,9 @@ class MissingOpError(OpbenchError):
     """The provider's library does not export the symbol for this op and precision."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Provider:
-    """A loaded BLAS/LAPACK library with its kernels and thread control."""
+    """A loaded BLAS/LAPACK library with its kernels and thread control (compared by identity)."""
 
     name: str
     path: str

@@ -7,6 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 DATE_COLUMNS = ("commit_date", "started_at", "prev_commit_date")
+# Text that can look numeric ("8" threads, version "1", an all-digit hash): never let CSV guess.
+TEXT_COLUMNS = ("machine", "env_name", "commit_hash", "prev_commit_hash", "file", "blas", "blas_threads",
+                "torch_version", "numpy_version", "benchmark", "params", "version", "kind", "unit", "metric")
 
 
 def export_frame(frame: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
@@ -22,7 +25,8 @@ def read_frame(path: Path) -> pd.DataFrame:
     path = Path(path)
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
-    frame = pd.read_csv(path)
+    header = pd.read_csv(path, nrows=0).columns
+    frame = pd.read_csv(path, dtype={column: "str" for column in TEXT_COLUMNS if column in header})
     for column in DATE_COLUMNS:
         if column in frame:
             frame[column] = pd.to_datetime(frame[column], utc=True)

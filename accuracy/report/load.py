@@ -30,6 +30,10 @@ BENCHMARKS_FILE = "benchmarks.json"
 MACHINE_FILE = "machine.json"
 STAT_NAMES = ("ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat")
 SERIES_KEYS = ["machine", "env_name", "benchmark", "params"]
+BASE_COLUMNS = frozenset(
+    ["machine", "env_name", "commit_hash", "commit_date", "file", *FINGERPRINT_COLUMNS, "benchmark", "params",
+     "value", "started_at", "version", *STAT_NAMES, "failed", "kind", "unit", "metric"]
+)
 # Errors asv (or json) raises on a truncated, corrupt or partial results file.
 _UNREADABLE = (util.UserError, OSError, ValueError, TypeError, AttributeError, KeyError)
 
@@ -64,6 +68,11 @@ def load_results(results_dir: str | Path) -> LoadedResults:
         detail = f"; {len(warnings)} problems, first: {warnings[0]}" if warnings else ""
         raise OpbenchError(f"no asv results found in {root}{detail}")
     return LoadedResults(rows.frame(), warnings)
+
+
+def param_columns(frame: pd.DataFrame) -> list[str]:
+    """The one-per-parameter-name columns (from benchmarks.json's param_names)."""
+    return [column for column in frame.columns if column not in BASE_COLUMNS]
 
 
 def _read_benchmark_specs(root: Path, warnings: list[str]) -> dict[str, dict]:

@@ -15,9 +15,10 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from accuracy.report.load import SERIES_KEYS
+from accuracy.report.load import SERIES_KEYS, param_columns
 
 SIZE_PARAM = "size"
+THREADS_PARAM = "threads"
 ERROR_METRICS = ("ulp", "bound_ratio")
 
 
@@ -34,8 +35,8 @@ def _latest(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label_columns(frame: pd.DataFrame, exclude: tuple[str, ...]) -> list[str]:
-    """Parameter columns that vary within the frame, e.g. impl and dtype."""
-    candidates = [c for c in ("impl", "dtype", "threads", "env_name") if c in frame and c not in exclude]
+    """Parameter columns (and the environment) that vary within these rows, e.g. impl and dtype."""
+    candidates = [c for c in [*param_columns(frame), "env_name"] if c not in exclude]
     return [c for c in candidates if frame[c].nunique() > 1]
 
 
@@ -60,13 +61,14 @@ def size_scaling(frame: pd.DataFrame, limit: int) -> list[tuple[str, str]]:
 
 
 def error_bars(frame: pd.DataFrame, limit: int) -> list[tuple[str, str]]:
-    """Worst ULP error / bound ratio over sizes, per implementation and dtype, newest commit."""
+    """Worst ULP error / bound ratio over sizes, threads and envs, per implementation and dtype."""
     latest = _latest(frame)
     latest = latest.loc[latest["metric"].isin(ERROR_METRICS)]
-    groups = [c for c in ("impl", "dtype") if c in latest] or ["params"]
     figures = []
     for benchmark, rows in list(latest.groupby("benchmark"))[:limit]:
-        worst = rows.groupby(groups)["value"].max().unstack() if len(groups) == 2 else rows.groupby(groups)["value"].max()
+        groups = _label_columns(rows, (SIZE_PARAM, THREADS_PARAM, "env_name")) or ["params"]
+        worst = rows.groupby(groups)["value"].max()
+        worst = worst.unstack() if len(groups) > 1 else worst
         fig = Figure(figsize=(6, 3.6))
         ax = fig.subplots()
         worst.plot.bar(ax=ax, rot=20)
@@ -84,10 +86,11 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int) -> list[tuple[
     chosen = chosen.drop_duplicates(SERIES_KEYS).head(limit)
     order = frame.drop_duplicates("commit_hash").sort_values("commit_date")["commit_hash"].tolist()
     position = {commit: i for i, commit in enumerate(order)}
+    frame_series, step_series = frame.groupby(SERIES_KEYS), steps.groupby(SERIES_KEYS)
     figures = []
     for key in chosen[SERIES_KEYS].itertuples(index=False):
-        rows = frame.loc[(frame[SERIES_KEYS] == tuple(key)).all(axis=1)].sort_values("commit_date")
-        series_steps = steps.loc[(steps[SERIES_KEYS] == tuple(key)).all(axis=1)]
+        rows = frame_series.get_group(tuple(key)).sort_values("commit_date")
+        series_steps = step_series.get_group(tuple(key))
         fig = Figure(figsize=(6, 3.2))
         ax = fig.subplots()
         ax.plot(rows["commit_hash"].map(position), rows["value"], marker="o", color="tab:blue")

@@ -104,6 +104,15 @@ def _comparisons(frame: pd.DataFrame) -> pd.DataFrame:
     return compare_across(frame, by="env_name", commit=latest_commit(frame))
 
 
+def _newest(frame: pd.DataFrame) -> str:
+    return latest_commit(frame)[:8]
+
+
+def _without_commit(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """The commit is in the heading; the CSV keeps the full hash column."""
+    return comparisons.drop(columns="commit_hash", errors="ignore")
+
+
 def _summary(data: ReportData) -> list[tuple[str, object]]:
     frame = data.frame
     return [
@@ -148,7 +157,7 @@ def render_html(data: ReportData, max_plots: int = DEFAULT_MAX_PLOTS) -> str:
         ("Summary", _table_html(summary)),
         ("Regressions", _table_html(data.changes("regression"), "regression")),
         ("Improvements", _table_html(data.changes("improvement"), "improvement")),
-        ("Environments at the newest commit", _table_html(data.comparisons)),
+        (f"Environments at the newest commit ({_newest(data.frame)})", _table_html(_without_commit(data.comparisons))),
         ("History of the largest steps", _figures_html(plots.history(data.frame, data.steps, max_plots))),
         ("Time vs size", _figures_html(plots.size_scaling(data.frame, max_plots))),
         ("Accuracy per implementation and dtype", _figures_html(plots.error_bars(data.frame, max_plots))),
@@ -176,6 +185,7 @@ def render_markdown(data: ReportData) -> str:
         f"# opbench report: {data.name}\n\n{summary}\n\n"
         f"## Regressions\n\n{_table_markdown(data.changes('regression'))}\n\n"
         f"## Improvements\n\n{_table_markdown(data.changes('improvement'))}\n\n"
-        f"## Environments at the newest commit\n\n{_table_markdown(data.comparisons)}\n\n"
+        f"## Environments at the newest commit ({_newest(data.frame)})\n\n"
+        f"{_table_markdown(_without_commit(data.comparisons))}\n\n"
         f"## Skipped files and warnings\n\n{warnings}\n\nPlots: see index.html.\n"
     )

@@ -1,0 +1,122 @@
+"""Drive asv for `opbench run`: machine info, the run itself, fingerprints, HTML, report.
+
+asv does the benchmarking and keeps the results; this module only makes the calls
+non-interactive and reproducible: a private copy of asv.conf.json with absolute paths (so
+results can go to any directory), the current commit recorded for in-place runs, and the
+environment fingerprint written beside each results file the run touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from accuracy.envinfo import fingerprint
+from accuracy.errors import OpbenchError
+
+FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
+
+
+def load_asv_config(path: Path) -> dict:
+    """asv.conf.json allows // comments; asv's own loader reads them."""
+    from asv.util import load_json
+
+    if not path.is_file():
+        raise OpbenchError(f"asv config not found: {path}")
+    try:
+        return load_json(str(path), js_comments=True)
+    except Exception as exc:  # asv raises its own UserError types for malformed files
+        raise OpbenchError(f"cannot read asv config {path}: {exc}") from None
+
+
+def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path) -> Path:
+    """A copy of the project's asv config with every path absolute and results redirected."""
+    root = config_path.resolve().parent
+    conf = load_asv_config(config_path)
+    for key in ("repo", "benchmark_dir", "env_dir"):
+        conf[key] = str((root / conf.get(key, ".")).resolve()) if key != "env_dir" else str(
+            (root / conf.get("env_dir", "env")).resolve())
+    conf["results_dir"] = str(results.resolve())
+    conf["html_dir"] = str(html.resolve())
+    out = workdir / "asv.conf.json"
+    out.write_text(json.dumps(conf, indent=2))
+    return out
+
+
+def default_machine_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", platform.node() or "machine")
+
+
+def _asv(args: list[str], env: dict | None = None) -> int:
+    """Run `python -m asv ...` in this interpreter, output straight to the terminal."""
+    return subprocess.call([sys.executable, "-m", "asv", *args], env=env)
+
+
+def head_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise OpbenchError(f"{repo} is not a git checkout with a commit; asv records results per commit") from None
+    return out.stdout.strip()
+
+
+def _result_files(results: Path, machine: str) -> dict[Path, float]:
+    folder = results / machine
+    if not folder.is_dir():
+        return {}
+    return {p: p.stat().st_mtime for p in folder.glob("*.json") if p.name != "machine.json"}
+
+
+def write_fingerprints(changed: list[Path], python: str | None = None) -> None:
+    """Save the environment fingerprint beside each results file this run wrote.
+
+    In-place runs fingerprint this process; history runs ask the asv environment's own python.
+    """
+    if python is None:
+        text = json.dumps(fingerprint(), indent=2)
+    else:
+        proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True)
+        text = proc.stdout if proc.returncode == 0 else json.dumps({"error": proc.stderr.strip()[-500:]})
+    for path in changed:
+        path.with_suffix(FINGERPRINT_SUFFIX).write_text(text)
+
+
+def _history_python(env_dir: Path) -> str | None:
+    pythons = sorted(env_dir.glob("*/bin/python"))
+    return str(pythons[0]) if len(pythons) == 1 else None
+
+
+def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
+              commits: str | None, profile: str | None) -> tuple[int, list[Path]]:
+    """Run the asv suite; returns (asv's exit status, results files written)."""
+    results.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"))
+    with tempfile.TemporaryDirectory(prefix="opbench-asv-") as tmp:
+        private = write_private_config(config, results, html, Path(tmp))
+        conf = json.loads(private.read_text())
+        if _asv(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
+            raise OpbenchError("`asv machine` failed; see its message above")
+        before = _result_files(results, machine)
+        args = ["run", "--config", str(private), "--machine", machine, "--show-stderr"]
+        if commits:
+            args += [commits]
+        else:
+            args += ["--python=same", "--set-commit-hash", head_commit(Path(conf["repo"])),
+                     "--launch-method", "forkserver"]
+        if quick:
+            args.append("--quick")
+        if bench:
+            args += ["--bench", bench]
+        status = _asv(args, env)
+        after = _result_files(results, machine)
+        changed = [p for p, mtime in after.items() if before.get(p) != mtime]
+        write_fingerprints(changed, _history_python(Path(conf["env_dir"])) if commits else None)
+        if changed and _asv(["publish", "--config", str(private)], env) != 0:
+            raise OpbenchError("`asv publish` failed; results are kept, see its message above")
+    return status, changed

@@ -1,0 +1,142 @@
+"""Shared machinery of the asv suite: every benchmark class is generated from the op registry.
+
+One class per op, one `time_op` and paired `track_*` methods over the same parameters
+(implementation@dtype, size, threads). Only valid combinations are enumerated: the first
+parameter lists the (implementation, dtype) pairs that exist on this machine, so nothing is
+padded with skips. OPBENCH_PROFILE (quick, default, full) picks how lean the grid is.
+"""
+
+from __future__ import annotations
+
+import os
+import timeit
+from dataclasses import dataclass
+
+from accuracy.backends import get_backend
+from accuracy.dtypes import ALL_DTYPES, get_format
+from accuracy.evaluate import Case
+from accuracy.registry import all_ops, get_op
+from accuracy.threads import all_cores, thread_limit
+
+SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
+
+
+@dataclass(frozen=True)
+class Profile:
+    dtypes: tuple[str, ...]
+    sizes: int  # how many of each op's bench_sizes to use
+    threads: tuple[int, ...]
+
+
+PROFILES = {
+    "quick": Profile(("float32",), 1, (all_cores(),)),
+    "default": Profile(("float32", "float64"), 1, tuple(sorted({1, all_cores()}))),
+    "full": Profile(ALL_DTYPES, 2, tuple(sorted({1, all_cores()}))),
+}
+
+
+def current_profile() -> Profile:
+    name = os.environ.get("OPBENCH_PROFILE", "default")
+    if name not in PROFILES:
+        raise ValueError(f"OPBENCH_PROFILE={name!r}; choose from {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def _track(unit: str):
+    """Mark a method as an asv track with its unit (asv reads the function attribute)."""
+
+    def wrap(fn):
+        fn.unit = unit
+        return fn
+
+    return wrap
+
+
+class _OpBenchmark:
+    """Times one implementation of an op and records its error on exactly the same inputs."""
+
+    op_name: str = ""
+    param_names = ["impl_dtype", "size", "threads"]
+    timeout = 600
+    # lean timing: a few short samples per parameter combination keeps the suite in budget
+    repeat = (1, 5, 1.0)
+    number = 0
+    min_run_count = 1
+    warmup_time = 0.02
+    sample_time = 0.02
+
+    def setup(self, impl_dtype, size, threads):
+        impl_name, dtype = impl_dtype.rsplit("@", 1)
+        op = get_op(self.op_name)
+        self.case = Case(op, get_format(dtype), size)
+        self.impl = op.impl(impl_name)
+        self.backend = get_backend(self.impl.backend)
+        self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
+        self._threads = thread_limit(threads)
+        self._threads.__enter__()
+
+    def teardown(self, impl_dtype, size, threads):
+        self._threads.__exit__(None, None, None)
+
+    def _call(self):
+        self.impl.fn(self.backend.namespace, **self.native)
+        self.backend.synchronize()
+
+    def time_op(self, impl_dtype, size, threads):
+        self._call()
+
+    def _summary(self):
+        return self.case.measure(self.impl)
+
+    @_track("ulp")
+    def track_max_ulp(self, impl_dtype, size, threads):
+        """Max error in ulps of the result dtype against the exact reference."""
+        return self._summary().max_ulp
+
+    @_track("relative")
+    def track_max_rel_fp64(self, impl_dtype, size, threads):
+        """Max relative error against the op evaluated in float64 on the same rounded inputs."""
+        return self._summary().max_rel_fp64
+
+    @_track("ratio")
+    def track_bound_ratio(self, impl_dtype, size, threads):
+        """Max error over its rounding bound: <= 1 means provably within rounding."""
+        return self._summary().bound_ratio
+
+    @_track("count")
+    def track_nonfinite(self, impl_dtype, size, threads):
+        """NaN/Inf outputs where the exact value is finite."""
+        return self._summary().nonfinite
+
+
+class _ThroughputBenchmark(_OpBenchmark):
+    """Ops with a flop count also record achieved GFLOP/s (best of three timed batches)."""
+
+    @_track("GFLOP/s")
+    def track_gflops(self, impl_dtype, size, threads):
+        timer = timeit.Timer(self._call)
+        number, _ = timer.autorange()
+        best = min(timer.repeat(repeat=3, number=number)) / number
+        return self.case.op.flops(size) / best / 1e9
+
+
+def _cases(op, profile: Profile) -> list[str]:
+    return [f"{impl.name}@{dtype}" for dtype in profile.dtypes for impl in op.available_impls(dtype)]
+
+
+def benchmark_classes(family: str) -> dict[str, type]:
+    """One benchmark class per op of `family`, named like the op (`Linear`, `LogSoftmax`)."""
+    profile = current_profile()
+    classes = {}
+    for op in all_ops():
+        cases = _cases(op, profile)
+        if op.family != family or not cases:
+            continue
+        base = _ThroughputBenchmark if op.flops and family in ("blas", "nn") else _OpBenchmark
+        name = "".join(part.capitalize() for part in op.name.split("_"))
+        classes[name] = type(name, (base,), {
+            "op_name": op.name,
+            "params": [cases, list(op.bench_sizes[: profile.sizes]), list(profile.threads)],
+            "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
+        })
+    return classes

@@ -1,0 +1,28 @@
+"""Shared fixtures for the foundation tests: an isolated reference cache and small helpers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+# Every test process (and every subprocess it starts, which inherits os.environ) uses a private,
+# throwaway reference cache, never the user's ~/.cache/opbench. Set at import time so that
+# module-scoped fixtures, which run before function-scoped ones, are isolated too.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
+os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Each test gets its own empty cache directory, so no test depends on another's entries."""
+    cache = tmp_path / "refcache"
+    monkeypatch.setenv("OPBENCH_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def cache_path(_isolated_cache):
+    """The per-test reference cache directory (not created until something is cached)."""
+    return _isolated_cache

@@ -1,0 +1,82 @@
+"""`opbench report`: files written, exit codes, one-line errors."""
+
+import argparse
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures_report import INJECTED, shared_results  # noqa: F401
+
+import accuracy.cli
+from accuracy.report import cli as report_cli
+
+REPO = Path(__file__).resolve().parents[1]
+REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "regressions.csv",
+                "improvements.csv", "steps.csv", "comparisons.csv"}
+
+
+@pytest.fixture
+def opbench_main(monkeypatch):
+    """The real `accuracy.cli.main`, with only the report command registered."""
+    monkeypatch.setattr(accuracy.cli, "COMMAND_MODULES", ("accuracy.report.cli",))
+    return accuracy.cli.main
+
+
+def test_register_adds_report_with_defaults():
+    parser = argparse.ArgumentParser()
+    report_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report"])
+    assert (args.results, args.out, args.name) == (Path("results"), Path("reports"), "latest")
+    assert args.func is report_cli.run_report
+
+
+def test_report_writes_html_markdown_and_data(opbench_main, shared_results, tmp_path, capsys):
+    assert opbench_main(["report", "--results", str(shared_results), "--out", str(tmp_path), "--name", "n1"]) == 0
+    out = tmp_path / "n1"
+    assert {p.name for p in out.iterdir()} == REPORT_FILES
+    assert capsys.readouterr().out.strip() == str(out / "index.html")
+    regressions = pd.read_csv(out / "regressions.csv")
+    assert len(regressions) == len(INJECTED)
+    assert pd.read_csv(out / "improvements.csv").empty
+    markdown = (out / "report.md").read_text()
+    assert "- Regressions: 3" in markdown and "linear.Linear.track_gflops" in markdown
+    page = (out / "index.html").read_text()
+    assert page.count("data:image/png;base64,") >= 3 and "<link" not in page and "<script" not in page
+
+
+@pytest.mark.parametrize("argv_tail", [["--results", "/nonexistent/results"], ["--name", "../escape"]])
+def test_user_errors_exit_2_with_one_line(opbench_main, shared_results, tmp_path, capsys, argv_tail):
+    argv = ["report", "--results", str(shared_results), "--out", str(tmp_path), *argv_tail]
+    assert opbench_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opbench: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "latest").exists()
+
+
+def test_skipped_files_are_warned_on_stderr(opbench_main, shared_results, tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(shared_results, results)
+    bad = next(p for p in results.rglob("*.json") if p.name not in ("machine.json", "benchmarks.json"))
+    bad.write_text("{")
+    assert opbench_main(["report", "--results", str(results), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"opbench: warning: {bad}: skipped, unreadable results file")
+    warnings = [line for line in (tmp_path / "out" / "latest" / "report.md").read_text().splitlines() if str(bad) in line]
+    assert len(warnings) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accuracy.commands") is None, reason="other CLI commands not written yet")
+def test_python_dash_m_accuracy_report(shared_results, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "accuracy", "report", "--results", str(shared_results), "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert REPORT_FILES <= {p.name for p in (tmp_path / "latest").iterdir()}
+    bad = subprocess.run([sys.executable, "-m", "accuracy", "report", "--results", str(tmp_path / "none")],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
