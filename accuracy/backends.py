@@ -7,13 +7,15 @@ An implementation in the registry is `fn(ns, **inputs)`, where `ns` is the backe
 from __future__ import annotations
 
 import importlib
-from functools import cached_property
+from contextlib import ExitStack, contextmanager
+from functools import cache, cached_property
 
 import ml_dtypes
 import numpy as np
 
 from accuracy.dtypes import FloatFormat
 from accuracy.errors import OpbenchError
+from accuracy.threads import thread_limit
 
 
 class Backend:
@@ -42,6 +44,10 @@ class Backend:
 
     def synchronize(self) -> None:
         """Wait for queued device work; a no-op on the CPU."""
+
+    def thread_limit(self, n: int):
+        """A context that runs the block with `n` threads in every pool this backend uses."""
+        return thread_limit(n)
 
 
 class ScipyBackend(Backend):
@@ -90,13 +96,59 @@ class TorchBackend(Backend):
             self.namespace.cuda.synchronize()
 
 
+class BlasBackend(Backend):
+    """One CBLAS library loaded by path (accuracy.blas); its namespace is the Provider itself."""
+
+    def __init__(self, provider):
+        self.provider = provider
+        self.name = f"blas-{provider.name}"
+
+    def available(self) -> bool:
+        return True
+
+    @property
+    def namespace(self):
+        return self.provider
+
+    def thread_limit(self, n: int):
+        @contextmanager
+        def both():
+            with ExitStack() as stack:
+                stack.enter_context(thread_limit(n))
+                stack.enter_context(self.provider.threads(n))
+                yield
+
+        return both()
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b for b in (Backend(), ScipyBackend(), TorchBackend("cpu"), TorchBackend("cuda"))
 }
 
 
+@cache
+def blas_discovery():
+    """Every BLAS library found on this machine (loaded once per process); failures are listed."""
+    from accuracy.blas import discover_providers
+
+    return discover_providers()
+
+
+@cache
+def blas_backends() -> dict[str, BlasBackend]:
+    backends = (BlasBackend(p) for p in blas_discovery().providers.values())
+    return {b.name: b for b in backends}
+
+
+def backends_for(name: str) -> list[str]:
+    """A declared backend's concrete instances: 'blas' means one backend per BLAS provider."""
+    return sorted(blas_backends()) if name == "blas" else [name]
+
+
 def get_backend(name: str) -> Backend:
-    try:
+    if name in BACKENDS:
         return BACKENDS[name]
-    except KeyError:
-        raise OpbenchError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}") from None
+    if name.startswith("blas-") and name in blas_backends():
+        return blas_backends()[name]
+    known = ", ".join([*BACKENDS, *blas_backends()])
+    raise OpbenchError(f"unknown backend {name!r}; choose from {known}")

@@ -6,6 +6,7 @@ built once, then every implementation is measured on exactly the same bits.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -50,13 +51,16 @@ class Case:
         with np.errstate(all="ignore"):
             return self.op.bound(self.inputs64, self.exact, self.fmt)
 
-    def run(self, impl: Impl) -> np.ndarray:
-        """The implementation's output on this case's inputs, in the case's dtype."""
+    def run(self, impl: Impl, threads: int | None = None) -> np.ndarray:
+        """The implementation's output on this case's inputs, in the case's dtype.
+
+        With `threads`, every pool the backend uses is limited to that many threads.
+        """
         backend = get_backend(impl.backend)
         native = {name: backend.to_native(v) for name, v in self.inputs.items()}
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), (backend.thread_limit(threads) if threads else nullcontext()):
             out = impl.fn(backend.namespace, **native)
-        backend.synchronize()
+            backend.synchronize()
         return backend.to_numpy(out, self.fmt)
 
     def measure(self, impl: Impl, result: np.ndarray | None = None) -> ErrorSummary:

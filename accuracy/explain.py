@@ -13,7 +13,7 @@ import numpy as np
 
 from accuracy.evaluate import Case, make_case
 from accuracy.metrics import ulp_error
-from accuracy.threads import all_cores, thread_limit
+from accuracy.threads import all_cores
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
@@ -25,8 +25,7 @@ def _measure_all(case: Case, threads: int) -> tuple[list[dict], dict[str, np.nda
     for impl in case.op.available_impls(case.fmt.name):
         row = {"impl": impl.name, "note": impl.note}
         try:
-            with thread_limit(threads):
-                outputs[impl.name] = case.run(impl)
+            outputs[impl.name] = case.run(impl, threads)
             summary = case.measure(impl, outputs[impl.name])
             row.update(summary.as_dict(), verdict=summary.verdict)
         except Exception as exc:  # a crashing implementation is a finding, not a crash of explain
@@ -61,10 +60,8 @@ def _reproducibility(case: Case, outputs: dict[str, np.ndarray], threads: int) -
     for impl in case.op.available_impls(case.fmt.name):
         if impl.name not in outputs:
             continue
-        with thread_limit(threads):
-            again = case.run(impl)
-        with thread_limit(1):
-            single = case.run(impl)
+        again = case.run(impl, threads)
+        single = case.run(impl, 1)
         out.append({
             "impl": impl.name,
             "run_to_run": _bitwise_equal(outputs[impl.name], again),

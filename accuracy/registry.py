@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
-from accuracy.backends import get_backend
+from accuracy.backends import backends_for, get_backend
 from accuracy.dtypes import FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
@@ -59,13 +59,17 @@ class OpInfo:
     flops: Callable[[int], float] | None = None
     version: int = 1  # bump when inputs, references or bounds change meaning
 
+    def concrete_impls(self) -> list[Impl]:
+        """Declared impls with backend families expanded ('blas' -> one per BLAS provider)."""
+        return [replace(i, backend=b) for i in self.impls for b in backends_for(i.backend)]
+
     def impl(self, name: str) -> Impl:
-        for impl in self.impls:
+        impls = self.concrete_impls()
+        for impl in impls:
             if impl.name == name:
                 return impl
         raise OpbenchError(
-            f"op {self.name!r} has no implementation {name!r}; "
-            f"choose from {', '.join(i.name for i in self.impls)}"
+            f"op {self.name!r} has no implementation {name!r}; choose from {', '.join(i.name for i in impls)}"
         )
 
     def dtypes(self) -> tuple[str, ...]:
@@ -74,7 +78,7 @@ class OpInfo:
 
     def available_impls(self, dtype: str) -> list[Impl]:
         """Implementations that exist for `dtype` on this machine; others are simply absent."""
-        return [i for i in self.impls if dtype in i.dtypes and get_backend(i.backend).available()]
+        return [i for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
 
 
 _REGISTRY: dict[str, OpInfo] = {}

@@ -16,7 +16,7 @@ from accuracy.backends import get_backend
 from accuracy.dtypes import ALL_DTYPES, get_format
 from accuracy.evaluate import Case
 from accuracy.registry import all_ops, get_op
-from accuracy.threads import all_cores, thread_limit
+from accuracy.threads import all_cores
 
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
 
@@ -72,7 +72,7 @@ class _OpBenchmark:
         self.impl = op.impl(impl_name)
         self.backend = get_backend(self.impl.backend)
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
-        self._threads = thread_limit(threads)
+        self._threads = self.backend.thread_limit(threads)
         self._threads.__enter__()
 
     def teardown(self, impl_dtype, size, threads):
@@ -107,6 +107,12 @@ class _OpBenchmark:
     def track_nonfinite(self, impl_dtype, size, threads):
         """NaN/Inf outputs where the exact value is finite."""
         return self._summary().nonfinite
+
+    @_track("bool")
+    def track_same_bits_1_vs_n_threads(self, impl_dtype, size, threads):
+        """1 if the result with one thread is bitwise the result with `threads` threads."""
+        single = self.case.run(self.impl, 1)
+        return int(single.tobytes() == self.case.run(self.impl, threads).tobytes())
 
 
 class _ThroughputBenchmark(_OpBenchmark):

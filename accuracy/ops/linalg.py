@@ -42,6 +42,8 @@ register(OpInfo(
              note="numpy's own loops unless optimize=True: no BLAS"),
         Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, BLAS_DTYPES),
         Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES),
+        Impl("blas", "gemm", lambda ns, a, b: ns.call("gemm", a, b), BLAS_DTYPES,
+             note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
     ),
     default_size=128, bench_sizes=(128, 512),
     flops=lambda n: 2.0 * n**3,
@@ -88,6 +90,23 @@ register(OpInfo(
 ))
 
 register(OpInfo(
+    name="gemv", family="blas",
+    doc="y = A @ x for an n x n N(0,1) matrix",
+    generate=lambda rng, n: {"a": normal(rng, (n, n)), "x": normal(rng, n)},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["x"][:, None]),
+    fp64=lambda a, x: (a @ x)[:, None],
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["x"]))[:, None],
+    bound_doc="gamma_n * |A||x|",
+    impls=(
+        Impl("numpy", "a @ x", lambda ns, a, x: (a @ x)[:, None], IEEE_DTYPES),
+        Impl("torch", "torch.mv", lambda ns, a, x: ns.mv(a, x)[:, None], ALL_DTYPES),
+        Impl("blas", "gemv", lambda ns, a, x: ns.call("gemv", a, x)[:, None], BLAS_DTYPES),
+    ),
+    default_size=512, bench_sizes=(512, 2048),
+    flops=lambda n: 2.0 * n**2,
+))
+
+register(OpInfo(
     name="dot", family="blas",
     doc="x . y for N(0,1) vectors",
     generate=lambda rng, n: {"x": normal(rng, n), "y": normal(rng, n)},
@@ -100,6 +119,7 @@ register(OpInfo(
         Impl("numpy", "np.sum(x * y)", lambda ns, x, y: ns.sum(x * y), IEEE_DTYPES),
         Impl("scipy", "linalg.blas.?dot", _scipy_dot, BLAS_DTYPES),
         Impl("torch", "torch.dot", lambda ns, x, y: ns.dot(x, y), ALL_DTYPES),
+        Impl("blas", "dot", lambda ns, x, y: ns.call("dot", x, y), BLAS_DTYPES),
     ),
     default_size=1 << 16, bench_sizes=(1 << 12, 1 << 20),
     flops=lambda n: 2.0 * n,
