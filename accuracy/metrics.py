@@ -63,7 +63,8 @@ def ulp_error(result: np.ndarray, exact) -> np.ndarray:
     fmt = format_of(np.asarray(result))
     diff, _ = _signed_error(result, exact)
     hi, _ = _split_reference(exact)
-    return np.abs(diff) / ulp(np.broadcast_to(hi, diff.shape), fmt)
+    with np.errstate(over="ignore"):  # e.g. float64 1.0 vs exact 0: 2**1074 ulps overflows to inf
+        return np.abs(diff) / ulp(np.broadcast_to(hi, diff.shape), fmt)
 
 
 def relative_error(result: np.ndarray, reference) -> np.ndarray:
@@ -82,10 +83,14 @@ def normwise_relative_error(result: np.ndarray, reference) -> float:
     hi, _ = _split_reference(reference)
     hi = np.broadcast_to(hi, diff.shape)
     ok = comparable & np.isfinite(diff)
-    num = np.linalg.norm(diff[ok])
-    den = np.linalg.norm(np.where(np.isfinite(hi), hi, 0.0)[ok])
-    if num == 0:
+    d = diff[ok]
+    h = np.where(np.isfinite(hi), hi, 0.0)[ok]
+    if not np.any(d):
         return 0.0
+    # scale by a power of two first: the 2-norm squares, so it over/underflows beyond ~1e+-154
+    scale = np.ldexp(1.0, int(np.frexp(max(np.max(np.abs(d)), np.max(np.abs(h), initial=0.0)))[1]))
+    num = np.linalg.norm(d / scale)
+    den = np.linalg.norm(h / scale)
     return float(num / den) if den > 0 else float("inf")
 
 

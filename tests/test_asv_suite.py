@@ -1,0 +1,139 @@
+"""End to end: the registry-generated asv suite through `opbench run`, asv check, publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def opbench(*args, cwd=ROOT, env=None):
+    return subprocess.run([sys.executable, "-m", "accuracy", *args], cwd=cwd, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})))
+
+
+def _results_file(results: Path) -> dict:
+    files = [p for p in results.glob("*/*.json") if p.name != "machine.json"]
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text()), files[0]
+
+
+def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
+    results = tmp_path / "results"
+    proc = opbench("run", "--quick", "--bench", r"bench_blas\.Dot\.", "--results", str(results),
+                   "--machine", "ci", "--report", str(tmp_path / "reports"))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data, path = _results_file(results)
+    cols = data["result_columns"]
+    values = {name: dict(zip(cols, row)) for name, row in data["results"].items()}
+    timing = values["bench_blas.Dot.time_op"]
+    assert all(v is not None and 0 < v < 1 for v in timing["result"])
+    impls = [p for p in timing["params"][0]]
+    assert "'numpy:np.dot@float32'" in impls and "'torch:torch.dot@float32'" in impls
+    for track in ("track_max_ulp", "track_bound_ratio", "track_max_rel_fp64", "track_nonfinite"):
+        assert values[f"bench_blas.Dot.{track}"]["params"] == timing["params"]
+    ulps = values["bench_blas.Dot.track_max_ulp"]["result"]
+    ratios = values["bench_blas.Dot.track_bound_ratio"]["result"]
+    assert all(u > 0 for u in ulps)  # a float32 dot of 4096 terms is never exact here
+    assert all(0 < r < 1 for r in ratios)  # and always provably within rounding
+    # the fingerprint sits beside the results file and names the BLAS that ran
+    fp = json.loads(path.with_suffix(".fingerprint").read_text())
+    assert any(lib["internal_api"] == "openblas" for lib in fp["blas"])
+    # asv publish made history pages holding these benchmarks
+    html = tmp_path / "html"
+    assert (html / "index.html").is_file()
+    index = json.loads((html / "index.json").read_text())
+    assert "bench_blas.Dot.track_bound_ratio" in index["benchmarks"]
+    assert list(html.glob("graphs/**/bench_blas.Dot.time_op.json"))
+    assert (tmp_path / "reports" / "latest" / "index.html").is_file()
+
+
+def test_asv_check_passes_on_the_suite(tmp_path):
+    from accuracy.asvrun import write_private_config
+
+    config = write_private_config(ROOT / "asv.conf.json", tmp_path / "r", tmp_path / "h", tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "asv", "check", "--config", str(config), "--python=same"],
+                          capture_output=True, text=True, env=dict(os.environ, OPBENCH_PROFILE="quick"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+TINY_CONF = {
+    "version": 1, "project": "tiny", "repo": ".", "branches": ["main"], "dvcs": "git",
+    "environment_type": "virtualenv", "pythons": [f"{sys.version_info.major}.{sys.version_info.minor}"],
+    "build_command": ["python -m pip wheel --no-deps --no-build-isolation -w {build_cache_dir} {build_dir}"],
+    "install_command": ["in-dir={env_dir} python -m pip install -q --no-deps {wheel_file}"],
+    "launch_method": "forkserver", "benchmark_dir": "benchmarks", "env_dir": ".asv/env",
+    "results_dir": "results", "html_dir": "html",
+}
+
+TINY_BENCH = '''
+import tiny
+
+def track_value():
+    return tiny.VALUE
+track_value.unit = "ulp"
+
+def time_sum():
+    sum(range(1000))
+
+def track_crashes():
+    raise RuntimeError("this op is broken")
+'''
+
+
+def _git(repo: Path, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                            GIT_COMMITTER_EMAIL="t@t"))
+
+
+@pytest.fixture
+def tiny_repo(tmp_path):
+    """A three-commit project whose tracked value changes 1 -> 2 -> 3, plus a crashing benchmark."""
+    repo = tmp_path / "tiny"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "tiny").mkdir()
+    (repo / "asv.conf.json").write_text(json.dumps(TINY_CONF))
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires=["setuptools"]\nbuild-backend="setuptools.build_meta"\n'
+        '[project]\nname="tiny"\nversion="0"\n[tool.setuptools]\npackages=["tiny"]\n')
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    (repo / "benchmarks" / "bench_tiny.py").write_text(TINY_BENCH)
+    (repo / ".gitignore").write_text(".asv/\nresults/\nhtml/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    for value in (1, 2, 3):
+        (repo / "tiny" / "__init__.py").write_text(f"VALUE = {value}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"value {value}")
+    return repo
+
+
+def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_path):
+    results = tmp_path / "results"
+    first = subprocess.run(["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"],
+                           capture_output=True, text=True).stdout.strip()
+    proc = opbench("run", "--config", str(tiny_repo / "asv.conf.json"), "--commits", f"{first}^!",
+                   "--results", str(results), "--machine", "ci", "--no-report", cwd=tiny_repo)
+    proc = opbench("run", "--config", str(tiny_repo / "asv.conf.json"), "--commits", f"{first}..HEAD",
+                   "--results", str(results), "--machine", "ci", "--no-report", cwd=tiny_repo)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "failed" in proc.stdout  # the crash is reported, and the run went on
+    files = sorted(p for p in (results / "ci").glob("*.json") if p.name != "machine.json")
+    assert len(files) == 3
+    tracked = []
+    for f in files:
+        data = json.loads(f.read_text())
+        rows = {k: dict(zip(data["result_columns"], v)) for k, v in data["results"].items()}
+        tracked.append(rows["bench_tiny.track_value"]["result"][0])
+        assert rows["bench_tiny.track_crashes"]["result"] == [None]  # recorded as failed
+        assert rows["bench_tiny.time_sum"]["result"][0] > 0  # the run went on after the crash
+    assert sorted(tracked) == [1, 2, 3]
+    graph = next((tmp_path / "html").glob("graphs/**/bench_tiny.track_value.json"))
+    assert [point[1] for point in json.loads(graph.read_text())] == [1, 2, 3]
