@@ -4,16 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.opbench-installed
 
-.PHONY: setup bench bench-quick test clean
+.PHONY: setup bench bench-quick test clean browser
 
 setup: $(STAMP)
 
 # Reinstall whenever the pins or the project metadata change.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas]'
 	touch $@
+
+# The HTML report's browser test uses Debian's Chromium; it skips cleanly where this fails.
+browser:
+	command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium not installed: the browser test will be skipped"
+
 
 bench: setup
 	$(BIN)/opbench run
@@ -21,7 +27,7 @@ bench: setup
 bench-quick: setup
 	$(BIN)/opbench run --quick
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -17,7 +17,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accuracy.envinfo import fingerprint
 from accuracy.errors import OpbenchError
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
@@ -73,15 +72,16 @@ def _result_files(results: Path, machine: str) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in folder.glob("*.json") if p.name != "machine.json"}
 
 
-def write_fingerprints(changed: list[Path], python: str | None = None) -> None:
+def write_fingerprints(changed: list[Path], python: str | None, env: dict) -> None:
     """Save the environment fingerprint beside each results file this run wrote.
 
-    In-place runs fingerprint this process; history runs ask the asv environment's own python.
+    It is taken by a fresh process of the python that ran the benchmarks, with the run's
+    environment, so it shows the BLAS kernel the knobs selected.
     """
     if python is None:
-        text = json.dumps(fingerprint(), indent=2)
+        text = json.dumps({"error": "no single asv environment python found to fingerprint"})
     else:
-        proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True)
+        proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env)
         text = proc.stdout if proc.returncode == 0 else json.dumps({"error": proc.stderr.strip()[-500:]})
     for path in changed:
         path.with_suffix(FINGERPRINT_SUFFIX).write_text(text)
@@ -93,10 +93,14 @@ def _history_python(env_dir: Path) -> str | None:
 
 
 def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
-              commits: str | None, profile: str | None) -> tuple[int, list[Path]]:
-    """Run the asv suite; returns (asv's exit status, results files written)."""
+              commits: str | None, profile: str | None, knobs: dict[str, str]) -> tuple[int, list[Path]]:
+    """Run the asv suite; returns (asv's exit status, results files written).
+
+    `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
+    they are set for asv's benchmark processes, and the fingerprint records them.
+    """
     results.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"))
+    env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"), **knobs)
     with tempfile.TemporaryDirectory(prefix="opbench-asv-") as tmp:
         private = write_private_config(config, results, html, Path(tmp))
         conf = json.loads(private.read_text())
@@ -116,7 +120,7 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         status = _asv(args, env)
         after = _result_files(results, machine)
         changed = [p for p, mtime in after.items() if before.get(p) != mtime]
-        write_fingerprints(changed, _history_python(Path(conf["env_dir"])) if commits else None)
+        write_fingerprints(changed, _history_python(Path(conf["env_dir"])) if commits else sys.executable, env)
         if changed and _asv(["publish", "--config", str(private)], env) != 0:
             raise OpbenchError("`asv publish` failed; results are kept, see its message above")
     return status, changed

@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "accuracy.commands.catalog",   # list, info
     "accuracy.commands.explain",   # explain
     "accuracy.commands.run",       # run
+    "accuracy.commands.compare",
     "accuracy.report.cli",         # report
 )
 

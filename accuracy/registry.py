@@ -19,7 +19,7 @@ from accuracy.dtypes import FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 
-OP_MODULES = ("elementwise", "reductions", "linalg", "nn")
+OP_MODULES = ("elementwise", "reductions", "linalg", "nn", "elementwise_more")
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,32 @@ def register(sub) -> None:
     p.add_argument("--config", type=Path, default=Path("asv.conf.json"))
     p.add_argument("--profile", choices=("quick", "default", "full"), default=None,
                    help="parameter grid (default: quick with --quick, else default)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a process-start knob (e.g. OPENBLAS_CORETYPE=SkylakeX); results go to a machine "
+                        "named after it, so `opbench compare` can set runs with and without it side by side")
     p.add_argument("--report", type=Path, default=Path("reports"), help="where the trend report goes")
     p.add_argument("--no-report", action="store_true")
     p.set_defaults(func=run)
 
 
+def parse_knobs(pairs: list[str]) -> dict[str, str]:
+    knobs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isupper():
+            raise OpbenchError(f"--env wants KEY=VALUE with an upper-case KEY, got {pair!r}")
+        knobs[key] = value
+    return knobs
+
+
 def run(args) -> int:
     html = args.html or args.results.resolve().parent / "html"
+    knobs = parse_knobs(args.env)
+    machine = args.machine or default_machine_name()
+    machine += "".join(f"-{k}={v}" for k, v in sorted(knobs.items())).replace(" ", "_")
     status, written = run_suite(
-        config=args.config, results=args.results, html=html, machine=args.machine or default_machine_name(),
-        quick=args.quick, bench=args.bench, commits=args.commits, profile=args.profile,
+        config=args.config, results=args.results, html=html, machine=machine, quick=args.quick,
+        bench=args.bench, commits=args.commits, profile=args.profile, knobs=knobs,
     )
     if not written:
         raise OpbenchError("asv wrote no results (no benchmark matched, or the run failed before saving)")
