@@ -19,7 +19,7 @@ from accuracy.dtypes import FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 
-OP_MODULES = ("elementwise", "reductions", "linalg", "nn", "elementwise_more")
+OP_MODULES = ("elementwise", "reductions", "linalg", "nn", "elementwise_more", "lapack", "nn_more", "reductions_more", "fft", "grad")
 
 
 @dataclass(frozen=True)

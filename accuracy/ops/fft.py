@@ -1,0 +1,84 @@
+"""Discrete Fourier transforms: fft and rfft of real rows, complex output as (..., 2) real pairs.
+
+The exact reference is the DFT as a matrix product with double-double twiddles (cos and sin of
+2 pi m/n computed in 200-bit mpmath, split hi + lo) summed by Dot2: exact to ~u**2. The bound is
+Higham's Theorem 24.2 for radix-2 Cooley-Tukey, ||y^ - y||_2 <= log2(n) eta/(1 - log2(n) eta)
+* sqrt(n) ||x||_2 with eta = u + gamma_4 (sqrt2 + u), applied to every element of a row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+
+from accuracy.dtypes import IEEE_DTYPES
+from accuracy.exact import MP_PRECISION_BITS, Exact, dot2_matmul
+from accuracy.inputs import normal
+from accuracy.metrics import gamma
+from accuracy.registry import Impl, OpInfo, register
+
+ROWS = 8
+FFT_DTYPES = ("float32", "float64")  # torch.fft has no float16/bfloat16 on CPU
+
+
+def _twiddles(n):
+    """cos and sin of 2 pi m / n, m = 0..n-1, as double-double (hi, lo) arrays."""
+    out = np.empty((4, n))
+    with mpmath.workprec(MP_PRECISION_BITS):
+        for m in range(n):
+            t = 2 * mpmath.pi * m / n
+            for row, v in ((0, mpmath.cos(t)), (2, mpmath.sin(t))):
+                out[row, m] = float(v)
+                out[row + 1, m] = float(v - out[row, m])
+    return out
+
+
+def _dft_exact(x, bins):
+    """X_k = sum_j x_j (cos - i sin)(2 pi j k / n) for k < bins, as Exact of shape (..., bins, 2)."""
+    n = x.shape[-1]
+    ch, cl, sh, sl = _twiddles(n)
+    idx = np.outer(np.arange(n), np.arange(bins)) % n
+    w = np.vstack([np.hstack([ch[idx], -sh[idx]]), np.hstack([cl[idx], -sl[idx]])])  # (2n, 2*bins)
+    e = dot2_matmul(np.concatenate([x, x], axis=-1), w)
+    shape = x.shape[:-1] + (2, bins)
+    return Exact(np.swapaxes(e.hi.reshape(shape), -1, -2), np.swapaxes(e.lo.reshape(shape), -1, -2))
+
+
+def _fft_bound(inputs, exact, fmt):
+    x = inputs["x"]
+    n = x.shape[-1]
+    eta = fmt.u + gamma(4, fmt.u) * (math.sqrt(2) + fmt.u)
+    le = math.ceil(math.log2(n)) * eta
+    rel = le / (1 - le) if le < 1 else np.inf
+    norm = np.linalg.norm(x, axis=-1)[:, None, None] * math.sqrt(n)
+    return np.broadcast_to(rel * norm, exact.shape)
+
+
+def _stack(ns, z):
+    return ns.stack([z.real, z.imag], axis=-1)
+
+
+for _name, _bins, _np, _torch, _doc in (
+    ("fft", lambda n: n, "fft", "fft", "full complex DFT"),
+    ("rfft", lambda n: n // 2 + 1, "rfft", "rfft", "real-input DFT (n/2 + 1 bins)"),
+):
+    register(OpInfo(
+        name=_name, family="fft",
+        doc=f"{_doc} of {ROWS} N(0,1) rows of length n; output (..., bins, 2) = (real, imag)",
+        generate=lambda rng, n: {"x": normal(rng, (ROWS, n))},
+        exact=lambda inputs, fmt, b=_bins: _dft_exact(inputs["x"], b(inputs["x"].shape[-1])),
+        fp64=lambda x, f=_np: _stack(np, getattr(np.fft, f)(x)),
+        bound=_fft_bound,
+        bound_doc="log2(n) eta/(1 - log2(n) eta) * sqrt(n) ||x||_2 per element, eta = u + gamma_4 (sqrt2 + u) (Higham Thm 24.2)",
+        impls=(
+            Impl("numpy", f"np.fft.{_np}", lambda ns, x, f=_np: _stack(ns, getattr(ns.fft, f)(x)), IEEE_DTYPES,
+                 note="float16 is computed in float32 and rounded (pocketfft has no half precision)"),
+            Impl("scipy", f"scipy.fft.{_np}", lambda ns, x, f=_np: _stack(np, getattr(ns.fft, f)(x)), FFT_DTYPES),
+            Impl("torch", f"torch.fft.{_torch}", lambda ns, x, f=_torch: ns.view_as_real(getattr(ns.fft, f)(x)),
+                 FFT_DTYPES),
+        ),
+        default_size=256, bench_sizes=(1024, 1 << 16),
+        flops=lambda n: 5.0 * ROWS * n * math.log2(n) / 2,
+    ))

@@ -1,0 +1,130 @@
+"""The command line, run as a user would: `python -m accuracy ...` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accuracy.backends import get_backend
+from accuracy.registry import all_ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def opbench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "accuracy", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=os.environ.copy(), timeout=timeout)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["explain", "nosuchop"], "unknown op"),
+    (["explain", "linear", "--dtype", "float8"], "unknown dtype"),
+    (["explain", "linear", "--threads", "0"], "--threads"),
+    (["explain", "linear", "--size", "0"], "size"),
+    (["explain", "erf", "--dtype", "float16", "--size", "-3"], "size"),
+])
+def test_user_errors_exit_2_with_one_line(args, needle):
+    out = opbench(*args)
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("opbench: error:") and needle in lines[0]
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+@pytest.fixture(scope="module")
+def listing():
+    out = opbench("list", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_list_json(listing):
+    ops = {o["op"]: o for o in listing}
+    assert len(ops) >= 18
+    for name in ("matmul", "linear", "dot", "sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp",
+                 "layer_norm", "exp", "log", "tanh", "sigmoid", "gelu", "erf", "conv1d"):
+        assert name in ops, name
+        assert ops[name]["implementations"] and ops[name]["dtypes"]
+    linear = [i["name"] for i in ops["linear"]["implementations"]]
+    assert len(linear) == 5 and "torch:F.linear" in linear
+    assert ops["linear"]["dtypes"] == ["float16", "bfloat16", "float32", "float64"]
+    assert "bfloat16" not in next(i for i in ops["exp"]["implementations"] if i["name"] == "numpy:np.exp")["dtypes"]
+
+
+def test_list_text():
+    out = opbench("list")
+    assert out.returncode == 0
+    assert "torch:F.linear" in out.stdout and "layer_norm" in out.stdout
+
+
+def test_info_json():
+    out = opbench("info", "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["blas"], "threadpoolctl sees at least one BLAS"
+    for lib in info["blas"]:
+        assert "internal_api" in lib and "architecture" in lib
+    assert any(lib["internal_api"] in ("openblas", "mkl", "blis") for lib in info["blas"])
+    assert info["torch"]["available"] and info["torch"]["cpu_capability"]
+    assert isinstance(info["numpy"]["simd_baseline"], list) and info["numpy"]["simd_baseline"]
+    assert isinstance(info["numpy"]["simd_enabled"], list) and info["numpy"]["simd_enabled"]
+    assert info["devices"][0] == "cpu"
+
+
+def test_explain_json():
+    out = opbench("explain", "linear", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["op"] == "linear" and report["dtype"] == "float32" and report["size"] == 256
+    assert report["threads"] == 1
+    names = [r["impl"] for r in report["implementations"]]
+    assert "torch:F.linear" in names
+    assert all(r["verdict"] == "within rounding" for r in report["implementations"])
+
+
+def test_explain_text():
+    out = opbench("explain", "std", "--dtype", "float64")
+    assert out.returncode == 0, out.stderr
+    assert "beyond rounding" in out.stdout and "within rounding" in out.stdout
+    assert "pairwise discrepancy" in out.stdout
+
+
+def test_torch_cuda_backend_is_absent_here_and_listed_nowhere(listing):
+    torch = pytest.importorskip("torch")
+    cuda = get_backend("torch-cuda")
+    assert cuda.available() == torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        for o in listing:
+            assert "torch-cuda" not in o["backends"], o["op"]
+        for op in all_ops():
+            for d in op.dtypes():
+                assert all(i.backend != "torch-cuda" for i in op.available_impls(d))
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
+    import dataclasses
+
+    import numpy as np
+
+    from accuracy.dtypes import get_format
+    from accuracy.evaluate import Case
+    from accuracy.registry import get_op
+
+    backend = get_backend("torch-cuda")
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        fmt = get_format(dtype)
+        x = fmt.round(np.linspace(-3, 3, 101))
+        t = backend.to_native(x)
+        assert t.device.type == "cuda"
+        assert backend.to_numpy(t, fmt).tobytes() == x.tobytes()
+    op = get_op("linear")
+    impl = dataclasses.replace(op.impl("torch:F.linear"), backend="torch-cuda")
+    for dtype in ("float32", "float64"):
+        s = Case(op, get_format(dtype), 256).measure(impl)
+        assert s.verdict == "within rounding", s
