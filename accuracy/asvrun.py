@@ -38,9 +38,8 @@ def write_private_config(config_path: Path, results: Path, html: Path, workdir: 
     """A copy of the project's asv config with every path absolute and results redirected."""
     root = config_path.resolve().parent
     conf = load_asv_config(config_path)
-    for key in ("repo", "benchmark_dir", "env_dir"):
-        conf[key] = str((root / conf.get(key, ".")).resolve()) if key != "env_dir" else str(
-            (root / conf.get("env_dir", "env")).resolve())
+    for key, default in (("repo", "."), ("benchmark_dir", "benchmarks"), ("env_dir", "env")):
+        conf[key] = str((root / conf.get(key, default)).resolve())
     conf["results_dir"] = str(results.resolve())
     conf["html_dir"] = str(html.resolve())
     out = workdir / "asv.conf.json"

@@ -76,7 +76,7 @@ def dot2_matmul(a: np.ndarray, b: np.ndarray) -> Exact:
     s = np.zeros(a.shape[:-1] + b.shape[-1:])
     c = np.zeros_like(s)
     for i in range(a.shape[-1]):
-        p, e = two_prod(a[..., i : i + 1], b[..., i : i + 1, :] if b.ndim > 2 else b[i : i + 1, :])
+        p, e = two_prod(a[..., i : i + 1], b[..., i : i + 1, :])
         s, q = two_sum(s, p)
         c += q + e
     hi = s + c

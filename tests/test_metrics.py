@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from exact_rounding import exact_round
 from accuracy.dtypes import FORMATS, get_format
 from accuracy.exact import Exact
 from accuracy.metrics import (
@@ -85,29 +86,6 @@ def values_of(fmt, *, finite=True, nonzero=False, normal=False):
                            st.sampled_from([1, -1]), st.integers(0, 2 ** (p - 1) - 1))
     raw = st.integers(0, 2**n_bits - 1).map(lambda b: from_bits(fmt, b))
     return st.one_of(normals, normals, subnormals, raw).filter(ok)
-
-
-def exact_round(fmt, q: Fraction) -> float:
-    """Round the rational `q` to `fmt`, nearest-even, with subnormals and overflow (a spec)."""
-    if q == 0:
-        return 0.0
-    sign = -1 if q < 0 else 1
-    a = abs(q)
-    e = max(math.floor(math.log2(a)), fmt.emin)
-    # correct the float log2 estimate
-    while Fraction(2) ** e > a and e > fmt.emin:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= a:
-        e += 1
-    quantum = Fraction(2) ** (e - fmt.precision + 1)
-    n, rem = divmod(a, quantum)
-    if rem * 2 > quantum or (rem * 2 == quantum and n % 2 == 1):
-        n += 1
-    v = n * quantum
-    overflow_threshold = Fraction(fmt.max_finite) + Fraction(2) ** (fmt.emax - fmt.precision)
-    if v > fmt.max_finite or a >= overflow_threshold:
-        return sign * math.inf
-    return sign * float(v)
 
 
 def as64(v) -> np.ndarray:

@@ -10,6 +10,7 @@ import mpmath
 import numpy as np
 import pytest
 
+from exact_rounding import exact_round
 from accuracy.dtypes import get_format
 from accuracy.exact import Exact, fsum_rows, mp_map, mp_rows, two_prod, two_sum
 from accuracy.references import correctly_rounded
@@ -22,20 +23,6 @@ FUNCS = {
 }
 
 
-def _round_to(fmt, q: Fraction) -> float:
-    """Nearest-even rounding of a rational to `fmt`, subnormals and overflow included."""
-    if q == 0:
-        return 0.0
-    a, e = abs(q), fmt.emin
-    while Fraction(2) ** (e + 1) <= a:
-        e += 1
-    quantum = Fraction(2) ** (e - fmt.precision + 1)
-    n, rem = divmod(a, quantum)
-    if rem * 2 > quantum or (rem * 2 == quantum and n % 2 == 1):
-        n += 1
-    v = n * quantum
-    return math.copysign(math.inf if v > fmt.max_finite else float(v), q)
-
 
 def _mp_rounded(mp_fn, x, fmt):
     """mpmath's 200-bit value rounded straight to fmt (no float64 step in between)."""
@@ -45,7 +32,7 @@ def _mp_rounded(mp_fn, x, fmt):
             y = mp_fn(mpmath.mpf(float(v)))
             man, exp = y.man_exp  # man is the magnitude: the sign is kept apart
             q = Fraction(int(man)) * Fraction(2) ** int(exp)
-            out.append(_round_to(fmt, -q if y < 0 else q))
+            out.append(exact_round(fmt, -q if y < 0 else q))
     return fmt.round(np.array(out))
 
 

@@ -12,6 +12,7 @@ import mpmath
 import numpy as np
 import pytest
 
+from exact_rounding import exact_round
 from accuracy.dtypes import get_format
 from accuracy.evaluate import Case
 from accuracy.inputs import as_float64, make_inputs
@@ -202,21 +203,6 @@ def _frac(v: mpmath.mpf) -> Fraction:
     return -q if v < 0 else q
 
 
-def round_to(fmt, q: Fraction) -> float:
-    """Nearest-even rounding of a rational to `fmt` (subnormals, overflow to inf)."""
-    if q == 0:
-        return 0.0
-    a = abs(q)
-    e = fmt.emin
-    while Fraction(2) ** (e + 1) <= a:
-        e += 1
-    quantum = Fraction(2) ** (e - fmt.precision + 1)
-    n, rem = divmod(a, quantum)
-    if rem * 2 > quantum or (rem * 2 == quantum and n % 2 == 1):
-        n += 1
-    v = n * quantum
-    return math.copysign(math.inf if v > fmt.max_finite else float(v), q)
-
 
 FOUNDATION_OPS = ("matmul", "linear", "dot", "sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp",
                   "layer_norm", "exp", "log", "tanh", "sigmoid", "gelu", "erf", "conv1d")
@@ -247,7 +233,7 @@ def test_exact_reference_agrees_with_mpmath(op_name, dtype):
         if fmt.precision >= 53:
             assert abs(g - w) <= abs(w) * Fraction(2) ** -60, (i, float(g), float(w))
         else:
-            assert round_to(fmt, g) == round_to(fmt, w), (i, float(g), float(w))
+            assert exact_round(fmt, g) == exact_round(fmt, w), (i, float(g), float(w))
 
 
 def _abs_oracle(op_name, inputs64):
