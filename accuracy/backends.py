@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from contextlib import ExitStack, contextmanager
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 
 import ml_dtypes
 import numpy as np
@@ -38,6 +38,10 @@ class Backend:
 
     def to_native(self, array: np.ndarray):
         return np.array(array, copy=True)
+
+    def call(self, fn, inputs: dict):
+        """Run an implementation `fn(ns, **inputs)` on native inputs."""
+        return fn(self.namespace, **inputs)
 
     def to_numpy(self, value, fmt: FloatFormat) -> np.ndarray:
         return np.asarray(value).astype(fmt.np_dtype, copy=False)
@@ -96,6 +100,57 @@ class TorchBackend(Backend):
             self.namespace.cuda.synchronize()
 
 
+class TorchCompileBackend(TorchBackend):
+    """torch.compile (inductor) on the CPU: each implementation is compiled once per process.
+
+    The first call compiles; callers that time the op call once before timing (asv's setup
+    does), so compile time never enters a timing.
+    """
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.name = "torch-compile"
+        self._compiled: dict = {}
+
+    def call(self, fn, inputs: dict):
+        if fn not in self._compiled:
+            self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
+        return self._compiled[fn](**inputs)
+
+
+class TorchCudaModeBackend(TorchBackend):
+    """torch on CUDA with global math-mode flags set around each call (TF32, reduced reductions).
+
+    These modes trade accuracy for speed on tensor cores; as their own backends they show up
+    as separate implementations with their own error against the same bound.
+    """
+
+    def __init__(self, name: str, flags: dict[str, bool]):
+        super().__init__("cuda")
+        self.name = name
+        self.flags = flags  # "module.attr" under torch.backends -> value
+
+    @contextmanager
+    def math_mode(self):
+        targets = []
+        for path, value in self.flags.items():
+            owner_path, attr = path.rsplit(".", 1)
+            owner = self.namespace.backends
+            for part in owner_path.split("."):
+                owner = getattr(owner, part)
+            targets.append((owner, attr, getattr(owner, attr)))
+            setattr(owner, attr, value)
+        try:
+            yield
+        finally:
+            for owner, attr, previous in targets:
+                setattr(owner, attr, previous)
+
+    def call(self, fn, inputs: dict):
+        with self.math_mode():
+            return super().call(fn, inputs)
+
+
 class BlasBackend(Backend):
     """One CBLAS library loaded by path (accuracy.blas); its namespace is the Provider itself."""
 
@@ -122,8 +177,23 @@ class BlasBackend(Backend):
 
 
 BACKENDS: dict[str, Backend] = {
-    b.name: b for b in (Backend(), ScipyBackend(), TorchBackend("cpu"), TorchBackend("cuda"))
+    b.name: b
+    for b in (
+        Backend(),
+        ScipyBackend(),
+        TorchBackend("cpu"),
+        TorchBackend("cuda"),
+        TorchCompileBackend(),
+        TorchCudaModeBackend("torch-cuda-tf32", {"cuda.matmul.allow_tf32": True, "cudnn.allow_tf32": True}),
+        TorchCudaModeBackend("torch-cuda-reduced-reduction", {
+            "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+            "cuda.matmul.allow_bf16_reduced_precision_reduction": True,
+        }),
+    )
 }
+# Extra backends a torch implementation may opt into with Impl(also=...): compiled, and the
+# tensor-core math modes (TF32 for float32, reduced-precision reductions for float16/bfloat16).
+TORCH_VARIANTS = ("torch-compile", "torch-cuda-tf32", "torch-cuda-reduced-reduction")
 
 
 @cache
@@ -141,8 +211,11 @@ def blas_backends() -> dict[str, BlasBackend]:
 
 
 def backends_for(name: str) -> list[str]:
-    """A declared backend's concrete instances: 'blas' means one backend per BLAS provider."""
-    return sorted(blas_backends()) if name == "blas" else [name]
+    """A declared backend's concrete instances: 'blas' is one per BLAS provider, 'torch' is
+    the CPU and (where present) CUDA."""
+    if name == "blas":
+        return sorted(blas_backends())
+    return ["torch", "torch-cuda"] if name == "torch" else [name]
 
 
 def get_backend(name: str) -> Backend:

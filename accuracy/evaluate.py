@@ -59,7 +59,7 @@ class Case:
         backend = get_backend(impl.backend)
         native = {name: backend.to_native(v) for name, v in self.inputs.items()}
         with np.errstate(all="ignore"), (backend.thread_limit(threads) if threads else nullcontext()):
-            out = impl.fn(backend.namespace, **native)
+            out = backend.call(impl.fn, native)
             backend.synchronize()
         return backend.to_numpy(out, self.fmt)
 

@@ -31,6 +31,7 @@ class Impl:
     fn: Callable
     dtypes: tuple[str, ...]
     note: str = ""  # say why a variant exists, e.g. a different default that users trip over
+    also: tuple[str, ...] = ()  # extra backends this fn also runs on (e.g. backends.TORCH_VARIANTS)
 
     @property
     def name(self) -> str:
@@ -60,8 +61,9 @@ class OpInfo:
     version: int = 1  # bump when inputs, references or bounds change meaning
 
     def concrete_impls(self) -> list[Impl]:
-        """Declared impls with backend families expanded ('blas' -> one per BLAS provider)."""
-        return [replace(i, backend=b) for i in self.impls for b in backends_for(i.backend)]
+        """Declared impls with backend families expanded ('blas' -> one per BLAS provider) and
+        the extra backends each opted into."""
+        return [replace(i, backend=b) for i in self.impls for b in [*backends_for(i.backend), *i.also]]
 
     def impl(self, name: str) -> Impl:
         impls = self.concrete_impls()

@@ -19,7 +19,7 @@ SMALL = {
     "bmm": 8, "baddbmm": 8, "conv2d": 6, "conv_transpose1d": 16, "batch_norm": 8, "group_norm": 8,
     "scaled_dot_product_attention": 8, "cross_entropy": 16, "mse_loss": 64, "sum_cancel": 256,
     "cumsum": 128, "vector_norm": 128, "matrix_norm": 8, "fft": 32, "rfft": 32, "matmul_grad": 8,
-    "softmax_grad": 32, "gelu_grad": 128, "conv1d_grad": 16,
+    "softmax_grad": 32, "gelu_grad": 128, "conv1d_grad": 16, "linear_grad": 16, "layer_norm_grad": 32,
     "solve": 8, "solve_illcond": 8, "inv": 8, "inv_illcond": 8, "cholesky": 8, "qr": 8, "svd": 8,
     "eigh": 8, "lstsq": 8, "det": 8,
 }
@@ -31,7 +31,7 @@ NEW_OPS = sorted({
     "scaled_dot_product_attention", "cross_entropy", "mse_loss",
     "sum_cancel", "cumsum", "vector_norm", "matrix_norm",
     "solve", "solve_illcond", "inv", "inv_illcond", "cholesky", "qr", "svd", "eigh", "lstsq", "det",
-    "fft", "rfft", "matmul_grad", "softmax_grad", "gelu_grad", "conv1d_grad",
+    "fft", "rfft", "matmul_grad", "softmax_grad", "gelu_grad", "conv1d_grad", "linear_grad", "layer_norm_grad",
 })
 
 
@@ -212,6 +212,38 @@ def test_grad_refs_against_mpmath():
             for i in range(x.shape[1]):  # Jacobian column-by-column: sum_j g_j dy_j/dx_i
                 ref[r, i] = mpmath.fsum(float(g[r, j]) * y[j] * ((i == j) - y[i]) for j in range(x.shape[1]))
     _mp_close(case.exact, ref)
+
+
+def test_linear_grad_exact_against_mpmath_sums():
+    case = Case(get_op("linear_grad"), get_format("float64"), 8)
+    x, W, g = case.inputs64["x"], case.inputs64["W"], case.inputs64["g"]
+    with mpmath.workprec(300):
+        dx = [_mp_dot(g[i], W[:, k]) for i in range(x.shape[0]) for k in range(x.shape[1])]
+        dw = [_mp_dot(g[:, o], x[:, k]) for o in range(W.shape[0]) for k in range(W.shape[1])]
+        db = [mpmath.fsum(mpmath.mpf(float(v)) for v in g[:, o]) for o in range(W.shape[0])]
+    assert case.exact.shape == (len(dx) + len(dw) + len(db),)
+    _mp_close(case.exact, dx + dw + db, tol=2.0**-100)
+
+
+def test_layer_norm_grad_exact_against_mpmath_diff():
+    """dx_i = d/dx_i sum_j g_j layer_norm(x)_j, by mpmath's numerical derivative of the forward."""
+    from accuracy.ops.nn import LAYER_NORM_EPS
+    case = Case(get_op("layer_norm_grad"), get_format("float64"), 8)
+    x, w, b, g = (case.inputs64[k] for k in ("x", "w", "b", "g"))
+    rows = 3
+    ref = np.empty((rows, x.shape[1]), dtype=object)
+    with mpmath.workprec(300):
+        def loss(row, grow, i, t):
+            v = [mpmath.mpf(float(a)) for a in row]
+            v[i] = t
+            mean = mpmath.fsum(v) / len(v)
+            inv = 1 / mpmath.sqrt(mpmath.fsum((a - mean) ** 2 for a in v) / len(v) + mpmath.mpf(LAYER_NORM_EPS))
+            return mpmath.fsum(float(gj) * ((a - mean) * inv * float(wj) + float(bj))
+                               for a, gj, wj, bj in zip(v, grow, w, b))
+        for r in range(rows):
+            for i in range(x.shape[1]):
+                ref[r, i] = mpmath.diff(lambda t: loss(x[r], g[r], i, t), float(x[r, i]))
+    _mp_close(type(case.exact)(case.exact.hi[:rows], case.exact.lo[:rows]), ref, tol=2.0**-90)
 
 
 # -- linear algebra ---------------------------------------------------------------------------

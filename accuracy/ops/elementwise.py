@@ -8,6 +8,7 @@ import mpmath
 import numpy as np
 import scipy.special
 
+from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.inputs import uniform
 from accuracy.references import correctly_rounded
@@ -98,7 +99,7 @@ _elementwise(
     "gelu", low=-6.0, high=6.0, np64=_gelu64, mp=_gelu_mp, k=8, scale_with_x=True,
     doc="GELU, exact erf form x/2*(1+erf(x/sqrt2)) on [-6, 6]",
     impls=[
-        Impl("torch", "F.gelu", lambda ns, x: ns.nn.functional.gelu(x), ALL_DTYPES),
+        Impl("torch", "F.gelu", lambda ns, x: ns.nn.functional.gelu(x), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("torch", "F.gelu(approximate='tanh')", lambda ns, x: ns.nn.functional.gelu(x, approximate="tanh"),
              ALL_DTYPES, note="the tanh approximation: a different function, not a rounding of the erf form"),
         Impl("scipy", "x/2*(1+special.erf(x/sqrt2))", lambda ns, x: x / 2 * (1 + ns.special.erf(x / math.sqrt(2))),

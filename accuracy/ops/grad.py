@@ -1,8 +1,8 @@
-"""Backward passes through torch autograd: matmul, softmax, gelu, conv1d input gradients.
+"""Backward passes through torch autograd: matmul, softmax, gelu, conv1d, linear, layer_norm gradients.
 
 Each op takes the forward inputs plus a fixed upstream gradient g and returns the gradient
 (torch: requires_grad_, backward(g), .grad; numpy: the analytic formula). Exact references are
-Dot2 products (matmul, conv1d) or 200-bit mpmath formulas (softmax, gelu).
+Dot2 products and fsum (matmul, conv1d, linear) or 200-bit mpmath formulas (softmax, gelu, layer_norm).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import numpy as np
 import scipy.special
 
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
-from accuracy.exact import Exact, dot2_matmul, mp_rows
+from accuracy.exact import Exact, dot2_matmul, fsum_rows, mp_rows
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
-from accuracy.ops.nn import CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, ROWS, _softmax_bound
+from accuracy.ops.nn import (
+    CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, _layer_norm_inputs, _softmax_bound,
+)
 from accuracy.ops.nn_more import conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d
 from accuracy.registry import Impl, OpInfo, register
 
@@ -177,4 +179,149 @@ register(OpInfo(
     ),
     default_size=256, bench_sizes=(256, 4096),
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS**2 * CONV_KERNEL * n,
+))
+
+
+LINEAR_GRAD_BATCH = 8
+
+
+def _linear_grad_inputs(rng, n):
+    """x (8, n), W (n/4, n), b (n/4) as in `linear` (a smaller batch), upstream g (8, n/4)."""
+    out = max(n // 4, 1)
+    return {"x": normal(rng, (LINEAR_GRAD_BATCH, n)), "W": normal(rng, (out, n)), "b": normal(rng, out),
+            "g": normal(rng, (LINEAR_GRAD_BATCH, out))}
+
+
+def _np_linear_grad(ns, x, W, b, g):
+    return ns.concatenate([(g @ W).ravel(), (g.T @ x).ravel(), g.sum(axis=0)])
+
+
+def _torch_linear_grad(ns, x, W, b, g):
+    for t in (x, W, b):
+        t.requires_grad_()
+    ns.nn.functional.linear(x, W, b).backward(g)
+    return ns.cat([x.grad.ravel(), W.grad.ravel(), b.grad])
+
+
+def _linear_grad_exact(inputs, fmt):
+    """dx = g @ W and dW = g^T @ x by Dot2, db = sum_i g_i correctly rounded (fsum)."""
+    x, W, g = inputs["x"], inputs["W"], inputs["g"]
+    dx, dw, db = dot2_matmul(g, W), dot2_matmul(g.T, x), fsum_rows(g.T)
+    return Exact(np.concatenate([dx.hi.ravel(), dw.hi.ravel(), db.hi]),
+                 np.concatenate([dx.lo.ravel(), dw.lo.ravel(), db.lo]))
+
+
+def _linear_grad_bound(inputs, exact, fmt):
+    x, W, g = np.abs(inputs["x"]), np.abs(inputs["W"]), np.abs(inputs["g"])
+    batch, out = g.shape
+    return np.concatenate([(gamma(out, fmt.u) * (g @ W)).ravel(), (gamma(batch, fmt.u) * (g.T @ x)).ravel(),
+                           gamma(batch - 1, fmt.u) * g.sum(axis=0)])
+
+
+register(OpInfo(
+    name="linear_grad", family="grad",
+    doc=f"(dx, dW, db) = (g @ W, g^T @ x, sum_i g) of y = x @ W.T + b, x ({LINEAR_GRAD_BATCH}, n), W (n/4, n), "
+    "N(0,1) inputs and g; the three raveled and concatenated into one vector",
+    generate=_linear_grad_inputs,
+    exact=_linear_grad_exact,
+    fp64=lambda x, W, b, g: _np_linear_grad(np, x, W, b, g),
+    bound=_linear_grad_bound,
+    bound_doc="per block: gamma_{n/4} |g||W| (dx), gamma_batch |g|^T|x| (dW), gamma_{batch-1} sum_i|g| (db)",
+    impls=(
+        Impl("torch", "autograd F.linear(x, W, b).backward(g)", _torch_linear_grad, ALL_DTYPES),
+        Impl("numpy", "(g @ W, g.T @ x, g.sum(0))", _np_linear_grad, IEEE_DTYPES),
+    ),
+    default_size=64, bench_sizes=(64, 256),
+    flops=lambda n: 4.0 * LINEAR_GRAD_BATCH * n * max(n // 4, 1),
+))
+
+
+def _layer_norm_grad_inputs(rng, n):
+    inputs = _layer_norm_inputs(rng, n)  # rows of N(2,1), affine w, b ~ N(0,1), as in layer_norm
+    return {**inputs, "g": normal(rng, (ROWS, n))}
+
+
+def _mp_layer_norm_grad(row, w, g):
+    n = len(row)
+    mean = mpmath.fsum(row) / n
+    var = mpmath.fsum((v - mean) ** 2 for v in row) / n
+    rstd = 1 / mpmath.sqrt(var + LAYER_NORM_EPS)
+    xhat = [(v - mean) * rstd for v in row]
+    gh = [gi * wi for gi, wi in zip(g, w)]
+    mean_gh = mpmath.fsum(gh) / n
+    mean_ghx = mpmath.fsum(a * b for a, b in zip(gh, xhat)) / n
+    return [rstd * (a - mean_gh - xh * mean_ghx) for a, xh in zip(gh, xhat)]
+
+
+def _layer_norm_grad_exact(inputs, fmt):
+    x, w, g = inputs["x"], inputs["w"], inputs["g"]
+    return mp_rows(_mp_layer_norm_grad, x, np.broadcast_to(w, x.shape), g)
+
+
+def _layer_norm_grad_bound(inputs, exact, fmt):
+    """First order, for dx = r (gh - mean(gh) - xhat m), r = 1/sqrt(var + eps), gh = g w, m = mean(gh xhat).
+
+    Three sources: (1) r's relative error rel_r: the forward's rel(sigma) (nn._layer_norm_bound, kappa
+    term included) plus the reciprocal's rounding; r enters the xhat m term cubed. (2) the mean's
+    error e_mu = gamma_{n+1} mean|x|, which shifts xhat by e_mu r and m by e_mu r mean(gh). (3) the
+    formula's own roundings. Numpy's centred form needs gamma_{n+5}(mean|gh| + |xhat| mean|gh xhat|)
+    + gamma_5(|gh| + |xhat m|). Torch's uncentred form dx = r gh + b x + c, b = (mean(gh) mu -
+    mean(gh x)) r^3, c = -b mu - mean(gh) r, sums gh x over |gh|(|x| + |mu|): b errs by
+    gamma_{n+9} r^2 mean(|gh| X), X = r(|x| + |mu|) >= |xhat|, and as c reuses b that error reaches
+    dx times (x - mu) only; rounding b x + c costs gamma_3 r X |m|. Both sit inside
+    r (gamma_{n+10}(mean|gh| + |xhat| mean(|gh| X)) + gamma_5(|gh| + X|m|)).
+    """
+    x, w, g = inputs["x"], inputs["w"], inputs["g"]
+    n = x.shape[-1]
+    mu = x.mean(axis=-1, keepdims=True)
+    d = x - mu
+    sigma = np.sqrt((d**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+    r = 1 / sigma
+    xhat = d * r
+    gh = g * w
+    mean_gh = gh.mean(axis=-1, keepdims=True)
+    mean_ghx = (gh * xhat).mean(axis=-1, keepdims=True)
+    kappa2 = (x**2).sum(axis=-1, keepdims=True) / (d**2).sum(axis=-1, keepdims=True)
+    rel_r = (gamma(n + 3, fmt.u) + gamma(n, fmt.u) ** 2 * kappa2) / 2 + gamma(4, fmt.u)  # as in layer_norm, + 1/sigma
+    e_mu = gamma(n + 1, fmt.u) * np.abs(x).mean(axis=-1, keepdims=True)
+    big_x = r * (np.abs(x) + np.abs(mu))
+    rounding = (gamma(n + 10, fmt.u) * (np.abs(gh).mean(axis=-1, keepdims=True)
+                                        + np.abs(xhat) * (np.abs(gh) * big_x).mean(axis=-1, keepdims=True))
+                + gamma(5, fmt.u) * (np.abs(gh) + big_x * np.abs(mean_ghx)))
+    r_err = rel_r * (np.abs(gh) + np.abs(mean_gh) + 3 * np.abs(xhat * mean_ghx))
+    mu_err = e_mu * r * (np.abs(mean_ghx) + np.abs(xhat * mean_gh))
+    return r * (rounding + r_err + mu_err) + fmt.smallest_subnormal
+
+
+def _np_layer_norm_grad(ns, x, w, b, g):
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1 / ns.sqrt(x.var(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+    xhat = (x - mean) * rstd
+    gh = g * w
+    return rstd * (gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(axis=-1, keepdims=True))
+
+
+def _torch_layer_norm_grad(ns, x, w, b, g):
+    x.requires_grad_()
+    ns.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps=LAYER_NORM_EPS).backward(g)
+    return x.grad
+
+
+register(OpInfo(
+    name="layer_norm_grad", family="grad",
+    doc=f"input gradient of layer_norm (eps={LAYER_NORM_EPS}, affine w, b) over {ROWS} rows of N(2,1), "
+    "upstream g ~ N(0,1): r (g w - mean(g w) - xhat mean(g w xhat))",
+    generate=_layer_norm_grad_inputs,
+    exact=_layer_norm_grad_exact,
+    fp64=lambda x, w, b, g: _np_layer_norm_grad(np, x, w, b, g),
+    bound=_layer_norm_grad_bound,
+    bound_doc="first order: r(gamma_{n+10}(mean|gh| + |xhat| mean(|gh| X)) + gamma_5(|gh| + X|m|) "
+    "+ rel_r(|gh| + |mean gh| + 3|xhat m|) + e_mu r(|m| + |xhat mean gh|)), gh = g w, m = mean(gh xhat), "
+    "X = r(|x| + |mu|), rel_r = layer_norm's rel(sigma) + u, e_mu = gamma_{n+1} mean|x|",
+    impls=(
+        Impl("torch", "autograd F.layer_norm.backward(g)", _torch_layer_norm_grad, ALL_DTYPES),
+        Impl("numpy", "r * (gh - mean(gh) - xhat * mean(gh * xhat))", _np_layer_norm_grad, IEEE_DTYPES),
+    ),
+    default_size=1024, bench_sizes=(1024, 1 << 14),
+    flops=lambda n: 12.0 * ROWS * n,
 ))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import dot2_matmul
 from accuracy.inputs import normal
@@ -41,7 +42,7 @@ register(OpInfo(
         Impl("numpy", "einsum('ik,kj->ij')", lambda ns, a, b: ns.einsum("ik,kj->ij", a, b), IEEE_DTYPES,
              note="numpy's own loops unless optimize=True: no BLAS"),
         Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, BLAS_DTYPES),
-        Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES),
+        Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("blas", "gemm", lambda ns, a, b: ns.call("gemm", a, b), BLAS_DTYPES,
              note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
     ),
@@ -79,8 +80,9 @@ register(OpInfo(
     bound=_linear_bound,
     bound_doc="gamma_{n+1} * (|x||W.T| + |b|): the bias is one more term of the sum",
     impls=(
-        Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES),
-        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES),
+        Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES,
+             also=TORCH_VARIANTS),
+        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
         Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
         Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),

@@ -11,6 +11,7 @@ import mpmath
 import numpy as np
 import scipy.special
 
+from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import dot2_matmul, mp_rows
 from accuracy.inputs import normal
@@ -73,7 +74,7 @@ register(OpInfo(
     bound=_softmax_bound,
     bound_doc="(gamma_{n+3} + 2u*(max x - min x)) * softmax(x) (Blanchard, Higham, Mary 2021)",
     impls=(
-        Impl("torch", "torch.softmax", lambda ns, x: ns.softmax(x, -1), ALL_DTYPES),
+        Impl("torch", "torch.softmax", lambda ns, x: ns.softmax(x, -1), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("scipy", "special.softmax", lambda ns, x: ns.special.softmax(x, axis=-1), SCIPY_DTYPES),
         Impl("numpy", "exp(x - max) / sum", _np_softmax, IEEE_DTYPES),
     ),
@@ -147,7 +148,7 @@ register(OpInfo(
     bound_doc="first-order: |w|*(|z| rel(sigma) + gamma_{n+1} mean|x|/sigma) + gamma_2(|w z| + |b|)",
     impls=(
         Impl("torch", "F.layer_norm", lambda ns, x, w, b: ns.nn.functional.layer_norm(
-            x, (x.shape[-1],), w, b, eps=LAYER_NORM_EPS), ALL_DTYPES),
+            x, (x.shape[-1],), w, b, eps=LAYER_NORM_EPS), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("numpy", "(x - mean)/sqrt(var + eps)*w + b", _np_layer_norm, IEEE_DTYPES),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),
@@ -203,7 +204,8 @@ register(OpInfo(
     bound=_conv1d_bound,
     bound_doc="gamma_{cin*k+1} * (|w| * |x| + |b|): each output is one dot product",
     impls=(
-        Impl("torch", "F.conv1d", lambda ns, x, w, b: ns.nn.functional.conv1d(x, w, b), ALL_DTYPES),
+        Impl("torch", "F.conv1d", lambda ns, x, w, b: ns.nn.functional.conv1d(x, w, b), ALL_DTYPES,
+             also=TORCH_VARIANTS),
         Impl("numpy", "einsum over sliding windows", _np_conv1d, IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(256, 4096),

@@ -11,6 +11,7 @@ import mpmath
 import numpy as np
 import scipy.special
 
+from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import Exact, fsum_rows, mp_rows
 from accuracy.inputs import normal
@@ -60,7 +61,7 @@ register(OpInfo(
         Impl("numpy", "np.sum", lambda ns, x: ns.sum(x), IEEE_DTYPES, note="pairwise summation"),
         Impl("numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), ("float32", "float64"),
              note="through BLAS dot"),
-        Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES),
+        Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("torch", "torch.cumsum[-1]", lambda ns, x: ns.cumsum(x, 0)[-1], ALL_DTYPES,
              note="a running (recursive) sum: the error grows with n"),
     ),

@@ -1,0 +1,57 @@
+"""Backend variants: torch.compile on the CPU, CUDA math modes, and their clean absence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accuracy.backends import TORCH_VARIANTS, get_backend
+from accuracy.evaluate import make_case
+from accuracy.registry import all_ops
+
+
+def test_cuda_math_modes_set_their_flags_only_inside_a_call_and_restore_them():
+    backend = get_backend("torch-cuda-tf32")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    seen = []
+    with backend.math_mode():
+        seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+    assert seen == [(True, True)]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    reduced = get_backend("torch-cuda-reduced-reduction")
+    with reduced.math_mode():
+        assert torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction is True
+        assert torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction is True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine")
+def test_cuda_variants_are_absent_without_a_gpu():
+    for name in ("torch-cuda", "torch-cuda-tf32", "torch-cuda-reduced-reduction"):
+        assert not get_backend(name).available()
+    for op in all_ops():
+        for dtype in op.dtypes():
+            assert not [i for i in op.available_impls(dtype) if i.backend.startswith("torch-cuda")]
+
+
+def test_opted_in_impls_gain_the_torch_variants():
+    linear = next(op for op in all_ops() if op.name == "linear")
+    names = {i.name for i in linear.concrete_impls()}
+    assert {f"{b}:F.linear" for b in TORCH_VARIANTS} <= names
+    assert "torch-compile:addmm(b, x, W.T)" not in names  # only what was declared
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_float32_matmul_is_within_rounding_and_tf32_is_not_more_accurate():
+    case = make_case("matmul", "float32", 512)
+    plain = case.measure(case.op.impl("torch-cuda:torch.matmul"))
+    tf32 = case.measure(case.op.impl("torch-cuda-tf32:torch.matmul"))
+    assert plain.verdict == "within rounding"
+    assert tf32.max_abs >= plain.max_abs
+
+
+def test_torch_compile_runs_on_the_same_inputs_and_stays_within_rounding():
+    case = make_case("gelu", "float32", 1024)
+    compiled = case.measure(case.op.impl("torch-compile:F.gelu"))
+    eager = case.measure(case.op.impl("torch:F.gelu"))
+    assert compiled.verdict == eager.verdict == "within rounding"
+    assert 0 < compiled.bound_ratio <= 1
