@@ -79,7 +79,6 @@ class _OpBenchmark:
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
         self._threads = self.backend.thread_limit(threads)
         self._threads.__enter__()
-        self._call()  # warm-up outside the timing: compiles torch.compile impls, spins up pools
 
     def teardown(self, impl_dtype, size, threads):
         self._threads.__exit__(None, None, None)
@@ -122,11 +121,17 @@ class _OpBenchmark:
 
 
 class _ThroughputBenchmark(_OpBenchmark):
-    """Ops with a flop count also record achieved GFLOP/s, over one batch of at least 0.2 s."""
+    """Ops with a flop count also record achieved GFLOP/s, over one batch of at least 50 ms."""
+
+    min_batch_seconds = 0.05
 
     @_track("GFLOP/s")
     def track_gflops(self, impl_dtype, size, threads):
-        number, seconds = timeit.Timer(self._call).autorange()
+        self._call()  # warm-up: compiles torch.compile impls and spins up thread pools
+        timer = timeit.Timer(self._call)
+        number = 1
+        while (seconds := timer.timeit(number)) < self.min_batch_seconds:
+            number *= 2
         return self.case.op.flops(size) * number / seconds / 1e9
 
 
