@@ -19,7 +19,7 @@ from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 from accuracy.inputs import as_float64, make_inputs
 from accuracy.metrics import ErrorSummary, summarize
-from accuracy.registry import Impl, OpInfo, get_op
+from accuracy.registry import DEFAULT_CONDITION, Impl, OpInfo, get_op
 
 
 @dataclass
@@ -27,10 +27,11 @@ class Case:
     op: OpInfo
     fmt: FloatFormat
     size: int
+    condition: str = DEFAULT_CONDITION
 
     @cached_property
     def inputs(self) -> dict[str, np.ndarray]:
-        return make_inputs(self.op, self.size, self.fmt)
+        return make_inputs(self.op, self.size, self.fmt, self.condition)
 
     @cached_property
     def inputs64(self) -> dict[str, np.ndarray]:
@@ -68,7 +69,7 @@ class Case:
         return summarize(result, self.exact, self.fp64, self.bound)
 
 
-def make_case(op_name: str, dtype: str, size: int | None = None) -> Case:
+def make_case(op_name: str, dtype: str, size: int | None = None, condition: str = DEFAULT_CONDITION) -> Case:
     """A case from user-facing names, validated with one-line errors."""
     op = get_op(op_name)
     fmt = get_format(dtype)
@@ -76,4 +77,5 @@ def make_case(op_name: str, dtype: str, size: int | None = None) -> Case:
         raise OpbenchError(f"op {op.name!r} has no implementation for {dtype}; it has {', '.join(op.dtypes())}")
     if size is not None and size < 1:
         raise OpbenchError(f"size must be a positive integer, got {size}")
-    return Case(op, fmt, size or op.default_size)
+    op.generator(condition)  # validates the condition name
+    return Case(op, fmt, size or op.default_size, condition)

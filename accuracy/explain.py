@@ -12,6 +12,7 @@ from itertools import combinations
 import numpy as np
 
 from accuracy.evaluate import Case, make_case
+from accuracy.registry import DEFAULT_CONDITION
 from accuracy.metrics import ulp_error
 from accuracy.threads import all_cores
 
@@ -70,8 +71,9 @@ def _reproducibility(case: Case, outputs: dict[str, np.ndarray], threads: int) -
     return out
 
 
-def explain(op_name: str, dtype: str = "float32", size: int | None = None, threads: int | None = None) -> dict:
-    case = make_case(op_name, dtype, size)
+def explain(op_name: str, dtype: str = "float32", size: int | None = None, threads: int | None = None,
+            condition: str = DEFAULT_CONDITION) -> dict:
+    case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
     rows, outputs = _measure_all(case, threads)
     return {
@@ -79,6 +81,7 @@ def explain(op_name: str, dtype: str = "float32", size: int | None = None, threa
         "doc": case.op.doc,
         "dtype": case.fmt.name,
         "size": case.size,
+        "condition": case.condition,
         "threads": threads,
         "all_cores": all_cores(),
         "bound": case.op.bound_doc,

@@ -11,20 +11,22 @@ import zlib
 import numpy as np
 
 from accuracy.dtypes import FloatFormat
+from accuracy.registry import DEFAULT_CONDITION
 
 
-def seed_for(op_name: str, size: int) -> int:
-    """A stable seed per (op, size): crc32 does not change between Python runs, unlike hash()."""
-    return zlib.crc32(f"{op_name}:{size}".encode())
+def seed_for(op_name: str, size: int, condition: str = DEFAULT_CONDITION) -> int:
+    """A stable seed per (op, size, condition): crc32 does not change between runs, unlike hash()."""
+    key = f"{op_name}:{size}" if condition == DEFAULT_CONDITION else f"{op_name}:{size}:{condition}"
+    return zlib.crc32(key.encode())
 
 
-def rng_for(op_name: str, size: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(seed_for(op_name, size)))
+def rng_for(op_name: str, size: int, condition: str = DEFAULT_CONDITION) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed_for(op_name, size, condition)))
 
 
-def make_inputs(op, size: int, fmt: FloatFormat) -> dict[str, np.ndarray]:
-    """The op's inputs at `size`, generated in float64 and rounded once to `fmt`."""
-    raw = op.generate(rng_for(op.name, size), size)
+def make_inputs(op, size: int, fmt: FloatFormat, condition: str = DEFAULT_CONDITION) -> dict[str, np.ndarray]:
+    """The op's inputs at `size` (and condition), generated in float64 and rounded once to `fmt`."""
+    raw = op.generator(condition)(rng_for(op.name, size, condition), size)
     return {name: fmt.round(values) for name, values in raw.items()}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -18,6 +18,8 @@ from accuracy.backends import backends_for, get_backend
 from accuracy.dtypes import FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
+
+DEFAULT_CONDITION = "random"  # the input regime every op has: its own `generate`
 
 OP_MODULES = ("elementwise", "reductions", "linalg", "nn", "elementwise_more", "lapack", "nn_more", "reductions_more", "fft", "grad")
 
@@ -59,6 +61,22 @@ class OpInfo:
     bench_sizes: tuple[int, ...]
     flops: Callable[[int], float] | None = None
     version: int = 1  # bump when inputs, references or bounds change meaning
+    # other input regimes by name (e.g. {"ill": ill-conditioned matrices}): a parameter of the
+    # op, so the bound ratio, not the raw error, tells rounding from bug on hard inputs
+    conditions: dict[str, Callable[[np.random.Generator, int], dict[str, np.ndarray]]] = field(default_factory=dict)
+
+    def condition_names(self) -> tuple[str, ...]:
+        return (DEFAULT_CONDITION, *self.conditions)
+
+    def generator(self, condition: str = DEFAULT_CONDITION):
+        if condition == DEFAULT_CONDITION:
+            return self.generate
+        try:
+            return self.conditions[condition]
+        except KeyError:
+            raise OpbenchError(
+                f"op {self.name!r} has no condition {condition!r}; choose from {', '.join(self.condition_names())}"
+            ) from None
 
     def concrete_impls(self) -> list[Impl]:
         """Declared impls with backend families expanded ('blas' -> one per BLAS provider) and

@@ -1,9 +1,9 @@
 """Shared machinery of the asv suite: every benchmark class is generated from the op registry.
 
-One class per op, one `time_op` and paired `track_*` methods over the same parameters
-(implementation@dtype, size, threads). Only valid combinations are enumerated: the first
-parameter lists the (implementation, dtype) pairs that exist on this machine, so nothing is
-padded with skips. OPBENCH_PROFILE (quick, default, full) picks how lean the grid is.
+One class per op, one `time_op` and paired `track_*` methods over the same parameters:
+implementation@dtype, size, condition (only for ops with several input regimes) and threads.
+Only valid combinations are enumerated: the first parameter lists the (implementation, dtype)
+pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE (quick, default, full) picks how lean the grid is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from accuracy.backends import get_backend
 from accuracy.dtypes import ALL_DTYPES, get_format
 from accuracy.evaluate import Case
-from accuracy.registry import all_ops, get_op
+from accuracy.registry import DEFAULT_CONDITION, all_ops, get_op
 from accuracy.threads import all_cores
 
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
@@ -60,7 +60,6 @@ class _OpBenchmark:
     """Times one implementation of an op and records its error on exactly the same inputs."""
 
     op_name: str = ""
-    param_names = ["impl_dtype", "size", "threads"]
     timeout = 600
     # lean timing: a few short samples per parameter combination keeps the suite in budget
     repeat = (1, 5, 1.0)
@@ -70,54 +69,56 @@ class _OpBenchmark:
     warmup_time = 0.02
     sample_time = 0.02
 
-    def setup(self, impl_dtype, size, threads):
-        impl_name, dtype = impl_dtype.rsplit("@", 1)
+    def setup(self, *params):
+        p = dict(zip(self.param_names, params))
+        impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
         op = get_op(self.op_name)
-        self.case = Case(op, get_format(dtype), size)
+        self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
         self.impl = op.impl(impl_name)
         self.backend = get_backend(self.impl.backend)
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
-        self._threads = self.backend.thread_limit(threads)
+        self.threads = p["threads"]
+        self._threads = self.backend.thread_limit(self.threads)
         self._threads.__enter__()
 
-    def teardown(self, impl_dtype, size, threads):
+    def teardown(self, *params):
         self._threads.__exit__(None, None, None)
 
     def _call(self):
         self.backend.call(self.impl.fn, self.native)
         self.backend.synchronize()
 
-    def time_op(self, impl_dtype, size, threads):
+    def time_op(self, *params):
         self._call()
 
     def _summary(self):
         return self.case.measure(self.impl)
 
     @_track("ulp")
-    def track_max_ulp(self, impl_dtype, size, threads):
+    def track_max_ulp(self, *params):
         """Max error in ulps of the result dtype against the exact reference."""
         return self._summary().max_ulp
 
     @_track("relative")
-    def track_max_rel_fp64(self, impl_dtype, size, threads):
+    def track_max_rel_fp64(self, *params):
         """Max relative error against the op evaluated in float64 on the same rounded inputs."""
         return self._summary().max_rel_fp64
 
     @_track("ratio")
-    def track_bound_ratio(self, impl_dtype, size, threads):
+    def track_bound_ratio(self, *params):
         """Max error over its rounding bound: <= 1 means provably within rounding."""
         return self._summary().bound_ratio
 
     @_track("count")
-    def track_nonfinite(self, impl_dtype, size, threads):
+    def track_nonfinite(self, *params):
         """NaN/Inf outputs where the exact value is finite."""
         return self._summary().nonfinite
 
     @_track("bool")
-    def track_same_bits_1_vs_n_threads(self, impl_dtype, size, threads):
+    def track_same_bits_1_vs_n_threads(self, *params):
         """1 if the result with one thread is bitwise the result with `threads` threads."""
         single = self.case.run(self.impl, 1)
-        return int(single.tobytes() == self.case.run(self.impl, threads).tobytes())
+        return int(single.tobytes() == self.case.run(self.impl, self.threads).tobytes())
 
 
 class _ThroughputBenchmark(_OpBenchmark):
@@ -126,13 +127,13 @@ class _ThroughputBenchmark(_OpBenchmark):
     min_batch_seconds = 0.05
 
     @_track("GFLOP/s")
-    def track_gflops(self, impl_dtype, size, threads):
+    def track_gflops(self, *params):
         self._call()  # warm-up: compiles torch.compile impls and spins up thread pools
         timer = timeit.Timer(self._call)
         number = 1
         while (seconds := timer.timeit(number)) < self.min_batch_seconds:
             number *= 2
-        return self.case.op.flops(size) * number / seconds / 1e9
+        return self.case.op.flops(self.case.size) * number / seconds / 1e9
 
 
 def _cases(op, profile: Profile) -> list[str]:
@@ -150,9 +151,15 @@ def benchmark_classes(family: str) -> dict[str, type]:
             continue
         base = _ThroughputBenchmark if op.flops and family in ("blas", "nn") else _OpBenchmark
         name = "".join(part.capitalize() for part in op.name.split("_"))
+        conditions = op.condition_names()
+        grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}
+        if len(conditions) > 1:
+            grid["condition"] = list(conditions)
+        grid["threads"] = list(profile.threads)
         classes[name] = type(name, (base,), {
             "op_name": op.name,
-            "params": [cases, list(op.bench_sizes[: profile.sizes]), list(profile.threads)],
+            "param_names": list(grid),
+            "params": list(grid.values()),
             "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
         })
     return classes

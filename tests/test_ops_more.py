@@ -11,16 +11,16 @@ import pytest
 from accuracy.dtypes import get_format
 from accuracy.evaluate import Case
 from accuracy.metrics import bound_ratio
-from accuracy.registry import all_ops, get_op
+from accuracy.registry import DEFAULT_CONDITION, all_ops, get_op
 
 
 # small sizes keep every mpmath reference well under a second
 SMALL = {
     "bmm": 8, "baddbmm": 8, "conv2d": 6, "conv_transpose1d": 16, "batch_norm": 8, "group_norm": 8,
-    "scaled_dot_product_attention": 8, "cross_entropy": 16, "mse_loss": 64, "sum_cancel": 256,
+    "scaled_dot_product_attention": 8, "cross_entropy": 16, "mse_loss": 64, "sum@cancelling": 256,
     "cumsum": 128, "vector_norm": 128, "matrix_norm": 8, "fft": 32, "rfft": 32, "matmul_grad": 8,
     "softmax_grad": 32, "gelu_grad": 128, "conv1d_grad": 16, "linear_grad": 16, "layer_norm_grad": 32,
-    "solve": 8, "solve_illcond": 8, "inv": 8, "inv_illcond": 8, "cholesky": 8, "qr": 8, "svd": 8,
+    "solve": 8, "solve@ill": 8, "inv": 8, "inv@ill": 8, "cholesky": 8, "qr": 8, "svd": 8,
     "eigh": 8, "lstsq": 8, "det": 8,
 }
 
@@ -29,14 +29,20 @@ NEW_OPS = sorted({
     "softplus", "silu", "sin", "cos", "expm1", "log1p", "sqrt", "rsqrt", "pow",
     "bmm", "baddbmm", "conv2d", "conv_transpose1d", "batch_norm", "group_norm",
     "scaled_dot_product_attention", "cross_entropy", "mse_loss",
-    "sum_cancel", "cumsum", "vector_norm", "matrix_norm",
-    "solve", "solve_illcond", "inv", "inv_illcond", "cholesky", "qr", "svd", "eigh", "lstsq", "det",
+    "sum@cancelling", "cumsum", "vector_norm", "matrix_norm",
+    "solve", "solve@ill", "inv", "inv@ill", "cholesky", "qr", "svd", "eigh", "lstsq", "det",
     "fft", "rfft", "matmul_grad", "softmax_grad", "gelu_grad", "conv1d_grad", "linear_grad", "layer_norm_grad",
 })
 
 
 def _size(name):
     return SMALL.get(name, 64)
+
+
+def _case(key, dtype):
+    """A case for "op" or "op@condition" at its small size."""
+    name, _, condition = key.partition("@")
+    return Case(get_op(name), get_format(dtype), _size(key), condition or DEFAULT_CONDITION)
 
 
 def test_catalog_has_at_least_40_ops():
@@ -47,7 +53,7 @@ def test_catalog_has_at_least_40_ops():
 @pytest.mark.parametrize("name", NEW_OPS)
 def test_fp64_reference_agrees_with_exact_within_bound(name):
     """The float64 formula is itself a float64 computation: it must sit inside the float64 bound."""
-    case = Case(get_op(name), get_format("float64"), _size(name))
+    case = _case(name, "float64")
     assert case.exact.shape == case.fp64.shape
     assert np.all(np.isfinite(case.exact.hi))
     assert bound_ratio(case.fp64, case.exact, case.bound) <= 1.0
@@ -55,9 +61,9 @@ def test_fp64_reference_agrees_with_exact_within_bound(name):
 
 @pytest.mark.parametrize("name", NEW_OPS)
 def test_every_impl_runs_with_shape_and_dtype(name):
-    op = get_op(name)
+    op = get_op(name.partition("@")[0])
     for dtype in op.dtypes():
-        case = Case(op, get_format(dtype), _size(name))
+        case = _case(name, dtype)
         for impl in op.available_impls(dtype):
             out = case.run(impl)
             assert out.dtype == case.fmt.np_dtype, (impl.name, dtype)
@@ -68,10 +74,10 @@ def test_every_impl_runs_with_shape_and_dtype(name):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_canonical_impls_within_bound(name, dtype):
     """Library implementations (notes mark deliberately naive variants) are within their bounds."""
-    op = get_op(name)
+    op = get_op(name.partition("@")[0])
     if dtype not in op.dtypes():
         pytest.skip("no impl at this dtype")
-    case = Case(op, get_format(dtype), _size(name))
+    case = _case(name, dtype)
     for impl in op.available_impls(dtype):
         if impl.note and ("naive" in impl.note or "cancels" in impl.note or "rounds away" in impl.note
                           or "loses" in impl.note or "not backward stable" in impl.note):
@@ -280,18 +286,18 @@ def test_lapack_exacts_against_independent_mpmath():
 def test_illcond_has_larger_error_but_stays_within_bound(op, backend):
     f64 = get_format("float64")
     errors = {}
-    for name in (op, f"{op}_illcond"):
-        case = Case(get_op(name), f64, 32)
+    for condition in ("random", "ill"):
+        case = Case(get_op(op), f64, 32, condition)
         impl = next(i for i in case.op.impls if i.backend == backend and not i.note)
         out = case.run(impl)
         assert bound_ratio(out, case.exact, case.bound) <= 1.0
-        errors[name] = np.max(np.abs(out - case.exact.hi) / np.max(np.abs(case.exact.hi)))
-    assert errors[f"{op}_illcond"] > 100 * errors[op]
+        errors[condition] = np.max(np.abs(out - case.exact.hi) / np.max(np.abs(case.exact.hi)))
+    assert errors["ill"] > 100 * errors["random"]
 
 
 def test_sum_cancel_relative_error_large_but_within_bound():
-    case = Case(get_op("sum_cancel"), get_format("float32"), 1 << 12)
-    impl = get_op("sum_cancel").impl("torch:torch.sum")
+    case = Case(get_op("sum"), get_format("float32"), 1 << 12, "cancelling")
+    impl = get_op("sum").impl("torch:torch.sum")
     out = case.run(impl)
     rel = abs(float(out) - float(case.exact.hi)) / abs(float(case.exact.hi))
     assert rel > 1e-5  # far beyond float32's u relative

@@ -29,6 +29,7 @@ def catalog() -> list[dict]:
         out.append({
             "op": op.name, "family": op.family, "doc": op.doc, "bound": op.bound_doc,
             "default_size": op.default_size, "bench_sizes": list(op.bench_sizes),
+            "conditions": list(op.condition_names()),
             "backends": sorted({i["backend"] for i in impls.values()}),
             "dtypes": [d for d in op.dtypes() if any(d in i["dtypes"] for i in impls.values())],
             "implementations": [{"name": name, **info} for name, info in impls.items()],
@@ -41,9 +42,9 @@ def run_list(args) -> int:
     if args.json:
         print(json.dumps(ops, indent=2))
         return 0
-    rows = [[o["op"], o["family"], ", ".join(o["dtypes"]), ", ".join(i["name"] for i in o["implementations"])]
-            for o in ops]
-    print("\n".join(format_table(["op", "family", "dtypes", "implementations"], rows)))
+    rows = [[o["op"], o["family"], ", ".join(o["dtypes"]), ", ".join(o["conditions"]),
+             ", ".join(i["name"] for i in o["implementations"])] for o in ops]
+    print("\n".join(format_table(["op", "family", "dtypes", "conditions", "implementations"], rows)))
     return 0
 
 

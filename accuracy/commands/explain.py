@@ -6,6 +6,7 @@ import json
 
 from accuracy.errors import OpbenchError
 from accuracy.explain import explain
+from accuracy.registry import DEFAULT_CONDITION
 from accuracy.tables import format_table
 
 
@@ -14,6 +15,8 @@ def register(sub) -> None:
     p.add_argument("op")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--size", type=int, default=None, help="the op's size knob (default: the op's own)")
+    p.add_argument("--condition", default=DEFAULT_CONDITION,
+                   help="input regime, for ops that have several (e.g. solve --condition ill)")
     p.add_argument("--threads", type=int, default=None, help="threads for the main run (default: all cores)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -25,7 +28,8 @@ def _num(v) -> str:
 
 def render(report: dict) -> str:
     lines = [
-        f"{report['op']} [{report['dtype']}, size {report['size']}, {report['threads']} thread(s)]: {report['doc']}",
+        f"{report['op']} [{report['dtype']}, size {report['size']}, {report['condition']} inputs, "
+        f"{report['threads']} thread(s)]: {report['doc']}",
         f"bound: {report['bound']}",
         "",
     ]
@@ -57,6 +61,6 @@ def render(report: dict) -> str:
 def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise OpbenchError(f"--threads must be at least 1, got {args.threads}")
-    report = explain(args.op, args.dtype, args.size, args.threads)
+    report = explain(args.op, args.dtype, args.size, args.threads, args.condition)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

@@ -4,7 +4,8 @@ The exact reference is the true answer for the rounded inputs, computed by 200-b
 small matrices. The bound is the forward error a *backward-stable* algorithm may commit:
 condition number x backward error eta (normwise, eta = gamma_{cn}, the scale LAPACK's own tests
 use), so bound_ratio <= 1 says "consistent with backward stability" and a large raw error on an
-ill-conditioned matrix (the *_illcond ops, cond_2(A) = 1e6) is not, by itself, a verdict.
+ill-conditioned matrix (solve and inv under condition 'ill', cond_2(A) = 1e6) is not, by itself,
+a verdict.
 Where kappa*eta >= 1 the bound is vacuous and the verdict says so instead of guessing.
 Low-precision dtypes are absent: neither numpy nor torch factorises float16/bfloat16 on CPU.
 """
@@ -94,42 +95,47 @@ def _inv_bound(inputs, exact, fmt):
     return np.full(a.shape, _forward(_cond(a, np.inf), gamma(3 * n, fmt.u)) * np.linalg.norm(exact.hi, np.inf))
 
 
-for _suffix, _gen, _what in (
-    ("", lambda rng, n: normal(rng, (n, n)), "N(0,1) matrix (cond ~ n)"),
-    ("_illcond", _illcond, f"matrix U diag(s) V^T with cond_2 = {ILL_COND:.0e}"),
-):
-    register(OpInfo(
-        name=f"solve{_suffix}", family="lapack",
-        doc=f"x = A^-1 b for an n x n {_what}",
-        generate=lambda rng, n, g=_gen: {"a": g(rng, n), "b": normal(rng, n)},
-        exact=_solve_exact,
-        fp64=lambda a, b: np.linalg.solve(a, b),
-        bound=_solve_bound,
-        bound_doc="kappa_inf(A) eta/(1 - kappa eta) * ||x||_inf, eta = gamma_{3n} (GEPP backward error, Higham 9.4)",
-        impls=(
-            Impl("numpy", "np.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
-            Impl("scipy", "linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
-            Impl("torch", "torch.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
-            Impl("numpy", "inv(a) @ b", lambda ns, a, b: ns.linalg.inv(a) @ b, LAPACK_DTYPES,
-                 note="not backward stable, though its forward error is usually of the same order"),
-        ),
-        default_size=32, bench_sizes=SIZES,
-    ))
-    register(OpInfo(
-        name=f"inv{_suffix}", family="lapack",
-        doc=f"A^-1 for an n x n {_what}",
-        generate=lambda rng, n, g=_gen: {"a": g(rng, n)},
-        exact=_inv_exact,
-        fp64=lambda a: np.linalg.inv(a),
-        bound=_inv_bound,
-        bound_doc="kappa_inf(A) eta/(1 - kappa eta) * ||A^-1||_inf, eta = gamma_{3n} (Higham 14.3)",
-        impls=(
-            Impl("numpy", "np.linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
-            Impl("scipy", "linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
-            Impl("torch", "torch.linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
-        ),
-        default_size=32, bench_sizes=SIZES,
-    ))
+def _random_matrix(rng, n):
+    return normal(rng, (n, n))
+
+
+_CONDITIONING = f"random: N(0,1) (cond ~ n); ill: U diag(s) V^T with cond_2 = {ILL_COND:.0e}"
+
+register(OpInfo(
+    name="solve", family="lapack",
+    doc=f"x = A^-1 b for an n x n matrix ({_CONDITIONING})",
+    generate=lambda rng, n: {"a": _random_matrix(rng, n), "b": normal(rng, n)},
+    conditions={"ill": lambda rng, n: {"a": _illcond(rng, n), "b": normal(rng, n)}},
+    exact=_solve_exact,
+    fp64=lambda a, b: np.linalg.solve(a, b),
+    bound=_solve_bound,
+    bound_doc="kappa_inf(A) eta/(1 - kappa eta) * ||x||_inf, eta = gamma_{3n} (GEPP backward error, Higham 9.4)",
+    impls=(
+        Impl("numpy", "np.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
+        Impl("scipy", "linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
+        Impl("torch", "torch.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), LAPACK_DTYPES),
+        Impl("numpy", "inv(a) @ b", lambda ns, a, b: ns.linalg.inv(a) @ b, LAPACK_DTYPES,
+             note="not backward stable, though its forward error is usually of the same order"),
+    ),
+    default_size=32, bench_sizes=SIZES,
+))
+
+register(OpInfo(
+    name="inv", family="lapack",
+    doc=f"A^-1 for an n x n matrix ({_CONDITIONING})",
+    generate=lambda rng, n: {"a": _random_matrix(rng, n)},
+    conditions={"ill": lambda rng, n: {"a": _illcond(rng, n)}},
+    exact=_inv_exact,
+    fp64=lambda a: np.linalg.inv(a),
+    bound=_inv_bound,
+    bound_doc="kappa_inf(A) eta/(1 - kappa eta) * ||A^-1||_inf, eta = gamma_{3n} (Higham 14.3)",
+    impls=(
+        Impl("numpy", "np.linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
+        Impl("scipy", "linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
+        Impl("torch", "torch.linalg.inv", lambda ns, a: ns.linalg.inv(a), LAPACK_DTYPES),
+    ),
+    default_size=32, bench_sizes=SIZES,
+))
 
 
 # -- cholesky, qr ---------------------------------------------------------------------------

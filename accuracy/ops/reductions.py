@@ -7,6 +7,8 @@ qualify and only a semantic difference (ddof, overflow) can break them.
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import scipy.special
@@ -45,14 +47,23 @@ def _var_relative_bound(x: np.ndarray, fmt) -> float:
     return gamma(n + 3, fmt.u) + gamma(n, fmt.u) ** 2 * kappa2
 
 
+def _cancelling(rng, n):
+    """Pairs +a, -a (|a| ~ 100) plus N(0, 1e-3**2) noise, shuffled: sum|x| / |sum x| ~ 1e6."""
+    a = normal(rng, n // 2) * 100.0
+    x = np.concatenate([a, -a, np.zeros(n - 2 * (n // 2))]) + normal(rng, n) * 1e-3
+    return {"x": rng.permutation(x)}
+
+
 def _long_vector(scale=1.0, mean=0.0):
     return lambda rng, n: {"x": normal(rng, n, scale) + mean}
 
 
 register(OpInfo(
     name="sum", family="reduction",
-    doc="sum of a long vector of N(0,1) values",
+    doc="sum of a long vector: random N(0,1), or cancelling +-a pairs (sum|x|/|sum x| ~ 1e6) where the "
+    "relative error is huge and only the bound ratio tells rounding from a bug",
     generate=_long_vector(),
+    conditions={"cancelling": _cancelling},
     exact=lambda inputs, fmt: fsum_rows(inputs["x"]),
     fp64=lambda x: np.sum(x),
     bound=lambda inputs, exact, fmt: gamma(inputs["x"].size - 1, fmt.u) * _abs_sum(inputs["x"]),
@@ -64,6 +75,8 @@ register(OpInfo(
         Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("torch", "torch.cumsum[-1]", lambda ns, x: ns.cumsum(x, 0)[-1], ALL_DTYPES,
              note="a running (recursive) sum: the error grows with n"),
+        Impl("numpy", "math.fsum", lambda ns, x: ns.asarray(math.fsum(x.astype(ns.float64))), IEEE_DTYPES,
+             note="correctly rounded (computed in float64, rounded once)"),
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
     flops=lambda n: n,

@@ -1,8 +1,6 @@
-"""More reductions: a sum with cancellation, cumsum, vector and Frobenius norms.
+"""More reductions: cumsum, vector and Frobenius norms.
 
-sum_cancel keeps sum's worst-case bound gamma_{n-1} sum|x| while the exact sum is tiny, so the
-relative error is huge and only the bound ratio says whether that is rounding. cumsum's exact
-prefixes come from math.fsum; norms from 200-bit mpmath.
+cumsum's exact prefixes come from math.fsum; norms from 200-bit mpmath.
 """
 
 from __future__ import annotations
@@ -13,38 +11,12 @@ import mpmath
 import numpy as np
 
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
-from accuracy.exact import Exact, fsum_rows, mp_rows
+from accuracy.exact import Exact, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.registry import Impl, OpInfo, register
 
 SCIPY_DTYPES = ("float32", "float64")
-
-
-def _cancelling(rng, n):
-    """Pairs +a, -a (|a| ~ 100) plus N(0, 1e-3**2) noise, shuffled: sum|x| / |sum x| ~ 1e6."""
-    a = normal(rng, n // 2) * 100.0
-    x = np.concatenate([a, -a, np.zeros(n - 2 * (n // 2))]) + normal(rng, n) * 1e-3
-    return {"x": rng.permutation(x)}
-
-
-register(OpInfo(
-    name="sum_cancel", family="reduction",
-    doc="sum of +-a pairs (|a| ~ 100) plus tiny noise: condition number sum|x|/|sum x| ~ 1e6",
-    generate=_cancelling,
-    exact=lambda inputs, fmt: fsum_rows(inputs["x"]),
-    fp64=lambda x: np.sum(x),
-    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size - 1, fmt.u) * float(np.sum(np.abs(inputs["x"]))),
-    bound_doc="gamma_{n-1} * sum|x|, as for sum: the relative error is cond * that, and may exceed 1",
-    impls=(
-        Impl("numpy", "np.sum", lambda ns, x: ns.sum(x), IEEE_DTYPES, note="pairwise summation"),
-        Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES),
-        Impl("numpy", "math.fsum", lambda ns, x: ns.asarray(math.fsum(x.astype(ns.float64))), IEEE_DTYPES,
-             note="correctly rounded (computed in float64, rounded once)"),
-    ),
-    default_size=1 << 14, bench_sizes=(1 << 16, 1 << 22),
-    flops=lambda n: n,
-))
 
 
 def _cumsum_exact(inputs, fmt):
