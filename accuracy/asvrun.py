@@ -99,8 +99,10 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
     they are set for asv's benchmark processes, and the fingerprint records them.
     """
     results.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"), **knobs)
     with tempfile.TemporaryDirectory(prefix="opbench-asv-") as tmp:
+        # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
+        env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
+                   OPBENCH_RUN_DIR=tmp, **knobs)
         private = write_private_config(config, results, html, Path(tmp))
         conf = json.loads(private.read_text())
         if _asv(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
