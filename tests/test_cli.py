@@ -131,3 +131,17 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
     for dtype in ("float32", "float64"):
         s = Case(op, get_format(dtype), 256).measure(impl)
         assert s.verdict == "within rounding", s
+
+
+def test_unknown_condition_is_one_line_and_exit_2():
+    proc = opbench("explain", "solve", "--condition", "nosuch")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["opbench: error: op 'solve' has no condition 'nosuch'; "
+                                                "choose from random, ill"]
+
+
+def test_listed_conditions(listing):
+    conditions = {o["op"]: o["conditions"] for o in listing}
+    assert conditions["solve"] == conditions["inv"] == ["random", "ill"]
+    assert conditions["sum"] == ["random", "cancelling"]
+    assert conditions["matmul"] == ["random"]
