@@ -42,6 +42,10 @@ class Exact:
     def shape(self):
         return self.hi.shape
 
+    def map(self, fn) -> "Exact":
+        """The same values rearranged: `fn` (a reshape, transpose, ...) applied to hi and lo alike."""
+        return Exact(fn(self.hi), fn(self.lo))
+
 
 def two_sum(a, b):
     """Knuth's TwoSum: s + e == a + b exactly."""

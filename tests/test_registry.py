@@ -38,7 +38,7 @@ def _expected_shape(op, inputs) -> tuple:
     if name == "linear":
         return (inputs["x"].shape[0], inputs["W"].shape[0])
     if name == "gemv":
-        return (inputs["a"].shape[0], 1)
+        return (inputs["a"].shape[0],)
     if name == "conv1d":
         x, w = inputs["x"], inputs["w"]
         return (x.shape[0], w.shape[0], x.shape[2] - w.shape[2] + 1)

@@ -43,7 +43,7 @@ def _dft_exact(x, bins):
     w = np.vstack([np.hstack([ch[idx], -sh[idx]]), np.hstack([cl[idx], -sl[idx]])])  # (2n, 2*bins)
     e = dot2_matmul(np.concatenate([x, x], axis=-1), w)
     shape = x.shape[:-1] + (2, bins)
-    return Exact(np.swapaxes(e.hi.reshape(shape), -1, -2), np.swapaxes(e.lo.reshape(shape), -1, -2))
+    return e.map(lambda a: np.swapaxes(a.reshape(shape), -1, -2))
 
 
 def _fft_bound(inputs, exact, fmt):

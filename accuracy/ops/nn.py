@@ -180,7 +180,7 @@ def _conv1d_exact(inputs, fmt):
     weights = np.vstack([w.reshape(w.shape[0], -1).T, b[None, :]])
     e = dot2_matmul(a.reshape(-1, a.shape[-1]), weights)
     shape = (x.shape[0], cols.shape[1], w.shape[0])
-    return type(e)(e.hi.reshape(shape).transpose(0, 2, 1), e.lo.reshape(shape).transpose(0, 2, 1))
+    return e.map(lambda a: a.reshape(shape).transpose(0, 2, 1))
 
 
 def _conv1d_bound(inputs, exact, fmt):

@@ -98,7 +98,7 @@ def _conv2d_exact(inputs, fmt):
     a = np.concatenate([cols, np.ones(cols.shape[:-1] + (1,))], axis=-1)
     e = dot2_matmul(a.reshape(-1, a.shape[-1]), np.vstack([w.reshape(w.shape[0], -1).T, b[None, :]]))
     shape = cols.shape[:-1] + (w.shape[0],)
-    return Exact(e.hi.reshape(shape).transpose(0, 3, 1, 2), e.lo.reshape(shape).transpose(0, 3, 1, 2))
+    return e.map(lambda a: a.reshape(shape).transpose(0, 3, 1, 2))
 
 
 def _conv2d_bound(inputs, exact, fmt):
@@ -155,7 +155,7 @@ def conv_transpose1d_exact(x, w, b=None, stride=1) -> Exact:
         weights = np.hstack([weights, b[:, None]])
     e = dot2_matmul(cols.reshape(-1, cols.shape[-1]), weights.T)
     shape = cols.shape[:2] + (weights.shape[0],)
-    return Exact(e.hi.reshape(shape).transpose(0, 2, 1), e.lo.reshape(shape).transpose(0, 2, 1))
+    return e.map(lambda a: a.reshape(shape).transpose(0, 2, 1))
 
 
 def conv_transpose1d_magnitude(x, w, stride=1):
@@ -267,7 +267,7 @@ def _gn_rows(inputs):
 
 def _gn_exact(inputs, fmt):
     e = mp_rows(_mp_layer_norm, *_gn_rows(inputs))
-    return Exact(e.hi.reshape(inputs["x"].shape), e.lo.reshape(inputs["x"].shape))
+    return e.map(lambda a: a.reshape(inputs["x"].shape))
 
 
 def _gn_bound(inputs, exact, fmt):
