@@ -66,6 +66,9 @@ class Case:
 
     def measure(self, impl: Impl, result: np.ndarray | None = None) -> ErrorSummary:
         result = self.run(impl) if result is None else result
+        if result.shape != self.exact.shape:  # metrics would broadcast and measure nonsense
+            raise ValueError(f"{impl.name} returned shape {result.shape} but the {self.op.name} reference has "
+                             f"{self.exact.shape} (a changed reference needs a new op version)")
         return summarize(result, self.exact, self.fp64, self.bound)
 
 

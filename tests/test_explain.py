@@ -8,6 +8,7 @@ import pytest
 from accuracy.dtypes import get_format
 from accuracy.evaluate import Case, make_case
 from accuracy.errors import OpbenchError
+from accuracy.exact import Exact
 from accuracy.explain import explain
 from accuracy.registry import get_op
 
@@ -107,3 +108,10 @@ def test_measure_is_bitwise_deterministic(op_name, dtype, impl):
         assert list(first) == list(other)
         for k in first:
             assert np.float64(first[k]).tobytes() == np.float64(other[k]).tobytes(), k
+
+
+def test_a_reference_of_the_wrong_shape_is_an_error_not_a_measurement():
+    case = make_case("gemv", "float32", 16)
+    case.exact = Exact.from_float64(np.zeros((16, 1)))  # as a stale cache entry would be
+    with pytest.raises(ValueError, match="shape"):
+        case.measure(case.op.impl("numpy:a @ x"))
