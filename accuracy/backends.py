@@ -114,6 +114,11 @@ class TorchCompileBackend(TorchBackend):
 
     def call(self, fn, inputs: dict):
         if fn not in self._compiled:
+            config = importlib.import_module("torch._dynamo.config")
+            # one process may see an op at many dtypes, sizes and thread counts (explain, tests);
+            # past dynamo's limit it would silently run eager, so allow more and fail loudly after
+            config.recompile_limit = max(config.recompile_limit, 64)
+            config.fail_on_recompile_limit_hit = True
             self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
         return self._compiled[fn](**inputs)
 
