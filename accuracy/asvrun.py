@@ -71,24 +71,35 @@ def _result_files(results: Path, machine: str) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in folder.glob("*.json") if p.name != "machine.json"}
 
 
-def write_fingerprints(changed: list[Path], python: str | None, env: dict) -> None:
+def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """asv environment name -> (its python, its matrix env vars), from asv's own matrix expansion."""
+    from asv.config import Config
+    from asv.environment import get_environments
+
+    conf = Config.load(str(private_config))
+    return {
+        env.name: (str(Path(conf.env_dir) / env.dir_name / "bin" / "python"), env.env_vars)
+        for env in get_environments(conf, None, verbose=False)
+    }
+
+
+def write_fingerprints(changed: list[Path], pythons: dict[str, tuple[str, dict]] | None, env: dict) -> None:
     """Save the environment fingerprint beside each results file this run wrote.
 
-    It is taken by a fresh process of the python that ran the benchmarks, with the run's
-    environment, so it shows the BLAS kernel the knobs selected.
+    It is taken by a fresh process of the python that ran the benchmarks (this one for in-place
+    runs, else the results' asv environment), with that environment's variables, so it shows
+    the BLAS kernel the knobs selected.
     """
-    if python is None:
-        text = json.dumps({"error": "no single asv environment python found to fingerprint"})
-    else:
-        proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env)
-        text = proc.stdout if proc.returncode == 0 else json.dumps({"error": proc.stderr.strip()[-500:]})
     for path in changed:
+        env_name = json.loads(path.read_text()).get("env_name")
+        python, extra = (sys.executable, {}) if pythons is None else pythons.get(env_name, (None, {}))
+        if python is None:
+            text = json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
+        else:
+            proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True,
+                                  env={**env, **extra})
+            text = proc.stdout if proc.returncode == 0 else json.dumps({"error": proc.stderr.strip()[-500:]})
         path.with_suffix(FINGERPRINT_SUFFIX).write_text(text)
-
-
-def _history_python(env_dir: Path) -> str | None:
-    pythons = sorted(env_dir.glob("*/bin/python"))
-    return str(pythons[0]) if len(pythons) == 1 else None
 
 
 def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
@@ -121,7 +132,7 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         status = _asv(args, env)
         after = _result_files(results, machine)
         changed = [p for p, mtime in after.items() if before.get(p) != mtime]
-        write_fingerprints(changed, _history_python(Path(conf["env_dir"])) if commits else sys.executable, env)
+        write_fingerprints(changed, environment_pythons(private) if commits else None, env)
         if changed and _asv(["publish", "--config", str(private)], env) != 0:
             raise OpbenchError("`asv publish` failed; results are kept, see its message above")
     return status, changed

@@ -150,13 +150,16 @@ def _bundled(package: str, name: str) -> list[tuple[str, str]]:
 
 
 def _openblas_wheel(package: str) -> list[tuple[str, str]]:
-    """A ``scipy-openblas32/64`` wheel, named by the OpenBLAS version it packages."""
+    """A ``scipy-openblas32/64`` wheel, named by its package and not its version.
+
+    asv labels parameters from the first environment it discovers, so the name must stay the
+    same across environments that install different versions (the BLAS-upgrade matrix);
+    the version is in the provider's report and the fingerprint.
+    """
     if importlib.util.find_spec(package) is None:
         return []
     module = importlib.import_module(package)
-    dist = package.replace("_", "-")
-    openblas_version = ".".join(importlib.metadata.version(dist).split(".")[:3])
-    return [(f"{dist}-{openblas_version}", os.path.join(module.get_lib_dir(), module.get_library(fullname=True)))]
+    return [(package.replace("_", "-"), os.path.join(module.get_lib_dir(), module.get_library(fullname=True)))]
 
 
 def _mkl_wheel() -> list[tuple[str, str]]:
