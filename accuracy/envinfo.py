@@ -56,6 +56,17 @@ def _versions() -> dict:
     return out
 
 
+def _blas_providers() -> dict:
+    """The CBLAS libraries the `blas` backend loads by path, and any that failed to load."""
+    from accuracy.backends import blas_discovery
+
+    discovery = blas_discovery()
+    return {
+        "loaded": [p.info() for p in discovery.providers.values()],
+        "load_errors": [str(e) for e in discovery.load_errors],
+    }
+
+
 def fingerprint() -> dict:
     """Everything about this process's numerical stack that can change a number."""
     torch = _torch_info()  # imported first so threadpoolctl also sees torch's OpenMP runtime
@@ -71,6 +82,7 @@ def fingerprint() -> dict:
                                      "threading_layer", "num_threads", "filepath")}
             for lib in threadpool_info()
         ],
+        "blas_providers": _blas_providers(),
         "numpy": _numpy_info(),
         "torch": torch,
         "devices": ["cpu"] + [f"cuda:{i} {name}" for i, name in enumerate(torch.get("cuda_devices", []))],

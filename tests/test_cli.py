@@ -77,6 +77,9 @@ def test_info_json():
     assert isinstance(info["numpy"]["simd_baseline"], list) and info["numpy"]["simd_baseline"]
     assert isinstance(info["numpy"]["simd_enabled"], list) and info["numpy"]["simd_enabled"]
     assert info["devices"][0] == "cpu"
+    loaded = {p["name"]: p for p in info["blas_providers"]["loaded"]}
+    assert loaded["numpy-openblas"]["vendor"] == "OpenBLAS" and loaded["numpy-openblas"]["version"]
+    assert info["blas_providers"]["load_errors"] == []
 
 
 def test_explain_json():

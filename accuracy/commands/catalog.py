@@ -60,6 +60,12 @@ def run_info(args) -> int:
     for lib in info["blas"]:
         print(f"  {lib['internal_api']} {lib['version'] or ''} arch={lib['architecture']} "
               f"layer={lib['threading_layer']} threads={lib['num_threads']}  {lib['filepath']}")
+    print("BLAS libraries loaded by path (the blas backend):")
+    for p in info["blas_providers"]["loaded"]:
+        print(f"  blas-{p['name']}: {p['vendor']} {p['version'] or ''} arch={p['architecture']} "
+              f"layer={p['threading_layer']} threads={p['num_threads']} {p['integer_width']}  {p['path']}")
+    for error in info["blas_providers"]["load_errors"]:
+        print(f"  not loaded: {error}")
     t = info["torch"]
     if t.get("available"):
         print(f"torch {t['version']}: cpu capability {t['cpu_capability']}, mkl={t['mkl']}, "
