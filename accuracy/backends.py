@@ -103,8 +103,8 @@ class TorchBackend(Backend):
 class TorchCompileBackend(TorchBackend):
     """torch.compile (inductor) on the CPU: each implementation is compiled once per process.
 
-    The first call compiles; callers that time the op call once before timing (asv's setup
-    does), so compile time never enters a timing.
+    The first call compiles; every timing warms up first (asv's warmup for time_op, an explicit
+    call in track_gflops), so compile time never enters a timing.
     """
 
     def __init__(self):
