@@ -130,7 +130,8 @@ class _OpBenchmark:
 
     @_track("ratio")
     def track_bound_ratio(self, *params):
-        """Max error over its rounding bound: <= 1 means provably within rounding."""
+        """Max error over its rounding bound: <= 1 means provably within rounding; NaN where
+        the bound is vacuous (asv stores that like a failure)."""
         return self._summary().bound_ratio
 
     @_track("count")

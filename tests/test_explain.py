@@ -115,3 +115,20 @@ def test_a_reference_of_the_wrong_shape_is_an_error_not_a_measurement():
     case.exact = Exact.from_float64(np.zeros((16, 1)))  # as a stale cache entry would be
     with pytest.raises(ValueError, match="shape"):
         case.measure(case.op.impl("numpy:a @ x"))
+
+
+def _every_op_and_condition():
+    from accuracy.registry import all_ops
+
+    return [pytest.param(op.name, c, id=f"{op.name}-{c}") for op in all_ops() for c in op.condition_names()]
+
+
+@pytest.mark.parametrize("op_name,condition", _every_op_and_condition())
+def test_explain_works_on_every_op(op_name, condition):
+    op = get_op(op_name)
+    dtype = "float32" if "float32" in op.dtypes() else op.dtypes()[0]
+    report = explain(op_name, dtype, min(16, op.default_size), 1, condition)
+    assert report["condition"] == condition
+    verdicts = {r["impl"]: r["verdict"] for r in report["implementations"]}
+    assert verdicts and "error" not in verdicts.values(), verdicts
+    assert all(r["run_to_run"] for r in report["reproducibility"])
