@@ -131,4 +131,6 @@ def test_explain_works_on_every_op(op_name, condition):
     assert report["condition"] == condition
     verdicts = {r["impl"]: r["verdict"] for r in report["implementations"]}
     assert verdicts and "error" not in verdicts.values(), verdicts
-    assert all(r["run_to_run"] for r in report["reproducibility"])
+    # bitwise reproducibility is a finding, not a promise (torch's lstsq can differ run to run);
+    # what is promised is that every implementation is checked
+    assert {r["impl"] for r in report["reproducibility"]} == set(verdicts)
