@@ -62,7 +62,8 @@ FORMATS: dict[str, FloatFormat] = {
 }
 ALL_DTYPES = tuple(FORMATS)
 IEEE_DTYPES = ("float16", "float32", "float64")  # what plain numpy computes in
-TORCH_DTYPES = ALL_DTYPES
+# what BLAS, LAPACK, scipy.special and torch.fft on the CPU offer: no half precision
+SINGLE_DOUBLE = ("float32", "float64")
 
 
 def get_format(name: str) -> FloatFormat:

@@ -1,27 +1,35 @@
 """The op registry: one declarative record per op, the single source of truth.
 
-The CLI, the asv suite and most tests are generated from `all_ops()`. Adding an op is one
-`register(OpInfo(...))` call in a module under `accuracy/ops/`; adding an implementation is one
-`Impl(...)` line in that op's record.
+The registry is plain data. Each module `accuracy/ops/<subject>.py` exports `OPS`, a list of
+`OpInfo` records; `all_ops()` concatenates them (plus any plugin package's records, found under
+the `opbench.ops` entry-point group), so the catalog is complete whichever module is imported
+first. The CLI, the asv suite and most tests are views generated from it.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from accuracy.backends import backends_for, get_backend
-from accuracy.dtypes import FloatFormat
+from accuracy.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 
 DEFAULT_CONDITION = "random"  # the input regime every op has: its own `generate`
 
-OP_MODULES = ("elementwise", "reductions", "linalg", "nn", "elementwise_more", "lapack", "nn_more", "reductions_more", "fft", "grad")
+# The op modules, by subject; an op's family is the subject of the module that declares it.
+OP_MODULES = ("products", "reductions", "elementwise", "activations", "norms", "conv", "attention",
+              "losses", "linalg", "fft", "grads")
+PLUGIN_GROUP = "opbench.ops"  # entry points naming a module with OPS, or a list of OpInfo
+PLUGIN_FAMILY = "plugins"  # the family of a plugin op that declares none
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,14 @@ class Impl:
     dtypes: tuple[str, ...]
     note: str = ""  # say why a variant exists, e.g. a different default that users trip over
     also: tuple[str, ...] = ()  # extra backends this fn also runs on (e.g. backends.TORCH_VARIANTS)
+    # a deliberate difference in what is computed (e.g. "ddof=0"): never a rounding difference
+    semantics: str = ""
+    # storage dtype -> the wider precision it computes in there (e.g. {"float16": "float32"} for
+    # a float16 op that upcasts); a dtype not listed computes in itself
+    compute: Mapping[str, str] = field(default_factory=dict)
+    # False for a textbook formula known to lose accuracy (no max shift, explicit inverse, ...):
+    # it may leave the bound or overflow, and tests expect nothing of it
+    stable: bool = True
 
     @property
     def name(self) -> str:
@@ -45,11 +61,12 @@ class OpInfo:
     """An op: how to make its inputs, its exact and fp64 references, and its error bound.
 
     generate(rng, size) -> float64 inputs; exact(inputs64, fmt) -> Exact;
-    fp64(inputs64) -> float64 result; bound(inputs64, exact, fmt) -> per-element absolute bound.
+    fp64(**inputs64) -> float64 result; bound(inputs64, exact, fmt) -> per-element absolute bound;
+    oracle(inputs64) -> the exact result as a flat sequence of mpmath numbers, written
+    independently of `exact` (another formula) and checked against it at `test_size`.
     """
 
     name: str
-    family: str
     doc: str
     generate: Callable[[np.random.Generator, int], dict[str, np.ndarray]]
     exact: Callable[[dict, FloatFormat], Exact]
@@ -59,11 +76,14 @@ class OpInfo:
     impls: tuple[Impl, ...]
     default_size: int
     bench_sizes: tuple[int, ...]
+    oracle: Callable[[dict], Sequence] | None = None
+    test_size: int = 8  # small enough for the oracle at 200 bits in well under a second
     flops: Callable[[int], float] | None = None
     version: int = 1  # bump when inputs, references or bounds change meaning
     # other input regimes by name (e.g. {"ill": ill-conditioned matrices}): a parameter of the
     # op, so the bound ratio, not the raw error, tells rounding from bug on hard inputs
     conditions: dict[str, Callable[[np.random.Generator, int], dict[str, np.ndarray]]] = field(default_factory=dict)
+    family: str = ""  # set by the registry: the subject module that declares the op
 
     def condition_names(self) -> tuple[str, ...]:
         return (DEFAULT_CONDITION, *self.conditions)
@@ -94,39 +114,56 @@ class OpInfo:
 
     def dtypes(self) -> tuple[str, ...]:
         seen = {d for i in self.impls for d in i.dtypes}
-        return tuple(d for d in ("float16", "bfloat16", "float32", "float64") if d in seen)
+        return tuple(d for d in ALL_DTYPES if d in seen)
 
     def available_impls(self, dtype: str) -> list[Impl]:
         """Implementations that exist for `dtype` on this machine; others are simply absent."""
         return [i for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
 
 
-_REGISTRY: dict[str, OpInfo] = {}
+def _plugin_ops() -> list[OpInfo]:
+    """Records that installed packages declare under `opbench.ops`; a broken plugin is reported
+    on stderr and left out, so one bad package cannot take the catalog down."""
+    ops = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            loaded = ep.load()
+            records = list(getattr(loaded, "OPS", loaded))
+            if not all(isinstance(r, OpInfo) for r in records):
+                raise TypeError("expected OpInfo records")
+        except Exception as exc:  # noqa: BLE001 - any failure of foreign code
+            print(f"opbench: warning: plugin {ep.name!r} ({ep.value}) left out: {exc}", file=sys.stderr)
+            continue
+        ops += [replace(r, family=r.family or PLUGIN_FAMILY) for r in records]
+    return ops
 
 
-def register(op: OpInfo) -> OpInfo:
-    if op.name in _REGISTRY:
-        raise ValueError(f"op {op.name!r} registered twice")
-    _REGISTRY[op.name] = op
-    return op
-
-
-def _load() -> None:
-    if not _REGISTRY:
-        for module in OP_MODULES:
-            importlib.import_module(f"accuracy.ops.{module}")
+@cache
+def _catalog() -> dict[str, OpInfo]:
+    ops = [replace(op, family=subject) for subject in OP_MODULES
+           for op in importlib.import_module(f"accuracy.ops.{subject}").OPS]
+    catalog: dict[str, OpInfo] = {}
+    for op in ops + _plugin_ops():
+        if op.name in catalog:
+            raise OpbenchError(f"op {op.name!r} is declared twice ({catalog[op.name].family} and {op.family})")
+        catalog[op.name] = op
+    return catalog
 
 
 def all_ops() -> list[OpInfo]:
-    _load()
-    return list(_REGISTRY.values())
+    return list(_catalog().values())
+
+
+def families() -> tuple[str, ...]:
+    """Every family in the catalog, the subjects first, in declaration order."""
+    return tuple(dict.fromkeys(op.family for op in all_ops()))
 
 
 def get_op(name: str) -> OpInfo:
-    _load()
+    catalog = _catalog()
     try:
-        return _REGISTRY[name]
+        return catalog[name]
     except KeyError:
-        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        close = difflib.get_close_matches(name, catalog, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise OpbenchError(f"unknown op {name!r}{hint}; `opbench list` shows them all") from None

@@ -1,4 +1,4 @@
-"""asv benchmarks for the 'elementwise' family, generated from the op registry (see common.py)."""
+"""asv benchmarks for the 'elementwise' ops, generated from the op registry (see common.py)."""
 
 from .common import benchmark_classes
 

@@ -1,4 +1,4 @@
-"""asv benchmarks for the 'fft' family, generated from the op registry (see common.py)."""
+"""asv benchmarks for the 'fft' ops, generated from the op registry (see common.py)."""
 
 from .common import benchmark_classes
 

@@ -26,6 +26,9 @@ from accuracy.threads import all_cores
 RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
 
+# the families whose ops (those with a flop count) also record GFLOP/s
+THROUGHPUT_FAMILIES = ("products", "activations", "norms", "conv", "attention", "losses")
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -174,7 +177,7 @@ def benchmark_classes(family: str) -> dict[str, type]:
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
-        base = _ThroughputBenchmark if op.flops and family in ("blas", "nn") else _OpBenchmark
+        base = _ThroughputBenchmark if op.flops and family in THROUGHPUT_FAMILIES else _OpBenchmark
         name = "".join(part.capitalize() for part in op.name.split("_"))
         conditions = op.condition_names()
         grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}

@@ -27,20 +27,20 @@ def _results_file(results: Path) -> dict:
 
 def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     results = tmp_path / "results"
-    proc = opbench("run", "--quick", "--bench", r"bench_blas\.Dot\.", "--results", str(results),
+    proc = opbench("run", "--quick", "--bench", r"bench_products\.Dot\.", "--results", str(results),
                    "--machine", "ci", "--report", str(tmp_path / "reports"))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     data, path = _results_file(results)
     cols = data["result_columns"]
     values = {name: dict(zip(cols, row)) for name, row in data["results"].items()}
-    timing = values["bench_blas.Dot.time_op"]
+    timing = values["bench_products.Dot.time_op"]
     assert all(v is not None and 0 < v < 1 for v in timing["result"])
     impls = [p for p in timing["params"][0]]
     assert "'numpy:np.dot@float32'" in impls and "'torch:torch.dot@float32'" in impls
     for track in ("track_max_ulp", "track_bound_ratio", "track_max_rel_fp64", "track_nonfinite"):
-        assert values[f"bench_blas.Dot.{track}"]["params"] == timing["params"]
-    ulps = values["bench_blas.Dot.track_max_ulp"]["result"]
-    ratios = values["bench_blas.Dot.track_bound_ratio"]["result"]
+        assert values[f"bench_products.Dot.{track}"]["params"] == timing["params"]
+    ulps = values["bench_products.Dot.track_max_ulp"]["result"]
+    ratios = values["bench_products.Dot.track_bound_ratio"]["result"]
     assert all(u > 0 for u in ulps)  # a float32 dot of 4096 terms is never exact here
     assert all(0 < r < 1 for r in ratios)  # and always provably within rounding
     # the fingerprint sits beside the results file and names the BLAS that ran
@@ -50,8 +50,8 @@ def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     html = tmp_path / "html"
     assert (html / "index.html").is_file()
     index = json.loads((html / "index.json").read_text())
-    assert "bench_blas.Dot.track_bound_ratio" in index["benchmarks"]
-    assert list(html.glob("graphs/**/bench_blas.Dot.time_op.json"))
+    assert "bench_products.Dot.track_bound_ratio" in index["benchmarks"]
+    assert list(html.glob("graphs/**/bench_products.Dot.time_op.json"))
     assert (tmp_path / "reports" / "latest" / "index.html").is_file()
 
 

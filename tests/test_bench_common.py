@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import bench_lapack, bench_reduction  # noqa: E402
+from benchmarks import bench_linalg, bench_reductions  # noqa: E402
 from benchmarks.common import RUN_DIR_VAR  # noqa: E402
 
 
@@ -20,25 +20,25 @@ def _values(cls, params):
 
 
 def test_conditions_are_a_parameter_only_where_an_op_has_them():
-    assert bench_lapack.Solve.param_names == ["impl_dtype", "size", "condition", "threads"]
-    assert bench_lapack.Solve.params[2] == ["random", "ill"]
-    assert "condition" not in bench_lapack.Cholesky.param_names
+    assert bench_linalg.Solve.param_names == ["impl_dtype", "size", "condition", "threads"]
+    assert bench_linalg.Solve.params[2] == ["random", "ill"]
+    assert "condition" not in bench_linalg.Cholesky.param_names
 
 
 def test_tracks_share_one_measurement_within_a_run(tmp_path, monkeypatch):
     params = ("numpy:np.linalg.solve@float64", 32, "ill", 1)  # float32 ill is vacuous (NaN)
-    alone = _values(bench_lapack.Solve, params)
+    alone = _values(bench_linalg.Solve, params)
     monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
-    first = _values(bench_lapack.Solve, params)
+    first = _values(bench_linalg.Solve, params)
     assert len(list(tmp_path.glob("*.json"))) == 1  # measured once, stored for the other tracks
-    assert _values(bench_lapack.Solve, params) == first == alone
+    assert _values(bench_linalg.Solve, params) == first == alone
 
 
 def test_a_different_condition_is_a_different_measurement(tmp_path, monkeypatch):
     monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
-    size = bench_reduction.Sum.params[1][0]
-    random = _values(bench_reduction.Sum, ("torch:torch.sum@float32", size, "random", 1))
-    cancelling = _values(bench_reduction.Sum, ("torch:torch.sum@float32", size, "cancelling", 1))
+    size = bench_reductions.Sum.params[1][0]
+    random = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "random", 1))
+    cancelling = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "cancelling", 1))
     assert len(list(tmp_path.glob("*.json"))) == 2
     assert random != cancelling
     assert cancelling[0] > 100 * random[0]  # ulps explode under cancellation ...

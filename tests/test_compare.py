@@ -36,7 +36,7 @@ UNITS = {
     "track_gflops": ("track", "GFLOP/s"),
 }
 BENCHMARKS = [
-    SyntheticBenchmark(f"bench_blas.Linear.{method}", kind, unit, PARAM_NAMES, PARAMS)
+    SyntheticBenchmark(f"bench_products.Linear.{method}", kind, unit, PARAM_NAMES, PARAMS)
     for method, (kind, unit) in UNITS.items()
 ]
 

@@ -73,14 +73,13 @@ def test_every_impl_runs_with_shape_and_dtype(name):
 @pytest.mark.parametrize("name", NEW_OPS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_canonical_impls_within_bound(name, dtype):
-    """Library implementations (notes mark deliberately naive variants) are within their bounds."""
+    """Every stable implementation is within its bound."""
     op = get_op(name.partition("@")[0])
     if dtype not in op.dtypes():
         pytest.skip("no impl at this dtype")
     case = _case(name, dtype)
     for impl in op.available_impls(dtype):
-        if impl.note and ("naive" in impl.note or "cancels" in impl.note or "rounds away" in impl.note
-                          or "loses" in impl.note or "not backward stable" in impl.note):
+        if not impl.stable:
             continue
         ratio = bound_ratio(case.run(impl), case.exact, case.bound)
         assert np.isnan(ratio) or ratio <= 1.0, (impl.name, ratio)
@@ -140,7 +139,7 @@ def test_baddbmm_exact_against_mpmath():
 
 
 def test_conv_transpose1d_exact_against_direct_sum():
-    from accuracy.ops.nn_more import CT_STRIDE
+    from accuracy.ops.conv import CT_STRIDE
     case = Case(get_op("conv_transpose1d"), get_format("float64"), 6)
     x, w, b = case.inputs64["x"], case.inputs64["w"], case.inputs64["b"]
     out = case.exact.shape[-1]
@@ -233,7 +232,7 @@ def test_linear_grad_exact_against_mpmath_sums():
 
 def test_layer_norm_grad_exact_against_mpmath_diff():
     """dx_i = d/dx_i sum_j g_j layer_norm(x)_j, by mpmath's numerical derivative of the forward."""
-    from accuracy.ops.nn import LAYER_NORM_EPS
+    from accuracy.ops.common import LAYER_NORM_EPS
     case = Case(get_op("layer_norm_grad"), get_format("float64"), 8)
     x, w, b, g = (case.inputs64[k] for k in ("x", "w", "b", "g"))
     rows = 3
@@ -288,7 +287,7 @@ def test_illcond_has_larger_error_but_stays_within_bound(op, backend):
     errors = {}
     for condition in ("random", "ill"):
         case = Case(get_op(op), f64, 32, condition)
-        impl = next(i for i in case.op.impls if i.backend == backend and not i.note)
+        impl = next(i for i in case.op.impls if i.backend == backend and i.stable)
         out = case.run(impl)
         assert bound_ratio(out, case.exact, case.bound) <= 1.0
         errors[condition] = np.max(np.abs(out - case.exact.hi) / np.max(np.abs(case.exact.hi)))

@@ -1,60 +1,23 @@
-"""Elementwise functions: exact reference is the correctly rounded value, bound is k*u*|f(x)|."""
+"""Elementwise math functions: exp, log, tanh, erf, sin, cos, expm1, log1p, sqrt, rsqrt, pow.
+
+The exact reference is the correctly rounded value; the bound is k*u*|f(x)| (plus the smallest
+subnormal). pow takes two inputs and is referenced by 200-bit mpmath outright.
+"""
 
 from __future__ import annotations
-
-import math
 
 import mpmath
 import numpy as np
 import scipy.special
 
-from accuracy.backends import TORCH_VARIANTS
-from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.exact import mp_rows
 from accuracy.inputs import uniform
-from accuracy.references import correctly_rounded
-from accuracy.registry import Impl, OpInfo, register
-
-SCIPY_DTYPES = ("float32", "float64")
+from accuracy.ops.common import elementwise_op
+from accuracy.registry import Impl, OpInfo
 
 
-def _elementwise(name, *, low, high, np64, mp, k, impls, doc, scale_with_x=False):
-    """Register an elementwise op: x uniform in [low, high], bound k*u*|f(x)| (+ underflow).
-
-    `scale_with_x` widens the bound to k*u*(|f(x)| + |x|) for functions defined by a formula that
-    cancels (GELU's 1 + erf(x/sqrt2) for x << 0): every faithful evaluation of the formula errs
-    by about u*|x| there, so the tighter bound would call rounding a bug.
-    """
-
-    def bound(inputs, exact, fmt):
-        scale = np.abs(exact.hi) + (np.abs(inputs["x"]) if scale_with_x else 0.0)
-        return k * fmt.u * scale + fmt.smallest_subnormal
-
-    register(
-        OpInfo(
-            name=name,
-            family="elementwise",
-            doc=doc,
-            generate=lambda rng, n: {"x": uniform(rng, n, low, high)},
-            exact=lambda inputs, fmt: correctly_rounded(np64, mp, inputs["x"], fmt),
-            fp64=lambda x: np64(x),
-            bound=bound,
-            bound_doc=f"{k}*u*(|f(x)|{' + |x|' if scale_with_x else ''}): a few ulps, what a vectorised libm promises",
-            impls=tuple(impls),
-            default_size=4096,
-            bench_sizes=(1 << 16, 1 << 20),
-        )
-    )
-
-
-def _gelu64(x):
-    return 0.5 * x * (1.0 + scipy.special.erf(x / math.sqrt(2.0)))
-
-
-def _gelu_mp(x):
-    return x / 2 * (1 + mpmath.erf(x / mpmath.sqrt(2)))
-
-
-_elementwise(
+EXP = elementwise_op(
     "exp", low=-10.0, high=10.0, np64=np.exp, mp=mpmath.exp, k=4,
     doc="e**x on [-10, 10] (inside float16's range)",
     impls=[
@@ -62,7 +25,7 @@ _elementwise(
         Impl("torch", "torch.exp", lambda ns, x: ns.exp(x), ALL_DTYPES),
     ],
 )
-_elementwise(
+LOG = elementwise_op(
     "log", low=1e-3, high=1e3, np64=np.log, mp=mpmath.log, k=4,
     doc="natural log on [1e-3, 1e3]",
     impls=[
@@ -70,7 +33,7 @@ _elementwise(
         Impl("torch", "torch.log", lambda ns, x: ns.log(x), ALL_DTYPES),
     ],
 )
-_elementwise(
+TANH = elementwise_op(
     "tanh", low=-5.0, high=5.0, np64=np.tanh, mp=mpmath.tanh, k=4,
     doc="tanh on [-5, 5]",
     impls=[
@@ -78,31 +41,95 @@ _elementwise(
         Impl("torch", "torch.tanh", lambda ns, x: ns.tanh(x), ALL_DTYPES),
     ],
 )
-_elementwise(
-    "sigmoid", low=-12.0, high=12.0, np64=scipy.special.expit, mp=lambda x: 1 / (1 + mpmath.exp(-x)), k=4,
-    doc="logistic sigmoid 1/(1+e**-x) on [-12, 12]",
-    impls=[
-        Impl("torch", "torch.sigmoid", lambda ns, x: ns.sigmoid(x), ALL_DTYPES),
-        Impl("scipy", "special.expit", lambda ns, x: ns.special.expit(x), SCIPY_DTYPES),
-        Impl("numpy", "1/(1+exp(-x))", lambda ns, x: 1 / (1 + ns.exp(-x)), IEEE_DTYPES),
-    ],
-)
-_elementwise(
+
+
+ERF = elementwise_op(
     "erf", low=-4.0, high=4.0, np64=scipy.special.erf, mp=mpmath.erf, k=4,
     doc="error function on [-4, 4]",
     impls=[
         Impl("torch", "torch.erf", lambda ns, x: ns.erf(x), ALL_DTYPES),
-        Impl("scipy", "special.erf", lambda ns, x: ns.special.erf(x), SCIPY_DTYPES),
+        Impl("scipy", "special.erf", lambda ns, x: ns.special.erf(x), SINGLE_DOUBLE),
     ],
 )
-_elementwise(
-    "gelu", low=-6.0, high=6.0, np64=_gelu64, mp=_gelu_mp, k=8, scale_with_x=True,
-    doc="GELU, exact erf form x/2*(1+erf(x/sqrt2)) on [-6, 6]",
+
+
+SIN = elementwise_op(
+    "sin", low=-10.0, high=10.0, np64=np.sin, mp=mpmath.sin, k=4,
+    doc="sine on [-10, 10] (argument reduction over a few periods, zeros included)",
     impls=[
-        Impl("torch", "F.gelu", lambda ns, x: ns.nn.functional.gelu(x), ALL_DTYPES, also=TORCH_VARIANTS),
-        Impl("torch", "F.gelu(approximate='tanh')", lambda ns, x: ns.nn.functional.gelu(x, approximate="tanh"),
-             ALL_DTYPES, note="the tanh approximation: a different function, not a rounding of the erf form"),
-        Impl("scipy", "x/2*(1+special.erf(x/sqrt2))", lambda ns, x: x / 2 * (1 + ns.special.erf(x / math.sqrt(2))),
-             SCIPY_DTYPES),
+        Impl("numpy", "np.sin", lambda ns, x: ns.sin(x), IEEE_DTYPES),
+        Impl("torch", "torch.sin", lambda ns, x: ns.sin(x), ALL_DTYPES),
     ],
 )
+COS = elementwise_op(
+    "cos", low=-10.0, high=10.0, np64=np.cos, mp=mpmath.cos, k=4,
+    doc="cosine on [-10, 10]",
+    impls=[
+        Impl("numpy", "np.cos", lambda ns, x: ns.cos(x), IEEE_DTYPES),
+        Impl("torch", "torch.cos", lambda ns, x: ns.cos(x), ALL_DTYPES),
+    ],
+)
+EXPM1 = elementwise_op(
+    "expm1", low=-5.0, high=5.0, np64=np.expm1, mp=mpmath.expm1, k=4,
+    doc="e**x - 1 on [-5, 5]",
+    impls=[
+        Impl("numpy", "np.expm1", lambda ns, x: ns.expm1(x), IEEE_DTYPES),
+        Impl("torch", "torch.expm1", lambda ns, x: ns.expm1(x), ALL_DTYPES),
+        Impl("numpy", "exp(x) - 1", lambda ns, x: ns.exp(x) - 1, IEEE_DTYPES,
+             stable=False, note="cancels near 0: the reason expm1 exists"),
+    ],
+)
+LOG1P = elementwise_op(
+    "log1p", low=-0.9, high=10.0, np64=np.log1p, mp=mpmath.log1p, k=4,
+    doc="log(1 + x) on [-0.9, 10]",
+    impls=[
+        Impl("numpy", "np.log1p", lambda ns, x: ns.log1p(x), IEEE_DTYPES),
+        Impl("torch", "torch.log1p", lambda ns, x: ns.log1p(x), ALL_DTYPES),
+        Impl("numpy", "log(1 + x)", lambda ns, x: ns.log(1 + x), IEEE_DTYPES,
+             stable=False, note="1 + x rounds away x's low bits near 0"),
+    ],
+)
+SQRT = elementwise_op(
+    "sqrt", low=1e-3, high=1e3, np64=np.sqrt, mp=mpmath.sqrt, k=2,
+    doc="square root on [1e-3, 1e3] (IEEE 754 requires correct rounding)",
+    impls=[
+        Impl("numpy", "np.sqrt", lambda ns, x: ns.sqrt(x), IEEE_DTYPES),
+        Impl("torch", "torch.sqrt", lambda ns, x: ns.sqrt(x), ALL_DTYPES),
+    ],
+)
+RSQRT = elementwise_op(
+    "rsqrt", low=1e-3, high=1e3, np64=lambda x: 1.0 / np.sqrt(x), mp=lambda x: 1 / mpmath.sqrt(x), k=4,
+    doc="reciprocal square root on [1e-3, 1e3]",
+    impls=[
+        Impl("torch", "torch.rsqrt", lambda ns, x: ns.rsqrt(x), ALL_DTYPES),
+        Impl("numpy", "1 / np.sqrt(x)", lambda ns, x: 1 / ns.sqrt(x), IEEE_DTYPES),
+    ],
+)
+
+
+def _pow_exact(inputs, fmt):
+    return mp_rows(lambda xs, ys: [a**b for a, b in zip(xs, ys)], inputs["x"], inputs["y"])
+
+
+POW_K = 8
+
+POW = OpInfo(
+    name="pow",
+    doc="x**y with x uniform in [0.25, 4], y in [-4, 4] (results inside float16's range)",
+    generate=lambda rng, n: {"x": uniform(rng, n, 0.25, 4.0), "y": uniform(rng, n, -4.0, 4.0)},
+    exact=_pow_exact,
+    fp64=lambda x, y: np.power(x, y),
+    bound=lambda inputs, exact, fmt: POW_K * fmt.u * np.abs(exact.hi) + fmt.smallest_subnormal,
+    bound_doc=f"{POW_K}*u*|x**y|: a few ulps (exp(y*log x) needs log x to extra precision)",
+    impls=(
+        Impl("numpy", "np.power", lambda ns, x, y: ns.power(x, y), IEEE_DTYPES),
+        Impl("torch", "torch.pow", lambda ns, x, y: ns.pow(x, y), ALL_DTYPES),
+        Impl("numpy", "exp(y * log(x))", lambda ns, x, y: ns.exp(y * ns.log(x)), IEEE_DTYPES,
+             stable=False,
+             note="log x's rounding error is multiplied by |y log x|: loses bits"),
+    ),
+    default_size=4096, bench_sizes=(1 << 16, 1 << 20),
+)
+
+
+OPS = [EXP, LOG, TANH, ERF, SIN, COS, EXPM1, LOG1P, SQRT, RSQRT, POW]

@@ -13,14 +13,14 @@ import math
 import mpmath
 import numpy as np
 
-from accuracy.dtypes import IEEE_DTYPES
-from accuracy.exact import MP_PRECISION_BITS, Exact, dot2_matmul
+from accuracy.dtypes import IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.exact import MP_PRECISION_BITS, dot2_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
-from accuracy.registry import Impl, OpInfo, register
+from accuracy.registry import Impl, OpInfo
 
 ROWS = 8
-FFT_DTYPES = ("float32", "float64")  # torch.fft has no float16/bfloat16 on CPU
+SINGLE_DOUBLE = SINGLE_DOUBLE  # torch.fft has no float16/bfloat16 on CPU
 
 
 def _twiddles(n):
@@ -60,25 +60,30 @@ def _stack(ns, z):
     return ns.stack([z.real, z.imag], axis=-1)
 
 
-for _name, _bins, _np, _torch, _doc in (
-    ("fft", lambda n: n, "fft", "fft", "full complex DFT"),
-    ("rfft", lambda n: n // 2 + 1, "rfft", "rfft", "real-input DFT (n/2 + 1 bins)"),
-):
-    register(OpInfo(
-        name=_name, family="fft",
-        doc=f"{_doc} of {ROWS} N(0,1) rows of length n; output (..., bins, 2) = (real, imag)",
+def _dft_op(name: str, bins, doc: str) -> OpInfo:
+    """fft or rfft: numpy, scipy and torch all name the function alike."""
+    return OpInfo(
+        name=name,
+        doc=f"{doc} of {ROWS} N(0,1) rows of length n; output (..., bins, 2) = (real, imag)",
         generate=lambda rng, n: {"x": normal(rng, (ROWS, n))},
-        exact=lambda inputs, fmt, b=_bins: _dft_exact(inputs["x"], b(inputs["x"].shape[-1])),
-        fp64=lambda x, f=_np: _stack(np, getattr(np.fft, f)(x)),
+        exact=lambda inputs, fmt: _dft_exact(inputs["x"], bins(inputs["x"].shape[-1])),
+        fp64=lambda x: _stack(np, getattr(np.fft, name)(x)),
         bound=_fft_bound,
         bound_doc="log2(n) eta/(1 - log2(n) eta) * sqrt(n) ||x||_2 per element, eta = u + gamma_4 (sqrt2 + u) (Higham Thm 24.2)",
         impls=(
-            Impl("numpy", f"np.fft.{_np}", lambda ns, x, f=_np: _stack(ns, getattr(ns.fft, f)(x)), IEEE_DTYPES,
-                 note="float16 is computed in float32 and rounded (pocketfft has no half precision)"),
-            Impl("scipy", f"scipy.fft.{_np}", lambda ns, x, f=_np: _stack(np, getattr(ns.fft, f)(x)), FFT_DTYPES),
-            Impl("torch", f"torch.fft.{_torch}", lambda ns, x, f=_torch: ns.view_as_real(getattr(ns.fft, f)(x)),
-                 FFT_DTYPES),
+            Impl("numpy", f"np.fft.{name}", lambda ns, x: _stack(ns, getattr(ns.fft, name)(x)), IEEE_DTYPES,
+                 compute={"float16": "float32"}, note="float16 is computed in float32 and rounded (pocketfft has no half precision)"),
+            Impl("scipy", f"scipy.fft.{name}", lambda ns, x: _stack(np, getattr(ns.fft, name)(x)), SINGLE_DOUBLE),
+            Impl("torch", f"torch.fft.{name}", lambda ns, x: ns.view_as_real(getattr(ns.fft, name)(x)),
+                 SINGLE_DOUBLE),
         ),
         default_size=256, bench_sizes=(1024, 1 << 16),
         flops=lambda n: 5.0 * ROWS * n * math.log2(n) / 2,
-    ))
+    )
+
+
+FFT = _dft_op("fft", lambda n: n, "full complex DFT")
+RFFT = _dft_op("rfft", lambda n: n // 2 + 1, "real-input DFT (n/2 + 1 bins)")
+
+
+OPS = [FFT, RFFT]

@@ -1,7 +1,7 @@
-"""Reductions over long vectors: sum, mean, var, std, logsumexp.
+"""Reductions over long vectors: sum, mean, var, std, logsumexp, cumsum, vector and matrix norms.
 
-Sums are exact through math.fsum; var/std/logsumexp through 200-bit mpmath. The bounds are
-worst-case ones valid for any summation order, so blocked, pairwise and threaded sums all
+Sums are exact through math.fsum; var/std/logsumexp/norms through 200-bit mpmath. The bounds
+are worst-case ones valid for any summation order, so blocked, pairwise and threaded sums all
 qualify and only a semantic difference (ddof, overflow) can break them.
 """
 
@@ -14,11 +14,12 @@ import numpy as np
 import scipy.special
 
 from accuracy.backends import TORCH_VARIANTS
-from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import Exact, fsum_rows, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
-from accuracy.registry import Impl, OpInfo, register
+from accuracy.registry import Impl, OpInfo
+
 
 DDOF = 1  # the reference's explicit ddof for var and std: the unbiased estimator
 
@@ -58,8 +59,8 @@ def _long_vector(scale=1.0, mean=0.0):
     return lambda rng, n: {"x": normal(rng, n, scale) + mean}
 
 
-register(OpInfo(
-    name="sum", family="reduction",
+SUM = OpInfo(
+    name="sum",
     doc="sum of a long vector: random N(0,1), or cancelling +-a pairs (sum|x|/|sum x| ~ 1e6) where the "
     "relative error is huge and only the bound ratio tells rounding from a bug",
     generate=_long_vector(),
@@ -70,7 +71,7 @@ register(OpInfo(
     bound_doc="gamma_{n-1} * sum|x| (Higham 4.3: any summation order)",
     impls=(
         Impl("numpy", "np.sum", lambda ns, x: ns.sum(x), IEEE_DTYPES, note="pairwise summation"),
-        Impl("numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), ("float32", "float64"),
+        Impl("numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), SINGLE_DOUBLE,
              note="through BLAS dot"),
         Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("torch", "torch.cumsum[-1]", lambda ns, x: ns.cumsum(x, 0)[-1], ALL_DTYPES,
@@ -80,10 +81,10 @@ register(OpInfo(
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
     flops=lambda n: n,
-))
+)
 
-register(OpInfo(
-    name="mean", family="reduction",
+MEAN = OpInfo(
+    name="mean",
     doc="mean of a long vector of N(0.5,1) values",
     generate=_long_vector(mean=0.5),
     exact=_exact_mean,
@@ -97,37 +98,42 @@ register(OpInfo(
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
     flops=lambda n: n,
-))
+)
 
-for _name, _root in (("var", False), ("std", True)):
-    def _exact(inputs, fmt, root=_root):
+def _variance_op(name: str, root: bool) -> OpInfo:
+    """var or std (root=True) with the reference's explicit ddof, and the spellings users meet."""
+
+    def exact(inputs, fmt):
         return mp_rows(lambda row: [mpmath.sqrt(_mp_var(row)) if root else _mp_var(row)], inputs["x"])
 
-    def _bound(inputs, exact, fmt, root=_root):
+    def bound(inputs, exact, fmt):
         rel = _var_relative_bound(inputs["x"], fmt)
         return (rel / 2 + gamma(2, fmt.u) if root else rel) * np.abs(exact.hi)
 
-    _np = getattr(np, _name)
-    register(OpInfo(
-        name=_name, family="reduction",
-        doc=f"{_name} with explicit ddof={DDOF} of N(3,1) values (a mean that two-pass must remove)",
+    return OpInfo(
+        name=name,
+        doc=f"{name} with explicit ddof={DDOF} of N(3,1) values (a mean that two-pass must remove)",
         generate=_long_vector(mean=3.0),
-        exact=_exact,
-        fp64=lambda x, f=_np: f(x, ddof=DDOF),
-        bound=_bound,
+        exact=exact,
+        fp64=lambda x: getattr(np, name)(x, ddof=DDOF),
+        bound=bound,
         bound_doc="two-pass bound (n u + n^2 kappa^2 u^2) relative (Chan, Golub, LeVeque)"
-        + ("; halved under sqrt" if _root else ""),
+        + ("; halved under sqrt" if root else ""),
         impls=(
-            Impl("numpy", f"np.{_name}(x, ddof=1)", lambda ns, x, f=_name: getattr(ns, f)(x, ddof=1), IEEE_DTYPES),
-            Impl("torch", f"torch.{_name}(x)", lambda ns, x, f=_name: getattr(ns, f)(x), ALL_DTYPES,
+            Impl("numpy", f"np.{name}(x, ddof=1)", lambda ns, x: getattr(ns, name)(x, ddof=1), IEEE_DTYPES),
+            Impl("torch", f"torch.{name}(x)", lambda ns, x: getattr(ns, name)(x), ALL_DTYPES,
                  note="torch's default correction=1"),
-            Impl("numpy", f"np.{_name}(x)", lambda ns, x, f=_name: getattr(ns, f)(x), IEEE_DTYPES,
-                 note="numpy's default ddof=0: a different estimator, not a rounding difference"),
+            Impl("numpy", f"np.{name}(x)", lambda ns, x: getattr(ns, name)(x), IEEE_DTYPES, semantics="ddof=0",
+                 note="numpy's default ddof=0: the biased estimator"),
         ),
         # n**2 u < 1 keeps the worst-case bound below ddof's 1/n effect in float32
         default_size=1024, bench_sizes=(1 << 10, 1 << 20),
         flops=lambda n: 3 * n,
-    ))
+    )
+
+
+VAR = _variance_op("var", root=False)
+STD = _variance_op("std", root=True)
 
 
 def _mp_logsumexp(row):
@@ -140,8 +146,8 @@ def _logsumexp_bound(inputs, exact, fmt):
     return gamma(x.size + 3, fmt.u) * (np.abs(exact.hi) + 1.0 + np.max(x) - np.min(x))
 
 
-register(OpInfo(
-    name="logsumexp", family="reduction",
+LOGSUMEXP = OpInfo(
+    name="logsumexp",
     doc="log(sum(exp(x))) of N(0, 3**2) values (naive form overflows float16)",
     generate=_long_vector(scale=3.0),
     exact=lambda inputs, fmt: mp_rows(_mp_logsumexp, inputs["x"]),
@@ -150,10 +156,99 @@ register(OpInfo(
     bound_doc="gamma_{n+3} * (|lse| + 1 + max x - min x) (Blanchard, Higham, Mary 2021)",
     impls=(
         Impl("torch", "torch.logsumexp", lambda ns, x: ns.logsumexp(x, 0), ALL_DTYPES),
-        Impl("scipy", "special.logsumexp", lambda ns, x: ns.special.logsumexp(x), ("float32", "float64")),
+        Impl("scipy", "special.logsumexp", lambda ns, x: ns.special.logsumexp(x), SINGLE_DOUBLE),
         Impl("numpy", "log(sum(exp(x)))", lambda ns, x: ns.log(ns.sum(ns.exp(x))), IEEE_DTYPES,
-             note="unshifted: overflows where exp(max x) does"),
+             stable=False, note="unshifted: overflows where exp(max x) does"),
     ),
     default_size=4096, bench_sizes=(1 << 12, 1 << 20),
     flops=lambda n: 2 * n,
-))
+)
+
+
+def _cumsum_exact(inputs, fmt):
+    xs = inputs["x"].tolist()
+    hi, lo = np.empty(len(xs)), np.empty(len(xs))
+    for i in range(len(xs)):
+        prefix = xs[: i + 1]
+        hi[i] = math.fsum(prefix)
+        prefix.append(-hi[i])
+        lo[i] = math.fsum(prefix)
+    return Exact(hi, lo)
+
+
+def _cumsum_bound(inputs, exact, fmt):
+    x = inputs["x"]
+    steps = np.arange(x.size)  # position i (0-based) has i additions
+    nu = steps * fmt.u
+    g = np.where(nu < 1, nu / np.maximum(1 - nu, 1e-300), np.inf)
+    return g * np.cumsum(np.abs(x))
+
+
+CUMSUM = OpInfo(
+    name="cumsum",
+    doc="prefix sums of an N(0,1) vector",
+    generate=lambda rng, n: {"x": normal(rng, n)},
+    exact=_cumsum_exact,
+    fp64=lambda x: np.cumsum(x),
+    bound=_cumsum_bound,
+    bound_doc="gamma_i * sum_{j<=i}|x_j| at 0-based position i (any order of the i additions)",
+    impls=(
+        Impl("numpy", "np.cumsum", lambda ns, x: ns.cumsum(x), IEEE_DTYPES),
+        Impl("torch", "torch.cumsum", lambda ns, x: ns.cumsum(x, 0), ALL_DTYPES),
+    ),
+    default_size=1024, bench_sizes=(1 << 12, 1 << 14),
+    flops=lambda n: n,
+)
+
+
+def _mp_norm(row):
+    return [mpmath.sqrt(mpmath.fsum(v * v for v in row))]
+
+
+def _norm_bound(inputs, exact, fmt):
+    """sum of n squares: gamma_{n} relative (all terms positive), halved by sqrt, + 2 roundings."""
+    x = inputs["x"]
+    return gamma(x.size + 2, fmt.u) * np.abs(exact.hi)
+
+
+VECTOR_NORM = OpInfo(
+    name="vector_norm",
+    doc="Euclidean norm ||x||_2 of an N(0,1) vector",
+    generate=lambda rng, n: {"x": normal(rng, n)},
+    exact=lambda inputs, fmt: mp_rows(_mp_norm, inputs["x"]),
+    fp64=lambda x: np.linalg.norm(x),
+    bound=_norm_bound,
+    bound_doc="gamma_{n+2} * ||x||: a sum of n non-negative squares, then sqrt (scaled nrm2 included)",
+    impls=(
+        Impl("numpy", "np.linalg.norm", lambda ns, x: ns.linalg.norm(x), IEEE_DTYPES),
+        Impl("scipy", "linalg.norm", lambda ns, x: ns.linalg.norm(x), SINGLE_DOUBLE, note="BLAS ?nrm2"),
+        Impl("torch", "torch.linalg.vector_norm", lambda ns, x: ns.linalg.vector_norm(x), ALL_DTYPES),
+        Impl("numpy", "sqrt(sum(x*x))", lambda ns, x: ns.sqrt(ns.sum(x * x)), IEEE_DTYPES),
+    ),
+    default_size=1024, bench_sizes=(1 << 16, 1 << 20),
+    flops=lambda n: 2.0 * n,
+)
+
+def _scalar(e: Exact) -> Exact:
+    return e.map(np.squeeze)
+
+
+MATRIX_NORM = OpInfo(
+    name="matrix_norm",
+    doc="Frobenius norm of an n x n N(0,1) matrix",
+    generate=lambda rng, n: {"x": normal(rng, (n, n))},
+    exact=lambda inputs, fmt: _scalar(mp_rows(_mp_norm, inputs["x"].reshape(1, -1))),
+    fp64=lambda x: np.linalg.norm(x, "fro"),
+    bound=_norm_bound,
+    bound_doc="gamma_{n*n+2} * ||A||_F: the vector norm of all n*n entries",
+    impls=(
+        Impl("numpy", "np.linalg.norm(fro)", lambda ns, x: ns.linalg.norm(x, "fro"), IEEE_DTYPES),
+        Impl("scipy", "linalg.norm", lambda ns, x: ns.linalg.norm(x), SINGLE_DOUBLE),
+        Impl("torch", "torch.linalg.matrix_norm", lambda ns, x: ns.linalg.matrix_norm(x), ALL_DTYPES),
+    ),
+    default_size=32, bench_sizes=(256, 1024),
+    flops=lambda n: 2.0 * n * n,
+)
+
+
+OPS = [SUM, MEAN, VAR, STD, LOGSUMEXP, CUMSUM, VECTOR_NORM, MATRIX_NORM]

@@ -13,16 +13,15 @@ import mpmath
 import numpy as np
 import scipy.special
 
-from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import Exact, dot2_matmul, fsum_rows, mp_rows
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
-from accuracy.ops.nn import (
-    CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, _layer_norm_inputs, _softmax_bound,
+from accuracy.ops.common import (
+    CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, conv_transpose1d_exact, conv_transpose1d_magnitude,
+    layer_norm_inputs, np_conv_transpose1d, softmax_bound,
 )
-from accuracy.ops.nn_more import conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d
-from accuracy.registry import Impl, OpInfo, register
-
+from accuracy.registry import Impl, OpInfo
 
 def _backward(out, g, *leaves):
     out.backward(g)
@@ -42,8 +41,8 @@ def _matmul_grad_exact(inputs, fmt):
     return Exact(np.stack([da.hi, db.hi]), np.stack([da.lo, db.lo]))
 
 
-register(OpInfo(
-    name="matmul_grad", family="grad",
+MATMUL_GRAD = OpInfo(
+    name="matmul_grad",
     doc="(dA, dB) = (g @ B^T, A^T @ g) of C = A @ B, square N(0,1) matrices, stacked",
     generate=lambda rng, n: {"a": normal(rng, (n, n)), "b": normal(rng, (n, n)), "g": normal(rng, (n, n))},
     exact=_matmul_grad_exact,
@@ -57,7 +56,7 @@ register(OpInfo(
     ),
     default_size=64, bench_sizes=(128, 512),
     flops=lambda n: 4.0 * n**3,
-))
+)
 
 
 def _mp_softmax_grad(row, gs):
@@ -74,7 +73,7 @@ def _softmax_grad_bound(inputs, exact, fmt):
     x, g = inputs["x"], inputs["g"]
     n = x.shape[-1]
     y = scipy.special.softmax(x, axis=-1)
-    dy = _softmax_bound({"x": x}, Exact.from_float64(y), fmt)  # absolute error of y
+    dy = softmax_bound({"x": x}, Exact.from_float64(y), fmt)  # absolute error of y
     rel_y = dy / np.maximum(y, np.finfo(float).tiny)
     s = np.sum(g * y, axis=-1, keepdims=True)
     ds = np.sum(np.abs(g) * (dy + gamma(n, fmt.u) * y), axis=-1, keepdims=True)
@@ -93,8 +92,8 @@ def _np_softmax_grad(ns, x, g):
     return y * (g - (g * y).sum(axis=-1, keepdims=True))
 
 
-register(OpInfo(
-    name="softmax_grad", family="grad",
+SOFTMAX_GRAD = OpInfo(
+    name="softmax_grad",
     doc=f"input gradient of softmax over the last axis, {ROWS} rows of N(0, 2**2) logits, upstream g ~ N(0,1)",
     generate=lambda rng, n: {"x": normal(rng, (ROWS, n), 2.0), "g": normal(rng, (ROWS, n))},
     exact=lambda inputs, fmt: mp_rows(_mp_softmax_grad, inputs["x"], inputs["g"]),
@@ -107,7 +106,7 @@ register(OpInfo(
     ),
     default_size=256, bench_sizes=(1024, 1 << 15),
     flops=lambda n: 6.0 * ROWS * n,
-))
+)
 
 
 def _mp_gelu_grad(xs, gs):
@@ -131,8 +130,8 @@ def _torch_gelu_grad(ns, x, g):
 
 GELU_GRAD_K = 8
 
-register(OpInfo(
-    name="gelu_grad", family="grad",
+GELU_GRAD = OpInfo(
+    name="gelu_grad",
     doc="input gradient of exact-erf GELU, g * (Phi(x) + x phi(x)), x uniform in [-6, 6], g ~ N(0,1)",
     generate=lambda rng, n: {"x": uniform(rng, n, -6.0, 6.0), "g": normal(rng, n)},
     exact=lambda inputs, fmt: mp_rows(_mp_gelu_grad, inputs["x"], inputs["g"]),
@@ -143,10 +142,10 @@ register(OpInfo(
     impls=(
         Impl("torch", "autograd F.gelu.backward(g)", _torch_gelu_grad, ALL_DTYPES),
         Impl("scipy", "g*(Phi(x) + x phi(x))", lambda ns, x, g: g * (0.5 * (1 + ns.special.erf(x / math.sqrt(2)))
-             + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)), ("float32", "float64")),
+             + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)), SINGLE_DOUBLE),
     ),
     default_size=4096, bench_sizes=(1 << 16, 1 << 20),
-))
+)
 
 
 def _conv1d_grad_inputs(rng, n):
@@ -163,8 +162,8 @@ def _torch_conv1d_grad(ns, x, w, g):
     return x.grad
 
 
-register(OpInfo(
-    name="conv1d_grad", family="grad",
+CONV1D_GRAD = OpInfo(
+    name="conv1d_grad",
     doc=f"input gradient of conv1d (batch {CONV_BATCH}, {CONV_CHANNELS} channels, kernel {CONV_KERNEL}): "
     "conv_transpose1d(g, w)",
     generate=_conv1d_grad_inputs,
@@ -179,7 +178,7 @@ register(OpInfo(
     ),
     default_size=256, bench_sizes=(256, 4096),
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS**2 * CONV_KERNEL * n,
-))
+)
 
 
 LINEAR_GRAD_BATCH = 8
@@ -218,8 +217,8 @@ def _linear_grad_bound(inputs, exact, fmt):
                            gamma(batch - 1, fmt.u) * g.sum(axis=0)])
 
 
-register(OpInfo(
-    name="linear_grad", family="grad",
+LINEAR_GRAD = OpInfo(
+    name="linear_grad",
     doc=f"(dx, dW, db) = (g @ W, g^T @ x, sum_i g) of y = x @ W.T + b, x ({LINEAR_GRAD_BATCH}, n), W (n/4, n), "
     "N(0,1) inputs and g; the three raveled and concatenated into one vector",
     generate=_linear_grad_inputs,
@@ -233,11 +232,11 @@ register(OpInfo(
     ),
     default_size=64, bench_sizes=(64, 256),
     flops=lambda n: 4.0 * LINEAR_GRAD_BATCH * n * max(n // 4, 1),
-))
+)
 
 
 def _layer_norm_grad_inputs(rng, n):
-    inputs = _layer_norm_inputs(rng, n)  # rows of N(2,1), affine w, b ~ N(0,1), as in layer_norm
+    inputs = layer_norm_inputs(rng, n)  # rows of N(2,1), affine w, b ~ N(0,1), as in layer_norm
     return {**inputs, "g": normal(rng, (ROWS, n))}
 
 
@@ -261,7 +260,7 @@ def _layer_norm_grad_exact(inputs, fmt):
 def _layer_norm_grad_bound(inputs, exact, fmt):
     """First order, for dx = r (gh - mean(gh) - xhat m), r = 1/sqrt(var + eps), gh = g w, m = mean(gh xhat).
 
-    Three sources: (1) r's relative error rel_r: the forward's rel(sigma) (nn._layer_norm_bound, kappa
+    Three sources: (1) r's relative error rel_r: the forward's rel(sigma) (nn.layer_norm_bound, kappa
     term included) plus the reciprocal's rounding; r enters the xhat m term cubed. (2) the mean's
     error e_mu = gamma_{n+1} mean|x|, which shifts xhat by e_mu r and m by e_mu r mean(gh). (3) the
     formula's own roundings. Numpy's centred form needs gamma_{n+5}(mean|gh| + |xhat| mean|gh xhat|)
@@ -307,8 +306,8 @@ def _torch_layer_norm_grad(ns, x, w, b, g):
     return x.grad
 
 
-register(OpInfo(
-    name="layer_norm_grad", family="grad",
+LAYER_NORM_GRAD = OpInfo(
+    name="layer_norm_grad",
     doc=f"input gradient of layer_norm (eps={LAYER_NORM_EPS}, affine w, b) over {ROWS} rows of N(2,1), "
     "upstream g ~ N(0,1): r (g w - mean(g w) - xhat mean(g w xhat))",
     generate=_layer_norm_grad_inputs,
@@ -324,4 +323,7 @@ register(OpInfo(
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),
     flops=lambda n: 12.0 * ROWS * n,
-))
+)
+
+
+OPS = [MATMUL_GRAD, SOFTMAX_GRAD, GELU_GRAD, CONV1D_GRAD, LINEAR_GRAD, LAYER_NORM_GRAD]

@@ -1,0 +1,44 @@
+"""Backends: how numpy arrays become a library's native arrays and back, and whether it is here.
+
+The catalog of backends is plain data: each module named in BACKEND_MODULES exports `BACKENDS`,
+a list of `Backend` instances; adding a backend is one module (or one entry in an existing
+one). The BLAS libraries are discovered at run time, one `blas-<provider>` backend each.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from accuracy.backends.base import Backend
+from accuracy.backends.blas import blas_backends, blas_discovery
+from accuracy.backends.pytorch import TORCH_VARIANTS
+from accuracy.errors import OpbenchError
+
+__all__ = ["BACKEND_MODULES", "Backend", "TORCH_VARIANTS", "backends_for", "blas_discovery", "get_backend"]
+
+BACKEND_MODULES = ("base", "pytorch")
+
+
+@cache
+def _catalog() -> dict[str, Backend]:
+    backends = [b for module in BACKEND_MODULES for b in importlib.import_module(f"accuracy.backends.{module}").BACKENDS]
+    return {b.name: b for b in backends}
+
+
+def backends_for(name: str) -> list[str]:
+    """A declared backend's concrete instances: 'blas' is one per BLAS provider, 'torch' is
+    the CPU and (where present) CUDA."""
+    if name == "blas":
+        return sorted(blas_backends())
+    return ["torch", "torch-cuda"] if name == "torch" else [name]
+
+
+def get_backend(name: str) -> Backend:
+    catalog = _catalog()
+    if name in catalog:
+        return catalog[name]
+    if name.startswith("blas-") and name in blas_backends():
+        return blas_backends()[name]
+    known = ", ".join([*catalog, *blas_backends()])
+    raise OpbenchError(f"unknown backend {name!r}; choose from {known}")

@@ -1,0 +1,66 @@
+"""The numpy backend, which every other backend extends, and scipy.
+
+An implementation in the registry is `fn(ns, **inputs)`, where `ns` is the backend's namespace
+(the numpy, scipy or torch module): declarations stay one line and import nothing eagerly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cached_property
+
+import numpy as np
+
+from accuracy.dtypes import FloatFormat
+from accuracy.threads import thread_limit
+
+
+class Backend:
+    """numpy: arrays pass through unchanged; results are cast back to the target dtype."""
+
+    name = "numpy"
+    device = "cpu"
+    module = "numpy"
+
+    def available(self) -> bool:
+        try:
+            self.namespace
+        except ImportError:
+            return False
+        return True
+
+    @cached_property
+    def namespace(self):
+        return importlib.import_module(self.module)
+
+    def to_native(self, array: np.ndarray):
+        return np.array(array, copy=True)
+
+    def call(self, fn, inputs: dict):
+        """Run an implementation `fn(ns, **inputs)` on native inputs."""
+        return fn(self.namespace, **inputs)
+
+    def to_numpy(self, value, fmt: FloatFormat) -> np.ndarray:
+        return np.asarray(value).astype(fmt.np_dtype, copy=False)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work; a no-op on the CPU."""
+
+    def thread_limit(self, n: int):
+        """A context that runs the block with `n` threads in every pool this backend uses."""
+        return thread_limit(n)
+
+
+class ScipyBackend(Backend):
+    name = "scipy"
+    module = "scipy"
+
+    @cached_property
+    def namespace(self):
+        scipy = importlib.import_module("scipy")
+        for sub in ("special", "linalg", "linalg.blas", "signal", "fft"):
+            importlib.import_module(f"scipy.{sub}")
+        return scipy
+
+
+BACKENDS = [Backend(), ScipyBackend()]

@@ -1,0 +1,48 @@
+"""Every CBLAS library found on this machine as a backend of its own: `blas-<provider>`."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from functools import cache
+
+from accuracy.backends.base import Backend
+from accuracy.threads import thread_limit
+
+
+class BlasBackend(Backend):
+    """One CBLAS library loaded by path (accuracy.blas); its namespace is the Provider itself."""
+
+    def __init__(self, provider):
+        self.provider = provider
+        self.name = f"blas-{provider.name}"
+
+    def available(self) -> bool:
+        return True
+
+    @property
+    def namespace(self):
+        return self.provider
+
+    def thread_limit(self, n: int):
+        @contextmanager
+        def both():
+            with ExitStack() as stack:
+                stack.enter_context(thread_limit(n))
+                stack.enter_context(self.provider.threads(n))
+                yield
+
+        return both()
+
+
+@cache
+def blas_discovery():
+    """Every BLAS library found on this machine (loaded once per process); failures are listed."""
+    from accuracy.blas import discover_providers
+
+    return discover_providers()
+
+
+@cache
+def blas_backends() -> dict[str, BlasBackend]:
+    backends = (BlasBackend(p) for p in blas_discovery().providers.values())
+    return {b.name: b for b in backends}

@@ -1,0 +1,144 @@
+"""Activations: sigmoid, gelu, softplus, silu (elementwise, correctly rounded references) and
+softmax, log_softmax over the last axis of rows (200-bit mpmath references, first-order bounds
+from the shifted-exponential analysis of Blanchard, Higham and Mary).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import scipy.special
+
+from accuracy.backends import TORCH_VARIANTS
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.exact import mp_rows
+from accuracy.metrics import gamma
+from accuracy.ops.common import ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
+from accuracy.registry import Impl, OpInfo
+
+
+def _gelu64(x):
+    return 0.5 * x * (1.0 + scipy.special.erf(x / math.sqrt(2.0)))
+
+
+def _gelu_mp(x):
+    return x / 2 * (1 + mpmath.erf(x / mpmath.sqrt(2)))
+
+
+SIGMOID = elementwise_op(
+    "sigmoid", low=-12.0, high=12.0, np64=scipy.special.expit, mp=lambda x: 1 / (1 + mpmath.exp(-x)), k=4,
+    doc="logistic sigmoid 1/(1+e**-x) on [-12, 12]",
+    impls=[
+        Impl("torch", "torch.sigmoid", lambda ns, x: ns.sigmoid(x), ALL_DTYPES),
+        Impl("scipy", "special.expit", lambda ns, x: ns.special.expit(x), SINGLE_DOUBLE),
+        Impl("numpy", "1/(1+exp(-x))", lambda ns, x: 1 / (1 + ns.exp(-x)), IEEE_DTYPES),
+    ],
+)
+
+
+GELU = elementwise_op(
+    "gelu", low=-6.0, high=6.0, np64=_gelu64, mp=_gelu_mp, k=8, scale_with_x=True,
+    doc="GELU, exact erf form x/2*(1+erf(x/sqrt2)) on [-6, 6]",
+    impls=[
+        Impl("torch", "F.gelu", lambda ns, x: ns.nn.functional.gelu(x), ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("torch", "F.gelu(approximate='tanh')", lambda ns, x: ns.nn.functional.gelu(x, approximate="tanh"),
+             ALL_DTYPES, semantics="approximate='tanh'",
+             note="the tanh approximation of GELU: a different function from the erf form"),
+        Impl("scipy", "x/2*(1+special.erf(x/sqrt2))", lambda ns, x: x / 2 * (1 + ns.special.erf(x / math.sqrt(2))),
+             SINGLE_DOUBLE),
+    ],
+)
+
+
+def _softplus64(x):
+    return np.logaddexp(0.0, x)
+
+
+def _silu64(x):
+    return x * scipy.special.expit(x)
+
+
+SOFTPLUS = elementwise_op(
+    "softplus", low=-15.0, high=15.0, np64=_softplus64, mp=lambda x: mpmath.log1p(mpmath.exp(x)), k=4,
+    doc="softplus log(1 + e**x) on [-15, 15] (below torch's threshold=20 switch to x)",
+    impls=[
+        Impl("torch", "F.softplus", lambda ns, x: ns.nn.functional.softplus(x), ALL_DTYPES),
+        Impl("numpy", "np.logaddexp(0, x)", lambda ns, x: ns.logaddexp(ns.zeros_like(x), x), IEEE_DTYPES),
+        Impl("numpy", "log(1 + exp(x))", lambda ns, x: ns.log(1 + ns.exp(x)), IEEE_DTYPES,
+             stable=False, note="naive: 1 + e**x rounds away the tail for x << 0"),
+    ],
+)
+SILU = elementwise_op(
+    "silu", low=-12.0, high=12.0, np64=_silu64, mp=lambda x: x / (1 + mpmath.exp(-x)), k=4,
+    doc="SiLU / swish x*sigmoid(x) on [-12, 12]",
+    impls=[
+        Impl("torch", "F.silu", lambda ns, x: ns.nn.functional.silu(x), ALL_DTYPES),
+        Impl("torch", "x * sigmoid(x)", lambda ns, x: x * ns.sigmoid(x), ALL_DTYPES),
+        Impl("scipy", "x * special.expit(x)", lambda ns, x: x * ns.special.expit(x), SINGLE_DOUBLE),
+        Impl("numpy", "x / (1 + exp(-x))", lambda ns, x: x / (1 + ns.exp(-x)), IEEE_DTYPES),
+    ],
+)
+
+
+def _mp_log_softmax(row):
+    m = max(row)
+    lse = m + mpmath.log(mpmath.fsum(mpmath.exp(v - m) for v in row))
+    return [v - lse for v in row]
+
+
+def _log_softmax_bound(inputs, exact, fmt):
+    x = inputs["x"]
+    return gamma(x.shape[-1] + 3, fmt.u) * (np.abs(exact.hi) + spread(x) + 1.0)
+
+
+def _np_softmax(ns, x):
+    e = ns.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _np_log_softmax(ns, x):
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - ns.log(ns.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+SOFTMAX = OpInfo(
+    name="softmax",
+    doc=f"softmax over the last axis of {ROWS} rows of N(0, 2**2) logits",
+    generate=rows_of(scale=2.0),
+    exact=lambda inputs, fmt: mp_rows(mp_softmax, inputs["x"]),
+    fp64=lambda x: scipy.special.softmax(x, axis=-1),
+    bound=softmax_bound,
+    bound_doc="(gamma_{n+3} + 2u*(max x - min x)) * softmax(x) (Blanchard, Higham, Mary 2021)",
+    impls=(
+        Impl("torch", "torch.softmax", lambda ns, x: ns.softmax(x, -1), ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("scipy", "special.softmax", lambda ns, x: ns.special.softmax(x, axis=-1), SINGLE_DOUBLE),
+        Impl("numpy", "exp(x - max) / sum", _np_softmax, IEEE_DTYPES),
+    ),
+    default_size=1024, bench_sizes=(1024, 1 << 15),
+    flops=lambda n: 4.0 * ROWS * n,
+)
+
+LOG_SOFTMAX = OpInfo(
+    name="log_softmax",
+    doc=f"log_softmax over the last axis of {ROWS} rows of N(0, 2**2) logits",
+    generate=rows_of(scale=2.0),
+    exact=lambda inputs, fmt: mp_rows(_mp_log_softmax, inputs["x"]),
+    fp64=lambda x: scipy.special.log_softmax(x, axis=-1),
+    bound=_log_softmax_bound,
+    bound_doc="gamma_{n+3} * (|y| + max x - min x + 1)",
+    impls=(
+        Impl("torch", "F.log_softmax", lambda ns, x: ns.nn.functional.log_softmax(x, -1), ALL_DTYPES),
+        Impl("scipy", "special.log_softmax", lambda ns, x: ns.special.log_softmax(x, axis=-1), SINGLE_DOUBLE),
+        Impl("numpy", "x - max - log(sum(exp))", _np_log_softmax, IEEE_DTYPES),
+        Impl("torch", "log(softmax(x))", lambda ns, x: ns.log(ns.softmax(x, -1)), ALL_DTYPES,
+             stable=False,
+             note="log of a rounded probability: loses the tail where softmax underflows"),
+    ),
+    default_size=1024, bench_sizes=(1024, 1 << 15),
+    flops=lambda n: 4.0 * ROWS * n,
+)
+
+
+OPS = [SOFTMAX, LOG_SOFTMAX, SIGMOID, GELU, SOFTPLUS, SILU]

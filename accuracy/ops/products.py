@@ -1,0 +1,185 @@
+"""Products: matmul, linear (x @ W.T + b, five spellings), gemv, dot, bmm, baddbmm.
+
+Exact references come from Dot2 over error-free products (exact to ~u**2, validated against
+mpmath in the tests); bounds are Higham's gamma_k * |A||B| (Theorem 3.5), which any blocking,
+ordering or threading of the sums satisfies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accuracy.backends import TORCH_VARIANTS
+from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.exact import dot2_matmul
+from accuracy.inputs import normal
+from accuracy.metrics import gamma
+from accuracy.registry import Impl, OpInfo
+
+
+def _scipy_gemm(ns, a, b):
+    gemm = ns.linalg.blas.sgemm if a.dtype == np.float32 else ns.linalg.blas.dgemm
+    return gemm(1.0, a, b)
+
+
+def _scipy_dot(ns, x, y):
+    dot = ns.linalg.blas.sdot if x.dtype == np.float32 else ns.linalg.blas.ddot
+    return dot(x, y)
+
+
+MATMUL = OpInfo(
+    name="matmul",
+    doc="C = A @ B for square N(0,1) matrices of order n",
+    generate=lambda rng, n: {"a": normal(rng, (n, n)), "b": normal(rng, (n, n))},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["b"]),
+    fp64=lambda a, b: a @ b,
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"])),
+    bound_doc="gamma_n * |A||B| (Higham, Theorem 3.5)",
+    impls=(
+        Impl("numpy", "a @ b", lambda ns, a, b: a @ b, IEEE_DTYPES),
+        Impl("numpy", "einsum('ik,kj->ij')", lambda ns, a, b: ns.einsum("ik,kj->ij", a, b), IEEE_DTYPES,
+             note="numpy's own loops unless optimize=True: no BLAS"),
+        Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, SINGLE_DOUBLE),
+        Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("blas", "gemm", lambda ns, a, b: ns.call("gemm", a, b), SINGLE_DOUBLE,
+             note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
+    ),
+    default_size=128, bench_sizes=(128, 512),
+    flops=lambda n: 2.0 * n**3,
+)
+
+_LINEAR_BATCH = 32
+
+
+def _linear_shapes(rng, n):
+    """x (32, n) @ W.T with W (n/4, n), as in a projection layer."""
+    out = max(n // 4, 1)
+    return {"x": normal(rng, (_LINEAR_BATCH, n)), "W": normal(rng, (out, n)), "b": normal(rng, out)}
+
+
+def _linear_exact(inputs, fmt):
+    """x @ W.T + b as one Dot2 over [x, 1] @ [W.T; b]: the bias joins the exact sum."""
+    x, W, b = inputs["x"], inputs["W"], inputs["b"]
+    ones = np.ones((x.shape[0], 1))
+    return dot2_matmul(np.hstack([x, ones]), np.vstack([W.T, b[None, :]]))
+
+
+def _linear_bound(inputs, exact, fmt):
+    x, W, b = inputs["x"], inputs["W"], inputs["b"]
+    return gamma(x.shape[1] + 1, fmt.u) * (np.abs(x) @ np.abs(W.T) + np.abs(b))
+
+
+LINEAR = OpInfo(
+    name="linear",
+    doc="y = x @ W.T + b, the fully connected layer, five ways",
+    generate=_linear_shapes,
+    exact=_linear_exact,
+    fp64=lambda x, W, b: x @ W.T + b,
+    bound=_linear_bound,
+    bound_doc="gamma_{n+1} * (|x||W.T| + |b|): the bias is one more term of the sum",
+    impls=(
+        Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES,
+             also=TORCH_VARIANTS),
+        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
+        Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
+        Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),
+    ),
+    default_size=2048, bench_sizes=(512, 2048),
+    flops=lambda n: 2.0 * _LINEAR_BATCH * n * max(n // 4, 1),
+)
+
+GEMV = OpInfo(
+    name="gemv",
+    doc="y = A @ x for an n x n N(0,1) matrix",
+    generate=lambda rng, n: {"a": normal(rng, (n, n)), "x": normal(rng, n)},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["x"][:, None]).map(np.ravel),
+    fp64=lambda a, x: a @ x,
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["x"])),
+    bound_doc="gamma_n * |A||x|",
+    impls=(
+        Impl("numpy", "a @ x", lambda ns, a, x: a @ x, IEEE_DTYPES),
+        Impl("torch", "torch.mv", lambda ns, a, x: ns.mv(a, x), ALL_DTYPES),
+        Impl("blas", "gemv", lambda ns, a, x: ns.call("gemv", a, x), SINGLE_DOUBLE),
+    ),
+    default_size=512, bench_sizes=(512, 2048),
+    flops=lambda n: 2.0 * n**2,
+    version=2,  # 2: the reference is a vector, as the output is
+)
+
+DOT = OpInfo(
+    name="dot",
+    doc="x . y for N(0,1) vectors",
+    generate=lambda rng, n: {"x": normal(rng, n), "y": normal(rng, n)},
+    exact=lambda inputs, fmt: dot2_matmul(inputs["x"][None, :], inputs["y"][:, None]).map(np.squeeze),
+    fp64=lambda x, y: np.dot(x, y),
+    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size, fmt.u) * np.abs(inputs["x"]) @ np.abs(inputs["y"]),
+    bound_doc="gamma_n * |x|.|y|",
+    impls=(
+        Impl("numpy", "np.dot", lambda ns, x, y: ns.dot(x, y), IEEE_DTYPES),
+        Impl("numpy", "np.sum(x * y)", lambda ns, x, y: ns.sum(x * y), IEEE_DTYPES),
+        Impl("scipy", "linalg.blas.?dot", _scipy_dot, SINGLE_DOUBLE),
+        Impl("torch", "torch.dot", lambda ns, x, y: ns.dot(x, y), ALL_DTYPES),
+        Impl("blas", "dot", lambda ns, x, y: ns.call("dot", x, y), SINGLE_DOUBLE),
+    ),
+    default_size=1 << 16, bench_sizes=(1 << 12, 1 << 20),
+    flops=lambda n: 2.0 * n,
+    version=2,  # 2: the reference is a scalar, as the output is
+)
+
+
+BATCH = 4
+
+# -- bmm, baddbmm ---------------------------------------------------------------------------
+
+
+def _bmm_inputs(rng, n):
+    return {"a": normal(rng, (BATCH, n, n)), "b": normal(rng, (BATCH, n, n))}
+
+
+BMM = OpInfo(
+    name="bmm",
+    doc=f"batched A @ B, {BATCH} pairs of square N(0,1) matrices of order n",
+    generate=_bmm_inputs,
+    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["b"]),
+    fp64=lambda a, b: a @ b,
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[-1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"])),
+    bound_doc="gamma_n * |A||B| per batch (Higham, Theorem 3.5)",
+    impls=(
+        Impl("torch", "torch.bmm", lambda ns, a, b: ns.bmm(a, b), ALL_DTYPES),
+        Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES),
+        Impl("numpy", "a @ b", lambda ns, a, b: a @ b, IEEE_DTYPES),
+        Impl("numpy", "einsum('bik,bkj->bij')", lambda ns, a, b: ns.einsum("bik,bkj->bij", a, b), IEEE_DTYPES),
+    ),
+    default_size=64, bench_sizes=(64, 256),
+    flops=lambda n: 2.0 * BATCH * n**3,
+)
+
+
+def _baddbmm_exact(inputs, fmt):
+    """c + a @ b as one Dot2 over [a, I] @ [b; c]: c joins the exact sum."""
+    a, b, c = inputs["a"], inputs["b"], inputs["c"]
+    eye = np.broadcast_to(np.eye(a.shape[-1]), a.shape)
+    return dot2_matmul(np.concatenate([a, eye], axis=-1), np.concatenate([b, c], axis=-2))
+
+
+BADDBMM = OpInfo(
+    name="baddbmm",
+    doc=f"C + A @ B batched ({BATCH} triples of N(0,1) matrices of order n)",
+    generate=lambda rng, n: {**_bmm_inputs(rng, n), "c": normal(rng, (BATCH, n, n))},
+    exact=_baddbmm_exact,
+    fp64=lambda a, b, c: c + a @ b,
+    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[-1] + 1, fmt.u)
+    * (np.abs(inputs["a"]) @ np.abs(inputs["b"]) + np.abs(inputs["c"])),
+    bound_doc="gamma_{n+1} * (|A||B| + |C|): C is one more term of each sum",
+    impls=(
+        Impl("torch", "torch.baddbmm", lambda ns, a, b, c: ns.baddbmm(c, a, b), ALL_DTYPES),
+        Impl("torch", "c + a @ b", lambda ns, a, b, c: c + a @ b, ALL_DTYPES),
+        Impl("numpy", "c + a @ b", lambda ns, a, b, c: c + a @ b, IEEE_DTYPES),
+    ),
+    default_size=64, bench_sizes=(64, 256),
+    flops=lambda n: 2.0 * BATCH * n**3,
+)
+
+
+OPS = [MATMUL, LINEAR, GEMV, DOT, BMM, BADDBMM]

@@ -1,0 +1,5 @@
+"""asv benchmarks for the 'grads' ops, generated from the op registry (see common.py)."""
+
+from .common import benchmark_classes
+
+globals().update(benchmark_classes("grads"))

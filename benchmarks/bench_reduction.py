@@ -1,5 +1,0 @@
-"""asv benchmarks for the 'reduction' family, generated from the op registry (see common.py)."""
-
-from .common import benchmark_classes
-
-globals().update(benchmark_classes("reduction"))
