@@ -1,28 +1,40 @@
-"""The `opbench` command line: one subcommand per module, user errors exit 2 with one line."""
+"""The `opbench` command line: one module per subcommand, bad input exits 2 with one line."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
+from accuracy import __version__
 from accuracy.errors import OpbenchError
 
-# Each entry is a module exposing `register(subparsers)`, which adds its subcommand and sets
-# `func(args) -> int` on the parser. Adding a command is one line here.
+DESCRIPTION = """\
+Why does an op give a different answer here than there, and is that a bug or just rounding?
+opbench runs every implementation of an op (numpy, scipy, torch, torch.compile, each BLAS
+library, ...) on the same rounded inputs, measures each against an exact reference, and says
+whether the difference is within rounding. `opbench run` keeps timings and errors over commits,
+BLAS builds and environments; `opbench compare` says whether an upgrade is safe.
+
+start with:  opbench list   then   opbench explain linear --dtype float32"""
+
+# Each module exposes `register(subparsers)`, which adds its subcommand with
+# `accuracy.commands.common.add_command`. Adding a command is one line here.
 COMMAND_MODULES = (
-    "accuracy.commands.catalog",   # list, info
-    "accuracy.commands.explain",   # explain
-    "accuracy.commands.run",       # run
+    "accuracy.commands.catalog",   # list
+    "accuracy.commands.info",
+    "accuracy.commands.explain",
+    "accuracy.commands.run",
     "accuracy.commands.compare",
-    "accuracy.report.cli",         # report
+    "accuracy.commands.report",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
-    parser = argparse.ArgumentParser(prog="opbench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="opbench", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"opbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

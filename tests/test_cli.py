@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -148,3 +149,27 @@ def test_listed_conditions(listing):
     assert conditions["solve"] == conditions["inv"] == ["random", "ill"]
     assert conditions["sum"] == ["random", "cancelling"]
     assert conditions["matmul"] == ["random"]
+
+
+def _subparsers():
+    from accuracy.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def test_every_subcommand_and_argument_has_help():
+    parser, commands = _subparsers()
+    assert {"list", "info", "explain", "run", "compare", "report"} <= set(commands)
+    for name, sub in commands.items():
+        assert sub.description, name
+        for action in sub._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+
+
+def test_version_flag_prints_the_package_version():
+    from accuracy import __version__
+
+    out = opbench("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"opbench {__version__}"

@@ -12,7 +12,7 @@ import pytest
 from fixtures_report import INJECTED, shared_results  # noqa: F401
 
 import accuracy.cli
-from accuracy.report import cli as report_cli
+from accuracy.commands import report as report_cli
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "regressions.csv",
@@ -22,7 +22,7 @@ REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "re
 @pytest.fixture
 def opbench_main(monkeypatch):
     """The real `accuracy.cli.main`, with only the report command registered."""
-    monkeypatch.setattr(accuracy.cli, "COMMAND_MODULES", ("accuracy.report.cli",))
+    monkeypatch.setattr(accuracy.cli, "COMMAND_MODULES", ("accuracy.commands.report",))
     return accuracy.cli.main
 
 
@@ -31,7 +31,7 @@ def test_register_adds_report_with_defaults():
     report_cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report"])
     assert (args.results, args.out, args.name) == (Path("results"), Path("reports"), "latest")
-    assert args.func is report_cli.run_report
+    assert args.func is report_cli.run
 
 
 def test_report_writes_html_markdown_and_data(opbench_main, shared_results, tmp_path, capsys):

@@ -9,14 +9,15 @@ from pathlib import Path
 
 from asv.util import human_value
 
+from accuracy.commands.common import add_command, add_json, add_results
 from accuracy.errors import OpbenchError
 from accuracy.tables import format_table
 from accuracy.upgrade import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "compare",
+    p = add_command(
+        sub, "compare", run,
         help="compare two asv result sets (machines, environments or commits): is the upgrade safe?",
         description="BASE and NEW each name a result set: a machine, an asv environment name or a "
         "commit hash prefix (a set with several commits means its latest). Prints every op and "
@@ -24,15 +25,14 @@ def register(sub) -> None:
         "1 something got worse (significant slowdown, result newly beyond rounding or non-finite, "
         "benchmark newly failing), 2 bad input.",
     )
-    p.add_argument("base", metavar="BASE")
-    p.add_argument("new", metavar="NEW")
-    p.add_argument("--results", type=Path, default=Path("results"), help="asv results directory (default: results)")
+    p.add_argument("base", metavar="BASE", help="the result set before the change")
+    p.add_argument("new", metavar="NEW", help="the result set after the change")
+    add_results(p)
     p.add_argument("--time-threshold", type=float, default=DEFAULT_TIME_THRESHOLD,
                    help="smallest timing (or GFLOP/s) ratio that counts as a change, when asv's 99%% "
                    f"confidence intervals also separate (default: {DEFAULT_TIME_THRESHOLD})")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
+    add_json(p)
     p.add_argument("--csv", type=Path, metavar="PATH", help="also write one CSV row per comparison row")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

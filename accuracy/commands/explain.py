@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import json
 
+from accuracy.commands.common import add_case, add_command, add_json
 from accuracy.errors import OpbenchError
 from accuracy.explain import explain
-from accuracy.registry import DEFAULT_CONDITION
 from accuracy.tables import format_table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("explain", help="compare every implementation of one op on the same inputs")
-    p.add_argument("op")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--size", type=int, default=None, help="the op's size knob (default: the op's own)")
-    p.add_argument("--condition", default=DEFAULT_CONDITION,
-                   help="input regime, for ops that have several (e.g. solve --condition ill)")
-    p.add_argument("--threads", type=int, default=None, help="threads for the main run (default: all cores)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
+    p = add_command(sub, "explain", run, help="compare every implementation of one op on the same inputs")
+    add_case(p, threads_help="threads for the main run (default: all cores)")
+    add_json(p)
 
 
 def _num(v) -> str:

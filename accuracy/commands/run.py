@@ -5,26 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from accuracy.asvrun import default_machine_name, run_suite
+from accuracy.commands.common import add_command, add_results
 from accuracy.errors import OpbenchError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run the asv suite, publish HTML history and write the report")
+    p = add_command(sub, "run", run, help="run the asv suite, publish HTML history and write the report")
     p.add_argument("--quick", action="store_true", help="one sample per benchmark and the quick grid (<= 3 min)")
     p.add_argument("--bench", help="only benchmarks matching this regex (asv --bench)")
     p.add_argument("--machine", default=None, help="asv machine name (default: this host's name)")
-    p.add_argument("--results", type=Path, default=Path("results"), help="asv results directory")
+    add_results(p)
     p.add_argument("--html", type=Path, default=None, help="asv HTML directory (default: html beside results)")
     p.add_argument("--commits", help="a commit range (e.g. HEAD~3..HEAD) run in asv-built virtualenvs")
-    p.add_argument("--config", type=Path, default=Path("asv.conf.json"))
+    p.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv configuration (default: asv.conf.json)")
     p.add_argument("--profile", choices=("quick", "default", "full"), default=None,
                    help="parameter grid (default: quick with --quick, else default)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="a process-start knob (e.g. OPENBLAS_CORETYPE=SkylakeX); results go to a machine "
                         "named after it, so `opbench compare` can set runs with and without it side by side")
     p.add_argument("--report", type=Path, default=Path("reports"), help="where the trend report goes")
-    p.add_argument("--no-report", action="store_true")
-    p.set_defaults(func=run)
+    p.add_argument("--no-report", action="store_true", help="skip the trend report")
 
 
 def parse_knobs(pairs: list[str]) -> dict[str, str]:

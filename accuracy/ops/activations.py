@@ -1,4 +1,4 @@
-"""Activations: sigmoid, gelu, softplus, silu (elementwise, correctly rounded references) and
+"""Activations: relu, sigmoid, gelu, softplus, silu (elementwise, correctly rounded references) and
 softmax, log_softmax over the last axis of rows (200-bit mpmath references, first-order bounds
 from the shifted-exponential analysis of Blanchard, Higham and Mary).
 """
@@ -82,6 +82,17 @@ SILU = elementwise_op(
 )
 
 
+RELU = elementwise_op(
+    "relu", low=-4.0, high=4.0, np64=lambda x: np.maximum(x, 0.0), mp=lambda x: max(x, 0), k=0.5,
+    doc="max(x, 0) on [-4, 4]: exact in every format, so any error at all is a bug",
+    impls=[
+        Impl("torch", "F.relu", lambda ns, x: ns.nn.functional.relu(x), ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("torch", "torch.clamp_min(x, 0)", lambda ns, x: ns.clamp_min(x, 0), ALL_DTYPES),
+        Impl("numpy", "np.maximum(x, 0)", lambda ns, x: ns.maximum(x, 0), IEEE_DTYPES),
+    ],
+)
+
+
 def _mp_log_softmax(row):
     m = max(row)
     lse = m + mpmath.log(mpmath.fsum(mpmath.exp(v - m) for v in row))
@@ -141,4 +152,4 @@ LOG_SOFTMAX = OpInfo(
 )
 
 
-OPS = [SOFTMAX, LOG_SOFTMAX, SIGMOID, GELU, SOFTPLUS, SILU]
+OPS = [SOFTMAX, LOG_SOFTMAX, SIGMOID, GELU, SOFTPLUS, SILU, RELU]

@@ -1,4 +1,4 @@
-"""The `opbench report` subcommand."""
+"""`opbench report`: the trend report (HTML, Markdown, CSV, Parquet) from asv results."""
 
 from __future__ import annotations
 
@@ -6,18 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from accuracy.commands.common import add_command, add_results
 from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, DEFAULT_THRESHOLD
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "report",
+    parser = add_command(
+        subparsers, "report", run,
         help="write an HTML/Markdown trend report from asv results",
         description="Load every asv result, flag regressions between commits, compare "
         "environments, and write <out>/<name>/index.html, report.md and CSV/Parquet data.",
     )
-    parser.add_argument("--results", type=Path, default=Path("results"), help="asv results directory (default: results)")
+    add_results(parser)
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where reports go (default: reports)")
     parser.add_argument("--name", default="latest", help="report subdirectory name (default: latest)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
@@ -25,11 +26,10 @@ def register(subparsers) -> None:
     parser.add_argument("--nondeterministic", action="append", metavar="PATTERN",
                         help="glob of track benchmarks whose values are noisy (repeatable; "
                         f"default: {' '.join(DEFAULT_NONDETERMINISTIC)})")
-    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS, help="figures per plot family")
-    parser.set_defaults(func=run_report)
+    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS, help="figures per plot family (default: %(default)s)")
 
 
-def run_report(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     index = write_report(
         args.results,
         args.out,
