@@ -13,7 +13,6 @@ import importlib
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -22,6 +21,7 @@ from accuracy.backends import backends_for, get_backend
 from accuracy.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
+from accuracy.plugins import load_plugins
 
 DEFAULT_CONDITION = "random"  # the input regime every op has: its own `generate`
 
@@ -121,32 +121,20 @@ class OpInfo:
         return [i for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
 
 
-def _plugin_ops() -> list[OpInfo]:
-    """Records that installed packages declare under `opbench.ops`; a broken plugin is reported
-    on stderr and left out, so one bad package cannot take the catalog down."""
-    ops = []
-    for ep in entry_points(group=PLUGIN_GROUP):
-        try:
-            loaded = ep.load()
-            records = list(getattr(loaded, "OPS", loaded))
-            if not all(isinstance(r, OpInfo) for r in records):
-                raise TypeError("expected OpInfo records")
-        except Exception as exc:  # noqa: BLE001 - any failure of foreign code
-            print(f"opbench: warning: plugin {ep.name!r} ({ep.value}) left out: {exc}", file=sys.stderr)
-            continue
-        ops += [replace(r, family=r.family or PLUGIN_FAMILY) for r in records]
-    return ops
-
-
 @cache
 def _catalog() -> dict[str, OpInfo]:
-    ops = [replace(op, family=subject) for subject in OP_MODULES
-           for op in importlib.import_module(f"accuracy.ops.{subject}").OPS]
     catalog: dict[str, OpInfo] = {}
-    for op in ops + _plugin_ops():
+    for subject in OP_MODULES:
+        for op in importlib.import_module(f"accuracy.ops.{subject}").OPS:
+            if op.name in catalog:
+                raise ValueError(f"op {op.name!r} is declared twice ({catalog[op.name].family} and {subject})")
+            catalog[op.name] = replace(op, family=subject)
+    for op in load_plugins(PLUGIN_GROUP, "OPS", OpInfo):
         if op.name in catalog:
-            raise OpbenchError(f"op {op.name!r} is declared twice ({catalog[op.name].family} and {op.family})")
-        catalog[op.name] = op
+            print(f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
+                  file=sys.stderr)
+            continue
+        catalog[op.name] = replace(op, family=op.family or PLUGIN_FAMILY)
     return catalog
 
 

@@ -1,8 +1,9 @@
 """Backends: how numpy arrays become a library's native arrays and back, and whether it is here.
 
-The catalog of backends is plain data: each module named in BACKEND_MODULES exports `BACKENDS`,
-a list of `Backend` instances; adding a backend is one module (or one entry in an existing
-one). The BLAS libraries are discovered at run time, one `blas-<provider>` backend each.
+The catalog of backends is plain data: each module named in BACKEND_MODULES, or named by an
+installed package under the `opbench.backends` entry-point group, exports `BACKENDS`, a list of
+`Backend` instances; adding a backend is one module. The BLAS libraries are discovered at run
+time, one `blas-<provider>` backend each.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from accuracy.backends.base import Backend
 from accuracy.backends.blas import blas_backends, blas_discovery
 from accuracy.backends.pytorch import TORCH_VARIANTS
 from accuracy.errors import OpbenchError
+from accuracy.plugins import load_plugins
 
 __all__ = ["BACKEND_MODULES", "Backend", "TORCH_VARIANTS", "backends_for", "blas_discovery", "get_backend"]
 
 BACKEND_MODULES = ("base", "pytorch")
+PLUGIN_GROUP = "opbench.backends"
 
 
 @cache
 def _catalog() -> dict[str, Backend]:
     backends = [b for module in BACKEND_MODULES for b in importlib.import_module(f"accuracy.backends.{module}").BACKENDS]
-    return {b.name: b for b in backends}
+    return {b.name: b for b in [*backends, *load_plugins(PLUGIN_GROUP, "BACKENDS", Backend)]}
 
 
 def backends_for(name: str) -> list[str]:
