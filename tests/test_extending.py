@@ -99,3 +99,27 @@ def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
     assert out.returncode == 0
     assert any(o["op"] == "matmul" for o in json.loads(out.stdout))
     assert out.stderr.count("warning: plugin 'broken'") == 1 and "Traceback" not in out.stderr
+
+
+def test_the_catalog_is_complete_whichever_op_module_is_imported_first():
+    from accuracy.registry import OP_MODULES, all_ops
+
+    expected = len(all_ops())
+    code = ("import importlib, sys; importlib.import_module('accuracy.ops.' + sys.argv[1]); "
+            "from accuracy.registry import all_ops; print(len(all_ops()))")
+    for subject in OP_MODULES:
+        out = subprocess.run([sys.executable, "-c", code, subject], capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert int(out.stdout) == expected, subject
+
+
+def test_every_op_family_is_the_subject_module_that_declares_it():
+    import importlib
+
+    from accuracy.registry import OP_MODULES, all_ops
+
+    declared = {op.name: subject for subject in OP_MODULES
+                for op in importlib.import_module(f"accuracy.ops.{subject}").OPS}
+    assert {op.name: op.family for op in all_ops() if op.family in OP_MODULES} == declared
+    assert all(declared.values())
