@@ -1,8 +1,8 @@
 """`opbench explain`: every implementation of one op on the same inputs, and what the gaps mean.
 
-Three answers to "bug or rounding?": each implementation's error against its provable bound,
-each pair's discrepancy classed by whether both parties are within their bounds, and whether
-results are bitwise reproducible across runs and across thread counts.
+Three answers to "bug or rounding?": each implementation's verdict (accuracy.verdicts) with
+its reason and worst element, each pair's class following both sides' verdicts, and whether
+results are bitwise reproducible run to run and between one thread and all cores (both judged).
 """
 
 from __future__ import annotations
@@ -12,61 +12,67 @@ from itertools import combinations
 import numpy as np
 
 from accuracy.evaluate import Case, make_case
+from accuracy.metrics import ulps_apart
 from accuracy.registry import DEFAULT_CONDITION
-from accuracy.metrics import ulp_error
 from accuracy.threads import all_cores
+from accuracy.verdicts import WITHIN, Evidence, Judgement, pair_verdict
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def _measure_all(case: Case, threads: int) -> tuple[list[dict], dict[str, np.ndarray]]:
-    rows, outputs = [], {}
+def _measure_all(case: Case, evidence: Evidence, threads: int):
+    rows, outputs, judgements = [], {}, {}
     for impl in case.op.available_impls(case.fmt.name):
         row = {"impl": impl.name, "note": impl.note}
         try:
             outputs[impl.name] = case.run(impl, threads)
             summary = case.measure(impl, outputs[impl.name])
-            row.update(summary.as_dict(), verdict=summary.verdict)
+            judgements[impl.name] = evidence.judge(outputs[impl.name], impl)
+            row.update(summary.as_dict())
+            row.update(judgements[impl.name].as_dict())  # its bound ratio is the precision model's
         except Exception as exc:  # a crashing implementation is a finding, not a crash of explain
-            row.update(verdict="error", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+            row.update(verdict="error", label="error", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+            outputs.pop(impl.name, None)
         rows.append(row)
-    return rows, outputs
+    return rows, outputs, judgements
 
 
-def _pairs(rows: list[dict], outputs: dict[str, np.ndarray]) -> list[dict]:
-    verdicts = {r["impl"]: r["verdict"] for r in rows}
+def _pairs(outputs: dict[str, np.ndarray], judgements: dict[str, Judgement]) -> list[dict]:
     pairs = []
     for a, b in combinations(outputs, 2):
-        apart = ulp_error(outputs[a], outputs[b].astype(np.float64))
+        apart = ulps_apart(outputs[a], outputs[b])
         finite = apart[np.isfinite(apart)]
-        if _bitwise_equal(outputs[a], outputs[b]):
-            cls = "identical"
-        elif verdicts[a] == verdicts[b] == "within rounding":
-            cls = "within rounding"
-        else:
-            cls = "beyond rounding"
+        identical = _bitwise_equal(outputs[a], outputs[b])
         pairs.append({
             "a": a, "b": b,
             "max_ulp_apart": float(finite.max()) if finite.size else 0.0,
-            "differing_elements": int(np.count_nonzero(outputs[a].astype(np.float64) != outputs[b].astype(np.float64))),
-            "class": cls,
+            "nonfinite_apart": int(np.count_nonzero(~np.isfinite(apart))),
+            "differing_elements": int(np.count_nonzero(apart)),
+            "class": "identical" if identical else pair_verdict(judgements[a], judgements[b]),
+            "failing": [] if identical else [s for s in (a, b) if judgements[s].verdict != WITHIN],
         })
     return pairs
 
 
-def _reproducibility(case: Case, outputs: dict[str, np.ndarray], threads: int) -> list[dict]:
+def _reproducibility(case: Case, evidence: Evidence, outputs: dict[str, np.ndarray], threads: int) -> list[dict]:
+    """Run to run at the main thread count; then 1 thread against all cores, whatever the main
+    run used, each judged: a thread count whose result is not within rounding is named."""
+    cores = all_cores()
     out = []
     for impl in case.op.available_impls(case.fmt.name):
         if impl.name not in outputs:
             continue
         again = case.run(impl, threads)
-        single = case.run(impl, 1)
+        single = outputs[impl.name] if threads == 1 else case.run(impl, 1)
+        full = outputs[impl.name] if threads == cores else case.run(impl, cores)
         out.append({
             "impl": impl.name,
             "run_to_run": _bitwise_equal(outputs[impl.name], again),
-            "one_vs_all_threads": _bitwise_equal(single, outputs[impl.name]),
+            "one_vs_all_threads": _bitwise_equal(single, full),
+            "verdict_1_thread": evidence.judge(single, impl).label,
+            f"verdict_{cores}_threads": evidence.judge(full, impl).label,
         })
     return out
 
@@ -75,7 +81,8 @@ def explain(op_name: str, dtype: str = "float32", size: int | None = None, threa
             condition: str = DEFAULT_CONDITION) -> dict:
     case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
-    rows, outputs = _measure_all(case, threads)
+    evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)
+    rows, outputs, judgements = _measure_all(case, evidence, threads)
     return {
         "op": case.op.name,
         "doc": case.op.doc,
@@ -86,6 +93,6 @@ def explain(op_name: str, dtype: str = "float32", size: int | None = None, threa
         "all_cores": all_cores(),
         "bound": case.op.bound_doc,
         "implementations": rows,
-        "pairs": _pairs(rows, outputs),
-        "reproducibility": _reproducibility(case, outputs, threads),
+        "pairs": _pairs(outputs, judgements),
+        "reproducibility": _reproducibility(case, evidence, outputs, threads),
     }

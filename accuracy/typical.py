@@ -1,0 +1,84 @@
+"""The typical-error tier: is an error consistent with what a correct algorithm makes *here*?
+
+Worst-case bounds (gamma_n |A||B|) are thousands of times larger than the error of any correct
+algorithm, so a lost term or a float16 accumulator stays inside them. This tier measures, on
+the same rounded inputs, the error of the least accurate correct algorithm at the compute
+precision — the op's own formula with plain recursive summation — and flags an error more
+than TYPICAL_Z times that scale (plus one ulp of the stored format, the final rounding).
+
+The scale per output element is the larger of
+- the RMS error of RANDOM_RUNS Monte Carlo runs of the recursive algorithm (emulate, mode
+  "random": independent rounding errors, the model of Higham & Mary's probabilistic analysis,
+  here evaluated on the data's own partial sums instead of bounded by sum|x|), and
+- the actual error of one deterministic round-to-nearest recursive run, which also covers
+  data whose rounding errors do not average out (repeated values, integers).
+
+TYPICAL_Z was chosen by measurement (`opbench selftest`, README): the largest error of any
+correct implementation in the catalog is below it, and every mutant at 16x the least accurate
+correct algorithm's error is above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from accuracy.dtypes import FloatFormat
+from accuracy.emulate import emulate
+from accuracy.exact import Exact
+from accuracy.metrics import ulp
+
+TYPICAL_Z = 8.0
+RANDOM_RUNS = 64
+SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
+
+
+@dataclass(frozen=True)
+class TypicalModel:
+    """Per element: the error scale of a correct algorithm and the threshold the tier flags."""
+
+    scale: np.ndarray  # absolute error scale of the least accurate correct algorithm
+    threshold: np.ndarray  # TYPICAL_Z * scale + one ulp of the stored format
+    compute: str
+
+    def ratio(self, abs_error: np.ndarray) -> float:
+        """max |error| / threshold over finite elements: > 1 is atypically large."""
+        ok = np.isfinite(abs_error) & np.isfinite(self.threshold)
+        if not ok.any():
+            return 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(abs_error[ok] == 0, 0.0, abs_error[ok] / self.threshold[ok])
+        return float(np.max(r))
+
+    def threshold_ulps(self, exact: Exact, storage: FloatFormat) -> tuple[float, float]:
+        """(median, smallest) over elements of the error in ulps the tier flags."""
+        t = self.threshold / ulp(exact.hi, storage)
+        t = t[np.isfinite(t)]
+        return (float(np.median(t)), float(np.min(t))) if t.size else (float("inf"), float("inf"))
+
+
+def _error(result, exact: Exact) -> np.ndarray:
+    r = np.asarray(result, dtype=np.longdouble)
+    return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
+
+
+def typical_model(fp64_formula, inputs64: dict, exact: Exact, storage: FloatFormat,
+                  compute: FloatFormat) -> TypicalModel | None:
+    """The tier on these inputs, or None where the op's formula cannot be emulated."""
+    memo: dict = {}
+    runs = []
+    for i in range(RANDOM_RUNS):
+        out = emulate(fp64_formula, inputs64, compute, "random", rng=np.random.default_rng([SEED, i]), memo=memo,
+                      store=storage)
+        if out is None or np.shape(out) != exact.shape:
+            return None
+        runs.append(_error(out, exact))
+    rms = np.sqrt(np.mean(np.square(runs), axis=0))
+    nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
+    scale = rms if nearest is None else np.maximum(rms, _error(nearest, exact))
+    finite = np.isfinite(exact.hi)
+    scale = np.where(finite, scale, np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)
+    return TypicalModel(scale, threshold, compute.name)
