@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "accuracy.commands.catalog",   # list
     "accuracy.commands.info",
     "accuracy.commands.explain",
+    "accuracy.commands.selftest",
     "accuracy.commands.run",
     "accuracy.commands.compare",
     "accuracy.commands.report",

@@ -52,13 +52,14 @@ class Case:
         with np.errstate(all="ignore"):
             return self.op.bound(self.inputs64, self.exact, self.fmt)
 
-    def run(self, impl: Impl, threads: int | None = None) -> np.ndarray:
-        """The implementation's output on this case's inputs, in the case's dtype.
+    def run(self, impl: Impl, threads: int | None = None, inputs: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """The implementation's output on this case's inputs (or `inputs` in the case's dtype,
+        e.g. a self-test's mutated ones), in the case's dtype.
 
         With `threads`, every pool the backend uses is limited to that many threads.
         """
         backend = get_backend(impl.backend)
-        native = {name: backend.to_native(v) for name, v in self.inputs.items()}
+        native = {name: backend.to_native(v) for name, v in (self.inputs if inputs is None else inputs).items()}
         with np.errstate(all="ignore"), (backend.thread_limit(threads) if threads else nullcontext()):
             out = backend.call(impl.fn, native)
             backend.synchronize()

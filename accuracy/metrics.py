@@ -28,7 +28,7 @@ def ulp(values, fmt: FloatFormat) -> np.ndarray:
     vectorised pass, fast enough for the per-partial-sum error models of the typical tier.
     """
     a = np.abs(np.asarray(values, dtype=np.float64))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         spacing = np.spacing(a) * 2.0 ** (53 - fmt.precision)
     spacing = np.clip(spacing, 2.0 ** (fmt.emin - fmt.precision + 1), 2.0 ** (fmt.emax - fmt.precision + 1))
     return np.where(np.isfinite(a), spacing, 2.0 ** (fmt.emin - fmt.precision + 1))

@@ -5,10 +5,11 @@ gamma_n is vacuous beyond n = 2048. Each implementation therefore declares (Impl
 inherits from its backend the precision it computes in; its bound is the algorithm's bound at
 that precision plus one final rounding to the stored format.
 
-Backend policies, for implementations that declare nothing:
-- torch computes float16/bfloat16 in float32 (its CPU kernels accumulate in
-  `at::opmath_type`), except in the CUDA reduced-precision-reduction mode, which accumulates
-  in the stored format; its CUDA TF32 mode rounds float32 products' inputs to TF32;
+Backend policies, for implementations that declare nothing (a formula of several ops, each
+rounding its result to storage, declares {"float16": "float16", ...}: it computes in storage):
+- torch computes float16/bfloat16 in float32: its CPU kernels compute in `at::opmath_type`
+  (float for Half and BFloat16); its CUDA reduced-precision-reduction mode accumulates in the
+  stored format; its CUDA TF32 mode rounds float32 products' inputs to TF32;
 - numpy computes in the input's precision (np.mean/np.var documentation: "computed using the
   same precision the input has"; einsum accumulates in its output), except its float16 ufunc
   loops, which call the float32 function and round once, and its linalg functions, which
@@ -27,6 +28,7 @@ from accuracy.dtypes import FORMATS, FloatFormat
 TF32 = FloatFormat("tfloat32", np.dtype(np.float32), 11, -126, 127)
 LOW_PRECISION = ("float16", "bfloat16")
 NUMPY_LINALG_PREFIX = "np.linalg."  # a variant that is one numpy.linalg call, upcast whole
+UFUNC_FAMILIES = ("elementwise", "activations")  # numpy's float16 loops call the float32 function
 REDUCED_PRECISION_BACKENDS = ("torch-cuda-reduced-reduction",)
 TF32_BACKENDS = ("torch-cuda-tf32",)
 
@@ -48,7 +50,7 @@ def compute_format(impl, fmt: FloatFormat, family: str = "") -> FloatFormat:
         if fmt.name in LOW_PRECISION and backend not in REDUCED_PRECISION_BACKENDS:
             return FORMATS["float32"]
     if backend == "numpy":
-        if fmt.name in LOW_PRECISION and family == "elementwise":
+        if fmt.name in LOW_PRECISION and family in UFUNC_FAMILIES:
             return FORMATS["float32"]
         if fmt.name == "float32" and impl.variant.startswith(NUMPY_LINALG_PREFIX):
             return FORMATS["float64"]

@@ -44,8 +44,8 @@ class Impl:
     also: tuple[str, ...] = ()  # extra backends this fn also runs on (e.g. backends.TORCH_VARIANTS)
     # a deliberate difference in what is computed (e.g. "ddof=0"): never a rounding difference
     semantics: str = ""
-    # storage dtype -> the wider precision it computes in there (e.g. {"float16": "float32"} for
-    # a float16 op that upcasts); a dtype not listed computes in itself
+    # storage dtype -> the precision it computes in there (e.g. {"float16": "float32"} for a
+    # float16 op that upcasts); empty: its backend's policy (accuracy.precision)
     compute: Mapping[str, str] = field(default_factory=dict)
     # False for a textbook formula known to lose accuracy (no max shift, explicit inverse, ...):
     # it may leave the bound or overflow, and tests expect nothing of it

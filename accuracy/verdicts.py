@@ -174,15 +174,18 @@ class Evidence:
         contract = contracts.contract_for(self.op.name, impl, self.fmt, compute)
         if contract is not None:
             return self._by_contract(output, err, contract, common)
+        if not np.any(err):
+            return Judgement(WITHIN, "correctly rounded: every element is the exact value rounded to "
+                             f"{self.fmt.name}", **common)
+        if not vacuous and bound_ratio > 1:
+            return Judgement(BEYOND, f"error {bound_ratio:.3g}x the worst-case bound at {compute.name} "
+                             f"({self.op.bound_doc})", worst=self._worst(output, err, bound), **common)
+        ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
+        if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too
+            return self._by_backward_error(output, err, bound, ratio, vacuous, common)
         if vacuous:
             return Judgement(UNDETERMINED, f"no valid worst-case bound at {compute.name} for this size "
                              f"({self.op.bound_doc} is infinite: n*u >= 1 or kappa*eta >= 1)", **common)
-        if bound_ratio > 1:
-            return Judgement(BEYOND, f"error {bound_ratio:.3g}x the worst-case bound at {compute.name} "
-                             f"({self.op.bound_doc})", worst=self._worst(output, err, bound), **common)
-        ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u)
-        if ratio is not None:
-            return self._by_backward_error(output, err, bound, ratio, common)
         return self._by_typical(output, err, bound, compute, common)
 
     def _by_contract(self, output, err, contract, common) -> Judgement:
@@ -196,14 +199,15 @@ class Evidence:
                              f"{text}", **fields)
         return Judgement(WITHIN, f"within its contract of {text}", **fields)
 
-    def _by_backward_error(self, output, err, bound, ratio, common) -> Judgement:
+    def _by_backward_error(self, output, err, bound, ratio, vacuous, common) -> Judgement:
         doc = backward.RATIO_DOCS[self.op.name]
         fields = {**common, "lapack_ratio": ratio, "worst": self._worst(output, err, bound)}
+        forward = "the forward bound is vacuous here (kappa*eta >= 1)" if vacuous else "inside the worst-case bound"
         if ratio > backward.LAPACK_THRESHOLD:
             return Judgement(SUSPICIOUS, f"LAPACK test ratio {ratio:.3g} > {backward.LAPACK_THRESHOLD:g} ({doc}): "
-                             "not what a backward-stable algorithm gives", **fields)
-        return Judgement(WITHIN, f"inside the worst-case bound; LAPACK test ratio {ratio:.3g} <= "
-                         f"{backward.LAPACK_THRESHOLD:g} ({doc})", **fields)
+                             f"not what a backward-stable algorithm gives; {forward}", **fields)
+        return Judgement(WITHIN, f"backward stable: LAPACK test ratio {ratio:.3g} <= {backward.LAPACK_THRESHOLD:g} "
+                         f"({doc}); {forward}", **fields)
 
     def _by_typical(self, output, err, bound, compute, common) -> Judgement:
         model = self.typical(compute)

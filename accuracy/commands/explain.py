@@ -17,7 +17,19 @@ def register(sub) -> None:
 
 
 def _num(v) -> str:
-    return "-" if v is None else f"{v:.3g}"
+    return "-" if v is None or (isinstance(v, float) and v != v) else f"{v:.3g}"
+
+
+def _why(r: dict) -> list[str]:
+    """The reason, and the element that decided it."""
+    lines = [f"  {r['impl']}: {r['label']}: {r['reason']}"]
+    w = r.get("worst") or {}
+    if w:
+        at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())
+        lines.append(f"      worst element [{', '.join(map(str, w['index']))}]{' (' + at + ')' if at else ''}: "
+                     f"result {w['result']:.9g}, exact {w['exact']:.9g}, error {_num(w['error_ulp'])} ulp, "
+                     f"allowed there {_num(w['allowed_ulp'])} ulp")
+    return lines
 
 
 def render(report: dict) -> str:
@@ -28,27 +40,30 @@ def render(report: dict) -> str:
         "",
     ]
     rows = [
-        [r["impl"], _num(r.get("max_ulp")), _num(r.get("mean_ulp")), _num(r.get("max_rel_fp64")),
-         _num(r.get("max_rel_exact")), _num(r.get("bound_ratio")), str(r.get("nonfinite", "-")),
-         r["verdict"] if r["verdict"] != "error" else f"error: {r['error']}"]
+        [r["impl"], r.get("compute", "-"), _num(r.get("max_ulp")), _num(r.get("max_rel_exact")),
+         _num(r.get("bound_ratio")), _num(r.get("typical_ratio")), _num(r.get("threshold_ulp")),
+         r["label"] if r["verdict"] != "error" else f"error: {r['error']}"]
         for r in report["implementations"]
     ]
     lines += format_table(
-        ["implementation", "max ulp", "mean ulp", "max rel vs fp64", "max rel vs exact", "bound ratio",
-         "non-finite", "verdict"], rows)
+        ["implementation", "computes in", "max ulp", "max rel", "bound ratio", "typical ratio", "flags >= ulp",
+         "verdict"], rows)
+    lines += ["", "why:"] + [line for r in report["implementations"] if r["verdict"] != "error" for line in _why(r)]
     notes = [f"  {r['impl']}: {r['note']}" for r in report["implementations"] if r.get("note")]
     if notes:
         lines += ["", "notes:"] + notes
-    lines += ["", "pairwise discrepancy:"]
+    lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
     lines += format_table(
-        ["a", "b", "max ulp apart", "elements differing", "class"],
-        [[p["a"], p["b"], _num(p["max_ulp_apart"]), str(p["differing_elements"]), p["class"]]
-         for p in report["pairs"]])
-    lines += ["", f"bitwise reproducibility (1 vs {report['all_cores']} threads):"]
+        ["a", "b", "max ulp apart", "elements differing", "class", "failing side"],
+        [[p["a"], p["b"], _num(p["max_ulp_apart"]), str(p["differing_elements"]), p["class"],
+          ", ".join(p["failing"]) or "-"] for p in report["pairs"]])
+    cores = report["all_cores"]
+    lines += ["", f"bitwise reproducibility (run to run at {report['threads']} thread(s); 1 vs {cores} threads, "
+              "each judged):"]
     lines += format_table(
-        ["implementation", "run to run", "1 vs all threads"],
-        [[r["impl"], "yes" if r["run_to_run"] else "NO", "yes" if r["one_vs_all_threads"] else "NO"]
-         for r in report["reproducibility"]])
+        ["implementation", "run to run", f"1 vs {cores} threads", "verdict at 1 thread", f"verdict at {cores} threads"],
+        [[r["impl"], "yes" if r["run_to_run"] else "NO", "yes" if r["one_vs_all_threads"] else "NO",
+          r["verdict_1_thread"], r[f"verdict_{cores}_threads"]] for r in report["reproducibility"]])
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import mp_rows
 from accuracy.metrics import gamma
-from accuracy.ops.common import ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
+from accuracy.ops.common import IN_STORAGE, ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
 from accuracy.registry import Impl, OpInfo
 
 
@@ -75,9 +75,10 @@ SILU = elementwise_op(
     doc="SiLU / swish x*sigmoid(x) on [-12, 12]",
     impls=[
         Impl("torch", "F.silu", lambda ns, x: ns.nn.functional.silu(x), ALL_DTYPES),
-        Impl("torch", "x * sigmoid(x)", lambda ns, x: x * ns.sigmoid(x), ALL_DTYPES),
+        Impl("torch", "x * sigmoid(x)", lambda ns, x: x * ns.sigmoid(x), ALL_DTYPES, compute=IN_STORAGE, stable=False, note="sigmoid(x) is subnormal in float16 below x = -9.7: the product loses its digits"),
         Impl("scipy", "x * special.expit(x)", lambda ns, x: x * ns.special.expit(x), SINGLE_DOUBLE),
-        Impl("numpy", "x / (1 + exp(-x))", lambda ns, x: x / (1 + ns.exp(-x)), IEEE_DTYPES),
+        Impl("numpy", "x / (1 + exp(-x))", lambda ns, x: x / (1 + ns.exp(-x)), IEEE_DTYPES, compute=IN_STORAGE,
+             stable=False, note="exp(-x) overflows float16 below x = -11: x/inf = 0"),
     ],
 )
 
@@ -125,7 +126,7 @@ SOFTMAX = OpInfo(
     impls=(
         Impl("torch", "torch.softmax", lambda ns, x: ns.softmax(x, -1), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("scipy", "special.softmax", lambda ns, x: ns.special.softmax(x, axis=-1), SINGLE_DOUBLE),
-        Impl("numpy", "exp(x - max) / sum", _np_softmax, IEEE_DTYPES),
+        Impl("numpy", "exp(x - max) / sum", _np_softmax, IEEE_DTYPES, compute=IN_STORAGE),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 15),
     flops=lambda n: 4.0 * ROWS * n,
@@ -140,12 +141,12 @@ LOG_SOFTMAX = OpInfo(
     bound=_log_softmax_bound,
     bound_doc="gamma_{n+3} * (|y| + max x - min x + 1)",
     impls=(
-        Impl("torch", "F.log_softmax", lambda ns, x: ns.nn.functional.log_softmax(x, -1), ALL_DTYPES),
+        Impl("torch", "F.log_softmax", lambda ns, x: ns.nn.functional.log_softmax(x, -1), ALL_DTYPES, compute={"bfloat16": "bfloat16"}),
         Impl("scipy", "special.log_softmax", lambda ns, x: ns.special.log_softmax(x, axis=-1), SINGLE_DOUBLE),
-        Impl("numpy", "x - max - log(sum(exp))", _np_log_softmax, IEEE_DTYPES),
+        Impl("numpy", "x - max - log(sum(exp))", _np_log_softmax, IEEE_DTYPES, compute=IN_STORAGE),
         Impl("torch", "log(softmax(x))", lambda ns, x: ns.log(ns.softmax(x, -1)), ALL_DTYPES,
              stable=False,
-             note="log of a rounded probability: loses the tail where softmax underflows"),
+             note="log of a rounded probability: loses the tail where softmax underflows", compute=IN_STORAGE),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 15),
     flops=lambda n: 4.0 * ROWS * n,

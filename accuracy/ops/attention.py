@@ -15,7 +15,7 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import dot2_matmul, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
-from accuracy.ops.common import mp_softmax
+from accuracy.ops.common import IN_STORAGE, mp_softmax
 from accuracy.registry import Impl, OpInfo
 
 
@@ -71,7 +71,7 @@ SCALED_DOT_PRODUCT_ATTENTION = OpInfo(
         Impl("torch", "F.scaled_dot_product_attention", lambda ns, q, k, v:
              ns.nn.functional.scaled_dot_product_attention(q, k, v), ALL_DTYPES),
         Impl("torch", "softmax(q @ k.T / sqrt(d)) @ v", lambda ns, q, k, v: ns.softmax(
-            q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM), -1) @ v, ALL_DTYPES),
+            q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM), -1) @ v, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "softmax(q @ k.T / sqrt(d)) @ v", _np_sdpa, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(256, 1024),

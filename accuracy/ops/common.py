@@ -15,6 +15,9 @@ from accuracy.metrics import gamma
 from accuracy.references import correctly_rounded
 from accuracy.registry import OpInfo
 
+# Impl.compute for a formula of several ops, each rounding its result to the stored format:
+# it computes in storage even where its backend's kernels alone compute wider (accuracy.precision)
+IN_STORAGE = {"float16": "float16", "bfloat16": "bfloat16"}
 ROWS = 16  # rows of the row-wise ops (softmax, layer_norm, their gradients)
 LAYER_NORM_EPS = 1e-5
 CONV_BATCH, CONV_CHANNELS, CONV_KERNEL = 4, 16, 5  # conv1d and its gradient

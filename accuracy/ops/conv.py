@@ -14,7 +14,7 @@ from accuracy.exact import dot2_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import (
-    CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d,
+    IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d,
 )
 from accuracy.registry import Impl, OpInfo
 
@@ -144,7 +144,7 @@ CONV_TRANSPOSE1D = OpInfo(
     bound_doc="gamma_{cin*k+1} * (|w| *T |x| + |b|): each output is a dot product of at most cin*k terms",
     impls=(
         Impl("torch", "F.conv_transpose1d", lambda ns, x, w, b: ns.nn.functional.conv_transpose1d(
-            x, w, b, stride=CT_STRIDE), ALL_DTYPES),
+            x, w, b, stride=CT_STRIDE), ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "scatter-add per tap", lambda ns, x, w, b: np_conv_transpose1d(ns, x, w, b, CT_STRIDE),
              IEEE_DTYPES),
     ),

@@ -13,7 +13,7 @@ import scipy.special
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import mp_rows
 from accuracy.inputs import uniform
-from accuracy.ops.common import elementwise_op
+from accuracy.ops.common import IN_STORAGE, elementwise_op
 from accuracy.registry import Impl, OpInfo
 
 
@@ -102,7 +102,7 @@ RSQRT = elementwise_op(
     doc="reciprocal square root on [1e-3, 1e3]",
     impls=[
         Impl("torch", "torch.rsqrt", lambda ns, x: ns.rsqrt(x), ALL_DTYPES),
-        Impl("numpy", "1 / np.sqrt(x)", lambda ns, x: 1 / ns.sqrt(x), IEEE_DTYPES),
+        Impl("numpy", "1 / np.sqrt(x)", lambda ns, x: 1 / ns.sqrt(x), IEEE_DTYPES, compute=IN_STORAGE),
     ],
 )
 

@@ -18,7 +18,7 @@ from accuracy.exact import Exact, dot2_matmul, fsum_rows, mp_rows
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
 from accuracy.ops.common import (
-    CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, conv_transpose1d_exact, conv_transpose1d_magnitude,
+    IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, conv_transpose1d_exact, conv_transpose1d_magnitude,
     layer_norm_inputs, np_conv_transpose1d, softmax_bound,
 )
 from accuracy.registry import Impl, OpInfo
@@ -101,7 +101,7 @@ SOFTMAX_GRAD = OpInfo(
     bound=_softmax_grad_bound,
     bound_doc="first order: y((d_y/y + gamma_2)(|g| + |<g,y>|) + sum|g|(d_y + gamma_n y)), d_y = softmax's bound",
     impls=(
-        Impl("torch", "autograd softmax.backward(g)", _torch_softmax_grad, ALL_DTYPES),
+        Impl("torch", "autograd softmax.backward(g)", _torch_softmax_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "y * (g - sum(g * y))", _np_softmax_grad, IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(1024, 1 << 15),
@@ -173,7 +173,7 @@ CONV1D_GRAD = OpInfo(
     * conv_transpose1d_magnitude(inputs["g"], inputs["w"]),
     bound_doc="gamma_{cout*k} * (|w| *T |g|): each input gradient is one dot product",
     impls=(
-        Impl("torch", "autograd F.conv1d.backward(g)", _torch_conv1d_grad, ALL_DTYPES),
+        Impl("torch", "autograd F.conv1d.backward(g)", _torch_conv1d_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "scatter-add of g * w per tap", lambda ns, x, w, g: np_conv_transpose1d(ns, g, w), IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(256, 4096),
@@ -318,7 +318,7 @@ LAYER_NORM_GRAD = OpInfo(
     "+ rel_r(|gh| + |mean gh| + 3|xhat m|) + e_mu r(|m| + |xhat mean gh|)), gh = g w, m = mean(gh xhat), "
     "X = r(|x| + |mu|), rel_r = layer_norm's rel(sigma) + u, e_mu = gamma_{n+1} mean|x|",
     impls=(
-        Impl("torch", "autograd F.layer_norm.backward(g)", _torch_layer_norm_grad, ALL_DTYPES),
+        Impl("torch", "autograd F.layer_norm.backward(g)", _torch_layer_norm_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "r * (gh - mean(gh) - xhat * mean(gh * xhat))", _np_layer_norm_grad, IEEE_DTYPES),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),

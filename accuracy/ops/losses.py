@@ -13,6 +13,7 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import Exact, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.ops.common import IN_STORAGE
 from accuracy.registry import Impl, OpInfo
 
 
@@ -63,7 +64,7 @@ CROSS_ENTROPY = OpInfo(
         Impl("torch", "F.cross_entropy", lambda ns, x, target: ns.nn.functional.cross_entropy(x, target.long()),
              ALL_DTYPES),
         Impl("torch", "F.nll_loss(F.log_softmax)", lambda ns, x, target: ns.nn.functional.nll_loss(
-            ns.nn.functional.log_softmax(x, -1), target.long()), ALL_DTYPES),
+            ns.nn.functional.log_softmax(x, -1), target.long()), ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "-mean(log_softmax[t])", _np_ce, IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(128, 256),

@@ -14,6 +14,7 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import dot2_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.ops.common import IN_STORAGE
 from accuracy.registry import Impl, OpInfo
 
 
@@ -80,7 +81,7 @@ LINEAR = OpInfo(
     impls=(
         Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES,
              also=TORCH_VARIANTS),
-        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS, compute=IN_STORAGE),
         Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
         Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
         Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),
@@ -174,7 +175,7 @@ BADDBMM = OpInfo(
     bound_doc="gamma_{n+1} * (|A||B| + |C|): C is one more term of each sum",
     impls=(
         Impl("torch", "torch.baddbmm", lambda ns, a, b, c: ns.baddbmm(c, a, b), ALL_DTYPES),
-        Impl("torch", "c + a @ b", lambda ns, a, b, c: c + a @ b, ALL_DTYPES),
+        Impl("torch", "c + a @ b", lambda ns, a, b, c: c + a @ b, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "c + a @ b", lambda ns, a, b, c: c + a @ b, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(64, 256),
