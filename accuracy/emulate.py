@@ -40,7 +40,7 @@ LIBM_ULPS = 2.0
 ROUNDING_VARIANCE = 4 * (3 / 8 / np.log(2)) / 12  # half-width of a libm function's emulated error: vectorised libms promise 1-4 ulp
 # functions that are compositions of ufuncs in numpy itself (safe to run on the emulated array)
 _OPAQUE_MODULES = ("numpy.linalg", "numpy.fft")
-_OPAQUE_FUNCTIONS = {"einsum", "convolve", "correlate", "einsum_path", "vdot", "inner", "outer", "kron"}
+_OPAQUE_FUNCTIONS = {"einsum", "dot", "convolve", "correlate", "einsum_path", "vdot", "inner", "outer", "kron"}
 
 
 @dataclass
@@ -126,6 +126,23 @@ class _Context:
                 out[..., k] = s
         return np.moveaxis(out, -1, axis)
 
+    def einsum(self, subscripts: str, a, b):
+        """A two-operand contraction as sums of rounded products over the contracted indices."""
+        a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
+        inputs, output = subscripts.replace(" ", "").split("->")
+        left, right = inputs.split(",")
+        sizes = dict(zip(left, a.shape)) | dict(zip(right, b.shape))
+        n = int(np.prod([sizes[i] for i in set(left + right) - set(output)], dtype=np.int64))
+        if self.mode == "nearest":  # products rounded, then the rounded sum of n terms, recursive
+            terms = self.round(np.einsum(f"{left},{right}->{output}{''.join(sorted(set(left + right) - set(output)))}",
+                                         a, b))
+            return self.sum(terms.reshape(*terms.shape[:len(output)], -1))
+        exact = np.einsum(subscripts, a.astype(np.float64), b.astype(np.float64)).astype(CARRIER) \
+            if self.fmt.precision < 53 else np.einsum(subscripts, a, b)
+        squares = np.einsum(subscripts, np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
+        sigma = np.sqrt(self._rounding_variance(exact, squares, n) + ROUNDING_VARIANCE * self.fmt.u**2 * squares)
+        return exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+
     def _exact_matmul(self, a, b):
         """The product accurately enough to carry `fmt`'s rounding errors: float64 BLAS is ample
         below float64 (and fast); float64 itself needs the long double loop."""
@@ -167,6 +184,16 @@ def _fingerprint(a: np.ndarray) -> tuple:
 _CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar("emulation")
 
 
+def _call_wide(ufunc, args, kwargs):
+    """The ufunc in long double where it has such a loop, else in float64 (scipy.special)."""
+    wide = [np.asarray(x, dtype=CARRIER) if np.asarray(x).dtype.kind == "f" else x for x in args]
+    try:
+        return ufunc(*wide, **kwargs)
+    except TypeError:
+        return ufunc(*[np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "f" else x for x in args],
+                     **kwargs).astype(CARRIER)
+
+
 def _plain(value):
     return value.view(np.ndarray) if isinstance(value, Emulated) else value
 
@@ -187,8 +214,7 @@ class Emulated(np.ndarray):
             if ufunc is np.matmul:
                 result = ctx.to_storage(ctx.matmul(*args))
             else:
-                result = ufunc(*[np.asarray(x, dtype=CARRIER) if np.asarray(x).dtype.kind == "f" else x
-                                 for x in args], **kwargs)
+                result = _call_wide(ufunc, args, kwargs)
                 if ufunc not in _EXACT_UFUNCS:
                     result = ctx.to_storage(ctx.round(result, ufunc))
         elif method in ("reduce", "accumulate") and ufunc is np.add:
@@ -216,14 +242,13 @@ class Emulated(np.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         ctx = _CONTEXT.get()
+        if func is np.einsum and len(args) == 3 and isinstance(args[0], str) and not kwargs:
+            return _wrap(ctx.to_storage(ctx.einsum(args[0], _plain(args[1]), _plain(args[2]))))
+        if func is np.dot and all(np.ndim(v) in (1, 2) for v in args[:2]) and len(args) == 2:
+            return _wrap(ctx.to_storage(ctx.matmul(_plain(args[0]), _plain(args[1]))))
         module = getattr(func, "__module__", "") or ""
         if module.startswith(_OPAQUE_MODULES) or func.__name__ in _OPAQUE_FUNCTIONS:
             ctx.opaque.append(f"{module}.{func.__name__}")
-        elif func is np.dot:
-            a, b = args[:2]
-            if np.ndim(a) <= 2 and np.ndim(b) <= 2 and np.ndim(a) and np.ndim(b):
-                return _wrap(ctx.to_storage(ctx.matmul(_plain(a), _plain(b))))
-            ctx.opaque.append("numpy.dot")
         return super().__array_function__(func, types, args, kwargs)
 
 

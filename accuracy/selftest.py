@@ -95,13 +95,12 @@ def _scaled(values: np.ndarray, factor: float, fmt: FloatFormat) -> np.ndarray:
 
 
 def _shifted(values: np.ndarray, steps: int, fmt: FloatFormat) -> np.ndarray:
-    """Each element moved `steps` representable numbers up (away from zero for negatives)."""
-    out = np.asarray(values).copy()
-    toward = np.asarray(np.copysign(np.inf, np.asarray(values, dtype=np.float64)), dtype=fmt.np_dtype)
-    for _ in range(steps):
-        out = np.nextafter(out, toward) if fmt.np_dtype != FORMATS["bfloat16"].np_dtype else \
-            fmt.round(np.asarray(out, dtype=np.float64) * (1 + 2.0 ** (1 - fmt.precision)))
-    return out
+    """Each finite element moved `steps` representable numbers away from zero: the bit pattern
+    of a sign-magnitude float counts representable numbers."""
+    values = np.asarray(values, dtype=fmt.np_dtype)
+    bits = values.view(f"u{fmt.np_dtype.itemsize}")
+    moved = (bits + np.asarray(steps, dtype=bits.dtype)).view(fmt.np_dtype)
+    return np.where(np.isfinite(values.astype(np.float64)), moved, values).astype(fmt.np_dtype)
 
 
 def _exponents(fmt: FloatFormat) -> range:

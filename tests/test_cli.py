@@ -27,6 +27,8 @@ def opbench(*args, timeout=300):
     (["explain", "linear", "--threads", "0"], "--threads"),
     (["explain", "linear", "--size", "0"], "size"),
     (["explain", "erf", "--dtype", "float16", "--size", "-3"], "size"),
+    (["selftest", "nosuchop"], "unknown op"),
+    (["selftest", "sum", "--dtype", "float8"], "unknown dtype"),
 ])
 def test_user_errors_exit_2_with_one_line(args, needle):
     out = opbench(*args)
@@ -95,10 +97,23 @@ def test_explain_json():
 
 
 def test_explain_text():
-    out = opbench("explain", "std", "--dtype", "float64")
+    out = opbench("explain", "std", "--dtype", "float64", "--threads", "1")
     assert out.returncode == 0, out.stderr
-    assert "beyond rounding" in out.stdout and "within rounding" in out.stdout
-    assert "pairwise discrepancy" in out.stdout
+    assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
+    assert "pairwise discrepancy" in out.stdout and "worst element" in out.stdout
+    # --threads 1 runs on one thread; reproducibility still compares 1 thread with all cores
+    from accuracy.threads import all_cores
+
+    assert f"1 vs {all_cores()} threads" in out.stdout
+
+
+def test_selftest_command_reports_both_targets():
+    out = opbench("selftest", "dot", "exp", "--small", "--dtype", "float32")
+    assert out.returncode == 0, out.stderr
+    assert "0 false alarms" in out.stdout and "mutants caught" in out.stdout
+    report = json.loads(opbench("selftest", "sum", "--small", "--dtype", "float64", "--json").stdout)
+    assert report["summary"]["false_alarms"] == 0 and report["summary"]["catch_rate"] >= 0.95
+    assert {c["condition"] for c in report["cases"]} == {"random", "cancelling"}
 
 
 def test_torch_cuda_backend_is_absent_here_and_listed_nowhere(listing):

@@ -65,8 +65,10 @@ class TorchCompileBackend(TorchBackend):
         if fn not in self._compiled:
             config = importlib.import_module("torch._dynamo.config")
             # one process may see an op at many dtypes, sizes and thread counts (explain, tests);
-            # past dynamo's limit it would silently run eager, so allow more and fail loudly after
-            config.recompile_limit = max(config.recompile_limit, 64)
+            # past dynamo's limit it would silently run eager, so allow more and fail loudly after.
+            # The count is per code object, and every compiled partial shares dynamo's wrapper
+            # (external_utils `inner`): the limit covers all ops of the process together
+            config.recompile_limit = max(config.recompile_limit, 512)
             config.fail_on_recompile_limit_hit = True
             self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
         return self._compiled[fn](**inputs)

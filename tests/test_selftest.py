@@ -1,0 +1,66 @@
+"""The mutation self-test, generated from the registry at small sizes: no false alarm on any
+correct implementation, and the must-catch mutants caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accuracy.dtypes import get_format
+from accuracy.evaluate import make_case
+from accuracy.registry import all_ops
+from accuracy.selftest import ALARMS, MUST_CATCH, _shifted, selftest_case, summary
+from accuracy.metrics import ulps_apart
+from accuracy.verdicts import Evidence
+
+
+@pytest.fixture(scope="module")
+def small_reports():
+    """Every op, dtype and condition at the op's test size (float16 through float64)."""
+    reports = {}
+    for op in all_ops():
+        for dtype in op.dtypes():
+            for condition in op.condition_names():
+                r = selftest_case(op, dtype, op.test_size, condition)
+                if r is not None:
+                    reports[(op.name, dtype, condition)] = r
+    return reports
+
+
+@pytest.mark.parametrize("op", [op.name for op in all_ops()])
+def test_no_false_alarm_on_any_correct_implementation(op, small_reports):
+    cases = {k: r for k, r in small_reports.items() if k[0] == op}
+    assert cases, f"{op}: no correct implementation here"
+    assert [a for r in cases.values() for a in r.false_alarms] == []
+
+
+def test_catch_rate_meets_the_target(small_reports):
+    total = summary(list(small_reports.values()))
+    assert total["false_alarms"] == 0
+    assert total["must_catch"] > 1000 and total["catch_rate"] >= 0.95, total
+
+
+def test_must_catch_mutants_are_those_at_16x_the_least_accurate_correct_error(small_reports):
+    r = small_reports[("sum", "float32", "random")]
+    assert r.least_ulp >= 0.5
+    for m in r.mutants:
+        assert (m in r.in_scope) == (m.error_ulp >= MUST_CATCH * r.least_ulp)
+    assert all(m.verdict in ALARMS for m in r.caught)
+
+
+def test_shifted_results_move_by_exactly_k_representable_numbers():
+    for name in ("float16", "bfloat16", "float32", "float64"):
+        fmt = get_format(name)
+        x = fmt.round(np.array([1.0, -3.5, 1e-3, 0.0]))
+        y = _shifted(x, 3, fmt)
+        assert np.array_equal(ulps_apart(x, y)[:3], [3.0, 3.0, 3.0]), name
+        assert np.all(np.abs(y.astype(np.float64)) > np.abs(x.astype(np.float64))), name
+
+
+def test_a_selftest_report_is_deterministic():
+    op = next(o for o in all_ops() if o.name == "dot")
+    a = selftest_case(op, "float32", op.test_size).as_dict()
+    b = selftest_case(op, "float32", op.test_size).as_dict()
+    assert a == b
+    ev = Evidence(op, make_case("dot", "float32", op.test_size).inputs, get_format("float32"))
+    assert ev.exact.shape == ()
