@@ -20,6 +20,7 @@ from accuracy.exact import Exact
 from accuracy.inputs import as_float64, make_inputs
 from accuracy.metrics import ErrorSummary, summarize
 from accuracy.registry import DEFAULT_CONDITION, Impl, OpInfo, get_op
+from accuracy.verdicts import Evidence, Judgement
 
 
 @dataclass
@@ -64,6 +65,15 @@ class Case:
             out = backend.call(impl.fn, native)
             backend.synchronize()
         return backend.to_numpy(out, self.fmt)
+
+    @cached_property
+    def evidence(self) -> Evidence:
+        """What verdicts on this case need, computed once for all its implementations."""
+        return Evidence(self.op, self.inputs, self.fmt, self.exact)
+
+    def judge(self, impl: Impl, result: np.ndarray | None = None) -> Judgement:
+        """The verdict on the implementation's result (run now if not given)."""
+        return self.evidence.judge(self.run(impl) if result is None else result, impl)
 
     def measure(self, impl: Impl, result: np.ndarray | None = None) -> ErrorSummary:
         result = self.run(impl) if result is None else result

@@ -174,9 +174,9 @@ class Evidence:
         contract = contracts.contract_for(self.op.name, impl, self.fmt, compute)
         if contract is not None:
             return self._by_contract(output, err, contract, common)
-        if not np.any(err):
+        if not np.any(err):  # error 0 everywhere: every ratio is 0, whatever the bounds
             return Judgement(WITHIN, "correctly rounded: every element is the exact value rounded to "
-                             f"{self.fmt.name}", **common)
+                             f"{self.fmt.name}", **{**common, "bound_ratio": 0.0}, typical_ratio=0.0)
         if not vacuous and bound_ratio > 1:
             return Judgement(BEYOND, f"error {bound_ratio:.3g}x the worst-case bound at {compute.name} "
                              f"({self.op.bound_doc})", worst=self._worst(output, err, bound), **common)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import timeit
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from accuracy.backends import get_backend
@@ -100,26 +100,36 @@ class _OpBenchmark:
     def time_op(self, *params):
         self._call()
 
-    def _summary(self) -> ErrorSummary:
-        """The error summary, measured once per run and shared by the four value tracks.
+    def _measured(self) -> dict:
+        """The error summary and the verdict, measured once per run and shared by the value tracks.
 
         asv runs each track in its own process; `opbench run` gives them a scratch folder
-        (OPBENCH_RUN_DIR) so the op, the references and the bound are evaluated once per
-        parameter combination. Outside such a run every track measures for itself.
+        (OPBENCH_RUN_DIR) so the op, the references, the bound and the typical tier are evaluated
+        once per parameter combination. Outside such a run every track measures for itself.
         """
         run_dir = os.environ.get(RUN_DIR_VAR)
         if not run_dir:
-            return self.case.measure(self.impl)
+            return self._measure_now()
         case = self.case
         key = f"{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
         path = Path(run_dir) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
         if path.exists():
-            return ErrorSummary(**json.loads(path.read_text()))
-        summary = self.case.measure(self.impl)
+            return json.loads(path.read_text())
+        measured = self._measure_now()
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(summary.as_dict()))
+        tmp.write_text(json.dumps(measured))
         tmp.replace(path)  # atomic: a concurrent reader sees all or nothing
-        return summary
+        return measured
+
+    def _measure_now(self) -> dict:
+        result = self.case.run(self.impl)
+        judgement = self.case.judge(self.impl, result)
+        return {**self.case.measure(self.impl, result).as_dict(),
+                "verdict_tier": judgement.tier, "typical_ratio": judgement.typical_ratio}
+
+    def _summary(self) -> ErrorSummary:
+        measured = self._measured()
+        return ErrorSummary(**{f.name: measured[f.name] for f in fields(ErrorSummary)})
 
     @_track("ulp")
     def track_max_ulp(self, *params):
@@ -136,6 +146,19 @@ class _OpBenchmark:
         """Max error over its rounding bound: <= 1 means provably within rounding; NaN where
         the bound is vacuous (asv stores that like a failure)."""
         return self._summary().bound_ratio
+
+    @_track("tier")
+    def track_verdict_tier(self, *params):
+        """The verdict as a number, lower is better: 0 within rounding, 1 suspicious, 2 beyond
+        rounding, 3 undetermined (accuracy.verdicts)."""
+        return self._measured()["verdict_tier"]
+
+    @_track("ratio")
+    def track_typical_ratio(self, *params):
+        """Max error over the typical tier's threshold (what a correct algorithm at the compute
+        precision errs on these inputs): > 1 is suspicious. NaN where an elementwise contract or
+        LAPACK's backward-error test judges instead."""
+        return self._measured()["typical_ratio"]
 
     @_track("count")
     def track_nonfinite(self, *params):

@@ -43,3 +43,22 @@ def test_a_different_condition_is_a_different_measurement(tmp_path, monkeypatch)
     assert random != cancelling
     assert cancelling[0] > 100 * random[0]  # ulps explode under cancellation ...
     assert 0 < cancelling[1] <= 1  # ... yet provably within rounding
+
+
+def _verdict_tracks(cls, params):
+    bench = cls()
+    bench.setup(*params)
+    try:
+        return bench.track_verdict_tier(*params), bench.track_typical_ratio(*params)
+    finally:
+        bench.teardown(*params)
+
+
+def test_verdict_tier_and_typical_ratio_are_tracks():
+    """0 within rounding ... 3 undetermined, lower is better; the semantic variant ddof=0 is 2."""
+    size = bench_reductions.Std.params[1][0]
+    tier, typical = _verdict_tracks(bench_reductions.Std, ("torch:torch.std(x)@float32", size, 1))
+    assert tier == 0 and 0 <= typical <= 1
+    tier, _ = _verdict_tracks(bench_reductions.Std, ("numpy:np.std(x)@float32", size, 1))
+    assert tier == 2
+    assert bench_reductions.Std.track_verdict_tier.unit == "tier"
