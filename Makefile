@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.opbench-installed
 
-.PHONY: setup bench bench-quick test clean browser
+.PHONY: setup bench bench-quick bench-self test clean browser
 
 setup: $(STAMP)
 
@@ -27,8 +27,13 @@ bench: setup
 bench-quick: setup
 	$(BIN)/opbench run --quick
 
+# opbench's own speed (loading a large results directory), kept out of the op suite
+bench-self: setup
+	$(BIN)/asv machine --yes --config asv.self.conf.json >/dev/null
+	$(BIN)/asv run --config asv.self.conf.json --python=same --set-commit-hash $$(git rev-parse HEAD) --quick
+
 test: setup browser
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) results html .asv
+	rm -rf $(VENV) results html results-self html-self .asv

@@ -12,22 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import timeit
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from accuracy.backends import get_backend
 from accuracy.dtypes import ALL_DTYPES, get_format
 from accuracy.evaluate import Case
-from accuracy.metrics import ErrorSummary
+from accuracy.metric_table import Metric, benchmark_class_name, tracks
 from accuracy.registry import DEFAULT_CONDITION, all_ops, get_op
 from accuracy.threads import all_cores
 
 RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
-
-# the families whose ops (those with a flop count) also record GFLOP/s
-THROUGHPUT_FAMILIES = ("products", "activations", "norms", "conv", "attention", "losses")
 
 
 @dataclass(frozen=True)
@@ -53,16 +49,6 @@ def current_profile() -> Profile:
     if name not in PROFILES:
         raise ValueError(f"OPBENCH_PROFILE={name!r}; choose from {', '.join(PROFILES)}")
     return PROFILES[name]
-
-
-def _track(unit: str):
-    """Mark a method as an asv track with its unit (asv reads the function attribute)."""
-
-    def wrap(fn):
-        fn.unit = unit
-        return fn
-
-    return wrap
 
 
 class _OpBenchmark:
@@ -127,64 +113,24 @@ class _OpBenchmark:
         return {**self.case.measure(self.impl, result).as_dict(),
                 "verdict_tier": judgement.tier, "typical_ratio": judgement.typical_ratio}
 
-    def _summary(self) -> ErrorSummary:
-        measured = self._measured()
-        return ErrorSummary(**{f.name: measured[f.name] for f in fields(ErrorSummary)})
-
-    @_track("ulp")
-    def track_max_ulp(self, *params):
-        """Max error in ulps of the result dtype against the exact reference."""
-        return self._summary().max_ulp
-
-    @_track("relative")
-    def track_max_rel_fp64(self, *params):
-        """Max relative error against the op evaluated in float64 on the same rounded inputs."""
-        return self._summary().max_rel_fp64
-
-    @_track("ratio")
-    def track_bound_ratio(self, *params):
-        """Max error over its rounding bound: <= 1 means provably within rounding; NaN where
-        the bound is vacuous (asv stores that like a failure)."""
-        return self._summary().bound_ratio
-
-    @_track("tier")
-    def track_verdict_tier(self, *params):
-        """The verdict as a number, lower is better: 0 within rounding, 1 suspicious, 2 beyond
-        rounding, 3 undetermined (accuracy.verdicts)."""
-        return self._measured()["verdict_tier"]
-
-    @_track("ratio")
-    def track_typical_ratio(self, *params):
-        """Max error over the typical tier's threshold (what a correct algorithm at the compute
-        precision errs on these inputs): > 1 is suspicious. NaN where an elementwise contract or
-        LAPACK's backward-error test judges instead."""
-        return self._measured()["typical_ratio"]
-
-    @_track("count")
-    def track_nonfinite(self, *params):
-        """NaN/Inf outputs where the exact value is finite."""
-        return self._summary().nonfinite
-
-    @_track("bool")
-    def track_same_bits_1_vs_n_threads(self, *params):
-        """1 if the result with one thread is bitwise the result with `threads` threads."""
-        single = self.case.run(self.impl, 1)
-        return int(single.tobytes() == self.case.run(self.impl, self.threads).tobytes())
 
 
-class _ThroughputBenchmark(_OpBenchmark):
-    """Ops with a flop count also record achieved GFLOP/s, over one batch of at least 50 ms."""
+def _track_method(metric: Metric):
+    """An asv track for one metric-table entry: a measured field, or the metric's own measure."""
+    if metric.measure is not None:
+        def track(self, *params):
+            return metric.measure(self)
+    else:
+        def track(self, *params):
+            return self._measured()[metric.field]
+    track.__name__ = metric.track
+    track.__doc__ = metric.doc
+    track.unit = metric.unit  # asv reads the unit from the function attribute
+    return track
 
-    min_batch_seconds = 0.05
 
-    @_track("GFLOP/s")
-    def track_gflops(self, *params):
-        self._call()  # warm-up: compiles torch.compile impls and spins up thread pools
-        timer = timeit.Timer(self._call)
-        number = 1
-        while (seconds := timer.timeit(number)) < self.min_batch_seconds:
-            number *= 2
-        return self.case.op.flops(self.case.size) * number / seconds / 1e9
+for _metric in tracks():
+    setattr(_OpBenchmark, _metric.track, _track_method(_metric))
 
 
 def _cases(op, profile: Profile) -> list[str]:
@@ -200,14 +146,13 @@ def benchmark_classes(family: str) -> dict[str, type]:
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
-        base = _ThroughputBenchmark if op.flops and family in THROUGHPUT_FAMILIES else _OpBenchmark
-        name = "".join(part.capitalize() for part in op.name.split("_"))
+        name = benchmark_class_name(op.name)
         conditions = op.condition_names()
         grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}
         if len(conditions) > 1:
             grid["condition"] = list(conditions)
         grid["threads"] = list(profile.threads)
-        classes[name] = type(name, (base,), {
+        classes[name] = type(name, (_OpBenchmark,), {
             "op_name": op.name,
             "param_names": list(grid),
             "params": list(grid.values()),

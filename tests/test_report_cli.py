@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixtures_report import INJECTED, shared_results  # noqa: F401
+from fixtures_report import GFLOPS, INJECTED, shared_results  # noqa: F401
 
 import accuracy.cli
 from accuracy.commands import report as report_cli
@@ -40,10 +40,11 @@ def test_report_writes_html_markdown_and_data(opbench_main, shared_results, tmp_
     assert {p.name for p in out.iterdir()} == REPORT_FILES
     assert capsys.readouterr().out.strip() == str(out / "index.html")
     regressions = pd.read_csv(out / "regressions.csv")
-    assert len(regressions) == len(INJECTED)
+    timing_steps = sum(name.endswith("time_linear") for name, *_ in INJECTED)
+    assert len(regressions) == len(INJECTED) + timing_steps  # each timing step also drops GFLOP/s
     assert pd.read_csv(out / "improvements.csv").empty
     markdown = (out / "report.md").read_text()
-    assert "- Regressions: 3" in markdown and "linear.Linear.track_gflops" in markdown
+    assert f"- Regressions: {len(INJECTED) + timing_steps}" in markdown and GFLOPS in markdown
     page = (out / "index.html").read_text()
     assert page.count("data:image/png;base64,") >= 3 and "<link" not in page and "<script" not in page
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures_report import COMMITS, DATES, ENVS, FAILED, MACHINE, N_COMMITS, params_label, shared_results  # noqa: F401
+from fixtures_report import BENCHMARKS, COMMITS, DATES, ENVS, FAILED, MACHINE, N_COMMITS, params_label, shared_results  # noqa: F401
 
 from accuracy.errors import OpbenchError
 from accuracy.report.export import export_frame, read_frame
 from accuracy.report.load import load_results
 
 N_COMBOS = 8
-N_BENCHMARKS = 5
+N_BENCHMARKS = len(BENCHMARKS)
 
 
 def _snapshot(root: Path) -> dict[str, tuple[str, int]]:
@@ -31,7 +31,10 @@ def test_one_row_per_benchmark_combo_commit_env(shared_results):
     loaded = load_results(shared_results)
     frame = loaded.frame
     assert loaded.warnings == []
-    assert len(frame) == N_BENCHMARKS * N_COMBOS * N_COMMITS * len(ENVS)
+    measured = frame.loc[frame["kind"] != "derived"]
+    assert len(measured) == N_BENCHMARKS * N_COMBOS * N_COMMITS * len(ENVS)
+    # one GFLOP/s row per timing that did not fail (FAILED is the one that did)
+    assert (frame["metric"] == "gflops").sum() == N_COMBOS * N_COMMITS * len(ENVS) - 1
     assert not frame.duplicated(["machine", "env_name", "commit_hash", "benchmark", "params"]).any()
     assert set(frame["commit_hash"]) == set(COMMITS)
     assert set(frame["env_name"]) == set(ENVS)
@@ -56,7 +59,12 @@ def test_kind_unit_stats_and_fingerprint(shared_results):
     assert (time_rows["ci_99_a"] <= time_rows["value"]).all() and (time_rows["value"] <= time_rows["ci_99_b"]).all()
     tracks = frame.loc[frame["kind"] == "track"]
     assert tracks["ci_99_a"].isna().all()
-    assert set(frame.loc[frame["benchmark"].str.endswith("track_gflops"), "unit"]) == {"GFLOP/s"}
+    rates = frame.loc[frame["metric"] == "gflops"].merge(
+        time_rows, on=["env_name", "commit_hash", "params"], suffixes=("", "_time"))
+    assert set(rates["unit"]) == {"GFLOP/s"} and len(rates) == len(time_rows)
+    flops = 2.0 * 32 * rates["size"] * (rates["size"] // 4)  # the linear op's flop count
+    assert np.allclose(rates["value"], flops / rates["value_time"] / 1e9)
+    assert (rates["ci_99_a"] <= rates["value"]).all() and (rates["value"] <= rates["ci_99_b"]).all()
     blas = frame.groupby("env_name")["blas"].unique().map(list).to_dict()
     assert blas == {"py3.11-openblas": ["openblas 0.3.31 Haswell"], "py3.11-mkl": ["mkl 2025.2"]}
     assert set(frame["torch_version"]) == {"2.13.0"} and set(frame["numpy_version"]) == {"2.4.6"}
@@ -102,7 +110,7 @@ def test_bad_files_are_skipped_by_name_and_never_modified(shared_results, tmp_pa
     assert any(f"skipped {name}, 5 values for 8 parameter combinations" in line for line in loaded.warnings)
     frame = loaded.frame
     full = N_BENCHMARKS * N_COMBOS * N_COMMITS * len(ENVS)
-    assert len(frame) == full - 3 * N_BENCHMARKS * N_COMBOS - N_COMBOS
+    assert len(frame.loc[frame["kind"] != "derived"]) == full - 3 * N_BENCHMARKS * N_COMBOS - N_COMBOS
     assert frame.loc[frame["file"] == files[4].name, "blas"].isna().all()
 
 

@@ -1,10 +1,10 @@
-"""``python -m accuracy.blas [N]``: list providers, then compare their gemm side by side."""
+"""``python -m accuracy.blas [N]``: the BLAS libraries found, and whether each gives the same bits
+on one thread and on all. Their accuracy and speed side by side: ``opbench explain matmul``."""
 
 import sys
 
 import numpy as np
 
-from .compare import compare_gemm
 from .providers import discover_providers
 from .reproducibility import gemm_thread_reproducibility
 
@@ -19,18 +19,13 @@ def main(argv: list[str]) -> int:
     for p in providers:
         print(f"{p.name:26} {p.vendor:9} {p.version or '?':16} {p.abi.integer_width:5} "
               f"{p.threading_layer or '?'}x{p.num_threads:<6} {p.architecture}")
-    print(f"\ngemm n={n}, inputs U[0,1), reference fp64 (sgemm) / long double (dgemm)")
-    print(f"{'provider':26} {'dtype':8} {'thr':>3} {'ms':>8} {'GFLOP/s':>8} {'max ulp':>8} {'max rel':>9}")
-    for threads in (1, None):
-        for row in compare_gemm(providers, n=n, threads=threads):
-            print(f"{row.provider:26} {row.dtype:8} {row.threads:3} {row.best_seconds * 1e3:8.2f} "
-                  f"{row.gflops:8.1f} {row.max_ulp:8.2f} {row.max_rel:9.2e}")
     print("\n1 thread vs all threads, bitwise:")
     for p in providers:
         for dtype in (np.float32, np.float64):
             r = gemm_thread_reproducibility(p, n=n, dtype=dtype)
             print(f"{p.name:26} {r.dtype:8} 1 vs {r.threads}: identical={r.bitwise_identical} "
                   f"max|diff|={r.max_abs_diff:.3g}")
+    print("\naccuracy and speed of each library against the exact reference: opbench explain matmul")
     return 0
 
 

@@ -11,8 +11,9 @@ from asv.util import human_value
 
 from accuracy.commands.common import add_command, add_json, add_results
 from accuracy.errors import OpbenchError
+from accuracy.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.tables import format_table
-from accuracy.upgrade import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
+from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 
 
 def register(sub) -> None:
@@ -29,8 +30,8 @@ def register(sub) -> None:
     p.add_argument("new", metavar="NEW", help="the result set after the change")
     add_results(p)
     p.add_argument("--time-threshold", type=float, default=DEFAULT_TIME_THRESHOLD,
-                   help="smallest timing (or GFLOP/s) ratio that counts as a change, when asv's 99%% "
-                   f"confidence intervals also separate (default: {DEFAULT_TIME_THRESHOLD})")
+                   help="smallest timing ratio that counts as a change, when asv's 99%% confidence "
+                   f"intervals also separate (default: {DEFAULT_TIME_THRESHOLD})")
     add_json(p)
     p.add_argument("--csv", type=Path, metavar="PATH", help="also write one CSV row per comparison row")
 
@@ -65,8 +66,9 @@ def render(comparison: Comparison) -> list[str]:
     base, new = comparison.base.describe(), comparison.new.describe()
     lines = [f"BASE {_set_line(base)}", f"NEW  {_set_line(new)}", ""]
     key_dims = comparison.key_dims
+    accuracy = [m for m in compared(ACCURACY) if m.asv_track]
     header = ["op", "impl", "dtype", "size", "threads", *(_DIM_HEADERS[d] for d in key_dims),
-              "time base", "time new", "ratio", "gflops", "max ulp", "bound ratio", "nonfinite", "verdict"]
+              "time base", "time new", "ratio", BY_NAME["gflops"].label, *(m.label for m in accuracy), "verdict"]
     rows = []
     for r in comparison.rows:
         rows.append([
@@ -74,8 +76,7 @@ def render(comparison: Comparison) -> list[str]:
             *(str(r[d]) for d in key_dims),
             _time(r["time_base"]), _time(r["time_new"]),
             _ratio(r["time_ratio"], r["time_change"]),
-            _ratio(r["gflops_ratio"], r["gflops_change"]),
-            _pair(r, "max_ulp"), _pair(r, "bound_ratio"), _pair(r, "nonfinite"),
+            _pair(r, "gflops"), *(_pair(r, m.name) for m in accuracy),
             r["verdict"],
         ])
     lines += format_table(header, rows)
@@ -95,7 +96,10 @@ def _set_line(info: dict) -> str:
 
 
 def _text(value) -> str:
-    return "-" if value is None else str(value)
+    """A parameter as it was given: 128, not 128.0."""
+    if value is None:
+        return "-"
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _time(value) -> str:
@@ -105,7 +109,7 @@ def _time(value) -> str:
 def _ratio(value, change) -> str:
     if value is None:
         return "-"
-    mark = {"slower": " !", "faster": " +"}.get(change, "")
+    mark = {"slower": " !", "faster": " +", "inconclusive": " ?"}.get(change, "")
     return f"{value:.2f}x{mark}"
 
 

@@ -7,6 +7,7 @@ import json
 from accuracy.commands.common import add_case, add_command, add_json
 from accuracy.errors import OpbenchError
 from accuracy.explain import explain
+from accuracy.metric_table import cli_columns
 from accuracy.tables import format_table
 
 
@@ -39,15 +40,13 @@ def render(report: dict) -> str:
         f"bound: {report['bound']}",
         "",
     ]
+    columns = cli_columns()
     rows = [
-        [r["impl"], r.get("compute", "-"), _num(r.get("max_ulp")), _num(r.get("max_rel_exact")),
-         _num(r.get("bound_ratio")), _num(r.get("typical_ratio")), _num(r.get("threshold_ulp")),
+        [r["impl"], r.get("compute", "-"), *(_num(r.get(m.field)) for m in columns),
          r["label"] if r["verdict"] != "error" else f"error: {r['error']}"]
         for r in report["implementations"]
     ]
-    lines += format_table(
-        ["implementation", "computes in", "max ulp", "max rel", "bound ratio", "typical ratio", "flags >= ulp",
-         "verdict"], rows)
+    lines += format_table(["implementation", "computes in", *(m.column for m in columns), "verdict"], rows)
     lines += ["", "why:"] + [line for r in report["implementations"] if r["verdict"] != "error" for line in _why(r)]
     notes = [f"  {r['impl']}: {r['note']}" for r in report["implementations"] if r.get("note")]
     if notes:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from accuracy.commands.common import add_command, add_results
 from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
-from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, DEFAULT_THRESHOLD
+from accuracy.report.changes import DEFAULT_THRESHOLD
+from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
 
 
 def register(subparsers) -> None:
@@ -24,8 +25,8 @@ def register(subparsers) -> None:
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"smallest timing ratio reported as a step (default: {DEFAULT_THRESHOLD})")
     parser.add_argument("--nondeterministic", action="append", metavar="PATTERN",
-                        help="glob of track benchmarks whose values are noisy (repeatable; "
-                        f"default: {' '.join(DEFAULT_NONDETERMINISTIC)})")
+                        help="glob of track benchmarks whose values are noisy, judged like timings "
+                        "(repeatable; timings and GFLOP/s always are)")
     parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS, help="figures per plot family (default: %(default)s)")
 
 

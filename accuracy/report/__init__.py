@@ -1,6 +1,6 @@
 """Trend reports over asv results: load them into pandas, find steps, compare, render."""
 
-from accuracy.report.compare import compare_across
+from accuracy.report.environments import compare_across
 from accuracy.report.load import LoadedResults, load_results
 from accuracy.report.render import write_report
 from accuracy.report.trends import find_steps

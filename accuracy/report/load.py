@@ -24,7 +24,7 @@ from asv.results import Results
 
 from accuracy.errors import OpbenchError
 from accuracy.report.fingerprint import FINGERPRINT_COLUMNS, read_fingerprint
-from accuracy.report.metrics import metric_column
+from accuracy.report.metrics import metric_column, with_gflops
 
 BENCHMARKS_FILE = "benchmarks.json"
 MACHINE_FILE = "machine.json"
@@ -191,7 +191,7 @@ class _RowBuilder:
             frame["benchmark"].map({k: s.get("version") for k, s in kinds.items()})
         )
         frame["metric"] = metric_column(frame)
-        frame = frame.merge(self._param_table(), on=["benchmark", "params"], how="left")
+        frame = with_gflops(frame.merge(self._param_table(), on=["benchmark", "params"], how="left"))
         return frame.sort_values(SERIES_KEYS + ["commit_date"], ignore_index=True)
 
     def _param_table(self) -> pd.DataFrame:

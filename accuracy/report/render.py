@@ -15,10 +15,11 @@ import pandas as pd
 
 from accuracy.errors import OpbenchError
 from accuracy.report import plots
-from accuracy.report.compare import compare_across, latest_commit
+from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
 from accuracy.report.load import load_results
-from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, DEFAULT_THRESHOLD, find_steps
+from accuracy.report.changes import DEFAULT_THRESHOLD
+from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, find_steps
 
 DEFAULT_MAX_PLOTS = 12
 MAX_TABLE_ROWS = 200  # beyond this the HTML/Markdown tables point to the CSV instead

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from accuracy.report.changes import DEFAULT_THRESHOLD, beyond, separated
 from accuracy.report.load import SERIES_KEYS
-from accuracy.report.metrics import higher_is_better
+from accuracy.report.metrics import NOISY, higher_is_better
 
-DEFAULT_THRESHOLD = 1.10
 DEFAULT_WINDOW = 3
-# GFLOP/s tracks are computed from a timing, so they are as noisy as the timing itself.
-DEFAULT_NONDETERMINISTIC = ("*gflop*",)
+# tracks a user marks noisy on top of the metric table's own (e.g. a plugin's timing-derived track)
+DEFAULT_NONDETERMINISTIC: tuple[str, ...] = ()
 
 STEP_COLUMNS = [
     *SERIES_KEYS, "kind", "metric", "unit", "change", "method",
@@ -56,8 +56,8 @@ def find_steps(
     is_step[exact] = prev["value"][exact].notna() & (ordered["value"][exact] != prev["value"][exact])
 
     ci = method == "ci"
-    separated = (ordered["ci_99_a"] > prev["ci_99_b"]) | (ordered["ci_99_b"] < prev["ci_99_a"])
-    is_step[ci] = (separated & _beyond(ordered["value"] / prev["value"], threshold))[ci]
+    apart = separated(prev["ci_99_a"], prev["ci_99_b"], ordered["ci_99_a"], ordered["ci_99_b"])
+    is_step[ci] = (apart & beyond(ordered["value"] / prev["value"], threshold))[ci]
 
     median = method == "median"
     if median.any():
@@ -73,15 +73,11 @@ def find_steps(
 
 
 def _is_noisy(frame: pd.DataFrame, patterns: Iterable[str]) -> pd.Series:
-    """Timings are always noisy; tracks only when their name matches a nondeterministic pattern."""
+    """Noisy metrics by the metric table (timings, GFLOP/s), plus tracks matching a pattern."""
     patterns = list(patterns)
     names = pd.Series(frame["benchmark"].unique())
     marked = names[names.map(lambda name: any(fnmatch.fnmatch(name.lower(), p.lower()) for p in patterns))]
-    return (frame["kind"] == "time") | frame["benchmark"].isin(marked)
-
-
-def _beyond(ratio: pd.Series, threshold: float) -> pd.Series:
-    return (ratio >= threshold) | (ratio <= 1 / threshold)
+    return frame["metric"].isin(NOISY) | frame["benchmark"].isin(marked)
 
 
 def _window_steps(ordered: pd.DataFrame, threshold: float, window: int) -> pd.DataFrame:
@@ -98,7 +94,7 @@ def _window_steps(ordered: pd.DataFrame, threshold: float, window: int) -> pd.Da
     keys = [ordered[key] for key in SERIES_KEYS]
     old = before_median.groupby(keys, sort=False).shift(1)
     old_mean = before_mean.groupby(keys, sort=False).shift(1)
-    candidate = _beyond(after_median / old, threshold)
+    candidate = beyond(after_median / old, threshold)
     score = np.abs(np.log(after_mean / old_mean)).where(candidate)
     run = (candidate != candidate.groupby(keys, sort=False).shift(1)).cumsum()
     is_peak = candidate & (score == score.groupby([*keys, run], sort=False).transform("max"))

@@ -1,7 +1,7 @@
 """How long `opbench report` takes to load a large results directory (100 commits x 2,000 results).
 
-Runs under asv (setup_cache builds the directory once) and as a script:
-`python benchmarks/bench_report_loading.py` prints the measured seconds.
+opbench's own speed, kept apart from the op suite: `make bench-self` runs it under asv
+(asv.self.conf.json), and `python benchmarks_self/bench_report_loading.py` prints the seconds.
 """
 
 import datetime
@@ -52,7 +52,8 @@ class LoadResults:
     timeout = 600
 
     def setup_cache(self):
-        return make_results(tempfile.mkdtemp(prefix="opbench-load-bench-"))
+        # asv runs setup_cache in a cache directory of its own and removes it afterwards
+        return str(Path(make_results(Path.cwd())).resolve())
 
     def time_load(self, results_dir):
         load_results(results_dir)
