@@ -27,7 +27,8 @@ class Metric:
     unit: str
     doc: str  # the asv track's docstring, shown on asv's pages
     compare: str  # TIME, ACCURACY, REPRODUCIBILITY or DERIVED
-    column: str = ""  # its column in `opbench explain`'s table ("" if not shown there)
+    column: str = ""  # how a table heads it (default: its name)
+    explain: bool = False  # a column of `opbench explain`'s per-implementation table
     field: str = ""  # the measured field it reads (ErrorSummary's, or the verdict's)
     # (benchmark) -> value, for a track that is not a summary field
     measure: Callable | None = None
@@ -41,7 +42,6 @@ class Metric:
 
     @property
     def label(self) -> str:
-        """How a table heads it."""
         return self.column or self.name.replace("_", " ")
 
 
@@ -59,21 +59,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("gflops", "GFLOP/s", "The op's flop count over time_op's samples.", DERIVED,
            column="GFLOP/s", deterministic=False, higher_is_better=True, asv_track=False),
     Metric("verdict_tier", "tier", "The verdict as a number, lower is better: 0 within rounding, 1 suspicious, "
-           "2 beyond rounding, 3 undetermined (accuracy.verdicts).", ACCURACY, field="verdict_tier"),
+           "2 beyond rounding, 3 undetermined (accuracy.verdicts).", ACCURACY, column="tier", field="verdict_tier"),
     Metric("max_ulp", "ulp", "Max error in ulps of the result dtype against the exact reference.", ACCURACY,
-           column="max ulp", field="max_ulp"),
+           column="max ulp", explain=True, field="max_ulp"),
     Metric("max_rel_exact", "relative", "Max relative error against the exact reference.", ACCURACY,
-           column="max rel", field="max_rel_exact", asv_track=False),
+           column="max rel", explain=True, field="max_rel_exact", asv_track=False),
     Metric("max_rel_fp64", "relative", "Max relative error against the op evaluated in float64 on the same "
            "rounded inputs.", ACCURACY, field="max_rel_fp64"),
     Metric("bound_ratio", "ratio", "Max error over its worst-case rounding bound: <= 1 proves the error is "
            "within rounding; NaN where the bound is vacuous (asv stores that like a failure).", ACCURACY,
-           column="bound ratio", field="bound_ratio"),
+           column="bound ratio", explain=True, field="bound_ratio"),
     Metric("typical_ratio", "ratio", "Max error over the typical tier's threshold (what a correct algorithm at "
            "the compute precision errs on these inputs): > 1 is suspicious. NaN where an elementwise contract or "
-           "LAPACK's backward-error test judges instead.", ACCURACY, column="typical ratio", field="typical_ratio"),
+           "LAPACK's backward-error test judges instead.", ACCURACY, column="typical ratio", explain=True, field="typical_ratio"),
     Metric("threshold_ulp", "ulp", "The smallest error the typical tier flags here, in ulps.", ACCURACY,
-           column="flags >= ulp", field="threshold_ulp", asv_track=False),
+           column="flags >= ulp", explain=True, field="threshold_ulp", asv_track=False),
     Metric("nonfinite", "count", "NaN/Inf outputs where the exact value is finite.", ACCURACY, field="nonfinite"),
     Metric("bits_differ_1_vs_all_threads", "bool", "1 if one thread and every core give different bits, "
            "0 if bitwise identical.", REPRODUCIBILITY, measure=_bits_differ_1_vs_all),
@@ -95,7 +95,7 @@ def tracks() -> tuple[Metric, ...]:
 
 def cli_columns() -> tuple[Metric, ...]:
     """The accuracy columns of `opbench explain`'s per-implementation table, in table order."""
-    return tuple(m for m in METRICS if m.column and m.field)
+    return tuple(m for m in METRICS if m.explain)
 
 
 def compared(kind: str) -> tuple[Metric, ...]:

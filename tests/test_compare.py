@@ -33,6 +33,7 @@ UNITS = {
     "track_bound_ratio": ("track", "ratio"),
     "track_nonfinite": ("track", "count"),
     "track_bits_differ_1_vs_all_threads": ("track", "bool"),
+    "track_verdict_tier": ("track", "tier"),
 }
 BENCHMARKS = [
     SyntheticBenchmark(f"bench_products.Linear.{method}", kind, unit, PARAM_NAMES, PARAMS)
@@ -62,6 +63,11 @@ def measure(changes: dict | None = None, noise: float = 0.002, seed: int = 0, ov
         method = bench.name.rsplit(".", 1)[-1]
         if (method, combo) in overrides:
             return overrides[method, combo]
+        if method == "track_verdict_tier":  # as the verdict would say: 2 (beyond) past the bound
+            bound = overrides.get(("track_bound_ratio", combo), BASELINE["track_bound_ratio"]
+                                  * changes.get(("track_bound_ratio", combo), 1.0))
+            nonfinite = overrides.get(("track_nonfinite", combo), 0.0)
+            return 2.0 if bound > 1 or nonfinite else 0.0
         factor = changes.get((method, combo), 1.0)
         seconds = 1e-9 * combo[1] ** 2 * (1.3 if combo[0].startswith("numpy") else 1.0)
         if method == "time_op":
@@ -264,3 +270,17 @@ def test_corrupt_new_file_exits_2_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "unreadable" in done.stderr
+
+
+def test_leaving_within_rounding_is_not_safe_even_inside_the_bound(tmp_path, capsys):
+    """The verdict tier decides: within rounding (0) -> suspicious (1) with the bound ratio still
+    below 1 is NOT SAFE; a change of ulps that stays within rounding is not."""
+    def new(bench, combo):
+        if bench.name.endswith("track_verdict_tier") and combo == SAME:
+            return 1.0
+        return measure({("track_max_ulp", BETTER): 3.0}, seed=1)(bench, combo)
+
+    code, report = run_json(capsys, write_sets(tmp_path, new=new), "box-base", "box-new")
+    assert code == 1
+    assert verdicts(report)[SAME] == ["beyond rounding"]
+    assert verdicts(report)[BETTER] == ["less accurate"]

@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accuracy.metric_table import ACCURACY, METRICS, cli_columns, compared, metric_for, tracks
-from accuracy.metrics import ErrorSummary
 from accuracy.report.changes import DEFAULT_THRESHOLD, timing_change
 from accuracy.report.compare import ACCURACY_SLOTS
 
@@ -22,11 +21,22 @@ def test_every_asv_track_is_lower_is_better_and_named_once():
     assert metric_for("time_op").name == "time" and metric_for("track_unknown") is None
 
 
-def test_summary_fields_exist_and_compare_and_cli_read_the_table():
-    fields = set(ErrorSummary.__dataclass_fields__)
-    assert {m.field for m in METRICS if m.field} <= fields
+def test_every_track_reads_a_field_the_suite_measures_and_compare_and_cli_read_the_table():
+    from benchmarks import bench_products
+
+    bench = bench_products.Dot()
+    bench.setup("numpy:np.dot@float32", 64, 1)
+    try:
+        measured = bench._measured()
+        for metric in tracks():
+            value = getattr(bench, metric.track)()
+            assert value == value or metric.name in ("bound_ratio", "typical_ratio")  # NaN only where vacuous
+            if metric.field:
+                assert metric.field in measured
+    finally:
+        bench.teardown("numpy:np.dot@float32", 64, 1)
     assert ACCURACY_SLOTS == tuple(m.name for m in compared(ACCURACY))
-    assert [m.column for m in cli_columns()] == [m.column for m in METRICS if m.column and m.field]
+    assert [m.label for m in cli_columns()] == ["max ulp", "max rel", "bound ratio", "typical ratio", "flags >= ulp"]
 
 
 def test_a_new_entry_becomes_an_asv_track(monkeypatch):
@@ -36,7 +46,8 @@ def test_a_new_entry_becomes_an_asv_track(monkeypatch):
     import accuracy.metric_table as table
     from accuracy.metric_table import Metric
 
-    extra = Metric("p99_ulp", "ulp", "99th percentile of the ulp error.", ACCURACY, column="p99 ulp", field="p99_ulp")
+    extra = Metric("p99_ulp", "ulp", "99th percentile of the ulp error.", ACCURACY, column="p99 ulp", field="p99_ulp",
+                   explain=True)
     monkeypatch.setattr(table, "METRICS", (*table.METRICS, extra))
     monkeypatch.setattr(table, "BY_TRACK", {**table.BY_TRACK, extra.track: extra})
     import benchmarks.common as common

@@ -46,7 +46,7 @@ def render(report: dict) -> str:
          r["label"] if r["verdict"] != "error" else f"error: {r['error']}"]
         for r in report["implementations"]
     ]
-    lines += format_table(["implementation", "computes in", *(m.column for m in columns), "verdict"], rows)
+    lines += format_table(["implementation", "computes in", *(m.label for m in columns), "verdict"], rows)
     lines += ["", "why:"] + [line for r in report["implementations"] if r["verdict"] != "error" for line in _why(r)]
     notes = [f"  {r['impl']}: {r['note']}" for r in report["implementations"] if r.get("note")]
     if notes:

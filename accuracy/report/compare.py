@@ -306,9 +306,7 @@ def _row(record: dict, index: list[str], params: dict, threshold: float) -> dict
             continue
         (worse if _is_worse(before, after) else better).append(slot)
     row["accuracy_worse"], row["accuracy_better"] = worse, better
-    row["newly_beyond_rounding"] = not _beyond_rounding(row, "base") and (
-        _crossed(row, "bound_ratio", 1.0) or _crossed(row, "nonfinite", 0.0)
-    )
+    row["newly_beyond_rounding"] = _left_rounding(row)
     if row["newly_beyond_rounding"]:
         verdicts.append(BEYOND)
     elif worse:
@@ -342,9 +340,20 @@ def _flag(value) -> bool:
 
 
 def _beyond_rounding(row: dict, side: str) -> bool:
-    """Bound ratio above 1 or any non-finite output; False where neither was measured."""
+    """Not `within rounding` on that side: by the verdict tier where recorded, else by the bound
+    ratio above 1 or any non-finite output; False where nothing was measured."""
+    tier = row.get(f"verdict_tier_{side}")
+    if tier is not None:
+        return tier != 0
     bound, nonfinite = row.get(f"bound_ratio_{side}"), row.get(f"nonfinite_{side}")
     return bool((bound is not None and (bound > 1 or math.isnan(bound))) or (nonfinite is not None and nonfinite > 0))
+
+
+def _left_rounding(row: dict) -> bool:
+    """Within rounding in BASE and not in NEW (suspicious, beyond or undetermined)."""
+    if row.get("verdict_tier_base") is not None and row.get("verdict_tier_new") is not None:
+        return row["verdict_tier_base"] == 0 and row["verdict_tier_new"] != 0
+    return not _beyond_rounding(row, "base") and (_crossed(row, "bound_ratio", 1.0) or _crossed(row, "nonfinite", 0.0))
 
 
 def _sort_key(row: dict) -> tuple:
