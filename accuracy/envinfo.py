@@ -70,6 +70,7 @@ def _blas_providers() -> dict:
 def fingerprint() -> dict:
     """Everything about this process's numerical stack that can change a number."""
     torch = _torch_info()  # imported first so threadpoolctl also sees torch's OpenMP runtime
+    blas_providers = _blas_providers()  # loaded (and registered with threadpoolctl) before it lists
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -82,7 +83,7 @@ def fingerprint() -> dict:
                                      "threading_layer", "num_threads", "filepath")}
             for lib in threadpool_info()
         ],
-        "blas_providers": _blas_providers(),
+        "blas_providers": blas_providers,
         "numpy": _numpy_info(),
         "torch": torch,
         "devices": ["cpu"] + [f"cuda:{i} {name}" for i, name in enumerate(torch.get("cuda_devices", []))],

@@ -1,32 +1,23 @@
-"""One controller for every thread pool an op may use: BLAS/OpenMP via threadpoolctl, and torch's.
+"""One controller for the BLAS and OpenMP thread pools: threadpoolctl.
 
-threadpoolctl sees the BLAS and OpenMP runtimes loaded in the process; torch keeps its own
-intra-op count, so it is set alongside. Torch is only touched if something already imported it.
+threadpoolctl sees every BLAS and OpenMP runtime loaded in the process, including the libraries
+the blas backend loads by path under names it would not recognise (their controllers are
+registered in accuracy.blas.controllers). A framework with a pool of its own (torch's intra-op
+pool) limits it in its backend's thread_limit, on top of this one.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from contextlib import contextmanager
 
 from threadpoolctl import threadpool_limits
 
 
 def all_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup affinity)."""
     return len(os.sched_getaffinity(0))
 
 
-@contextmanager
-def thread_limit(n: int):
-    """Run the block with at most `n` threads in every pool; restore the previous counts after."""
-    torch = sys.modules.get("torch")
-    previous = torch.get_num_threads() if torch is not None else None
-    with threadpool_limits(limits=n):
-        if torch is not None:
-            torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            if torch is not None:
-                torch.set_num_threads(previous)
+def thread_limit(n: int) -> threadpool_limits:
+    """Run the block with at most `n` threads in every BLAS/OpenMP pool; restore the counts after."""
+    return threadpool_limits(limits=n)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
 from functools import cache
 
 from accuracy.backends.base import Backend
-from accuracy.threads import thread_limit
 
 
 class BlasBackend(Backend):
-    """One CBLAS library loaded by path (accuracy.blas); its namespace is the Provider itself."""
+    """One CBLAS library loaded by path (accuracy.blas); its namespace is the Provider itself.
+
+    Loading registered the library with threadpoolctl, so the inherited thread_limit limits it.
+    """
 
     def __init__(self, provider):
         self.provider = provider
@@ -22,16 +23,6 @@ class BlasBackend(Backend):
     @property
     def namespace(self):
         return self.provider
-
-    def thread_limit(self, n: int):
-        @contextmanager
-        def both():
-            with ExitStack() as stack:
-                stack.enter_context(thread_limit(n))
-                stack.enter_context(self.provider.threads(n))
-                yield
-
-        return both()
 
 
 @cache

@@ -48,6 +48,18 @@ class TorchBackend(Backend):
         if self.device != "cpu":
             self.namespace.cuda.synchronize()
 
+    @contextmanager
+    def thread_limit(self, n: int):
+        """threadpoolctl's pools and torch's own intra-op pool, which threadpoolctl cannot see."""
+        torch = self.namespace
+        previous = torch.get_num_threads()
+        with super().thread_limit(n):
+            torch.set_num_threads(n)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(previous)
+
 
 class TorchCompileBackend(TorchBackend):
     """torch.compile (inductor) on the CPU: each implementation is compiled once per process.

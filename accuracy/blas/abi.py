@@ -48,7 +48,7 @@ def detect_abi(lib: ctypes.CDLL) -> SymbolABI | None:
     """Return the first affix pair under which ``lib`` exports CBLAS/LAPACK, else None.
 
     The width follows the suffix; an ILP64 build without suffix is only recognisable
-    from its vendor's own report (OpenBLAS's ``USE64BITINT``), see ``introspect``.
+    from its vendor's own report (OpenBLAS's ``USE64BITINT``), see ``controllers``.
     """
     for prefix, suffix in _AFFIXES:
         probe = SymbolABI(prefix, suffix, ilp64=False)

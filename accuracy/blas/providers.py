@@ -17,11 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ..errors import OpbenchError
 from .abi import SymbolABI, detect_abi
 from .cblas import Kernel, bind_cblas
-from .introspect import LibraryReport, describe, kernel_env
+from .controllers import controller_for, describe, kernel_env
 from .lapack import bind_lapack
 
 ENV_VAR = "OPBENCH_BLAS"
@@ -50,37 +51,42 @@ class MissingOpError(OpbenchError):
 
 @dataclass(frozen=True, eq=False)
 class Provider:
-    """A loaded BLAS/LAPACK library with its kernels and thread control (compared by identity)."""
+    """A loaded BLAS/LAPACK library with its kernels (compared by identity).
+
+    What it is and how many threads it uses come from threadpoolctl's controller for its file
+    (``controllers``), which is also what limits its threads.
+    """
 
     name: str
     path: str
     abi: SymbolABI
-    report: LibraryReport
+    controller: ThreadpoolController = field(repr=False)  # threadpoolctl, selected to this file
+    facts: dict[str, str | None]  # describe(): vendor, version, architecture, threading_layer, config
     kernels: dict[tuple[str, np.dtype], Kernel] = field(repr=False)
 
     @property
     def vendor(self) -> str:
-        return self.report.vendor
+        return self.facts["vendor"]
 
     @property
     def version(self) -> str | None:
-        return self.report.version
+        return self.facts["version"]
 
     @property
     def architecture(self) -> str | None:
-        return self.report.architecture
+        return self.facts["architecture"]
 
     @property
     def threading_layer(self) -> str | None:
-        return self.report.threading_layer
+        return self.facts["threading_layer"]
 
     @property
     def num_threads(self) -> int:
-        return self.report.threads.get()
+        return self.controller.lib_controllers[0].num_threads
 
     def threads(self, n: int):
         """Context manager: run the block with ``n`` threads, then restore the previous count."""
-        return self.report.threads.limit(n)
+        return self.controller.limit(limits=n)
 
     def op(self, name: str, dtype) -> Kernel:
         """The kernel for ``name`` (gemm, gemv, dot, gesv, potrf) in ``dtype``."""
@@ -103,7 +109,7 @@ class Provider:
         return {
             "name": self.name, "path": self.path, "vendor": self.vendor, "version": self.version,
             "architecture": self.architecture, "threading_layer": self.threading_layer,
-            "num_threads": self.num_threads, "thread_control": self.report.threads.source,
+            "num_threads": self.num_threads,
             "integer_width": self.abi.integer_width, "symbol_prefix": self.abi.prefix,
             "symbol_suffix": self.abi.suffix, "missing_ops": self.missing_ops, "kernel_env": kernel_env(),
         }
@@ -126,13 +132,14 @@ def load_provider(path: str | os.PathLike, name: str | None = None) -> Provider:
     if abi is None:
         raise ProviderLoadError(name, path, "exports no CBLAS, LAPACKE or Fortran LAPACK symbols")
     try:
-        report = describe(lib, path, abi)
-    except (AttributeError, ValueError, OSError) as exc:
+        controller = controller_for(path, lib)
+        facts = describe(controller.lib_controllers[0])
+    except (LookupError, AttributeError, ValueError, OSError) as exc:
         raise ProviderLoadError(name, path, f"cannot introspect: {exc}") from None
-    if report.config and "USE64BITINT" in report.config:  # ILP64 without a symbol suffix
+    if facts["config"] and "USE64BITINT" in facts["config"]:  # ILP64 without a symbol suffix
         abi = replace(abi, ilp64=True)
     kernels = bind_cblas(lib, abi) | bind_lapack(lib, abi)
-    return Provider(name=name, path=path, abi=abi, report=report, kernels=kernels)
+    return Provider(name=name, path=path, abi=abi, controller=controller, facts=facts, kernels=kernels)
 
 
 def _package_dir(package: str) -> Path | None:

@@ -4,11 +4,11 @@ Multithreaded BLAS may split the k-loop or change blocking with the thread count
 which reorders the additions; whether it does is a property worth tracking per build.
 """
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..threads import all_cores
 from .providers import Provider
 
 
@@ -22,15 +22,10 @@ class ThreadReproducibility:
     max_abs_diff: float
 
 
-def available_threads() -> int:
-    """Cores this process may run on (respects taskset/cgroup affinity)."""
-    return len(os.sched_getaffinity(0))
-
-
 def gemm_thread_reproducibility(provider: Provider, n: int = 512, dtype=np.float64, seed: int = 0,
                                 threads: int | None = None) -> ThreadReproducibility:
     """Run an ``n x n`` gemm on the same inputs with 1 and with ``threads`` (default all) threads."""
-    threads = threads or available_threads()
+    threads = threads or all_cores()
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     gemm = provider.op("gemm", dtype)
