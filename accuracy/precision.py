@@ -40,13 +40,13 @@ def format_named(name: str) -> FloatFormat:
 def compute_format(impl, fmt: FloatFormat, family: str = "") -> FloatFormat:
     """The format `impl` computes in when it stores `fmt` (declared, else its backend's policy;
     an unknown implementation computes in the stored format)."""
+    backend = impl.backend if impl is not None else ""
+    if backend in TF32_BACKENDS and fmt.name == "float32":
+        return TF32  # the mode rounds every float32 product's inputs, whatever formula calls it
     declared = dict(getattr(impl, "compute", None) or {}) if impl is not None else {}
     if declared:
         return format_named(declared.get(fmt.name, fmt.name))
-    backend = impl.backend if impl is not None else ""
     if backend.startswith("torch"):
-        if backend in TF32_BACKENDS and fmt.name == "float32":
-            return TF32
         if fmt.name in LOW_PRECISION and backend not in REDUCED_PRECISION_BACKENDS:
             return FORMATS["float32"]
     if backend == "numpy":
