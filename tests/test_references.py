@@ -67,13 +67,14 @@ def test_midpoint_cases_go_through_mpmath():
     assert np.array_equal(exact.hi, want.hi) and np.array_equal(exact.lo, want.lo)
 
 
-def test_float64_target_uses_mpmath_outright():
+def test_float64_target_carries_the_long_double_remainder():
+    """hi + lo is f(x) to within the long-double evaluation's bound (2**-59 relative)."""
     fmt = get_format("float64")
     x = np.array([0.5, 1.0, 2.0, -3.25])
     e = correctly_rounded(np.exp, mpmath.exp, x, fmt)
     with mpmath.workprec(200):
         for xi, h, lo in zip(x, e.hi, e.lo):
-            assert abs(mpmath.mpf(h) + mpmath.mpf(lo) - mpmath.exp(xi)) < mpmath.mpf(2) ** -100 * abs(h)
+            assert abs(mpmath.mpf(h) + mpmath.mpf(lo) - mpmath.exp(xi)) < mpmath.mpf(2) ** -59 * abs(h)
     assert np.any(e.lo != 0)
 
 

@@ -1,6 +1,6 @@
 """Attention: scaled_dot_product_attention without a mask.
 
-Scores by Dot2, the softmax in 200-bit mpmath, P @ V by Dot2; a first-order bound chains the
+Scores exactly (exact_gemm), the softmax in 200-bit mpmath, P @ V exactly; a first-order bound chains the
 score, softmax and product errors.
 """
 
@@ -12,7 +12,8 @@ import numpy as np
 import scipy.special
 
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
-from accuracy.exact import dot2_matmul, mp_rows
+from accuracy.exact import mp_rows
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE, mp_softmax
@@ -27,16 +28,16 @@ def _sdpa_inputs(rng, n):
 
 
 def _sdpa_exact(inputs, fmt):
-    """Scores by Dot2 (exact as double-double), softmax in 200-bit mpmath, P @ V by Dot2 on P = hi + lo."""
+    """Scores exactly (as double-double), softmax in 200-bit mpmath, P @ V exactly on P = hi + lo."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    s = dot2_matmul(q, np.swapaxes(k, -1, -2))
+    s = exact_matmul(q, np.swapaxes(k, -1, -2))
     scale = 1.0 / math.sqrt(HEAD_DIM)
 
     def row(hi, lo):
         return mp_softmax([(h + l) * scale for h, l in zip(hi, lo)])
 
     p = mp_rows(row, s.hi, s.lo)
-    return dot2_matmul(np.concatenate([p.hi, p.lo], axis=-1), np.concatenate([v, v], axis=-2))
+    return exact_matmul(np.concatenate([p.hi, p.lo], axis=-1), np.concatenate([v, v], axis=-2))
 
 
 def _sdpa_bound(inputs, exact, fmt):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from accuracy.exact import Exact, dot2_matmul
+from accuracy.exact import Exact
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
 from accuracy.references import correctly_rounded
@@ -112,12 +113,12 @@ def _conv_t_as_conv(x, w, stride):
 
 
 def conv_transpose1d_exact(x, w, b=None, stride=1) -> Exact:
-    """Dot2 reference of conv_transpose1d (also conv1d's input gradient, at stride 1)."""
+    """Exact reference of conv_transpose1d (also conv1d's input gradient, at stride 1)."""
     cols, weights = _conv_t_as_conv(x, w, stride)
     if b is not None:
         cols = np.concatenate([cols, np.ones(cols.shape[:-1] + (1,))], axis=-1)
         weights = np.hstack([weights, b[:, None]])
-    e = dot2_matmul(cols.reshape(-1, cols.shape[-1]), weights.T)
+    e = exact_matmul(cols.reshape(-1, cols.shape[-1]), weights.T)
     shape = cols.shape[:2] + (weights.shape[0],)
     return e.map(lambda a: a.reshape(shape).transpose(0, 2, 1))
 

@@ -1,6 +1,6 @@
 """Convolutions: conv1d, conv2d, conv_transpose1d.
 
-Each output is one dot product, so the reference is Dot2 over the im2col form and the bound is
+Each output is one dot product, so the reference is the exact product over the im2col form and the bound is
 gamma_k * (|w| * |x| + |b|).
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
-from accuracy.exact import dot2_matmul
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import (
@@ -34,12 +34,12 @@ def _im2col(x):
 
 
 def _conv1d_exact(inputs, fmt):
-    """conv1d (cross-correlation) as Dot2 over [im2col(x), 1] @ [w.T; b]."""
+    """conv1d (cross-correlation) as the exact product [im2col(x), 1] @ [w.T; b]."""
     x, w, b = inputs["x"], inputs["w"], inputs["b"]
     cols = _im2col(x)
     a = np.concatenate([cols, np.ones(cols.shape[:-1] + (1,))], axis=-1)
     weights = np.vstack([w.reshape(w.shape[0], -1).T, b[None, :]])
-    e = dot2_matmul(a.reshape(-1, a.shape[-1]), weights)
+    e = exact_matmul(a.reshape(-1, a.shape[-1]), weights)
     shape = (x.shape[0], cols.shape[1], w.shape[0])
     return e.map(lambda a: a.reshape(shape).transpose(0, 2, 1))
 
@@ -95,7 +95,7 @@ def _conv2d_exact(inputs, fmt):
     x, w, b = inputs["x"], inputs["w"], inputs["b"]
     cols = _im2col2d(x, w.shape[-1])
     a = np.concatenate([cols, np.ones(cols.shape[:-1] + (1,))], axis=-1)
-    e = dot2_matmul(a.reshape(-1, a.shape[-1]), np.vstack([w.reshape(w.shape[0], -1).T, b[None, :]]))
+    e = exact_matmul(a.reshape(-1, a.shape[-1]), np.vstack([w.reshape(w.shape[0], -1).T, b[None, :]]))
     shape = cols.shape[:-1] + (w.shape[0],)
     return e.map(lambda a: a.reshape(shape).transpose(0, 3, 1, 2))
 
@@ -119,7 +119,7 @@ CONV2D = OpInfo(
     exact=_conv2d_exact,
     fp64=lambda x, w, b: _np_conv2d(np, x, w, b),
     bound=_conv2d_bound,
-    bound_doc="gamma_{cin*k*k+1} * (|w| * |x| + |b|): each output is one dot product (im2col + Dot2)",
+    bound_doc="gamma_{cin*k*k+1} * (|w| * |x| + |b|): each output is one dot product (im2col + exact product)",
     impls=(
         Impl("torch", "F.conv2d", lambda ns, x, w, b: ns.nn.functional.conv2d(x, w, b), ALL_DTYPES),
         Impl("numpy", "einsum over sliding windows", _np_conv2d, IEEE_DTYPES),

@@ -1,7 +1,7 @@
 """Discrete Fourier transforms: fft and rfft of real rows, complex output as (..., 2) real pairs.
 
 The exact reference is the DFT as a matrix product with double-double twiddles (cos and sin of
-2 pi m/n computed in 200-bit mpmath, split hi + lo) summed by Dot2: exact to ~u**2. The bound is
+2 pi m/n computed in 200-bit mpmath, split hi + lo) summed exactly (exact_gemm). The bound is
 Higham's Theorem 24.2 for radix-2 Cooley-Tukey, ||y^ - y||_2 <= log2(n) eta/(1 - log2(n) eta)
 * sqrt(n) ||x||_2 with eta = u + gamma_4 (sqrt2 + u), applied to every element of a row.
 """
@@ -14,7 +14,8 @@ import mpmath
 import numpy as np
 
 from accuracy.dtypes import IEEE_DTYPES, SINGLE_DOUBLE
-from accuracy.exact import MP_PRECISION_BITS, dot2_matmul
+from accuracy.exact import MP_PRECISION_BITS
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.registry import Impl, OpInfo
@@ -41,7 +42,7 @@ def _dft_exact(x, bins):
     ch, cl, sh, sl = _twiddles(n)
     idx = np.outer(np.arange(n), np.arange(bins)) % n
     w = np.vstack([np.hstack([ch[idx], -sh[idx]]), np.hstack([cl[idx], -sl[idx]])])  # (2n, 2*bins)
-    e = dot2_matmul(np.concatenate([x, x], axis=-1), w)
+    e = exact_matmul(np.concatenate([x, x], axis=-1), w)
     shape = x.shape[:-1] + (2, bins)
     return e.map(lambda a: np.swapaxes(a.reshape(shape), -1, -2))
 

@@ -2,7 +2,7 @@
 
 Each op takes the forward inputs plus a fixed upstream gradient g and returns the gradient
 (torch: requires_grad_, backward(g), .grad; numpy: the analytic formula). Exact references are
-Dot2 products and fsum (matmul, conv1d, linear) or 200-bit mpmath formulas (softmax, gelu, layer_norm).
+Exact products and fsum (matmul, conv1d, linear) or 200-bit mpmath formulas (softmax, gelu, layer_norm).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import numpy as np
 import scipy.special
 
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
-from accuracy.exact import Exact, dot2_matmul, fsum_rows, mp_rows
+from accuracy.exact import Exact, fsum_rows, mp_rows
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
 from accuracy.ops.common import (
@@ -37,7 +38,7 @@ def _torch_matmul_grad(ns, a, b, g):
 
 def _matmul_grad_exact(inputs, fmt):
     a, b, g = inputs["a"], inputs["b"], inputs["g"]
-    da, db = dot2_matmul(g, b.T), dot2_matmul(a.T, g)
+    da, db = exact_matmul(g, b.T), exact_matmul(a.T, g)
     return Exact(np.stack([da.hi, db.hi]), np.stack([da.lo, db.lo]))
 
 
@@ -203,9 +204,9 @@ def _torch_linear_grad(ns, x, W, b, g):
 
 
 def _linear_grad_exact(inputs, fmt):
-    """dx = g @ W and dW = g^T @ x by Dot2, db = sum_i g_i correctly rounded (fsum)."""
+    """dx = g @ W and dW = g^T @ x exactly, db = sum_i g_i correctly rounded (fsum)."""
     x, W, g = inputs["x"], inputs["W"], inputs["g"]
-    dx, dw, db = dot2_matmul(g, W), dot2_matmul(g.T, x), fsum_rows(g.T)
+    dx, dw, db = exact_matmul(g, W), exact_matmul(g.T, x), fsum_rows(g.T)
     return Exact(np.concatenate([dx.hi.ravel(), dw.hi.ravel(), db.hi]),
                  np.concatenate([dx.lo.ravel(), dw.lo.ravel(), db.lo]))
 

@@ -1,6 +1,6 @@
 """Products: matmul, linear (x @ W.T + b, five spellings), gemv, dot, bmm, baddbmm.
 
-Exact references come from Dot2 over error-free products (exact to ~u**2, validated against
+Exact references come from Ozaki's error-free splitting (accuracy/exact_gemm.py, validated against
 mpmath in the tests); bounds are Higham's gamma_k * |A||B| (Theorem 3.5), which any blocking,
 ordering or threading of the sums satisfies.
 """
@@ -11,7 +11,7 @@ import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
-from accuracy.exact import dot2_matmul
+from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE
@@ -32,7 +32,7 @@ MATMUL = OpInfo(
     name="matmul",
     doc="C = A @ B for square N(0,1) matrices of order n",
     generate=lambda rng, n: {"a": normal(rng, (n, n)), "b": normal(rng, (n, n))},
-    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["b"]),
+    exact=lambda inputs, fmt: exact_matmul(inputs["a"], inputs["b"]),
     fp64=lambda a, b: a @ b,
     bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"])),
     bound_doc="gamma_n * |A||B| (Higham, Theorem 3.5)",
@@ -59,10 +59,10 @@ def _linear_shapes(rng, n):
 
 
 def _linear_exact(inputs, fmt):
-    """x @ W.T + b as one Dot2 over [x, 1] @ [W.T; b]: the bias joins the exact sum."""
+    """x @ W.T + b as one exact product [x, 1] @ [W.T; b]: the bias joins the exact sum."""
     x, W, b = inputs["x"], inputs["W"], inputs["b"]
     ones = np.ones((x.shape[0], 1))
-    return dot2_matmul(np.hstack([x, ones]), np.vstack([W.T, b[None, :]]))
+    return exact_matmul(np.hstack([x, ones]), np.vstack([W.T, b[None, :]]))
 
 
 def _linear_bound(inputs, exact, fmt):
@@ -94,7 +94,7 @@ GEMV = OpInfo(
     name="gemv",
     doc="y = A @ x for an n x n N(0,1) matrix",
     generate=lambda rng, n: {"a": normal(rng, (n, n)), "x": normal(rng, n)},
-    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["x"][:, None]).map(np.ravel),
+    exact=lambda inputs, fmt: exact_matmul(inputs["a"], inputs["x"][:, None]).map(np.ravel),
     fp64=lambda a, x: a @ x,
     bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["x"])),
     bound_doc="gamma_n * |A||x|",
@@ -112,7 +112,7 @@ DOT = OpInfo(
     name="dot",
     doc="x . y for N(0,1) vectors",
     generate=lambda rng, n: {"x": normal(rng, n), "y": normal(rng, n)},
-    exact=lambda inputs, fmt: dot2_matmul(inputs["x"][None, :], inputs["y"][:, None]).map(np.squeeze),
+    exact=lambda inputs, fmt: exact_matmul(inputs["x"][None, :], inputs["y"][:, None]).map(np.squeeze),
     fp64=lambda x, y: np.dot(x, y),
     bound=lambda inputs, exact, fmt: gamma(inputs["x"].size, fmt.u) * np.abs(inputs["x"]) @ np.abs(inputs["y"]),
     bound_doc="gamma_n * |x|.|y|",
@@ -142,7 +142,7 @@ BMM = OpInfo(
     name="bmm",
     doc=f"batched A @ B, {BATCH} pairs of square N(0,1) matrices of order n",
     generate=_bmm_inputs,
-    exact=lambda inputs, fmt: dot2_matmul(inputs["a"], inputs["b"]),
+    exact=lambda inputs, fmt: exact_matmul(inputs["a"], inputs["b"]),
     fp64=lambda a, b: a @ b,
     bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[-1], fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"])),
     bound_doc="gamma_n * |A||B| per batch (Higham, Theorem 3.5)",
@@ -158,10 +158,10 @@ BMM = OpInfo(
 
 
 def _baddbmm_exact(inputs, fmt):
-    """c + a @ b as one Dot2 over [a, I] @ [b; c]: c joins the exact sum."""
+    """c + a @ b as one exact product [a, I] @ [b; c]: c joins the exact sum."""
     a, b, c = inputs["a"], inputs["b"], inputs["c"]
     eye = np.broadcast_to(np.eye(a.shape[-1]), a.shape)
-    return dot2_matmul(np.concatenate([a, eye], axis=-1), np.concatenate([b, c], axis=-2))
+    return exact_matmul(np.concatenate([a, eye], axis=-1), np.concatenate([b, c], axis=-2))
 
 
 BADDBMM = OpInfo(
