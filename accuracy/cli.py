@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "accuracy.commands.run",
     "accuracy.commands.compare",
     "accuracy.commands.report",
+    "accuracy.commands.scan",
 )
 
 

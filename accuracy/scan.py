@@ -1,0 +1,242 @@
+"""Whole-domain accuracy scans of elementwise functions: every input of a format, every impl.
+
+Like Zimmermann et al.'s "Accuracy of Mathematical Functions" tables, but for the libraries
+people call (numpy, torch, scipy, ...) on this build: all 2**32 float32 inputs (2**16 for
+float16/bfloat16) go through each implementation and the fast correctly rounded reference
+(accuracy/references.py), in chunks of bounded memory. float64 has too many inputs: it gets a
+sample, random within every binade plus special values.
+
+Only results that differ from the correctly rounded value are measured in ulps (they are few),
+so a scan costs about one reference evaluation plus one call per implementation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accuracy.backends import get_backend
+from accuracy.contracts import contract_for, ulps_from_correctly_rounded
+from accuracy.dtypes import FloatFormat, get_format
+from accuracy.errors import OpbenchError
+from accuracy.exact import Exact
+from accuracy.metrics import ulp_error
+from accuracy.registry import Impl, OpInfo
+
+SCAN_DTYPES = ("float32", "float16", "bfloat16")
+CHUNK = 1 << 22  # inputs per step: ~200 MB of working arrays whatever the format
+HISTOGRAM_EDGES = (0.5, 1.0, 2.0, 4.0, 16.0, 256.0, np.inf)  # ulp-error bins: (0, 0.5], (0.5, 1], ...
+WORST_KEPT = 3
+_BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
+
+
+@dataclass
+class ImplScan:
+    """What one implementation did over the scanned inputs."""
+
+    impl: Impl
+    contract: object  # accuracy.contracts.Contract or None
+    checked: int = 0
+    not_correctly_rounded: int = 0
+    max_ulp: float = 0.0  # 0 until a result differs from the correctly rounded one
+    max_steps: float = 0.0  # representable numbers between a result and the correctly rounded one
+    worst: list[tuple[float, float, float, float]] = field(default_factory=list)  # (ulp, x, result, exact)
+    histogram: list[int] = field(default_factory=lambda: [0] * len(HISTOGRAM_EDGES))
+
+    def contract_holds(self) -> bool | None:
+        return None if self.contract is None else self.max_steps <= self.contract.max_ulp
+
+    def add(self, x: np.ndarray, result: np.ndarray, exact: Exact, rounded: np.ndarray, fmt: FloatFormat) -> None:
+        self.checked += x.size
+        differs = np.flatnonzero(result != rounded)
+        differs = differs[~(np.isnan(result[differs]) & np.isnan(rounded[differs]))]
+        self.histogram[0] += x.size - differs.size
+        if not differs.size:
+            return
+        self.not_correctly_rounded += differs.size
+        errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
+        self.max_steps = max(self.max_steps, _max_steps(result[differs], rounded[differs], fmt))
+        self.histogram = [h + c for h, c in zip(self.histogram, _bin_counts(errors))]
+        top = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT] if errors.size > WORST_KEPT else np.arange(errors.size)
+        order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
+        found = [(float(errors[i]), float(x[differs[i]]), float(result[differs[i]]),
+                  float(exact.hi[differs[i]] + exact.lo[differs[i]])) for i in order]
+        self.worst = sorted(self.worst + found, key=lambda w: -w[0])[:WORST_KEPT]
+        self.max_ulp = self.worst[0][0]
+
+
+def _max_steps(result: np.ndarray, rounded: np.ndarray, fmt: FloatFormat) -> float:
+    """The most representable numbers between a result and its correctly rounded value.
+
+    For the narrow formats, by bit patterns: sign-magnitude bits made two's complement are in
+    the order of the values, so their difference counts the numbers between (inf is one past
+    the largest finite number). float64 samples are small: the contracts' own measure.
+    """
+    if fmt.name not in _BITS:
+        return float(ulps_from_correctly_rounded(result, rounded, fmt).max())
+    bits = _BITS[fmt.name]
+    sign = np.int64(1) << np.int64(8 * np.dtype(bits).itemsize - 1)
+
+    def ordered(a):
+        b = a.view(bits).astype(np.int64)
+        return np.where(b & sign, -(b & (sign - 1)), b)
+
+    return float(np.max(np.abs(ordered(result) - ordered(rounded))))
+
+
+def _bin_counts(errors: np.ndarray) -> list[int]:
+    idx = np.searchsorted(np.asarray(HISTOGRAM_EDGES), errors, side="left")
+    return np.bincount(np.minimum(idx, len(HISTOGRAM_EDGES) - 1), minlength=len(HISTOGRAM_EDGES)).tolist()
+
+
+@dataclass
+class ScanResult:
+    op: str
+    fmt: FloatFormat
+    total: int  # inputs the scan covers when complete
+    impls: list[ImplScan]
+    done: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def scannable(op: OpInfo) -> bool:
+    """Elementwise ops of one input `x`, whose reference is per element."""
+    probe = op.generate(np.random.default_rng(0), 4)
+    return set(probe) == {"x"} and op.family in ("elementwise", "activations")
+
+
+def select_impls(op: OpInfo, fmt: FloatFormat, names: list[str] | None) -> list[Impl]:
+    available = op.available_impls(fmt.name)
+    if not names:
+        if not available:
+            raise OpbenchError(f"op {op.name!r} has no implementation for {fmt.name} on this machine")
+        return available
+    chosen = []
+    for name in names:
+        impl = op.impl(name)  # one-line error for an unknown name
+        if impl not in available:
+            raise OpbenchError(f"{name} is not available for {fmt.name} here")
+        chosen.append(impl)
+    return chosen
+
+
+def all_inputs(fmt: FloatFormat, start: int, stop: int) -> np.ndarray:
+    """The inputs whose bit patterns are start .. stop-1, in `fmt`."""
+    return np.arange(start, stop, dtype=np.uint64).astype(_BITS[fmt.name]).view(fmt.np_dtype)
+
+
+def sample_float64(n: int, seed: int = 0) -> np.ndarray:
+    """n float64 inputs: special values, then random significands in binades drawn uniformly
+    (both signs, subnormals as one binade), so every magnitude is covered, not just [0, 1)."""
+    info = np.finfo(np.float64)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, info.tiny, info.smallest_subnormal,
+                        info.max, np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), np.pi, -np.pi, 0.5, 2.0])
+    rng = np.random.Generator(np.random.PCG64(seed))
+    count = max(0, n - special.size)
+    exponent = rng.integers(0, 2047, count, dtype=np.uint64)  # biased exponent 0 .. 2046 (0: subnormal)
+    bits = (rng.integers(0, 2, count, dtype=np.uint64) << np.uint64(63)) | (exponent << np.uint64(52)) \
+        | rng.integers(0, 1 << 52, count, dtype=np.uint64)
+    return np.concatenate([special, bits.view(np.float64)])[:n]
+
+
+def _run(impl: Impl, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    backend = get_backend(impl.backend)
+    with np.errstate(all="ignore"):
+        out = backend.call(impl.fn, {"x": backend.to_native(x)})
+        backend.synchronize()
+    return backend.to_numpy(out, fmt)
+
+
+def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None = None, chunk: int = CHUNK,
+         progress=None) -> ScanResult:
+    """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
+
+    `progress(done, total, seconds)` is called after each chunk. Ctrl-C stops after the chunk in
+    flight and returns what was scanned, with `interrupted` set.
+    """
+    if not scannable(op):
+        raise OpbenchError(f"op {op.name!r} is not an elementwise function of one input; scan covers "
+                           "elementwise and activation ops")
+    if fmt.name == "float64":
+        if not sample:
+            raise OpbenchError("float64 has 2**64 inputs: give --sample N")
+        inputs = sample_float64(sample)
+        total = inputs.size
+    elif fmt.name in SCAN_DTYPES:
+        if sample:
+            raise OpbenchError(f"--sample is for float64; {fmt.name} is scanned whole")
+        inputs, total = None, 1 << (8 * fmt.np_dtype.itemsize)
+    else:
+        raise OpbenchError(f"scan covers {', '.join(SCAN_DTYPES)} whole and float64 by --sample")
+    scans = [ImplScan(impl, contract_for(op.name, impl, fmt, get_format(impl.compute.get(fmt.name, fmt.name))))
+             for impl in impls]
+    result = ScanResult(op.name, fmt, total, scans)
+    start_time = time.perf_counter()
+    try:
+        for start in range(0, total, chunk):
+            stop = min(total, start + chunk)
+            x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
+            with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
+                exact = op.exact({"x": x.astype(np.float64)}, fmt)
+                rounded = fmt.round(exact.hi)
+            for s in scans:
+                s.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
+            result.done = stop
+            result.seconds = time.perf_counter() - start_time
+            if progress:
+                progress(result.done, total, result.seconds)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.seconds = time.perf_counter() - start_time
+    return result
+
+
+def hex_of(value: float, fmt: FloatFormat) -> str:
+    """The bit pattern of `value` in `fmt`, as C's `0x...` (as numpy's validation files write it)."""
+    bits = np.array([value]).astype(fmt.np_dtype).view(_BITS.get(fmt.name, np.uint64))[0]
+    return f"0x{int(bits):0{2 * fmt.np_dtype.itemsize}x}"
+
+
+def as_rows(result: ScanResult) -> list[dict]:
+    """One JSON-able record per implementation."""
+    fmt = result.fmt
+    rows = []
+    for s in result.impls:
+        rows.append({
+            "op": result.op, "dtype": fmt.name, "impl": s.impl.name, "checked": s.checked,
+            "max_ulp": s.max_ulp, "not_correctly_rounded": s.not_correctly_rounded,
+            "max_ulp_from_correctly_rounded": s.max_steps,
+            "worst": [{"x": hex_of(x, fmt), "x_value": x, "result": hex_of(r, fmt), "exact": e, "ulp": u}
+                      for u, x, r, e in s.worst],
+            "histogram": {_bin_label(i): c for i, c in enumerate(s.histogram)},
+            "contract_max_ulp": None if s.contract is None else s.contract.max_ulp,
+            "contract_source": None if s.contract is None else s.contract.source,
+            "contract_holds": s.contract_holds(),
+            "complete": not result.interrupted and result.done == result.total,
+        })
+    return rows
+
+
+def _bin_label(i: int) -> str:
+    low = 0.0 if i == 0 else HISTOGRAM_EDGES[i - 1]
+    return f"({low:g}, {HISTOGRAM_EDGES[i]:g}]"
+
+
+def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Function x implementation -> max ulp error, like Zimmermann et al.'s tables: (header, rows),
+    for the report. `rows` are `as_rows` records of any number of scans (one dtype each)."""
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    funcs = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows))
+    cell = {(r["op"], r["dtype"], r["impl"]): r for r in rows}
+    body = []
+    for op, dtype in funcs:
+        line = [op, dtype]
+        for impl in impls:
+            r = cell.get((op, dtype, impl))
+            # a correctly rounded result is within 0.5 ulp: the entry of an impl with no miss
+            line.append("" if r is None else f"{r['max_ulp'] if r['not_correctly_rounded'] else 0.5:.3g}")
+        body.append(line)
+    return ["function", "dtype", *impls], body
