@@ -5,8 +5,8 @@ is below 1, then cut into slices: slice s holds integers of at most `bits` bits 
 With 2*bits + log2(k) <= 53, every product of one A slice with one B slice is an exact float64
 GEMM whatever order the BLAS sums in (every partial sum is an integer multiple of the same power
 of two below 2**53). The exact products are then summed by K-fold compensated summation
-(Ogita-Rump-Oishi SumK, K = 3) into a double-double. The one inexact step is the tail of tiny
-sparse products (see `_products`): the result is within 2**-104 |AB| + 2**-100 max|a_i| max|b_j|
+(Ogita-Rump-Oishi SumK, K = 3) into a double-double. The one inexact step is the float64 tail
+of the smallest products (see `_products`): the result is within 2**-104 |AB| + 2**-100 max|a_i| max|b_j|
 of the exact product, against Dot2's (k u)**2 |A||B| (2**-88 |A||B| at k = 512).
 
 Slicing stops when every remainder is zero, so nothing of A or B is dropped. Entries far below
@@ -72,27 +72,34 @@ def _supports(slices: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _products(a_slices, b_slices) -> list[np.ndarray]:
-    """The exact slice products to sum: dense ones alone, sparse ones gathered into one tail.
+    """The exact slice products to sum, each restricted to its slices' nonzero rows/columns.
 
-    The last slices of random data hold only the few entries far below their row's largest: a
-    product with one is restricted to its nonzero rows/columns and costs almost nothing. Those
-    products are below 2**(-3*bits) k of the row/column scales, so adding them up in float64
-    (the tail) errs by < 2**-100 max|a_i| max|b_j|, and keeps the cascades short.
+    The last slices of random data hold only the few entries far below their row's largest, so
+    most of their products cost almost nothing. Products of slices i + j >= 3 (0-based) are below
+    k 2**(-3*bits) of the row/column scales: those are gathered into one float64 tail, which errs
+    by < 2**-100 max|a_i| max|b_j| and keeps the cascades short.
     """
     m, n = a_slices[0].shape[0], b_slices[0].shape[1]
     a_sup, b_sup = _supports(a_slices), _supports(b_slices)
-    dense, tail = [], None
+    terms, tail = [], np.zeros((m, n))
     # smallest products first: the cascades then carry the big terms' rounding errors down
     pairs = sorted(((i, j) for i in range(len(a_slices)) for j in range(len(b_slices))), key=lambda p: -sum(p))
     for i, j in pairs:
         (rows, a_cols), (b_rows, cols) = a_sup[i], b_sup[j]
         inner = np.intersect1d(a_cols, b_rows, assume_unique=True)
+        small = i + j >= 3
         if 4 * len(rows) * len(inner) * len(cols) > m * a_slices[i].shape[1] * n:
-            dense.append(a_slices[i] @ b_slices[j])
+            product = a_slices[i] @ b_slices[j]
+            if small:
+                tail += product
+            else:
+                terms.append(product)
             continue
-        tail = np.zeros((m, n)) if tail is None else tail
-        tail[np.ix_(rows, cols)] += a_slices[i][np.ix_(rows, inner)] @ b_slices[j][np.ix_(inner, cols)]
-    return dense if tail is None else [tail, *dense]
+        target = tail if small else np.zeros((m, n))
+        target[np.ix_(rows, cols)] += a_slices[i][np.ix_(rows, inner)] @ b_slices[j][np.ix_(inner, cols)]
+        if not small:
+            terms.append(target)
+    return [tail, *terms]
 
 
 def _block_rows(m: int, k: int, n: int, sa: int, sb: int) -> int:

@@ -1,0 +1,129 @@
+"""asv: the speed of the exact references against the op they check (same process, same run),
+and, in the `full` profile, whole-domain scans' worst errors per function and implementation.
+
+Goals (issue #15): exact float64 GEMM at n = 512 within 20x dgemm and n = 1024 within 3 s;
+correctly rounded float64 exp >= 1 M elements/s (1e6 in <= 2 s); float32 >= 100 M elements/s.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mpmath
+import numpy as np
+
+from accuracy.dtypes import get_format
+from accuracy.exact_gemm import exact_matmul
+from accuracy.references import correctly_rounded
+from accuracy.registry import get_op
+from accuracy.scan import as_rows, scan, scannable, select_impls
+
+from .common import PROFILES, _track, current_profile
+
+SCANNED = ("exp", "log", "tanh", "sin")  # float32 whole-domain scans of the full profile
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+class ExactGemm:
+    """Ozaki exact product vs numpy's dgemm on the same n x n float64 matrices."""
+
+    params = [[512, 1024]]
+    param_names = ["n"]
+    timeout = 600
+    number, repeat, rounds, min_run_count, warmup_time = 1, 1, 1, 1, 0.0
+
+    def setup(self, n):
+        rng = np.random.Generator(np.random.PCG64(n))
+        self.a, self.b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+
+    def time_dgemm(self, n):
+        self.a @ self.b
+
+    def time_exact_gemm(self, n):
+        exact_matmul(self.a, self.b)
+
+    @_track("x dgemm")
+    def track_exact_over_dgemm(self, n):
+        """The exact product's time over dgemm's (best of 3), measured back to back."""
+        dgemm = min(_seconds(lambda: self.a @ self.b) for _ in range(3))
+        return _seconds(lambda: exact_matmul(self.a, self.b)) / dgemm
+
+
+class CorrectlyRounded:
+    """Correctly rounded exp references vs np.exp itself, in elements per second."""
+
+    params = [["float64", "float32"]]
+    param_names = ["dtype"]
+    timeout = 600
+    number, repeat, rounds, min_run_count, warmup_time = 1, 1, 1, 1, 0.0
+    SIZES = {"float64": 1_000_000, "float32": 1 << 24}
+
+    def setup(self, dtype):
+        fmt = get_format(dtype)
+        rng = np.random.Generator(np.random.PCG64(1))
+        self.fmt = fmt
+        self.x = fmt.round(rng.uniform(-80.0, 80.0, self.SIZES[dtype]))
+        self.x64 = self.x.astype(np.float64)
+
+    def _reference(self):
+        correctly_rounded(np.exp, mpmath.exp, self.x64, self.fmt)
+
+    def time_reference(self, dtype):
+        self._reference()
+
+    def time_op(self, dtype):
+        np.exp(self.x)
+
+    @_track("M elements/s")
+    def track_reference_throughput(self, dtype):
+        return self.x.size / _seconds(self._reference) / 1e6
+
+    @_track("x op")
+    def track_reference_over_op(self, dtype):
+        op = min(_seconds(lambda: np.exp(self.x)) for _ in range(3))
+        return _seconds(self._reference) / op
+
+
+def _scan_classes() -> dict[str, type]:
+    """`full` profile: one class per scanned function and format; tracks per implementation."""
+    if current_profile() is not PROFILES["full"]:
+        return {}
+    classes = {}
+    plan = [(name, "float32") for name in SCANNED]
+    plan += [(op.name, dtype) for dtype in ("float16", "bfloat16")
+             for op in map(get_op, SCANNED) if scannable(op)]
+    for name, dtype in plan:
+        op = get_op(name)
+        impls = [i.name for i in op.available_impls(dtype)]
+        if not impls:
+            continue
+
+        def setup_cache(name=name, dtype=dtype):
+            op, fmt = get_op(name), get_format(dtype)
+            return {r["impl"]: r for r in as_rows(scan(op, fmt, select_impls(op, fmt, None)))}
+
+        def track_max_ulp(self, rows, impl):
+            """Largest ulp error over every input of the format (lower is better)."""
+            return rows[impl]["max_ulp"]
+
+        def track_not_correctly_rounded(self, rows, impl):
+            """Inputs whose result is not the correctly rounded value (lower is better)."""
+            return rows[impl]["not_correctly_rounded"]
+
+        track_max_ulp.unit = "ulp"
+        track_not_correctly_rounded.unit = "count"
+        cls = f"Scan{name.capitalize()}{dtype.capitalize()}"
+        classes[cls] = type(cls, (), {
+            "params": [impls], "param_names": ["impl"], "timeout": 3600, "setup_cache": setup_cache,
+            "track_max_ulp": track_max_ulp, "track_not_correctly_rounded": track_not_correctly_rounded,
+            "version": f"scan-{name}-{dtype}-op{op.version}",
+        })
+    return classes
+
+
+globals().update(_scan_classes())

@@ -1,0 +1,109 @@
+"""opbench scan: whole-format scans report what each implementation really does, by the numbers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from accuracy.cli import main
+from accuracy.dtypes import get_format
+from accuracy.registry import Impl, all_ops, get_op
+from accuracy.scan import all_inputs, as_rows, hex_of, sample_float64, scan, scannable, zimmermann_table
+
+
+def test_all_inputs_cover_every_bit_pattern_once():
+    x = all_inputs(get_format("float16"), 0, 1 << 16)
+    assert x.dtype == np.float16 and np.unique(x.view(np.uint16)).size == 1 << 16
+    assert hex_of(1.0, get_format("float32")) == "0x3f800000" and hex_of(-2.0, get_format("bfloat16")) == "0xc000"
+
+
+def test_sqrt_float16_is_correctly_rounded_everywhere_and_keeps_its_contract():
+    """numpy's float16 sqrt computes in float32 and rounds once more: 24 >= 2*11 + 2 bits, so the
+    double rounding is innocuous and every one of the 2**16 results is correctly rounded."""
+    op, fmt = get_op("sqrt"), get_format("float16")
+    result = scan(op, fmt, [op.impl("numpy:np.sqrt")])
+    row = as_rows(result)[0]
+    assert result.done == 1 << 16 and row["checked"] == 1 << 16
+    assert row["not_correctly_rounded"] == 0 and row["max_ulp"] == 0.0 and row["worst"] == []
+    assert row["contract_max_ulp"] == 0 and row["contract_holds"] is True
+
+
+def test_a_result_one_ulp_off_is_counted_and_its_input_reported():
+    op, fmt = get_op("sqrt"), get_format("float16")
+    def bumped(ns, x):  # sqrt(4) = 2 exactly: the one result bumped up by one ulp
+        y = ns.sqrt(x)
+        return np.where(x == 4, np.nextafter(np.float16(2), np.float16(3)), y)
+
+    impl = replace(op.impl("numpy:np.sqrt"), variant="bumped", fn=bumped)
+    row = as_rows(scan(op, fmt, [impl]))[0]
+    assert row["not_correctly_rounded"] == 1 and row["max_ulp_from_correctly_rounded"] == 1
+    assert row["worst"][0]["x"] == "0x4400" and row["worst"][0]["result"] == "0x4001"
+    assert row["max_ulp"] == pytest.approx(1.0) and row["histogram"]["(0.5, 1]"] == 1
+    assert row["contract_holds"] is None  # a variant nobody published a contract for
+
+
+def test_every_scannable_op_scans_bfloat16_with_every_impl():
+    fmt = get_format("bfloat16")
+    for op in all_ops():
+        if not scannable(op) or fmt.name not in op.dtypes():
+            continue
+        impls = op.available_impls(fmt.name)
+        rows = as_rows(scan(op, fmt, impls))
+        assert [r["impl"] for r in rows] == [i.name for i in impls]
+        assert all(r["checked"] == 1 << 16 and sum(r["histogram"].values()) == 1 << 16 for r in rows)
+
+
+def test_float64_sample_is_deterministic_and_spans_the_binades():
+    x = sample_float64(5000, seed=3)
+    assert x.tobytes() == sample_float64(5000, seed=3).tobytes()
+    finite = np.abs(x[np.isfinite(x) & (x != 0)])
+    assert finite.min() < 1e-300 and finite.max() > 1e300 and np.isnan(x).any() and np.isinf(x).any()
+
+
+def test_zimmermann_table_is_function_by_implementation():
+    rows = [{"op": "exp", "dtype": "float32", "impl": "numpy:np.exp", "max_ulp": 2.4, "not_correctly_rounded": 3},
+            {"op": "exp", "dtype": "float32", "impl": "torch:torch.exp", "max_ulp": 0.0, "not_correctly_rounded": 0}]
+    header, body = zimmermann_table(rows)
+    assert header == ["function", "dtype", "numpy:np.exp", "torch:torch.exp"]
+    assert body == [["exp", "float32", "2.4", "0.5"]]
+
+
+def test_cli_scan_json_and_bad_input(capsys):
+    assert main(["scan", "exp", "--dtype", "float16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"] == out["total"] == 1 << 16 and not out["interrupted"]
+    assert {r["impl"] for r in out["implementations"]} == {i.name for i in get_op("exp").available_impls("float16")}
+    for argv in (["scan", "exp", "--dtype", "float64"], ["scan", "matmul", "--dtype", "float16"],
+                 ["scan", "exp", "--dtype", "float16", "--sample", "10"], ["scan", "exp", "--impl", "numpy:nope"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.startswith("opbench: error: ")
+
+
+def test_ctrl_c_prints_the_partial_table_and_exits_2(monkeypatch, capsys):
+    import accuracy.scan as scan_module
+
+    calls = []
+
+    def interrupting(self, *args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    original = scan_module.ImplScan.add
+    monkeypatch.setattr(scan_module, "CHUNK", 1 << 14)
+    monkeypatch.setattr(scan_module.scan, "__kwdefaults__", {"sample": None, "chunk": 1 << 14, "progress": None})
+    monkeypatch.setattr(scan_module.ImplScan, "add", interrupting)
+    assert main(["scan", "sqrt", "--dtype", "float16", "--impl", "numpy:np.sqrt"]) == 2
+    captured = capsys.readouterr()
+    assert "16384 of 65536 inputs (interrupted: partial)" in captured.out
+    assert "interrupted" in captured.err
+
+
+def test_float64_sample_scan_runs():
+    op = get_op("exp")
+    rows = as_rows(scan(op, get_format("float64"), [op.impl("numpy:np.exp")], sample=2000))
+    assert rows[0]["checked"] == 2000
