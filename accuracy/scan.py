@@ -103,9 +103,9 @@ class ScanResult:
 
 
 def scannable(op: OpInfo) -> bool:
-    """Elementwise ops of one input `x`, whose reference is per element."""
+    """Elementwise ops of one input `x` (a vector of the requested size, not rows like softmax's)."""
     probe = op.generate(np.random.default_rng(0), 4)
-    return set(probe) == {"x"} and op.family in ("elementwise", "activations")
+    return set(probe) == {"x"} and probe["x"].shape == (4,) and op.family in ("elementwise", "activations")
 
 
 def select_impls(op: OpInfo, fmt: FloatFormat, names: list[str] | None) -> list[Impl]:
