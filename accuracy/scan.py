@@ -176,7 +176,7 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
     result = ScanResult(op.name, fmt, total, scans)
     start_time = time.perf_counter()
     try:
-        for start in range(0, total, chunk):
+        for start in _spread(range(0, total, chunk)):
             stop = min(total, start + chunk)
             x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
             with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
@@ -184,7 +184,7 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
                 rounded = fmt.round(exact.hi)
             for s in scans:
                 s.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
-            result.done = stop
+            result.done += stop - start
             result.seconds = time.perf_counter() - start_time
             if progress:
                 progress(result.done, total, result.seconds)
@@ -192,6 +192,16 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
         result.interrupted = True
         result.seconds = time.perf_counter() - start_time
     return result
+
+
+def _spread(starts: range) -> list[int]:
+    """Chunks in bit-reversed order: an interrupted scan has still sampled every part of the
+    range (every binade, both signs), not just the smallest bit patterns."""
+    n = len(starts)
+    if n & (n - 1):
+        return list(starts)
+    width = max(1, (n - 1).bit_length())
+    return [starts[int(f"{i:0{width}b}"[::-1], 2)] for i in range(n)]
 
 
 def hex_of(value: float, fmt: FloatFormat) -> str:

@@ -64,10 +64,10 @@ def render(rows: list[dict], result) -> str:
     for r in rows:
         holds = {None: "no contract declared", True: "holds", False: "BROKEN"}[r["contract_holds"]]
         contract = "-" if r["contract_max_ulp"] is None else f"{r['contract_max_ulp']} ulp ({r['contract_source']})"
-        table.append([r["impl"], f"{r['max_ulp']:.6g}" if r["not_correctly_rounded"] else "<= 0.5",
+        table.append([r["impl"], str(r["checked"]), f"{r['max_ulp']:.6g}" if r["not_correctly_rounded"] else "<= 0.5",
                       str(r["not_correctly_rounded"]), _num(r["max_ulp_from_correctly_rounded"]),
                       contract, holds])
-    lines += format_table(["implementation", "max ulp", "not correctly rounded", "ulps from CR", "contract",
+    lines += format_table(["implementation", "inputs", "max ulp", "not correctly rounded", "ulps from CR", "contract",
                            "contract everywhere"], table)
     lines.append("")
     for r in rows:
