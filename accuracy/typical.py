@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accuracy import refcache
 from accuracy.dtypes import FloatFormat
 from accuracy.emulate import emulate
 from accuracy.exact import Exact
@@ -32,6 +33,7 @@ from accuracy.metrics import ulp
 TYPICAL_Z = 12.0
 RANDOM_RUNS = 64
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
+MODEL_VERSION = 1  # bump when the emulation or the threshold changes: cached models are keyed by it
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,25 @@ def typical_model(fp64_formula, inputs64: dict, exact: Exact, storage: FloatForm
     with np.errstate(over="ignore", invalid="ignore"):
         threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)
     return TypicalModel(scale, threshold, compute.name)
+
+
+class _NotEmulable(Exception):
+    pass
+
+
+def cached_typical_model(op, inputs64: dict, exact: Exact, storage: FloatFormat,
+                         compute: FloatFormat) -> TypicalModel | None:
+    """typical_model through the reference cache: asv measures each implementation in its own
+    process, and the model (64 emulated runs) is the same for all of them."""
+    def compute_model() -> Exact:
+        model = typical_model(op.fp64, inputs64, exact, storage, compute)
+        if model is None:
+            raise _NotEmulable
+        return Exact(model.scale, model.threshold)
+
+    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}"
+    try:
+        stored = refcache.cached(refcache.cache_key(name, op.version, storage.name, inputs64), compute_model)
+    except _NotEmulable:
+        return None
+    return TypicalModel(stored.hi, stored.lo, compute.name)

@@ -24,7 +24,7 @@ from accuracy.dtypes import FloatFormat
 from accuracy.exact import Exact
 from accuracy.metrics import ulp
 from accuracy.precision import compute_format, model_bound, scaled_unit_roundoff
-from accuracy.typical import TypicalModel, typical_model
+from accuracy.typical import TypicalModel, cached_typical_model
 
 WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = "within rounding", "suspicious", "beyond rounding", "undetermined"
 VERDICTS = (WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED)  # the index is the asv tier (lower is better)
@@ -122,7 +122,7 @@ class Evidence:
 
     def typical(self, compute: FloatFormat) -> TypicalModel | None:
         if compute.name not in self._typical:
-            self._typical[compute.name] = typical_model(self.op.fp64, self.inputs64, self.exact, self.fmt, compute)
+            self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
         return self._typical[compute.name]
 
     def _worst(self, output, err, per_element_limit) -> dict:

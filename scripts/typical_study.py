@@ -68,6 +68,14 @@ def study(op_name: str, dtype: str, condition: str = "random") -> dict:
         return ev.judge(output, base).verdict in ALARMS
 
     row = {"op": op_name, "dtype": dtype, "n": n, "lambda": _lambda(n), "must_catch": len(in_scope)}
+    middle = float(np.median(np.abs(ev.exact.hi)))
+    model = ev.typical(fmt)
+    row["flags"] = {  # the error (ulps) each candidate flags at the median element
+        "probabilistic": float(np.median(probabilistic / ev.ulp)),
+        "fp64 rule": multiplier * eager_error / float(np.spacing(np.asarray(middle, dtype=fmt.np_dtype)))
+        if dtype != "bfloat16" else float("nan"),
+        "data-specific": model.threshold_ulps(ev.exact, fmt)[0] if model is not None else float("nan"),
+    }
     for candidate in ("probabilistic", "fp64 rule", "data-specific"):
         row[candidate] = (sum(flags(candidate, o) for o in outputs), sum(flags(candidate, m.output) for m in in_scope))
     return row
@@ -78,7 +86,8 @@ def main() -> None:
     parser.add_argument("ops", nargs="*", default=list(STUDY_OPS))
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
-    print("| op | dtype | n | must catch | probabilistic: false alarms, caught | fp64 rule | data-specific |")
+    print("| op | dtype | n | must catch | probabilistic: flags >= (ulp), false alarms, caught | fp64 rule (RMSE) | "
+          "data-specific |")
     print("|---|---|---|---|---|---|---|")
     totals = {c: [0, 0] for c in ("probabilistic", "fp64 rule", "data-specific")}
     scope = 0
@@ -88,9 +97,9 @@ def main() -> None:
         for c in totals:
             totals[c][0] += r[c][0]
             totals[c][1] += r[c][1]
-        cells = " | ".join(f"{r[c][0]}, {r[c][1]}/{r['must_catch']}" for c in totals)
+        cells = " | ".join(f"{r['flags'][c]:.3g}, {r[c][0]}, {r[c][1]}/{r['must_catch']}" for c in totals)
         print(f"| {r['op']} | {r['dtype']} | {r['n']} | {r['must_catch']} | {cells} |")
-    cells = " | ".join(f"{totals[c][0]}, {totals[c][1]}/{scope}" for c in totals)
+    cells = " | ".join(f"-, {totals[c][0]}, {totals[c][1]}/{scope}" for c in totals)
     print(f"| all | {args.dtype} | | {scope} | {cells} |")
 
 

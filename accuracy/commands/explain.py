@@ -27,7 +27,8 @@ def _why(r: dict) -> list[str]:
     w = r.get("worst") or {}
     if w:
         at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())
-        lines.append(f"      worst element [{', '.join(map(str, w['index']))}]{' (' + at + ')' if at else ''}: "
+        where = f"[{', '.join(map(str, w['index']))}]" if w["index"] else "(the single output)"
+        lines.append(f"      worst element {where}{' (' + at + ')' if at else ''}: "
                      f"result {w['result']:.9g}, exact {w['exact']:.9g}, error {_num(w['error_ulp'])} ulp, "
                      f"allowed there {_num(w['allowed_ulp'])} ulp")
     return lines

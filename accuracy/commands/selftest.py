@@ -26,6 +26,7 @@ def register(sub) -> None:
                    help="a dtype to test, repeatable (default: all four)")
     p.add_argument("--small", action="store_true", help="each op at its small test size (seconds, not minutes)")
     p.add_argument("--all", action="store_true", dest="everything", help="include torch.compile (slow to compile)")
+    p.add_argument("--markdown", action="store_true", help="one row per op, one column per dtype (the README's table)")
     add_json(p)
 
 
@@ -54,6 +55,27 @@ def render(reports: list[dict], total: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(reports: list[dict], total: dict) -> str:
+    """Per op and dtype: false alarms, caught/must-catch, over all its conditions; and the
+    smallest caught error in float32."""
+    dtypes = [d for d in ALL_DTYPES if any(r["dtype"] == d for r in reports)]
+    lines = ["| op | " + " | ".join(dtypes) + " | smallest caught, float32 |", "|---" * (len(dtypes) + 2) + "|"]
+    for op in dict.fromkeys(r["op"] for r in reports):
+        cells = []
+        for dtype in dtypes:
+            rs = [r for r in reports if r["op"] == op and r["dtype"] == dtype]
+            cells.append("-" if not rs else f"{sum(len(r['false_alarms']) for r in rs)} / "
+                         f"{sum(r['caught'] for r in rs)}/{sum(r['must_catch'] for r in rs)}")
+        f32 = [r for r in reports if r["op"] == op and r["dtype"] == "float32" and r["smallest_caught"]]
+        small = min(f32, key=lambda r: r["smallest_caught"]["error_ulp"], default=None)
+        cells.append("-" if small is None else _smallest(small))
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    lines.append(f"| **all** | {total['false_alarms']} false alarms in {total['correct_judgements']} judgements"
+                 f" | caught {total['caught']}/{total['must_catch']} ({100 * total['catch_rate']:.1f}%) |"
+                 + " |" * (len(dtypes) - 1))
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     for name in args.ops:
         get_op(name)  # unknown names fail with one line before any work
@@ -61,5 +83,8 @@ def run(args) -> int:
     cases = selftest(args.ops or None, dtypes, small=args.small, everything=args.everything,
                      progress=lambda s: print(f"selftest: {s}", file=sys.stderr))
     reports, total = [r.as_dict() for r in cases], summary(cases)
-    print(json.dumps({"cases": reports, "summary": total}, indent=2) if args.json else render(reports, total))
+    if args.json:
+        print(json.dumps({"cases": reports, "summary": total}, indent=2))
+    else:
+        print(markdown(reports, total) if args.markdown else render(reports, total))
     return 0 if total["false_alarms"] == 0 and total["catch_rate"] >= CATCH_TARGET else 1
