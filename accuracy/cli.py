@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "accuracy.commands.info",
     "accuracy.commands.explain",
     "accuracy.commands.selftest",
+    "accuracy.commands.inputs",
+    "accuracy.commands.check",
     "accuracy.commands.run",
     "accuracy.commands.compare",
     "accuracy.commands.report",

@@ -39,7 +39,8 @@ def _measure_all(case: Case, evidence: Evidence, threads: int):
     return rows, outputs, judgements
 
 
-def _pairs(outputs: dict[str, np.ndarray], judgements: dict[str, Judgement]) -> list[dict]:
+def pairwise(outputs: dict[str, np.ndarray], judgements: dict[str, Judgement]) -> list[dict]:
+    """Each pair of outputs: how far apart, and its class (identical, or the worse side's verdict)."""
     pairs = []
     for a, b in combinations(outputs, 2):
         apart = ulps_apart(outputs[a], outputs[b])
@@ -93,6 +94,6 @@ def explain(op_name: str, dtype: str = "float32", size: int | None = None, threa
         "all_cores": all_cores(),
         "bound": case.op.bound_doc,
         "implementations": rows,
-        "pairs": _pairs(outputs, judgements),
+        "pairs": pairwise(outputs, judgements),
         "reproducibility": _reproducibility(case, evidence, outputs, threads),
     }

@@ -125,7 +125,7 @@ class Evidence:
             self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
         return self._typical[compute.name]
 
-    def _worst(self, output, err, per_element_limit) -> dict:
+    def worst(self, output, err, per_element_limit) -> dict:
         """The element that decided: largest error relative to what its tier allows there."""
         with np.errstate(all="ignore"):
             score = np.where(err == 0, 0.0, err / per_element_limit)
@@ -147,8 +147,9 @@ class Evidence:
             worst["inputs"] = elementwise
         return worst
 
-    def judge(self, output: np.ndarray, impl=None) -> Judgement:
-        """The verdict on `output` (in the case's format) as computed by `impl` (None: unknown)."""
+    def judge(self, output: np.ndarray, impl=None, contract: contracts.Contract | None = None) -> Judgement:
+        """The verdict on `output` (in the case's format) as computed by `impl` (None: unknown);
+        `contract` holds it to a stated ulp contract instead of the one `impl` publishes."""
         output = np.asarray(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
@@ -166,12 +167,12 @@ class Evidence:
 
         if semantics:
             return Judgement(BEYOND, f"semantics: {semantics}: a different quantity than the reference computes, "
-                             "whatever the size of the difference", worst=self._worst(output, err, bound), **common)
+                             "whatever the size of the difference", worst=self.worst(output, err, bound), **common)
         if nonfinite:
             return Judgement(BEYOND, f"{nonfinite} non-finite result(s) where the correctly rounded value is finite",
-                             worst=self._worst(output, err, bound), **common)
+                             worst=self.worst(output, err, bound), **common)
 
-        contract = contracts.contract_for(self.op.name, impl, self.fmt, compute)
+        contract = contract or contracts.contract_for(self.op.name, impl, self.fmt, compute)
         if contract is not None:
             return self._by_contract(output, err, contract, common)
         if not np.any(err):  # error 0 everywhere: every ratio is 0, whatever the bounds
@@ -179,7 +180,7 @@ class Evidence:
                              f"{self.fmt.name}", **{**common, "bound_ratio": 0.0}, typical_ratio=0.0)
         if not vacuous and bound_ratio > 1:
             return Judgement(BEYOND, f"error {bound_ratio:.3g}x the worst-case bound at {compute.name} "
-                             f"({self.op.bound_doc})", worst=self._worst(output, err, bound), **common)
+                             f"({self.op.bound_doc})", worst=self.worst(output, err, bound), **common)
         ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
         if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too
             return self._by_backward_error(output, err, bound, ratio, vacuous, common)
@@ -193,7 +194,7 @@ class Evidence:
         worst_steps = float(np.max(steps, initial=0.0))
         text = f"{contract.max_ulp} ulp ({contract.source})"
         limit = (contract.max_ulp + 0.5) * self.ulp
-        fields = {**common, "contract": text, "worst": self._worst(output, err, limit)}
+        fields = {**common, "contract": text, "worst": self.worst(output, err, limit)}
         if worst_steps > contract.max_ulp:
             return Judgement(BEYOND, f"{worst_steps:.0f} ulp from the correctly rounded value, outside its contract of "
                              f"{text}", **fields)
@@ -201,7 +202,7 @@ class Evidence:
 
     def _by_backward_error(self, output, err, bound, ratio, vacuous, common) -> Judgement:
         doc = backward.RATIO_DOCS[self.op.name]
-        fields = {**common, "lapack_ratio": ratio, "worst": self._worst(output, err, bound)}
+        fields = {**common, "lapack_ratio": ratio, "worst": self.worst(output, err, bound)}
         forward = "the forward bound is vacuous here (kappa*eta >= 1)" if vacuous else "inside the worst-case bound"
         if ratio > backward.LAPACK_THRESHOLD:
             return Judgement(SUSPICIOUS, f"LAPACK test ratio {ratio:.3g} > {backward.LAPACK_THRESHOLD:g} ({doc}): "
@@ -213,11 +214,11 @@ class Evidence:
         model = self.typical(compute)
         if model is None:
             return Judgement(WITHIN, "inside the worst-case bound (typical tier not modelled: the op's formula "
-                             "leaves numpy's ufuncs)", worst=self._worst(output, err, bound), **common)
+                             "leaves numpy's ufuncs)", worst=self.worst(output, err, bound), **common)
         ratio = model.ratio(err)
         median, sharpest = model.threshold_ulps(self.exact, self.fmt)
         fields = {**common, "typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest,
-                  "worst": self._worst(output, err, model.threshold)}
+                  "worst": self.worst(output, err, model.threshold)}
         flags = f"flags errors >= {_fmt_ulps(median)} here"
         if ratio > 1:
             return Judgement(SUSPICIOUS, f"inside the worst-case bound but {ratio:.3g}x the typical threshold: "

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,19 @@ def test_a_new_op_and_backend_are_explained_against_the_exact_reference(plugin_p
     assert rows["numpy-upcast:x**3 in float64"]["max_ulp"] <= 0.5 + 2**-28
     # two float32 roundings: more than the upcast one, still a few ulps
     assert 0.5 < rows["numpy:x * x * x"]["max_ulp"] < 4
+
+
+def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    np.save(tmp_path / "upcast.npy", (x.astype(np.float64) ** 3).astype(np.float32))  # rounded once
+    np.save(tmp_path / "off.npy", x**3 * np.float32(1.001))
+    out = _run(plugin_path, "-m", "accuracy", "check", "cube", "--inputs", str(tmp_path / "in.npz"), "--json",
+               f"--output=upcast={tmp_path / 'upcast.npy'}", f"--output=off={tmp_path / 'off.npy'}")
+    assert out.returncode == 1, out.stderr
+    rows = {r["label"]: r for r in json.loads(out.stdout)["outputs"]}
+    assert rows["upcast"]["verdict"] == "within rounding" and rows["upcast"]["max_ulp"] <= 0.5
+    assert rows["off"]["verdict"] in ("suspicious", "beyond rounding") and rows["off"]["max_ulp"] > 1000
 
 
 def test_a_new_op_gets_generated_asv_classes(plugin_path):

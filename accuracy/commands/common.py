@@ -25,12 +25,14 @@ def add_results(parser: argparse.ArgumentParser) -> None:
                         help="asv results directory (default: results)")
 
 
-def add_case(parser: argparse.ArgumentParser, *, threads_help: str) -> None:
-    """The op and the case it runs on: dtype, size and input condition."""
+def add_case(parser: argparse.ArgumentParser, *, threads_help: str | None) -> None:
+    """The op and the case it runs on: dtype, size and input condition (and threads, unless
+    `threads_help` is None: a command that runs nothing)."""
     parser.add_argument("op", help="an op name (`opbench list` shows them)")
     parser.add_argument("--dtype", default="float32", help="float16, bfloat16, float32 or float64 (default: float32)")
     parser.add_argument("--size", type=int, default=None, help="the op's size knob (default: the op's own)")
     parser.add_argument("--condition", default=DEFAULT_CONDITION,
                         help=f"input regime, for ops that have several, e.g. solve --condition ill "
                         f"(default: {DEFAULT_CONDITION})")
-    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+    if threads_help is not None:
+        parser.add_argument("--threads", type=int, default=None, help=threads_help)

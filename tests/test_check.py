@@ -1,0 +1,234 @@
+"""Bring your own case (#11): `opbench inputs`, `opbench check` (an op or --fn), accuracy.check and
+accuracy.testing.assert_within_rounding, on real numbers: numpy's and torch's outputs on the
+exported inputs, the same with the bias scaled by 1.01, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import accuracy
+from accuracy.arrayfiles import read_arrays, write_arrays
+from accuracy.cli import main
+from accuracy.evaluate import make_case
+from accuracy.registry import all_ops
+from accuracy.testing import assert_within_rounding
+from accuracy.verdicts import WITHIN, correctly_rounded
+
+LINEAR_SIZE = 256  # 32 x 256 @ 256 x 64: the same op, a fraction of the default's time
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    status = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def linear_files(tmp_path, monkeypatch, capsys):
+    """`opbench inputs linear` saved, and numpy's x @ W.T + b with and without a 1% bias error."""
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = _cli(capsys, "inputs", "linear", "--size", LINEAR_SIZE, "--save", "lin.npz")
+    assert status == 0
+    assert "x: float32 (32, 256)" in out and "W: float32 (64, 256)" in out and "b: float32 (64,)" in out
+    assert "torch: F.linear" in out and "numpy: x @ W.T + b" in out
+    z = read_arrays("lin.npz")
+    x, W, b = z["x"], z["W"], z["b"]
+    np.save("numpy.npy", x @ W.T + b)
+    np.save("biased.npy", x @ W.T + b * np.float32(1.01))
+    torch.save(torch.nn.functional.linear(*map(torch.from_numpy, (x, W, b))), "torch.pt")
+    return tmp_path
+
+
+def test_inputs_are_the_cases_rounded_inputs_by_name(linear_files):
+    saved = read_arrays(linear_files / "lin.npz")
+    case = make_case("linear", "float32", LINEAR_SIZE)
+    assert saved.keys() == case.inputs.keys()
+    assert all(saved[k].tobytes() == case.inputs[k].tobytes() for k in saved)
+
+
+def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, capsys):
+    status, out, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy",
+                          "--output", "torch=torch.pt", "--json")
+    report = json.loads(out)
+    assert status == 0
+    assert set(report) == {"op", "dtype", "inputs", "outputs", "pairs"}
+    assert report["inputs"] == {"x": [32, 256], "W": [64, 256], "b": [64]}
+    for row in report["outputs"]:
+        assert row["verdict"] == WITHIN and row["typical_ratio"] < 1 and row["bound_ratio"] < 1
+    assert report["pairs"][0]["class"] == WITHIN
+
+    status, out, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy",
+                          "--output", "biased=biased.npy")
+    assert status == 1
+    assert re.search(r"^biased +(suspicious|beyond rounding) ", out, re.M)
+    assert re.search(r"^numpy +within rounding ", out, re.M)
+
+
+def test_every_file_format_gives_the_same_verdict(linear_files, capsys):
+    from safetensors.numpy import save_file
+
+    out = np.load(linear_files / "biased.npy")
+    np.savez("biased.npz", y=out)
+    save_file({"y": out}, "biased.safetensors")
+    torch.save(torch.from_numpy(out), "biased.pt")
+    status, text, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--json",
+                           *[f"--output={f}=biased.{f}" for f in ("npy", "npz", "safetensors", "pt")])
+    rows = json.loads(text)["outputs"]
+    assert status == 1
+    assert len({(r["verdict"], r["max_ulp"], r["typical_ratio"]) for r in rows}) == 1
+    assert all(p["class"] == "identical" for p in json.loads(text)["pairs"])
+
+
+def test_inputs_refuses_to_overwrite_or_to_write_into_results(linear_files, capsys):
+    before = (linear_files / "lin.npz").read_bytes()
+    status, _, err = _cli(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz")
+    assert status == 2 and "already exists" in err and (linear_files / "lin.npz").read_bytes() == before
+    assert _cli(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz", "--force")[0] == 0
+    assert read_arrays(linear_files / "lin.npz")["x"].shape == (32, 64)
+
+    (linear_files / "results" / "machine").mkdir(parents=True)
+    status, _, err = _cli(capsys, "inputs", "linear", "--save", "results/machine/in.npz")
+    assert status == 2 and "inside the results directory" in err
+    (linear_files / "elsewhere").mkdir()
+    (linear_files / "elsewhere" / "benchmarks.json").write_text("{}")
+    status, _, err = _cli(capsys, "inputs", "linear", "--save", "elsewhere/in.npz")
+    assert status == 2 and "inside the results directory" in err
+    assert not list(linear_files.glob("*/in.npz")) and not list(linear_files.glob("*/*/in.npz"))
+
+
+def _bad_inputs(d):
+    """Each kind of bad input: (what to write, the check arguments, a phrase the error says)."""
+    z = dict(np.load(d / "lin.npz"))
+    good = np.load(d / "numpy.npy")
+    return {
+        "missing file": (lambda: None, ["--output", "y=nowhere.npy"], "nowhere.npy: no such file"),
+        "unreadable file": (lambda: (d / "junk.npy").write_bytes(b"not an array"), ["--output", "y=junk.npy"],
+                            "junk.npy: cannot read it"),
+        "missing input name": (lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"]), ["--output", "y=numpy.npy"],
+                               "missing b"),
+        "extra input name": (lambda: np.savez(d / "in.npz", **z, bias=z["b"]), ["--output", "y=numpy.npy"],
+                             "unexpected bias"),
+        "shape the op cannot take": (lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"][:, :100], b=z["b"]),
+                                     ["--output", "y=numpy.npy"], "cannot take inputs of shapes"),
+        "output of the wrong shape": (lambda: np.save(d / "short.npy", good[:5]), ["--output", "y=short.npy"],
+                                      "short.npy: output has shape (5, 64)"),
+        "unsupported dtype": (lambda: np.save(d / "int.npy", good.astype(np.int32)), ["--output", "y=int.npy"],
+                              "int.npy: unsupported dtype int32"),
+        "inputs not in the output's format": (lambda: np.save(d / "half.npy", good.astype(np.float16)),
+                                              ["--output", "y=half.npy"], "are not float16 numbers"),
+    }
+
+
+BAD_INPUTS = ("missing file", "unreadable file", "missing input name", "extra input name", "shape the op cannot take",
+              "output of the wrong shape", "unsupported dtype", "inputs not in the output's format")
+
+
+@pytest.mark.parametrize("problem", BAD_INPUTS)
+def test_each_bad_input_exits_2_with_one_line_and_writes_nothing(linear_files, capsys, problem):
+    write, args, phrase = _bad_inputs(linear_files)[problem]
+    write()
+    inputs = "in.npz" if (linear_files / "in.npz").exists() else "lin.npz"
+    files = sorted(p.name for p in linear_files.iterdir())
+    status, out, err = _cli(capsys, "check", "linear", "--inputs", inputs, *args)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("opbench: error: ") and phrase in err, err
+    assert sorted(p.name for p in linear_files.iterdir()) == files
+
+
+def test_an_unknown_elementwise_output_is_held_to_the_generic_contract():
+    x = make_case("exp", "float32", 64).inputs["x"]
+    right = np.exp(x)
+    report = accuracy.check(op="exp", inputs={"x": x}, outputs={"np": right})
+    assert report.outputs[0]["verdict"] == WITHIN
+    assert "contract of 3 ulp (generic contract for any exp: numpy" in report.outputs[0]["reason"]
+    off = right.copy()
+    for _ in range(5):  # 5 representable numbers away from numpy's result: more than 3 from the exact one
+        off[7] = np.nextafter(off[7], np.float32(np.inf))
+    row = accuracy.check(op="exp", inputs={"x": x}, outputs={"off": off}).outputs[0]
+    assert row["verdict"] == "beyond rounding" and "outside its contract" in row["reason"]
+    assert row["worst"]["index"] == [7]
+    assert accuracy.check(op="exp", inputs={"x": x}, outputs={"off": off}, contract=8).within_rounding
+
+
+def test_sqrt_is_held_to_correct_rounding():
+    x = np.linspace(0.5, 4, 64, dtype=np.float32)
+    assert accuracy.check(op="sqrt", inputs={"x": x}, outputs={"np": np.sqrt(x)}).within_rounding
+    off = np.sqrt(x)
+    off[3] = np.nextafter(off[3], np.float32(0))
+    row = accuracy.check(op="sqrt", inputs={"x": x}, outputs={"off": off}).outputs[0]
+    assert row["verdict"] == "beyond rounding" and "0 ulp" in row["reason"]
+
+
+@pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.name)
+def test_the_correctly_rounded_result_of_every_op_is_within_rounding_on_its_saved_inputs(op, tmp_path):
+    dtype = "float32" if "float32" in op.dtypes() else op.dtypes()[0]
+    case = make_case(op.name, dtype, op.test_size)
+    path = write_arrays(tmp_path / "in.safetensors", case.inputs)
+    best = case.fmt.round(correctly_rounded(case.exact, case.fmt))
+    report = accuracy.check(op=op.name, inputs=path, outputs={"best": best})
+    assert report.outputs[0]["verdict"] == WITHIN, report.outputs[0]["reason"]
+    assert report.outputs[0]["max_ulp"] <= 0.5
+
+
+LAYER = '''
+import torch
+
+def block(x, W, b):
+    return torch.tanh(torch.nn.functional.linear(x, W, b))
+
+def block_np(x, W, b):
+    import numpy as np
+    return np.tanh(x @ W.T + b)
+'''
+
+
+def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsys):
+    (linear_files / "mylayer.py").write_text(textwrap.dedent(LAYER))
+    z = read_arrays("lin.npz")
+    np.save("tf_like.npy", np.tanh(z["x"] @ z["W"].T + z["b"]))
+    np.save("wrong.npy", np.tanh(z["x"] @ z["W"].T + z["b"] * np.float32(1.01)))
+    status, out, _ = _cli(capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz",
+                          "--output", "numpy=tf_like.npy", "--json")
+    report = json.loads(out)
+    assert status == 0, out
+    assert report["op"] == "mylayer:block" and [o["label"] for o in report["outputs"]] == ["block@float32", "numpy"]
+    assert all("typical tier against the function's own float32 evaluation and its float64" in o["reason"]
+               for o in report["outputs"])
+    status, out, _ = _cli(capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output",
+                          "wrong=wrong.npy")
+    assert status == 1 and re.search(r"^wrong +suspicious", out, re.M)
+
+
+def test_fn_with_numpy_uses_the_emulated_typical_tier(linear_files):
+    import sys
+
+    sys.path.insert(0, str(linear_files))
+    (linear_files / "mylayer_np.py").write_text(textwrap.dedent(LAYER))
+    try:
+        report = accuracy.check(fn="mylayer_np:block_np", inputs="lin.npz")
+    finally:
+        sys.path.remove(str(linear_files))
+    assert report.within_rounding
+    assert "formula emulated in float32" in report.outputs[0]["reason"]
+
+
+def test_assert_within_rounding_passes_and_fails_as_it_should():
+    case = make_case("linear", "float32", 64)
+    x, W, b = (case.inputs[k] for k in ("x", "W", "b"))
+    assert_within_rounding(torch.nn.functional.linear(*map(torch.from_numpy, (x, W, b))), op="linear",
+                           inputs=case.inputs)
+    with pytest.raises(AssertionError, match=r"actual: (suspicious|beyond rounding): .*worst element \["):
+        assert_within_rounding(x @ W.T + b * np.float32(1.01), op="linear", inputs=case.inputs)
+
+    def block(x, W, b):
+        return torch.tanh(torch.nn.functional.linear(x, W, b))
+
+    assert_within_rounding(np.tanh(x @ W.T + b), fn=block, inputs=case.inputs)
+    with pytest.raises(AssertionError, match="typical threshold"):
+        assert_within_rounding(np.tanh(x @ W.T + b * np.float32(1.01)), fn=block, inputs=case.inputs)
