@@ -33,6 +33,7 @@ from accuracy.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 from accuracy.explain import pairwise
+from accuracy.metric_table import BY_NAME
 from accuracy.metrics import ulp, ulp_error
 from accuracy.precision import compute_format
 from accuracy.registry import OpInfo, get_op
@@ -40,6 +41,7 @@ from accuracy.tables import format_table
 from accuracy.typical import SEED, TYPICAL_Z, TypicalModel, typical_model
 from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement, rounding_error
 
+CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
 FLOAT64 = FORMATS["float64"]
 PERTURBED_RUNS = 16  # float64 evaluations on perturbed inputs: the sensitivity of a user function
@@ -72,10 +74,11 @@ class CheckReport:
     def render(self) -> str:
         shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
         lines = [f"{self.op} [{self.dtype}] on {shapes}", ""]
+        columns = [BY_NAME[name] for name in CHECK_COLUMNS]
         lines += format_table(
-            ["output", "verdict", "max ulp", "typical ratio", "bound ratio", "worst element"],
-            [[o["label"], o["verdict"], _num(o["max_ulp"]), _num(o["typical_ratio"]), _num(o["bound_ratio"]),
-              _worst_text(o["worst"])] for o in self.outputs])
+            ["output", "verdict", *(m.label for m in columns), "worst element"],
+            [[o["label"], o["verdict"], *(_num(o[m.field]) for m in columns), _worst_text(o["worst"])]
+             for o in self.outputs])
         lines += ["", "why:"] + [f"  {o['label']}: {o['reason']}" for o in self.outputs]
         if self.pairs:
             lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
