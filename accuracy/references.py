@@ -91,9 +91,12 @@ def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> np.ndarra
         nearest = fmt.round(v).astype(np.float64)
         distance = np.abs(v - nearest) / ulp(v, fmt)  # in target ulps, 0 .. 0.5
     margin = FP64_ERROR_ULPS * 2.0 ** (fmt.precision - 53)
-    # beyond the largest finite number the boundary is the overflow threshold: decide in mpmath
-    beyond = np.isfinite(v) & (np.abs(v) > fmt.max_finite)
-    risky = np.isfinite(v) & ((0.5 - distance <= margin) | beyond)
+    finite = np.isfinite(v)
+    # beyond the largest finite number the one boundary left is the overflow threshold
+    beyond = finite & (np.abs(v) > fmt.max_finite)
+    threshold = (2.0 - 2.0 ** -fmt.precision) * 2.0**fmt.emax
+    near_threshold = np.abs(np.abs(v) - threshold) <= FP64_ERROR_ULPS * 2.0**-52 * np.abs(v)
+    risky = np.where(beyond, near_threshold, finite & (0.5 - distance <= margin))
     if risky.any():
         v = v.copy()
         v[risky] = mp_map(mp_fn, x[risky]).hi

@@ -128,3 +128,16 @@ def test_ozaki_agrees_with_dot2_at_256_and_batches():
     assert np.max(np.abs(ours.lo - dot2.lo)) <= 2.0**-100 * np.max(np.abs(a) @ np.abs(b))
     batched = exact_matmul(rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((4, 6)))
     assert batched.shape == (2, 3, 5, 6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_results_beyond_the_largest_finite_number_round_to_infinity_or_not_as_mpmath_says(dtype):
+    """Around exp's overflow threshold (largest finite + half an ulp) and far beyond it."""
+    fmt = get_format(dtype)
+    edge = np.log(fmt.max_finite)
+    x = np.unique(fmt.round(np.concatenate([edge + np.linspace(-0.02, 0.02, 41), [edge * 2, edge * 4]])))
+    x = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        got = fmt.round(correctly_rounded(np.exp, mpmath.exp, x, fmt).hi)
+    assert got.tobytes() == _mp_rounded(mpmath.exp, x, fmt).astype(fmt.np_dtype).tobytes()
+    assert np.isinf(got).any() and np.isfinite(got).any()
