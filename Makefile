@@ -11,7 +11,7 @@ setup: $(STAMP)
 # Reinstall whenever the pins or the project metadata change.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks]'
 	touch $@
 
 # The HTML report's browser test uses Debian's Chromium; it skips cleanly where this fails.

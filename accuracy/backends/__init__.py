@@ -19,7 +19,7 @@ from accuracy.plugins import load_plugins
 
 __all__ = ["BACKEND_MODULES", "Backend", "TORCH_VARIANTS", "backends_for", "blas_discovery", "get_backend"]
 
-BACKEND_MODULES = ("base", "pytorch")
+BACKEND_MODULES = ("base", "pytorch", "tensorflow", "onnxruntime", "libtorch", "jax")
 PLUGIN_GROUP = "opbench.backends"
 
 

@@ -12,10 +12,14 @@ import numpy as np
 import scipy.special
 
 from accuracy.backends import TORCH_VARIANTS
+from accuracy.backends.onnxruntime import GELU_ERF_FORMULA, ORT_VARIANTS, single
+from accuracy.backends.tensorflow import keras_gelu
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import mp_rows
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE, ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
+from accuracy.ops.common import ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_DTYPES, ORT_FLOAT64, TF_DTYPES, unary
 from accuracy.registry import Impl, OpInfo
 
 
@@ -34,6 +38,7 @@ SIGMOID = elementwise_op(
         Impl("torch", "torch.sigmoid", lambda ns, x: ns.sigmoid(x), ALL_DTYPES),
         Impl("scipy", "special.expit", lambda ns, x: ns.special.expit(x), SINGLE_DOUBLE),
         Impl("numpy", "1/(1+exp(-x))", lambda ns, x: 1 / (1 + ns.exp(-x)), IEEE_DTYPES, compute=IN_STORAGE, stable=False, note="naive: exp(-x) overflows float16 below x = -11, and 1/inf = 0"),
+        *unary("math.sigmoid", "Sigmoid", "sigmoid", "nn.sigmoid", ORT_FLOAT64),
     ],
 )
 
@@ -48,6 +53,22 @@ GELU = elementwise_op(
              note="the tanh approximation of GELU: a different function from the erf form"),
         Impl("scipy", "x/2*(1+special.erf(x/sqrt2))", lambda ns, x: x / 2 * (1 + ns.special.erf(x / math.sqrt(2))),
              SINGLE_DOUBLE),
+        Impl("tensorflow", "tf.nn.gelu", lambda tf, x: tf.nn.gelu(x), TF_DTYPES),
+        Impl("tensorflow", "keras.ops.gelu", keras_gelu, TF_DTYPES, semantics="approximate=True",
+             note="keras.ops.gelu defaults to the tanh approximation (keras.activations.gelu does not)"),
+        Impl("onnxruntime", "Gelu", single("Gelu", ("x",)), ORT_DTYPES),
+        Impl("onnxruntime", "Gelu(approximate='tanh')", single("Gelu", ("x",), approximate="tanh"), ORT_DTYPES,
+             semantics="approximate='tanh'"),
+        Impl("onnxruntime", "com.microsoft.FastGelu", single("FastGelu", ("x",), domain="com.microsoft"), ORT_DTYPES,
+             semantics="approximate='tanh'", note="ORT's FastGelu is the tanh approximation; its Gelu is the erf form"),
+        Impl("onnxruntime", "x*(1+Erf(x/sqrt2))/2 graph", GELU_ERF_FORMULA, ORT_DTYPES, also=ORT_VARIANTS,
+             note="the exporter's erf formula: ORT's optimizer fuses it into one Gelu kernel"),
+        Impl("libtorch", "torch::gelu", lambda lt, x: lt.gelu(x, "none"), LIBTORCH_DTYPES),
+        Impl("libtorch", "torch::gelu(approximate='tanh')", lambda lt, x: lt.gelu(x, "tanh"), LIBTORCH_DTYPES,
+             semantics="approximate='tanh'"),
+        Impl("jax", "jax.nn.gelu(approximate=False)", lambda jax, x: jax.nn.gelu(x, approximate=False), JAX_DTYPES),
+        Impl("jax", "jax.nn.gelu", lambda jax, x: jax.nn.gelu(x), JAX_DTYPES, semantics="approximate=True",
+             note="jax.nn.gelu defaults to the tanh approximation"),
     ],
 )
 
@@ -127,6 +148,10 @@ SOFTMAX = OpInfo(
         Impl("torch", "torch.softmax", lambda ns, x: ns.softmax(x, -1), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("scipy", "special.softmax", lambda ns, x: ns.special.softmax(x, axis=-1), SINGLE_DOUBLE),
         Impl("numpy", "exp(x - max) / sum", _np_softmax, IEEE_DTYPES, compute=IN_STORAGE),
+        Impl("tensorflow", "tf.nn.softmax", lambda tf, x: tf.nn.softmax(x), TF_DTYPES),
+        Impl("onnxruntime", "Softmax", single("Softmax", ("x",), axis=-1), ORT_FLOAT64),
+        Impl("libtorch", "torch::softmax", lambda lt, x: lt.softmax(x), LIBTORCH_DTYPES),
+        Impl("jax", "jax.nn.softmax", lambda jax, x: jax.nn.softmax(x), JAX_DTYPES),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 15),
     flops=lambda n: 4.0 * ROWS * n,
@@ -144,6 +169,10 @@ LOG_SOFTMAX = OpInfo(
         Impl("torch", "F.log_softmax", lambda ns, x: ns.nn.functional.log_softmax(x, -1), ALL_DTYPES, compute={"bfloat16": "bfloat16"}),
         Impl("scipy", "special.log_softmax", lambda ns, x: ns.special.log_softmax(x, axis=-1), SINGLE_DOUBLE),
         Impl("numpy", "x - max - log(sum(exp))", _np_log_softmax, IEEE_DTYPES, compute=IN_STORAGE),
+        Impl("tensorflow", "tf.nn.log_softmax", lambda tf, x: tf.nn.log_softmax(x), TF_DTYPES),
+        Impl("onnxruntime", "LogSoftmax", single("LogSoftmax", ("x",), axis=-1), ORT_FLOAT64),
+        Impl("libtorch", "torch::log_softmax", lambda lt, x: lt.log_softmax(x), LIBTORCH_DTYPES),
+        Impl("jax", "jax.nn.log_softmax", lambda jax, x: jax.nn.log_softmax(x), JAX_DTYPES),
         Impl("torch", "log(softmax(x))", lambda ns, x: ns.log(ns.softmax(x, -1)), ALL_DTYPES,
              stable=False,
              note="log of a rounded probability: loses the tail where softmax underflows", compute=IN_STORAGE),

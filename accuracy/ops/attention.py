@@ -11,12 +11,16 @@ import math
 import numpy as np
 import scipy.special
 
+from accuracy.backends.jax import dot_product_attention
+from accuracy.backends.onnxruntime import ATTENTION
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import mp_rows
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE, mp_softmax
+from accuracy.ops.common import mp_softmax
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_DTYPES, gpu_note
 from accuracy.registry import Impl, OpInfo
 
 
@@ -74,6 +78,9 @@ SCALED_DOT_PRODUCT_ATTENTION = OpInfo(
         Impl("torch", "softmax(q @ k.T / sqrt(d)) @ v", lambda ns, q, k, v: ns.softmax(
             q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM), -1) @ v, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "softmax(q @ k.T / sqrt(d)) @ v", _np_sdpa, IEEE_DTYPES),
+        Impl("onnxruntime", "Attention (opset 23)", ATTENTION, ORT_DTYPES),
+        Impl("libtorch", "torch::scaled_dot_product_attention", lambda lt, q, k, v: lt.sdpa(q, k, v), LIBTORCH_DTYPES),
+        Impl("jax", "jax.nn.dot_product_attention", dot_product_attention, JAX_DTYPES, note=gpu_note("jax")),
     ),
     default_size=64, bench_sizes=(256, 1024),
     flops=lambda n: 4.0 * HEADS * n * n * HEAD_DIM,

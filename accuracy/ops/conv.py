@@ -9,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
+from accuracy.backends.jax import conv as jax_conv
+from accuracy.backends.onnxruntime import single
+from accuracy.backends.tensorflow import conv1d as tf_conv1d, conv2d as tf_conv2d
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
@@ -16,6 +19,7 @@ from accuracy.metrics import gamma
 from accuracy.ops.common import (
     IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d,
 )
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_DTYPES, TF_DTYPES, gpu_note
 from accuracy.registry import Impl, OpInfo
 
 
@@ -68,6 +72,10 @@ CONV1D = OpInfo(
         Impl("torch", "F.conv1d", lambda ns, x, w, b: ns.nn.functional.conv1d(x, w, b), ALL_DTYPES,
              also=TORCH_VARIANTS),
         Impl("numpy", "einsum over sliding windows", _np_conv1d, IEEE_DTYPES),
+        Impl("tensorflow", "tf.nn.conv1d (NWC)", tf_conv1d, TF_DTYPES, note=gpu_note("tensorflow")),
+        Impl("onnxruntime", "Conv", single("Conv", ("x", "w", "b")), ORT_DTYPES),
+        Impl("libtorch", "torch::conv1d", lambda lt, x, w, b: lt.conv1d(x, w, b), LIBTORCH_DTYPES, note=gpu_note("libtorch")),
+        Impl("jax", "lax.conv_general_dilated + b", jax_conv, JAX_DTYPES, note=gpu_note("jax")),
     ),
     default_size=256, bench_sizes=(256, 4096),
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS * CONV_CHANNELS * CONV_KERNEL * (n - CONV_KERNEL + 1),
@@ -123,6 +131,10 @@ CONV2D = OpInfo(
     impls=(
         Impl("torch", "F.conv2d", lambda ns, x, w, b: ns.nn.functional.conv2d(x, w, b), ALL_DTYPES),
         Impl("numpy", "einsum over sliding windows", _np_conv2d, IEEE_DTYPES),
+        Impl("tensorflow", "tf.nn.conv2d (NHWC)", tf_conv2d, TF_DTYPES, note=gpu_note("tensorflow")),
+        Impl("onnxruntime", "Conv", single("Conv", ("x", "w", "b")), ORT_DTYPES),
+        Impl("libtorch", "torch::conv2d", lambda lt, x, w, b: lt.conv2d(x, w, b), LIBTORCH_DTYPES, note=gpu_note("libtorch")),
+        Impl("jax", "lax.conv_general_dilated + b", jax_conv, JAX_DTYPES, note=gpu_note("jax")),
     ),
     default_size=16, bench_sizes=(32, 128),
     flops=lambda n: 2.0 * C2_BATCH * C2_CHANNELS**2 * C2_KERNEL**2 * (n - C2_KERNEL + 1) ** 2,

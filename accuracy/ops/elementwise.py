@@ -14,6 +14,8 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import mp_rows
 from accuracy.inputs import uniform
 from accuracy.ops.common import IN_STORAGE, elementwise_op
+from accuracy.ops.common import elementwise_op
+from accuracy.ops.frameworks import ORT_FLOAT64, unary
 from accuracy.registry import Impl, OpInfo
 
 
@@ -23,6 +25,7 @@ EXP = elementwise_op(
     impls=[
         Impl("numpy", "np.exp", lambda ns, x: ns.exp(x), IEEE_DTYPES),
         Impl("torch", "torch.exp", lambda ns, x: ns.exp(x), ALL_DTYPES),
+        *unary("math.exp", "Exp", "exp", "numpy.exp", ORT_FLOAT64),
     ],
 )
 LOG = elementwise_op(
@@ -31,6 +34,7 @@ LOG = elementwise_op(
     impls=[
         Impl("numpy", "np.log", lambda ns, x: ns.log(x), IEEE_DTYPES),
         Impl("torch", "torch.log", lambda ns, x: ns.log(x), ALL_DTYPES),
+        *unary("math.log", "Log", "log", "numpy.log", ORT_FLOAT64),
     ],
 )
 TANH = elementwise_op(
@@ -39,6 +43,7 @@ TANH = elementwise_op(
     impls=[
         Impl("numpy", "np.tanh", lambda ns, x: ns.tanh(x), IEEE_DTYPES),
         Impl("torch", "torch.tanh", lambda ns, x: ns.tanh(x), ALL_DTYPES),
+        *unary("math.tanh", "Tanh", "tanh", "numpy.tanh", ORT_FLOAT64),
     ],
 )
 
@@ -49,6 +54,7 @@ ERF = elementwise_op(
     impls=[
         Impl("torch", "torch.erf", lambda ns, x: ns.erf(x), ALL_DTYPES),
         Impl("scipy", "special.erf", lambda ns, x: ns.special.erf(x), SINGLE_DOUBLE),
+        *unary("math.erf", "Erf", "erf", "scipy.special.erf"),
     ],
 )
 

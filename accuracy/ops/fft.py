@@ -13,11 +13,15 @@ import math
 import mpmath
 import numpy as np
 
+from accuracy.backends import tensorflow
+from accuracy.backends.jax import fft as jax_fft
+from accuracy.backends.onnxruntime import dft
 from accuracy.dtypes import IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import MP_PRECISION_BITS
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.ops.frameworks import JAX_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.registry import Impl, OpInfo
 
 ROWS = 8
@@ -77,6 +81,10 @@ def _dft_op(name: str, bins, doc: str) -> OpInfo:
             Impl("scipy", f"scipy.fft.{name}", lambda ns, x: _stack(np, getattr(ns.fft, name)(x)), SINGLE_DOUBLE),
             Impl("torch", f"torch.fft.{name}", lambda ns, x: ns.view_as_real(getattr(ns.fft, name)(x)),
                  SINGLE_DOUBLE),
+            Impl("tensorflow", f"tf.signal.{name}", getattr(tensorflow, name), TF_DTYPES),
+            Impl("onnxruntime", f"DFT(onesided={int(name == 'rfft')})", dft(int(name == "rfft")), ORT_FLOAT64),
+            Impl("libtorch", f"torch::fft_{name}", lambda lt, x: getattr(lt, name)(x), SINGLE_DOUBLE),
+            Impl("jax", f"jax.numpy.fft.{name}", lambda jax, x: jax_fft(jax, x, real=name == "rfft"), JAX_DTYPES),
         ),
         default_size=256, bench_sizes=(1024, 1 << 16),
         flops=lambda n: 5.0 * ROWS * n * math.log2(n) / 2,

@@ -9,10 +9,13 @@ import mpmath
 import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
+from accuracy.backends.onnxruntime import single
+from accuracy.backends.tensorflow import keras_layer_norm
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact import mp_rows
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.ops.common import LAYER_NORM_EPS, ROWS, layer_norm_bound, layer_norm_inputs, mp_layer_norm
 from accuracy.registry import Impl, OpInfo
 
@@ -40,6 +43,20 @@ LAYER_NORM = OpInfo(
         Impl("torch", "F.layer_norm", lambda ns, x, w, b: ns.nn.functional.layer_norm(
             x, (x.shape[-1],), w, b, eps=LAYER_NORM_EPS), ALL_DTYPES, also=TORCH_VARIANTS),
         Impl("numpy", "(x - mean)/sqrt(var + eps)*w + b", _np_layer_norm, IEEE_DTYPES),
+        Impl("tensorflow", f"keras LayerNormalization(epsilon={LAYER_NORM_EPS})",
+             lambda tf, x, w, b: keras_layer_norm(tf, x, w, b, LAYER_NORM_EPS), TF_DTYPES),
+        Impl("tensorflow", "keras LayerNormalization()", keras_layer_norm, TF_DTYPES, semantics="epsilon=1e-3",
+             note="Keras's default epsilon is 1e-3, torch's 1e-5: a different function on rows of small variance"),
+        Impl("onnxruntime", "LayerNormalization", single("LayerNormalization", ("x", "w", "b"), axis=-1,
+                                                          epsilon=LAYER_NORM_EPS), ORT_FLOAT64),
+        Impl("libtorch", "torch::layer_norm", lambda lt, x, w, b: lt.layer_norm(x, w, b, LAYER_NORM_EPS),
+             LIBTORCH_DTYPES),
+        Impl("jax", "jax.nn.standardize(algorithm='stable') * w + b", lambda jax, x, w, b: jax.nn.standardize(
+            x, axis=-1, epsilon=LAYER_NORM_EPS, algorithm="stable") * w + b, JAX_DTYPES,
+             note="JAX has no layer_norm; flax.linen.LayerNorm computes the same (with epsilon=1e-6 by default)"),
+        Impl("jax", "jax.nn.standardize * w + b", lambda jax, x, w, b: jax.nn.standardize(
+            x, axis=-1, epsilon=LAYER_NORM_EPS) * w + b, JAX_DTYPES, stable=False,
+             note="standardize's default algorithm='fast' is mean(x**2) - mean(x)**2, which cancels when |mean| >> std"),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),
     flops=lambda n: 8.0 * ROWS * n,

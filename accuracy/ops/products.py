@@ -10,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
+from accuracy.backends.onnxruntime import LINEAR_MATMUL_ADD, ORT_VARIANTS, single
+from accuracy.backends.tensorflow import dense
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES, gpu_note
 from accuracy.registry import Impl, OpInfo
 
 
@@ -42,6 +45,11 @@ MATMUL = OpInfo(
              note="numpy's own loops unless optimize=True: no BLAS"),
         Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, SINGLE_DOUBLE),
         Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES, also=TORCH_VARIANTS),
+        Impl("tensorflow", "tf.linalg.matmul", lambda tf, a, b: tf.linalg.matmul(a, b), TF_DTYPES,
+             note=gpu_note("tensorflow")),
+        Impl("onnxruntime", "MatMul", single("MatMul", ("a", "b")), ORT_FLOAT64, note=gpu_note("onnxruntime")),
+        Impl("libtorch", "torch::matmul", lambda lt, a, b: lt.matmul(a, b), LIBTORCH_DTYPES, note=gpu_note("libtorch")),
+        Impl("jax", "jax.numpy.matmul", lambda jax, a, b: jax.numpy.matmul(a, b), JAX_DTYPES, note=gpu_note("jax")),
         Impl("blas", "gemm", lambda ns, a, b: ns.call("gemm", a, b), SINGLE_DOUBLE,
              note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
     ),
@@ -85,6 +93,12 @@ LINEAR = OpInfo(
         Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
         Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
         Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),
+        Impl("tensorflow", "Dense: bias_add(matmul(x, W.T), b)", dense, TF_DTYPES, note=gpu_note("tensorflow")),
+        Impl("onnxruntime", "Gemm(transB=1)", single("Gemm", ("x", "W", "b"), transB=1), ORT_FLOAT64),
+        Impl("onnxruntime", "MatMul(x, Transpose(W)) + b graph", LINEAR_MATMUL_ADD, ORT_FLOAT64, also=ORT_VARIANTS,
+             note="what exporters write for a 2-D linear; ORT's optimizer fuses it into Gemm"),
+        Impl("libtorch", "torch::linear", lambda lt, x, W, b: lt.linear(x, W, b), LIBTORCH_DTYPES),
+        Impl("jax", "x @ W.T + b (flax Dense)", lambda jax, x, W, b: jax.numpy.dot(x, W.T) + b, JAX_DTYPES),
     ),
     default_size=2048, bench_sizes=(512, 2048),
     flops=lambda n: 2.0 * _LINEAR_BATCH * n * max(n // 4, 1),

@@ -13,10 +13,12 @@ import mpmath
 import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
+from accuracy.backends.onnxruntime import single
 from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import Exact, fsum_rows, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.registry import Impl, OpInfo
 
 
@@ -78,6 +80,10 @@ SUM = OpInfo(
         Impl("numpy", "math.fsum", lambda ns, x: ns.asarray(math.fsum(x.astype(ns.float64))), IEEE_DTYPES,
              compute={"float16": "float64", "float32": "float64"},
              note="correctly rounded (computed in float64, rounded once)"),
+        Impl("tensorflow", "tf.reduce_sum", lambda tf, x: tf.reduce_sum(x), TF_DTYPES),
+        Impl("onnxruntime", "ReduceSum", single("ReduceSum", ("x",), keepdims=0), ORT_FLOAT64),
+        Impl("libtorch", "torch::sum", lambda lt, x: lt.sum(x), LIBTORCH_DTYPES),
+        Impl("jax", "jax.numpy.sum", lambda jax, x: jax.numpy.sum(x), JAX_DTYPES),
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
     flops=lambda n: n,
@@ -95,10 +101,23 @@ MEAN = OpInfo(
     impls=(
         Impl("numpy", "np.mean", lambda ns, x: ns.mean(x), IEEE_DTYPES),
         Impl("torch", "torch.mean", lambda ns, x: ns.mean(x), ALL_DTYPES),
+        Impl("tensorflow", "tf.reduce_mean", lambda tf, x: tf.reduce_mean(x), TF_DTYPES),
+        Impl("onnxruntime", "ReduceMean", single("ReduceMean", ("x",), keepdims=0), ORT_FLOAT64),
+        Impl("libtorch", "torch::mean", lambda lt, x: lt.mean(x), LIBTORCH_DTYPES),
+        Impl("jax", "jax.numpy.mean", lambda jax, x: jax.numpy.mean(x), JAX_DTYPES),
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
     flops=lambda n: n,
 )
+
+# ONNX has no variance op; TensorFlow's has no correction argument.
+_FRAMEWORK_VARIANCES = (
+    Impl("tensorflow", "tf.math.reduce_variance", lambda tf, x: tf.math.reduce_variance(x), TF_DTYPES,
+         semantics="ddof=0", note="TF's variance is the biased estimator and takes no correction"),
+    Impl("libtorch", "torch::var", lambda lt, x: lt.var(x), LIBTORCH_DTYPES),
+    Impl("jax", "jax.numpy.var(ddof=1)", lambda jax, x: jax.numpy.var(x, ddof=1), JAX_DTYPES),
+)
+
 
 def _variance_op(name: str, root: bool) -> OpInfo:
     """var or std (root=True) with the reference's explicit ddof, and the spellings users meet."""
@@ -125,6 +144,7 @@ def _variance_op(name: str, root: bool) -> OpInfo:
                  note="torch's default correction=1"),
             Impl("numpy", f"np.{name}(x)", lambda ns, x: getattr(ns, name)(x), IEEE_DTYPES, semantics="ddof=0",
                  note="numpy's default ddof=0: the biased estimator"),
+            *(_FRAMEWORK_VARIANCES if name == "var" else ()),
         ),
         # n**2 u < 1 keeps the worst-case bound below ddof's 1/n effect in float32
         default_size=1024, bench_sizes=(1 << 10, 1 << 20),
@@ -157,6 +177,10 @@ LOGSUMEXP = OpInfo(
     impls=(
         Impl("torch", "torch.logsumexp", lambda ns, x: ns.logsumexp(x, 0), ALL_DTYPES),
         Impl("scipy", "special.logsumexp", lambda ns, x: ns.special.logsumexp(x), SINGLE_DOUBLE),
+        Impl("tensorflow", "tf.reduce_logsumexp", lambda tf, x: tf.reduce_logsumexp(x), TF_DTYPES),
+        Impl("onnxruntime", "ReduceLogSumExp", single("ReduceLogSumExp", ("x",), keepdims=0), ORT_FLOAT64),
+        Impl("libtorch", "torch::logsumexp", lambda lt, x: lt.logsumexp(x), LIBTORCH_DTYPES),
+        Impl("jax", "jax.nn.logsumexp", lambda jax, x: jax.nn.logsumexp(x), JAX_DTYPES),
         Impl("numpy", "log(sum(exp(x)))", lambda ns, x: ns.log(ns.sum(ns.exp(x))), IEEE_DTYPES,
              stable=False, note="unshifted: overflows where exp(max x) does"),
     ),

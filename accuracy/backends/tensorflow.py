@@ -1,0 +1,123 @@
+"""TensorFlow (tensorflow-cpu) in eager mode: TF's own kernels (Eigen, and oneDNN where enabled).
+
+Two process-start knobs decide which kernels run: TF_ENABLE_ONEDNN_OPTS (oneDNN on by default
+on x86 Linux; asv.knobs.conf.json runs both settings) and the intra/inter-op thread counts,
+which TF fixes when its runtime starts (see accuracy.backends.startup_threads).
+"""
+
+from __future__ import annotations
+
+import os
+
+from accuracy.backends.startup_threads import StartupThreadsBackend
+
+ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
+
+
+class TensorFlowBackend(StartupThreadsBackend):
+    name = "tensorflow"
+    module = "tensorflow"
+    modules = ("tensorflow",)
+
+    def start(self, threads: int) -> None:
+        tf = self.namespace
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+    def to_tensor(self, array):
+        return self.namespace.constant(array)
+
+    def run(self, fn, tensors: dict):
+        return fn(self.namespace, **tensors).numpy()
+
+    def info(self) -> dict:
+        """Version, math libraries and the knobs this process's runtime started with."""
+        tf = self.namespace
+        from tensorflow.python.framework import test_util
+
+        return {
+            "version": tf.__version__,
+            "keras": _version("keras"),
+            "build": dict(tf.sysconfig.get_build_info()),
+            "compiler": tf.sysconfig.CXX_VERSION if hasattr(tf.sysconfig, "CXX_VERSION") else None,
+            "math_libraries": "Eigen (bundled); oneDNN (bundled) "
+            + ("off" if os.environ.get(ONEDNN_VAR, "1") in ("0", "false", "False") else "on by default on x86"),
+            "mkl_build": bool(test_util.IsMklEnabled()),
+            "knobs": {ONEDNN_VAR: os.environ.get(ONEDNN_VAR, "(unset: TF's default)")},
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        }
+
+
+def _version(dist: str):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+# Implementations that need more than one call: the layouts TF users write (Keras Dense keeps its
+# kernel as W.T, convolutions are channels-last); transposes move values, they never round them.
+
+def dense(tf, x, W, b):
+    """keras.layers.Dense's math: matmul(x, kernel) + bias, kernel = W.T."""
+    return tf.nn.bias_add(tf.linalg.matmul(x, W, transpose_b=True), b)
+
+
+def intra_op_threads(tf):
+    """The intra-op pool size this process's runtime started with (a probe for tests and info)."""
+    return tf.constant(tf.config.threading.get_intra_op_parallelism_threads())
+
+
+def keras_gelu(tf, x):
+    """keras.ops.gelu with its default arguments (approximate=True), on the TensorFlow backend."""
+    import keras
+
+    return keras.ops.gelu(x)
+
+
+_LAYER_NORMS: dict = {}
+
+
+def keras_layer_norm(tf, x, w, b, epsilon=None):
+    """keras.layers.LayerNormalization over the last axis with weights w, b; `epsilon=None` keeps
+    Keras's default (1e-3). One layer per (epsilon, shape, dtype), built once."""
+    import keras
+
+    key = (epsilon, tuple(x.shape), x.dtype.name)
+    if key not in _LAYER_NORMS:
+        options = {} if epsilon is None else {"epsilon": epsilon}
+        layer = keras.layers.LayerNormalization(dtype=x.dtype.name, **options)
+        layer.build(x.shape)
+        _LAYER_NORMS[key] = layer
+    layer = _LAYER_NORMS[key]
+    layer.gamma.assign(w)
+    layer.beta.assign(b)
+    return layer(x)
+
+
+def conv1d(tf, x, w, b):
+    """(batch, cin, L) cross-correlation through tf.nn.conv1d's NWC layout and (k, cin, cout) filters."""
+    y = tf.nn.conv1d(tf.transpose(x, (0, 2, 1)), tf.transpose(w, (2, 1, 0)), stride=1, padding="VALID")
+    return tf.transpose(tf.nn.bias_add(y, b), (0, 2, 1))
+
+
+def conv2d(tf, x, w, b):
+    """(batch, cin, H, W) through tf.nn.conv2d's NHWC layout and HWIO filters."""
+    y = tf.nn.conv2d(tf.transpose(x, (0, 2, 3, 1)), tf.transpose(w, (2, 3, 1, 0)), strides=1, padding="VALID")
+    return tf.transpose(tf.nn.bias_add(y, b), (0, 3, 1, 2))
+
+
+def fft(tf, x):
+    z = tf.signal.fft(tf.complex(x, tf.zeros_like(x)))
+    return tf.stack([tf.math.real(z), tf.math.imag(z)], axis=-1)
+
+
+def rfft(tf, x):
+    z = tf.signal.rfft(x)
+    return tf.stack([tf.math.real(z), tf.math.imag(z)], axis=-1)
+
+
+BACKENDS = [TensorFlowBackend()]

@@ -1,0 +1,134 @@
+"""The framework backends: TensorFlow, ONNX Runtime, LibTorch and JAX.
+
+Generated from the registry: every framework implementation is checked at its op's small test
+size against the exact reference; LibTorch against PyTorch eager bit for bit. Thread control is
+read back from each framework, and each framework's absence is simulated.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import numpy as np
+import pytest
+
+from accuracy.backends import get_backend
+from accuracy.backends import jax as jax_backend
+from accuracy.backends import tensorflow as tf_backend
+from accuracy.evaluate import Case
+from accuracy.dtypes import get_format
+from accuracy.explain import explain
+from accuracy.registry import all_ops
+
+FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
+# Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.
+FINDINGS = {
+    ("sigmoid", "onnxruntime:Sigmoid"),
+    ("sigmoid", "tensorflow:tf.math.sigmoid"),
+    ("erf", "tensorflow:tf.math.erf"),
+    ("erf", "jax:jax.scipy.special.erf"),
+}
+
+
+def _framework_impls(dtype="float32"):
+    return [pytest.param(op, impl, id=f"{op.name}-{impl.name}") for op in all_ops()
+            for impl in op.available_impls(dtype) if impl.backend in FRAMEWORKS]
+
+
+def test_every_framework_is_available_here():
+    """`make test` installs the frameworks extra; finding a framework imports nothing."""
+    for name in FRAMEWORKS:
+        assert get_backend(name).available(), name
+
+
+@pytest.mark.parametrize("op,impl", _framework_impls())
+def test_small_size_against_exact(op, impl):
+    """At the op's test size, a framework's kernel is within rounding unless it declares another
+    function (semantics) or is a finding in the README, which must still reproduce."""
+    if not impl.stable:
+        pytest.skip("a formula declared to lose accuracy: nothing is promised")
+    finding = (op.name, impl.name) in FINDINGS
+    case = Case(op, get_format("float32"), op.default_size if finding else op.test_size)
+    summary = case.measure(impl)
+    if impl.semantics:
+        assert summary.verdict == "beyond rounding", (impl.name, impl.semantics, summary)
+    elif finding:  # at the size explain and the README use
+        assert summary.bound_ratio > 1, (impl.name, summary)
+    else:
+        assert summary.verdict == "within rounding", (impl.name, summary)
+
+
+def _libtorch_pairs():
+    """Each LibTorch impl with the first torch eager impl of the op that computes the same function."""
+    pairs = []
+    for op in all_ops():
+        impls = op.available_impls("float32")
+        for impl in (i for i in impls if i.backend == "libtorch"):
+            eager = next(i for i in impls if i.backend == "torch" and i.semantics == impl.semantics)
+            pairs.append(pytest.param(op, impl, eager, id=f"{op.name}-{impl.variant}"))
+    return pairs
+
+
+@pytest.mark.parametrize("op,libtorch,eager", _libtorch_pairs())
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_libtorch_gives_pytorch_eager_bits(op, libtorch, eager, dtype):
+    """Same kernels through the C++ front end: bitwise the same output as the Python one."""
+    if dtype not in libtorch.dtypes or dtype not in eager.dtypes:
+        pytest.skip(f"no {dtype} implementation")
+    case = Case(op, get_format(dtype), op.test_size)
+    assert case.run(libtorch).tobytes() == case.run(eager).tobytes()
+
+
+def test_onnxruntime_sessions_take_the_thread_count():
+    backend = get_backend("onnxruntime")
+    op = next(op for op in all_ops() if op.name == "softmax")
+    impl = op.impl("onnxruntime:Softmax")
+    case = Case(op, get_format("float32"), 64)
+    for n in (1, 2):
+        case.run(impl, n)
+    counts = {key[-1]: s.get_session_options().intra_op_num_threads for key, s in backend._sessions.items()
+              if key[0] == impl.fn}
+    assert counts == {1: 1, 2: 2}
+
+
+def test_libtorch_sees_the_thread_count_in_cpp():
+    backend = get_backend("libtorch")
+    for n in (1, 2):
+        with backend.thread_limit(n):
+            assert backend.namespace.num_threads() == n
+
+
+@pytest.mark.parametrize("name,probe", [("tensorflow", tf_backend.intra_op_threads),
+                                        ("jax", jax_backend.eigen_pool_threads)])
+def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
+    """The runtime starts at the first count asked for; another count gets a worker process
+    whose framework reports that count."""
+    backend = get_backend(name)
+    seen = {}
+    for n in (1, 2):
+        with backend.thread_limit(n):
+            seen[n] = int(backend.to_numpy(backend.call(probe, {}), get_format("float64")))
+    assert seen == {1: 1, 2: 2}
+    assert backend.started_threads in (1, 2) and len(backend._workers) >= 1
+
+
+def _hide(monkeypatch, modules=(), commands=()):
+    real_find_spec, real_which = importlib.util.find_spec, shutil.which
+    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m in modules else real_find_spec(m, *a))
+    monkeypatch.setattr(shutil, "which", lambda c, *a: None if c in commands else real_which(c, *a))
+
+
+@pytest.mark.parametrize("backend,hidden", [
+    ("tensorflow", {"modules": ("tensorflow",)}),
+    ("onnxruntime", {"modules": ("onnxruntime",)}),
+    ("libtorch", {"commands": ("c++",)}),  # torch is always here; without a compiler there is no LibTorch
+    ("jax", {"modules": ("jaxlib",)}),
+])
+def test_a_missing_framework_makes_its_implementations_absent(monkeypatch, backend, hidden):
+    _hide(monkeypatch, **hidden)
+    assert not get_backend(backend).available()
+    report = explain("softmax", "float32", 64, 1)
+    names = {r["impl"].split(":")[0] for r in report["implementations"]}
+    assert backend not in names and "torch" in names
+    assert all(r["verdict"] != "error" for r in report["implementations"])
