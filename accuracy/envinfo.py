@@ -67,6 +67,23 @@ def _blas_providers() -> dict:
     }
 
 
+def _frameworks() -> dict:
+    """Each framework backend's versions, math libraries and knobs; absent ones say so."""
+    from accuracy.backends import get_backend
+
+    out = {}
+    for name in ("tensorflow", "onnxruntime", "libtorch", "jax"):
+        backend = get_backend(name)
+        if not backend.available():
+            out[name] = {"available": False}
+            continue
+        try:
+            out[name] = {"available": True, **backend.info()}
+        except Exception as exc:  # a broken install is reported, not fatal to the fingerprint
+            out[name] = {"available": False, "error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
 def fingerprint() -> dict:
     """Everything about this process's numerical stack that can change a number."""
     torch = _torch_info()  # imported first so threadpoolctl also sees torch's OpenMP runtime
@@ -76,7 +93,7 @@ def fingerprint() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": len(os.sched_getaffinity(0)),
-        "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_"))},
+        "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))},
         "versions": _versions(),
         "blas": [
             {k: lib.get(k) for k in ("user_api", "internal_api", "version", "architecture",
@@ -86,5 +103,6 @@ def fingerprint() -> dict:
         "blas_providers": blas_providers,
         "numpy": _numpy_info(),
         "torch": torch,
+        "frameworks": _frameworks(),
         "devices": ["cpu"] + [f"cuda:{i} {name}" for i, name in enumerate(torch.get("cuda_devices", []))],
     }

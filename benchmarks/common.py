@@ -146,6 +146,8 @@ def benchmark_classes(family: str) -> dict[str, type]:
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
+        for backend in {case.split(":")[0] for case in cases}:
+            get_backend(backend).preload()  # runs in asv's forkserver: paid once, not per process
         name = benchmark_class_name(op.name)
         conditions = op.condition_names()
         grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}

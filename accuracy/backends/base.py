@@ -33,6 +33,10 @@ class Backend:
     def namespace(self):
         return importlib.import_module(self.module)
 
+    def preload(self) -> None:
+        """Import, before asv's forkserver forks the benchmark processes, what each of them would
+        otherwise import for itself; only what is safe to fork (modules, never thread pools)."""
+
     def to_native(self, array: np.ndarray):
         return np.array(array, copy=True)
 

@@ -53,6 +53,7 @@ class JaxBackend(StartupThreadsBackend):
         return self._jitted[fn](**tensors).block_until_ready()
 
     def info(self) -> dict:
+        """Versions and knobs; reading this creates no XLA client (that would fix its threads)."""
         jax = self.namespace
         import jaxlib
 
@@ -60,9 +61,9 @@ class JaxBackend(StartupThreadsBackend):
             "version": jax.__version__,
             "jaxlib": jaxlib.__version__,
             "math_libraries": "XLA CPU (bundled in jaxlib; Eigen and its own codegen)",
-            "devices": [str(d) for d in jax.devices()],
+            "jax_enable_x64": "set at client start (float64 inputs stay float64)",
             "knobs": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
-            "threads": self.started_threads,
+            "threads": "XLA's pool is sized at client start; other counts in a worker process",
         }
 
 

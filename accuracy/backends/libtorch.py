@@ -46,6 +46,10 @@ class LibTorchBackend(Backend):
         cpp_extension.load(name=LIBRARY, sources=[str(SOURCE)], is_python_module=False, extra_cflags=["-O2", "-w"])
         return getattr(self.torch.ops, LIBRARY)
 
+    def preload(self) -> None:
+        """Build once (or load the cached build): loading a library is safe before a fork."""
+        self.namespace
+
     def to_native(self, array):
         self.namespace  # build (or load the cached build) before the first tensor crosses over
         return self.tensors.to_native(array)
@@ -54,15 +58,17 @@ class LibTorchBackend(Backend):
         return self.tensors.to_numpy(value, fmt)
 
     def info(self) -> dict:
-        torch = self.torch
+        """Where the build is cached and whether it exists; reading this never compiles."""
         from torch.utils import cpp_extension
 
+        build = Path(cpp_extension._get_build_directory(LIBRARY, verbose=False))
         return {
-            "version": torch.__version__,
-            "math_libraries": "the PyTorch wheel's libtorch_cpu (see torch: MKL/oneDNN/OpenMP)",
-            "build_directory": cpp_extension._get_build_directory(LIBRARY, verbose=False),
-            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-            "knobs": {"threads": "torch.set_num_threads, shared with PyTorch (same process, same pool)"},
+            "version": self.torch.__version__,
+            "math_libraries": "the torch wheel's libtorch_cpu (see torch: MKL, oneDNN, OpenMP)",
+            "build_directory": str(build),
+            "built": (build / f"{LIBRARY}.so").exists(),
+            "cxx11_abi": bool(self.torch._C._GLIBCXX_USE_CXX11_ABI),
+            "knobs": {"threads": "at::set_num_threads, the same pool as PyTorch's (set in-process)"},
         }
 
 

@@ -74,6 +74,12 @@ class OnnxRuntimeBackend(Backend):
     def namespace(self):
         return self  # graphs call back into run_graph
 
+    def preload(self) -> None:
+        """Importing onnxruntime starts no session, and a forked child runs sessions fine."""
+        import onnx.numpy_helper  # noqa: F401 - the graph builder, imported once
+
+        self.ort
+
     @cached_property
     def ort(self):
         import onnxruntime
@@ -99,7 +105,7 @@ class OnnxRuntimeBackend(Backend):
         return self._sessions[key].run(None, inputs)[0]
 
     def _session(self, g: Graph, inputs: dict, threads: int):
-        import onnx
+        import onnx.numpy_helper
         from onnx import helper
 
         ort = self.ort

@@ -1,34 +1,31 @@
 """Frameworks whose thread pools are sized once, when their runtime starts (TensorFlow, XLA).
 
 Such a backend starts its runtime in this process at the first thread count it is asked for.
-A call at another count runs in a worker: a fresh interpreter started at that count (one per
-count, kept while this process lives) that gets the same rounded inputs through a pipe and
-sends the framework's output back. The asv suite asks each benchmark process for one count, so
-its timings always run in-process; `opbench explain`'s 1-vs-all-threads check uses a worker.
+Just before, it forks a spare copy of the process (the "zygote": the framework imported, its
+runtime not started). A call at another count goes to a worker that the zygote forks and that
+starts its runtime at that count; it gets the same rounded inputs through a pipe and sends the
+output back, and stays for later calls at that count. Forking is cheap where starting a fresh
+interpreter is not (importing TensorFlow takes seconds).
 
-Importing the framework starts no runtime (no thread pool, no XLA client), so the modules may
-be imported before asv's forkserver forks; only the first call starts the runtime, in the child.
+The asv suite asks each benchmark process for one count, so its timings always run in-process;
+only the 1-vs-n-threads track and `opbench explain`'s reproducibility check use a worker.
+Importing the framework starts no runtime (no thread pool, no XLA client), so these modules
+may be imported before asv's forkserver forks (see `preload`); the runtime starts in the child.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import importlib.util
 import os
 import pickle
-import subprocess
-import sys
 from contextlib import contextmanager
 from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 
 from accuracy.backends.base import Backend
 from accuracy.threads import all_cores
-
-THREADS_VAR = "OPBENCH_STARTUP_THREADS"  # a worker's thread count, read before its runtime starts
 
 
 class Deferred:
@@ -42,14 +39,15 @@ class Deferred:
 
 
 class StartupThreadsBackend(Backend):
-    """Subclasses give `modules` (all must be importable), `start(threads)` and `run(fn, tensors)`."""
+    """Subclasses give `modules` (all must be importable), `start(threads)`, `to_tensor` and `run`."""
 
     modules: tuple[str, ...] = ()
+    threads_note = "thread pools sized at runtime start: other thread counts run in a forked worker process"
 
     def __init__(self):
-        self.started_threads: int | None = None  # the count this process's runtime was started at
+        self.started_threads: int | None = None  # the count this process's runtime started at
         self._wanted: int | None = None
-        self._workers: dict[int, _Worker] = {}
+        self._zygote: _Zygote | None = None
 
     def available(self) -> bool:
         """Whether the framework is installed; found without importing it (absent is never an error)."""
@@ -58,6 +56,11 @@ class StartupThreadsBackend(Backend):
     @cached_property
     def namespace(self):
         return importlib.import_module(self.module)
+
+    def preload(self) -> None:
+        """Import the framework (seconds for TensorFlow) without starting its runtime: safe
+        before a fork, so asv's forkserver pays the import once for every benchmark process."""
+        self.namespace
 
     def start(self, threads: int) -> None:
         """Configure the framework's thread pools; called once, before its first op."""
@@ -87,10 +90,12 @@ class StartupThreadsBackend(Backend):
     def call(self, fn, inputs: dict):
         threads = self._wanted or all_cores()
         if self.started_threads is None:
+            self.preload()
+            self._zygote = _Zygote(self)
             self.start(threads)
             self.started_threads = threads
         if threads != self.started_threads:
-            return self._worker(threads).call(fn, {k: v.array for k, v in inputs.items()})
+            return self._zygote.call(threads, fn, {k: v.array for k, v in inputs.items()})
         for value in inputs.values():
             if value.tensor is None:
                 value.tensor = self.to_tensor(value.array)
@@ -99,14 +104,9 @@ class StartupThreadsBackend(Backend):
     def to_numpy(self, value, fmt) -> np.ndarray:
         return np.asarray(value).astype(fmt.np_dtype, copy=False)
 
-    def _worker(self, threads: int) -> _Worker:
-        if threads not in self._workers:
-            self._workers[threads] = _Worker(self.name, threads)
-        return self._workers[threads]
-
 
 def _impl_key(fn):
-    """How a worker finds `fn`: registry lambdas by (op, backend, variant); anything else pickled."""
+    """How a worker names `fn`: registry lambdas by (op, backend, variant); anything else pickled."""
     from accuracy.registry import all_ops
 
     for op in all_ops():
@@ -125,54 +125,81 @@ def _resolve(key):
     return next(i.fn for i in get_op(op_name).impls if (i.backend, i.variant) == (backend, variant))
 
 
-class _Worker:
-    """A fresh interpreter whose framework runtime starts at `threads`; requests are pickled."""
+class _Channel:
+    """Pickled messages over a pair of pipes."""
 
-    def __init__(self, backend_name: str, threads: int):
-        root = str(Path(__file__).resolve().parents[2])  # the tree this accuracy package came from
-        env = dict(os.environ, **{THREADS_VAR: str(threads)})
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", f"from {__name__} import serve; serve({backend_name!r})"], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        atexit.register(self.close)
+    def __init__(self, read_fd: int, write_fd: int):
+        self.reader = os.fdopen(read_fd, "rb")
+        self.writer = os.fdopen(write_fd, "wb")
 
-    def call(self, fn, arrays: dict) -> np.ndarray:
-        pickle.dump((_impl_key(fn), arrays), self.process.stdin)
-        self.process.stdin.flush()
+    def send(self, message) -> None:
+        pickle.dump(message, self.writer)
+        self.writer.flush()
+
+    def receive(self):
+        return pickle.load(self.reader)
+
+
+def _fork(child) -> tuple[int, _Channel]:
+    """Fork a process that runs `child(channel)` and exits; the parent gets the other end."""
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(down_w)
+        os.close(up_r)
         try:
-            ok, value = pickle.load(self.process.stdout)
+            child(_Channel(down_r, up_w))
+        finally:
+            os._exit(0)
+    os.close(down_r)
+    os.close(up_w)
+    return pid, _Channel(up_r, down_w)
+
+
+class _Zygote:
+    """A fork of the process taken before its runtime started; it forks one worker per count."""
+
+    def __init__(self, backend: StartupThreadsBackend):
+        self.backend = backend
+        self.pid, self.channel = _fork(self._serve)
+
+    def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
+        self.channel.send((threads, _impl_key(fn), arrays))
+        try:
+            ok, value = self.channel.receive()
         except EOFError:
-            raise RuntimeError(f"worker process exited with status {self.process.wait()}") from None
+            raise RuntimeError(f"{self.backend.name} worker process exited") from None
         if not ok:
             raise RuntimeError(value)
         return value
 
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait()
-
-
-def serve(backend_name: str) -> None:
-    """A worker's loop: the protocol owns the real stdout; anything the framework prints goes to stderr."""
-    from accuracy.backends import get_backend
-
-    channel_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    channel_in = sys.stdin.buffer
-    backend = get_backend(backend_name)
-    with backend.thread_limit(int(os.environ[THREADS_VAR])):
+    def _serve(self, parent: _Channel) -> None:
+        workers: dict[int, _Channel] = {}
         while True:
             try:
-                key, arrays = pickle.load(channel_in)
+                threads, key, arrays = parent.receive()
             except EOFError:
-                return
-            try:
-                with np.errstate(all="ignore"):
-                    out = np.asarray(backend.call(_resolve(key), {k: Deferred(v) for k, v in arrays.items()}))
-                reply = (True, out)
-            except Exception as exc:  # reported in the parent, which has the context
-                reply = (False, f"{type(exc).__name__}: {exc}")
-            pickle.dump(reply, channel_out)
-            channel_out.flush()
+                return  # the parent exited or closed: so do its workers, on EOF
+            if threads not in workers:
+                workers[threads] = _fork(lambda channel: self._work(threads, channel))[1]
+            workers[threads].send((key, arrays))
+            parent.send(workers[threads].receive())
+
+    def _work(self, threads: int, channel: _Channel) -> None:
+        backend = self.backend
+        backend.started_threads = None
+        with backend.thread_limit(threads):
+            backend.start(threads)
+            backend.started_threads = threads
+            while True:
+                try:
+                    key, arrays = channel.receive()
+                except EOFError:
+                    return
+                try:
+                    with np.errstate(all="ignore"):
+                        reply = (True, np.asarray(backend.call(_resolve(key), {k: Deferred(v) for k, v in arrays.items()})))
+                except Exception as exc:  # reported in the parent, which has the context
+                    reply = (False, f"{type(exc).__name__}: {exc}")
+                channel.send(reply)
