@@ -9,6 +9,7 @@ default, full) picks how lean the grid is.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -160,4 +161,8 @@ def benchmark_classes(family: str) -> dict[str, type]:
             "params": list(grid.values()),
             "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
         })
+    # asv's forkserver forks every benchmark process from here: frozen objects are skipped by the
+    # children's garbage collector, so it does not touch (and copy) the preloaded frameworks' pages
+    # (measured: 0.39 s per forked process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen)
+    gc.freeze()
     return classes
