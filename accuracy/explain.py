@@ -11,6 +11,7 @@ from itertools import combinations
 
 import numpy as np
 
+from accuracy.backends import get_backend
 from accuracy.evaluate import Case, make_case
 from accuracy.metrics import ulps_apart
 from accuracy.registry import DEFAULT_CONDITION
@@ -74,6 +75,7 @@ def _reproducibility(case: Case, evidence: Evidence, outputs: dict[str, np.ndarr
             "one_vs_all_threads": _bitwise_equal(single, full),
             "verdict_1_thread": evidence.judge(single, impl).label,
             f"verdict_{cores}_threads": evidence.judge(full, impl).label,
+            "threads_note": get_backend(impl.backend).threads_note,
         })
     return out
 

@@ -3,8 +3,8 @@
 One class per op, one `time_op` and paired `track_*` methods over the same parameters:
 implementation@dtype, size, condition (only for ops with several input regimes) and threads.
 Only valid combinations are enumerated: the first parameter lists the (implementation, dtype)
-pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE (quick,
-default, full) picks how lean the grid is.
+pairs that exist on this machine, so nothing is padded with skips but a lean backend's columns
+below all cores, skipped in setup. OPBENCH_PROFILE (quick, default, full) picks how lean the grid is.
 """
 
 from __future__ import annotations
@@ -35,12 +35,18 @@ class Profile:
     # torch.compile costs ~3.5 s per benchmark process even with inductor's disk cache,
     # so only the full profile times it (explain always shows it)
     skip_backends: tuple[str, ...] = ("torch-compile",)
+    # backends timed only in their first implementation of each op and only at all cores (their
+    # variants and the 1-thread column are in the full profile; explain always shows them)
+    lean_backends: tuple[str, ...] = ()
 
 
 BOTH_THREAD_COUNTS = tuple(sorted({1, all_cores()}))
+# the frameworks add ~90 parameter combinations to the default run even when lean (README: suite time)
+FRAMEWORKS = ("tensorflow", "onnxruntime", "libtorch", "jax")
+LEAN = {"skip_backends": ("torch-compile", "onnxruntime-noopt"), "lean_backends": FRAMEWORKS}
 PROFILES = {
-    "quick": Profile(("float32",), 1, (all_cores(),)),
-    "default": Profile(("float32",), 1, BOTH_THREAD_COUNTS),
+    "quick": Profile(("float32",), 1, (all_cores(),), **LEAN),
+    "default": Profile(("float32",), 1, BOTH_THREAD_COUNTS, **LEAN),
     "full": Profile(ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=()),
 }
 
@@ -68,6 +74,8 @@ class _OpBenchmark:
     def setup(self, *params):
         p = dict(zip(self.param_names, params))
         impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
+        if impl_name.split(":")[0] in current_profile().lean_backends and p["threads"] != all_cores():
+            raise NotImplementedError("a lean backend runs at all cores only in this profile")  # asv: skipped
         op = get_op(self.op_name)
         self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
         self.impl = op.impl(impl_name)
@@ -135,8 +143,15 @@ for _metric in tracks():
 
 
 def _cases(op, profile: Profile) -> list[str]:
-    return [f"{impl.name}@{dtype}" for dtype in profile.dtypes for impl in op.available_impls(dtype)
-            if impl.backend not in profile.skip_backends]
+    cases = []
+    for dtype in profile.dtypes:
+        seen = set()
+        for impl in op.available_impls(dtype):
+            if impl.backend in profile.skip_backends or (impl.backend in profile.lean_backends and impl.backend in seen):
+                continue
+            seen.add(impl.backend)
+            cases.append(f"{impl.name}@{dtype}")
+    return cases
 
 
 def benchmark_classes(family: str) -> dict[str, type]:

@@ -21,6 +21,7 @@ class Backend:
     name = "numpy"
     device = "cpu"
     module = "numpy"
+    threads_note = ""  # how another thread count is reached, where it is not set in this process
 
     def available(self) -> bool:
         try:

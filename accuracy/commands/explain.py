@@ -64,6 +64,11 @@ def render(report: dict) -> str:
         ["implementation", "run to run", f"1 vs {cores} threads", "verdict at 1 thread", f"verdict at {cores} threads"],
         [[r["impl"], "yes" if r["run_to_run"] else "NO", "yes" if r["one_vs_all_threads"] else "NO",
           r["verdict_1_thread"], r[f"verdict_{cores}_threads"]] for r in report["reproducibility"]])
+    by_note: dict[str, list[str]] = {}
+    for r in report["reproducibility"]:
+        if r.get("threads_note"):
+            by_note.setdefault(r["threads_note"], []).append(r["impl"].split(":")[0])
+    lines += [f"  {', '.join(dict.fromkeys(backends))}: {note}" for note, backends in by_note.items()]
     return "\n".join(lines)
 
 

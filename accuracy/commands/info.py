@@ -35,6 +35,13 @@ def run(args) -> int:
     if t.get("available"):
         print(f"torch {t['version']}: cpu capability {t['cpu_capability']}, mkl={t['mkl']}, "
               f"oneDNN={t['mkldnn']}, threads={t['num_threads']}, cuda={t['cuda_available']}")
+    for name, fw in info["frameworks"].items():
+        if not fw.get("available"):
+            print(f"{name}: not available{' (' + fw['error'] + ')' if fw.get('error') else ''}")
+            continue
+        details = {k: v for k, v in fw.items() if k not in ("available", "version", "knobs", "build")}
+        print(f"{name} {fw['version']}: " + ", ".join(f"{k}={v}" for k, v in details.items()))
+        print("  knobs: " + "; ".join(f"{k}={v}" for k, v in fw["knobs"].items()))
     print(f"numpy SIMD baseline: {' '.join(info['numpy']['simd_baseline'])}")
     print(f"numpy SIMD enabled: {' '.join(info['numpy']['simd_enabled'])}")
     if info["env"]:
