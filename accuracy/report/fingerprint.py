@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-FINGERPRINT_COLUMNS = ("blas", "blas_threads", "torch_version", "numpy_version", "frameworks")
+FINGERPRINT_COLUMNS = ("blas", "blas_threads", "torch_version", "numpy_version")
 
 
 def fingerprint_path(result_path: Path) -> Path:
@@ -40,9 +40,6 @@ def summarize_fingerprint(data: dict) -> dict[str, object]:
         "blas_threads": "; ".join(str(entry.get("num_threads")) for entry in blas),
         "torch_version": _version(data.get("torch")),
         "numpy_version": _version(data.get("numpy")),
-        "frameworks": "; ".join(  # e.g. "tensorflow 2.21.0 oneDNN; jax 0.10.2"
-            f"{name} {info['version']}" + (" oneDNN" if info.get("onednn_enabled") else "")
-            for name, info in (data.get("frameworks") or {}).items() if info.get("version")),
     }
     return {key: value for key, value in summary.items() if value}
 
