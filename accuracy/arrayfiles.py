@@ -15,6 +15,7 @@ from accuracy.errors import OpbenchError
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def as_array(value, where: str) -> np.ndarray:
@@ -53,6 +54,11 @@ def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
     return {k: _from_torch(path, v) for k, v in load_file(path).items()}
 
 
+def _first_bytes(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(len(NPY_MAGIC))
+
+
 def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     suffix = path.suffix.lower()
     if suffix not in READABLE:
@@ -64,6 +70,8 @@ def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
             return _load_pt(path)
         if suffix == ".safetensors":
             return _load_safetensors(path)
+        if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
+            raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
         loaded = np.load(path, allow_pickle=False)  # a pickled object array could run code
         if suffix == ".npz":
             with loaded:

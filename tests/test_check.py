@@ -109,7 +109,7 @@ def _bad_inputs(d):
     return {
         "missing file": (lambda: None, ["--output", "y=nowhere.npy"], "nowhere.npy: no such file"),
         "unreadable file": (lambda: (d / "junk.npy").write_bytes(b"not an array"), ["--output", "y=junk.npy"],
-                            "junk.npy: cannot read it"),
+                            "junk.npy: not a .npy file"),
         "missing input name": (lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"]), ["--output", "y=numpy.npy"],
                                "missing b"),
         "extra input name": (lambda: np.savez(d / "in.npz", **z, bias=z["b"]), ["--output", "y=numpy.npy"],
