@@ -24,7 +24,7 @@ LIBTORCH_DTYPES = ALL_DTYPES
 GPU_FLOAT32_DEFAULT = {
     "tensorflow": "TF32 (tf.config.experimental.enable_tensor_float_32_execution is on by default)",
     "jax": "TF32/bf16 passes (jax_default_matmul_precision 'default' lets XLA pick the fastest)",
-    "onnxruntime": "float32 (the CUDA provider's use_tf32 option must be set to get TF32)",
+    "onnxruntime": "whatever the CUDA provider's use_tf32 option says (its default is not verified here)",
     "libtorch": "float32 for matmul (allow_tf32 off), TF32 for cuDNN convolutions (cudnn.allow_tf32 on)",
 }
 
