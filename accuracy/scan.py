@@ -236,17 +236,24 @@ def _bin_label(i: int) -> str:
 
 
 def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """Function x implementation -> max ulp error, like Zimmermann et al.'s tables: (header, rows),
-    for the report. `rows` are `as_rows` records of any number of scans (one dtype each)."""
-    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    """Function x library -> max ulp error, like Zimmermann et al.'s tables: (header, rows), for
+    the report. `rows` are `as_rows` records of any number of scans. A column is a backend
+    (numpy, torch, ...); a second implementation of one function on one backend gets its own."""
+
+    def column(r):
+        same_backend = [o for o in rows if (o["op"], o["dtype"]) == (r["op"], r["dtype"])
+                        and o["impl"].split(":")[0] == r["impl"].split(":")[0]]
+        return r["impl"].split(":")[0] if same_backend[0] is r else r["impl"]
+
+    columns = list(dict.fromkeys(column(r) for r in rows))
     funcs = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows))
-    cell = {(r["op"], r["dtype"], r["impl"]): r for r in rows}
+    cell = {(r["op"], r["dtype"], column(r)): r for r in rows}
     body = []
     for op, dtype in funcs:
         line = [op, dtype]
-        for impl in impls:
-            r = cell.get((op, dtype, impl))
+        for name in columns:
+            r = cell.get((op, dtype, name))
             # a correctly rounded result is within 0.5 ulp: the entry of an impl with no miss
             line.append("" if r is None else f"{r['max_ulp'] if r['not_correctly_rounded'] else 0.5:.3g}")
         body.append(line)
-    return ["function", "dtype", *impls], body
+    return ["function", "dtype", *columns], body
