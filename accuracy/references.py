@@ -14,7 +14,8 @@ rounded result. Every element where that cannot be shown is recomputed in 200-bi
   significand), E = 16 long-double ulps = 2**-59 |w|; glibc's measured maxima for x86 long double
   (libm-test-ulps) are at most a few ulps. A function without a longdouble loop (scipy.special)
   goes to mpmath outright. The double-double lo carries w's extra 11 bits: ulp readings of a
-  float64 result are good to about 2**-11 ulp, and correct rounding is decided exactly.
+  float64 result are off by at most E/ulp = 2**-7 ulp (about 2**-11 at glibc's usual error), and
+  correct rounding is decided exactly.
 
 The narrow path works on the bits of w: with d = 53 - p dropped bits, w is within M float64
 ulps of a midpoint of the p-bit target iff its low d bits lie within M of 2**(d-1). Values
