@@ -1,9 +1,10 @@
 """Drive asv for `opbench run`: machine info, the run itself, fingerprints, HTML, report.
 
-asv does the benchmarking and keeps the results; this module only makes the calls
-non-interactive and reproducible: a private copy of asv.conf.json with absolute paths (so
-results can go to any directory), the current commit recorded for in-place runs, and the
-environment fingerprint written beside each results file the run touched.
+asv does the benchmarking and keeps the results; this module makes the calls non-interactive,
+reproducible and safe: a private copy of asv.conf.json with absolute paths, asv writing into a
+staging copy that is moved into the results directory only when the run is done (under a lock,
+with the environment fingerprint beside each results file), and the results of a changed
+environment filed under a new machine name instead of over the old ones.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from accuracy.errors import OpbenchError
+from accuracy.resultstore import merge_benchmarks_json, results_lock, write_atomic
+from accuracy.runlog import LOG_DIR, AsvLog, ClassProgress
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
@@ -29,9 +35,17 @@ def load_asv_config(path: Path) -> dict:
     if not path.is_file():
         raise OpbenchError(f"asv config not found: {path}")
     try:
-        return load_json(str(path), js_comments=True)
+        conf = load_json(str(path), js_comments=True)
     except Exception as exc:  # asv raises its own UserError types for malformed files
         raise OpbenchError(f"cannot read asv config {path}: {exc}") from None
+    if not isinstance(conf, dict):
+        raise OpbenchError(f"asv config {path} holds a JSON {type(conf).__name__}, not an object of settings")
+    return conf
+
+
+def project_repo(config_path: Path) -> Path:
+    """The repository asv benchmarks, as the config names it (relative to the config file)."""
+    return (config_path.resolve().parent / load_asv_config(config_path).get("repo", ".")).resolve()
 
 
 def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path) -> Path:
@@ -42,6 +56,7 @@ def write_private_config(config_path: Path, results: Path, html: Path, workdir: 
         conf[key] = str((root / conf.get(key, default)).resolve())
     conf["results_dir"] = str(results.resolve())
     conf["html_dir"] = str(html.resolve())
+    workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "asv.conf.json"
     out.write_text(json.dumps(conf, indent=2))
     return out
@@ -49,11 +64,6 @@ def write_private_config(config_path: Path, results: Path, html: Path, workdir: 
 
 def default_machine_name() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", platform.node() or "machine")
-
-
-def _asv(args: list[str], env: dict | None = None) -> int:
-    """Run `python -m asv ...` in this interpreter, output straight to the terminal."""
-    return subprocess.call([sys.executable, "-m", "asv", *args], env=env)
 
 
 def head_commit(repo: Path) -> str:
@@ -64,11 +74,15 @@ def head_commit(repo: Path) -> str:
     return out.stdout.strip()
 
 
-def _result_files(results: Path, machine: str) -> dict[Path, float]:
-    folder = results / machine
-    if not folder.is_dir():
-        return {}
-    return {p: p.stat().st_mtime for p in folder.glob("*.json") if p.name != "machine.json"}
+def take_fingerprint(python: str, env: dict) -> dict:
+    """`opbench info --json` from a fresh process of `python` with `env`: the stack as it starts.
+
+    A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start.
+    """
+    proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-500:]}
+    return json.loads(proc.stdout)
 
 
 def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
@@ -83,56 +97,121 @@ def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, 
     }
 
 
-def write_fingerprints(changed: list[Path], pythons: dict[str, tuple[str, dict]] | None, env: dict) -> None:
-    """Save the environment fingerprint beside each results file this run wrote.
+def check_commit_range(repo: Path, commits: str) -> None:
+    """asv takes git's range syntax; asking git first turns a typo into one clear line."""
+    proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-count=1", commits, "--"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        reason = (proc.stderr.strip().splitlines() or ["it selects no commits"])[0]
+        raise OpbenchError(f"--commits {commits!r} is not a commit range of {repo}: {reason}")
 
-    It is taken by a fresh process of the python that ran the benchmarks (this one for in-place
-    runs, else the results' asv environment), with that environment's variables, so it shows
-    the BLAS kernel the knobs selected.
+
+def _result_files(results: Path, machine: str) -> dict[Path, float]:
+    folder = results / machine
+    if not folder.is_dir():
+        return {}
+    return {p: p.stat().st_mtime_ns for p in folder.glob("*.json") if p.name != "machine.json"}
+
+
+def _stage(results: Path, staging: Path, machine: str) -> None:
+    """Give asv a private copy of what it merges into: this machine's results and benchmarks.json."""
+    staging.mkdir()
+    if (results / "benchmarks.json").is_file():
+        shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+    if (results / machine).is_dir():
+        shutil.copytree(results / machine, staging / machine)
+
+
+def _commit(staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]) -> list[Path]:
+    """Move the run's files into the results directory, each by an atomic rename.
+
+    Each fingerprint lands before its results file, so a results file is never seen beside
+    another run's fingerprint; files the run did not touch are left alone.
     """
+    target = results / machine
+    target.mkdir(parents=True, exist_ok=True)
+    write_atomic(results / "benchmarks.json",
+                 merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json"))
+    os.replace(staging / machine / "machine.json", target / "machine.json")
+    written = []
     for path in changed:
-        env_name = json.loads(path.read_text()).get("env_name")
-        python, extra = (sys.executable, {}) if pythons is None else pythons.get(env_name, (None, {}))
-        if python is None:
-            text = json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
-        else:
-            proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True,
-                                  env={**env, **extra})
-            text = proc.stdout if proc.returncode == 0 else json.dumps({"error": proc.stderr.strip()[-500:]})
-        path.with_suffix(FINGERPRINT_SUFFIX).write_text(text)
+        write_atomic(target / path.with_suffix(FINGERPRINT_SUFFIX).name, fingerprints[path])
+        os.replace(path, target / path.name)
+        written.append(target / path.name)
+    return written
+
+
+@dataclass
+class RunOutcome:
+    status: int  # asv's exit status
+    machine: str  # the machine name the results are filed under
+    written: list[Path]
+    log: Path
 
 
 def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
-              commits: str | None, profile: str | None, knobs: dict[str, str]) -> tuple[int, list[Path]]:
-    """Run the asv suite; returns (asv's exit status, results files written).
+              commits: str | None, profile: str | None, knobs: dict[str, str], verbose: bool) -> RunOutcome:
+    """Run the asv suite into a staging copy, then move its results into `results` atomically.
 
     `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
-    they are set for asv's benchmark processes, and the fingerprint records them.
+    they are set for asv's benchmark processes, and the fingerprint records them. For runs in
+    this environment the machine name gets the environment digest, so a changed stack (an
+    upgraded package, another BLAS kernel, a knob) files its results beside the old ones.
     """
-    results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="opbench-asv-") as tmp:
+    repo = project_repo(config)  # reads and checks the config before anything is locked or written
+    if commits:
+        check_commit_range(repo, commits)
+    with results_lock(results), tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-",
+                                                            dir=results.resolve().parent) as tmp:
+        shared = Path(tmp) / "shared"
+        shared.mkdir()
         # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
         env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
-                   OPBENCH_RUN_DIR=tmp, **knobs)
-        private = write_private_config(config, results, html, Path(tmp))
-        conf = json.loads(private.read_text())
-        if _asv(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
-            raise OpbenchError("`asv machine` failed; see its message above")
-        before = _result_files(results, machine)
+                   OPBENCH_RUN_DIR=str(shared), PYTHONIOENCODING="utf-8", **knobs)
+        here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
+        if here is not None:
+            from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
+
+            machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
+        staging = Path(tmp) / "results"
+        _stage(results, staging, machine)
+        private = write_private_config(config, staging, html, Path(tmp))
+        log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
+        if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
+            raise OpbenchError(f"`asv machine` failed; see {log.path}")
+        before = _result_files(staging, machine)
         args = ["run", "--config", str(private), "--machine", machine, "--show-stderr"]
         if commits:
             args += [commits]
         else:
-            args += ["--python=same", "--set-commit-hash", head_commit(Path(conf["repo"])),
+            args += ["--python=same", "--set-commit-hash", head_commit(repo),
                      "--launch-method", "forkserver"]
         if quick:
             args.append("--quick")
         if bench:
             args += ["--bench", bench]
-        status = _asv(args, env)
-        after = _result_files(results, machine)
-        changed = [p for p, mtime in after.items() if before.get(p) != mtime]
-        write_fingerprints(changed, environment_pythons(private) if commits else None, env)
-        if changed and _asv(["publish", "--config", str(private)], env) != 0:
-            raise OpbenchError("`asv publish` failed; results are kept, see its message above")
-    return status, changed
+        try:
+            status = log.call(args, env, progress=ClassProgress(staging / "benchmarks.json", bench))
+        except KeyboardInterrupt:
+            raise OpbenchError(f"interrupted: this run's results were not saved; {results} is unchanged") from None
+        changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
+        if here is None:
+            pythons = environment_pythons(private)
+            fingerprints = {p: _env_fingerprint(p, pythons, env) for p in changed}
+        else:
+            fingerprints = dict.fromkeys(changed, here)
+        written = _commit(staging, results, machine, changed, fingerprints) if changed else []
+        if written:
+            publish_config = write_private_config(config, results, html, Path(tmp) / "publish")
+            if log.call(["publish", "--config", str(publish_config)], env) != 0:
+                raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
+    return RunOutcome(status, machine, written, log.path)
+
+
+def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict) -> str:
+    """The fingerprint of the asv environment that wrote a history run's results file."""
+    env_name = json.loads(path.read_text()).get("env_name")
+    python, extra = pythons.get(env_name, (None, {}))
+    if python is None:
+        return json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
+    return json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from accuracy import __version__
@@ -45,13 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except OpbenchError as exc:
         print(f"opbench: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("opbench: error: interrupted; results written so far are kept", file=sys.stderr)
+    except KeyboardInterrupt:  # `run` says what it saved; other commands write nothing half-way
+        print("opbench: error: interrupted", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `opbench list --json | head`: the reader has all it wanted
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush does not hit the closed pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -56,6 +56,13 @@ def _versions() -> dict:
     return out
 
 
+def _installed_packages() -> dict[str, str]:
+    """Every installed distribution: any of them can change a number (a plugin, a BLAS wheel)."""
+    from importlib.metadata import distributions
+
+    return dict(sorted((d.metadata["Name"].lower(), d.version) for d in distributions() if d.metadata["Name"]))
+
+
 def _blas_providers() -> dict:
     """The CBLAS libraries the `blas` backend loads by path, and any that failed to load."""
     from accuracy.backends import blas_discovery
@@ -95,6 +102,7 @@ def fingerprint() -> dict:
         "cpu_count": len(os.sched_getaffinity(0)),
         "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))},
         "versions": _versions(),
+        "packages": _installed_packages(),
         "blas": [
             {k: lib.get(k) for k in ("user_api", "internal_api", "version", "architecture",
                                      "threading_layer", "num_threads", "filepath")}

@@ -16,6 +16,7 @@ from accuracy import refcache
 from accuracy.backends import get_backend
 from accuracy.dtypes import FloatFormat, get_format
 from accuracy.errors import OpbenchError
+from accuracy.limits import check_size
 from accuracy.exact import Exact
 from accuracy.inputs import as_float64, make_inputs
 from accuracy.metrics import ErrorSummary, summarize
@@ -92,4 +93,5 @@ def make_case(op_name: str, dtype: str, size: int | None = None, condition: str 
     if size is not None and size < 1:
         raise OpbenchError(f"size must be a positive integer, got {size}")
     op.generator(condition)  # validates the condition name
+    check_size(op, size, condition)
     return Case(op, fmt, size or op.default_size, condition)

@@ -197,7 +197,10 @@ def parse_env(value: str) -> list[tuple[str | None, str]]:
     entries = []
     for item in filter(None, (part.strip() for part in value.split(","))):
         path, sep, name = item.rpartition(":")
-        entries.append((name, path) if sep and "/" not in name else (None, item))
+        entry = (name, path) if sep and "/" not in name else (None, item)
+        if not entry[1]:  # ctypes would load the running program itself and call it a provider
+            raise OpbenchError(f"{ENV_VAR} entry {item!r} names no library file; write /path/lib.so[:name]")
+        entries.append(entry)
     return entries
 
 

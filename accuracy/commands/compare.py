@@ -12,6 +12,7 @@ from asv.util import human_value
 from accuracy.commands.common import add_command, add_json, add_results
 from accuracy.errors import OpbenchError
 from accuracy.metric_table import ACCURACY, BY_NAME, compared
+from accuracy.resultstore import check_output_file
 from accuracy.tables import format_table
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 
@@ -37,6 +38,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.csv is not None:
+        check_output_file("--csv", args.csv, args.results)
     comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
     for line in comparison.warnings:
         print(f"opbench: warning: {line}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from accuracy.commands.common import add_case, add_command, add_json
-from accuracy.errors import OpbenchError
+from accuracy.limits import check_threads
 from accuracy.explain import explain
 from accuracy.metric_table import cli_columns
 from accuracy.tables import format_table
@@ -73,8 +73,7 @@ def render(report: dict) -> str:
 
 
 def run(args) -> int:
-    if args.threads is not None and args.threads < 1:
-        raise OpbenchError(f"--threads must be at least 1, got {args.threads}")
+    check_threads(args.threads)
     report = explain(args.op, args.dtype, args.size, args.threads, args.condition)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

@@ -10,6 +10,7 @@ from accuracy.commands.common import add_command, add_results
 from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
 from accuracy.report.changes import DEFAULT_THRESHOLD
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
+from accuracy.resultstore import check_name, check_output_dir
 
 
 def register(subparsers) -> None:
@@ -31,6 +32,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_name("--name", args.name)
+    check_output_dir("--out", args.out / args.name, args.results)
     index = write_report(
         args.results,
         args.out,

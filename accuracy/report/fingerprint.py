@@ -6,6 +6,7 @@ actually ran, which is what explains a step between two environments or two date
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -42,6 +43,34 @@ def summarize_fingerprint(data: dict) -> dict[str, object]:
         "numpy_version": _version(data.get("numpy")),
     }
     return {key: value for key, value in summary.items() if value}
+
+
+def fingerprint_digest(data: dict, knobs: dict[str, str]) -> str:
+    """A short digest of everything in a fingerprint that selects the numbers a run produces.
+
+    Installed package versions, the Python, the BLAS libraries loaded (by file, version and
+    kernel) and the process-start knobs; not thread counts or timestamps, which vary between
+    identical environments. Equal digests: the same stack; any upgrade gives a new digest.
+    """
+    blas = [
+        {k: entry.get(k) for k in ("internal_api", "version", "architecture", "threading_layer")}
+        | {"file": Path(entry.get("filepath") or "").name}
+        for entry in data.get("blas") or []
+    ]
+    providers = [
+        {k: v for k, v in entry.items() if k not in ("num_threads", "threads")}
+        for entry in (data.get("blas_providers") or {}).get("loaded", [])
+    ]
+    key = {
+        "python": data.get("python"),
+        "packages": data.get("packages"),
+        "blas": sorted(blas, key=json.dumps),
+        "providers": sorted(providers, key=lambda e: json.dumps(e, sort_keys=True, default=str)),
+        "env": data.get("env"),
+        "knobs": knobs,
+        "error": data.get("error"),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def _version(entry: object) -> str | None:

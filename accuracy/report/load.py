@@ -115,6 +115,13 @@ class _RowBuilder:
         self.count = 0
 
     def add_file(self, path: Path, machine: str, result: Results, fingerprint: dict) -> None:
+        # asv loads these fields unchecked; a hand-edited or foreign file breaks the frame later
+        if not isinstance(result.date, (int, float)) or isinstance(result.date, bool):
+            self._warnings.append(f"{path}: skipped, its date {result.date!r} is not a timestamp")
+            return
+        if not isinstance(result.commit_hash, str) or not isinstance(result.env_name, str):
+            self._warnings.append(f"{path}: skipped, it names no commit or environment")
+            return
         file_info = {
             "machine": machine,
             "env_name": result.env_name,

@@ -1,0 +1,178 @@
+"""Bad input to every subcommand: exit 2, one line, no traceback, and not one byte written.
+
+Each case runs against a workspace holding a results directory, a report and an asv HTML
+directory; every file is checksummed before and after, so a case that loses, rewrites or
+creates anything fails even if its message is right.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accuracy import cli
+from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+from accuracy.resultstore import results_lock
+from accuracy.threads import all_cores
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = SyntheticBenchmark("bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"),
+                           (("numpy:np.dot@float32",), (4096,)))
+COMMIT = hashlib.sha1(b"bad input").hexdigest()
+DATE = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
+
+
+def _workspace(root: Path) -> dict[str, Path]:
+    """results/ with one machine, reports/latest/, an asv-made html/, a foreign dir and a file."""
+    results = root / "results"
+    write_benchmarks(results, [BENCH])
+    write_machine(results, "box")
+    result_file = write_result_file(results, "box", "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4],
+                                    {"blas": []})
+    (root / "reports" / "latest").mkdir(parents=True)
+    (root / "reports" / "latest" / "index.html").write_text("<p>an earlier report</p>")
+    (root / "html").mkdir()
+    for marker in ("index.json", "asv.js", "index.html"):
+        (root / "html" / marker).write_text("{}")
+    (root / "mine").mkdir()
+    (root / "mine" / "notes.txt").write_text("not asv's")
+    (root / "a_file").write_text("not a directory")
+    (root / "array.json").write_text("[1, 2]")
+    bad = root / "bad"  # results whose only file cannot be used
+    write_benchmarks(bad / "date", [BENCH])
+    write_machine(bad / "date", "box")
+    write_benchmarks(bad / "null", [BENCH])
+    write_machine(bad / "null", "box")
+    data = json.loads(result_file.read_text())
+    (bad / "date" / "box" / result_file.name).write_text(json.dumps(data | {"date": "yesterday"}))
+    (bad / "null" / "box" / result_file.name).write_text(json.dumps(data | {"commit_hash": None, "env_name": None}))
+    return {"results": results, "file": result_file}
+
+
+def _checksums(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+R = "{root}/results"
+# (args, what the one line must say); {root} is the workspace
+CASES = [
+    # explain
+    (["explain", "nosuchop"], "unknown op"),
+    (["explain", "linear", "--dtype", "float8"], "unknown dtype"),
+    (["explain", "linear", "--threads", "0"], "--threads must be at least 1"),
+    (["explain", "matmul", "--threads", str(all_cores() + 2)], f"maximum {all_cores()}"),
+    (["explain", "matmul", "--threads", "64"], f"maximum {all_cores()}"),
+    (["explain", "matmul", "--size", "200000"], "GB for inputs and references"),
+    (["explain", "matmul", "--size", "20000"], "GB for inputs and references"),
+    (["explain", "softmax", "--size", "10000000000"], "GB for inputs and references"),
+    (["explain", "linear", "--size", "0"], "size must be a positive integer"),
+    (["explain", "erf", "--dtype", "float16", "--size", "-3"], "size must be a positive integer"),
+    (["explain", "solve", "--condition", "nosuch"], "has no condition"),
+    (["explain", "exp", "--dtype", "bfloat16", "--condition", "ill"], "has no condition"),
+    # run: names
+    (["run", "--results", R, "--machine", "../../../../x"], "not a valid name"),
+    (["run", "--results", R, "--machine", "a/b"], "not a valid name"),
+    (["run", "--results", R, "--machine", ".hidden"], "not a valid name"),
+    (["run", "--results", R, "--machine", ""], "not a valid name"),
+    (["run", "--results", R, "--env", "lower=1"], "--env wants KEY=VALUE"),
+    (["run", "--results", R, "--env", "NOVALUE"], "--env wants KEY=VALUE"),
+    (["run", "--results", R, "--env", "X/../=1"], "--env wants KEY=VALUE"),
+    # run: outputs never in or around results, never a directory asv did not make
+    (["run", "--results", R, "--html", R], "overlaps the results directory"),
+    (["run", "--results", R, "--html", R + "/box"], "overlaps the results directory"),
+    (["run", "--results", R, "--html", "{root}"], "overlaps the results directory"),
+    (["run", "--results", R, "--html", "{root}/mine"], "asv did not create"),
+    (["run", "--results", R, "--html", "{root}/a_file"], "is a file"),
+    (["run", "--results", R, "--report", R], "overlaps the results directory"),
+    (["run", "--results", "{root}/a_file"], "is a file, not a results directory"),
+    # run: configuration and selection
+    (["run", "--results", R, "--config", "{root}/array.json"], "not an object of settings"),
+    (["run", "--results", R, "--config", "{root}/missing.json"], "asv config not found"),
+    (["run", "--results", R, "--bench", "("], "not a valid regular expression"),
+    (["run", "--results", R, "--commits", "nosuchref..HEAD", "--config", str(ROOT / "asv.conf.json")],
+     "is not a commit range"),
+    # compare
+    (["compare", "box", "box", "--results", R, "--csv", R + "/box/" + "{result}"], "inside the results directory"),
+    (["compare", "box", "box", "--results", R, "--csv", R + "/new.csv"], "inside the results directory"),
+    (["compare", "box", "box", "--results", R, "--csv", "{root}/mine"], "is a directory"),
+    (["compare", "box", "nosuch", "--results", R], "nosuch"),
+    (["compare", "box", "box", "--results", "{root}/a_file"], "does not exist"),
+    (["compare", "box", "box", "--results", "{root}/bad/date"], "no asv results"),
+    # report
+    (["report", "--results", "{root}/a_file"], "does not exist"),
+    (["report", "--results", "{root}/nowhere"], "does not exist"),
+    (["report", "--results", "{root}/bad/date"], "no asv results"),
+    (["report", "--results", "{root}/bad/null"], "no asv results"),
+    (["report", "--results", R, "--out", R], "overlaps the results directory"),
+    (["report", "--results", R, "--out", "{root}", "--name", "results"], "overlaps the results directory"),
+    (["report", "--results", R, "--name", "../escape"], "not a valid name"),
+]
+
+
+@pytest.mark.parametrize("args,needle", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
+    paths = _workspace(tmp_path)
+    before = _checksums(tmp_path)
+    argv = [a.format(root=tmp_path, result=paths["file"].name) for a in args]
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (argv, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opbench: error:"), err
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in out + err
+    assert _checksums(tmp_path) == before
+
+
+def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys):
+    paths = _workspace(tmp_path)
+    with results_lock(paths["results"]):
+        before = _checksums(tmp_path)
+        started = time.monotonic()
+        code = cli.main(["run", "--results", str(paths["results"]), "--bench", "Dot", "--no-report"])
+        elapsed = time.monotonic() - started
+        after = _checksums(tmp_path)  # while still held: the holder clears its pid on release
+    err = capsys.readouterr().err
+    assert code == 2 and f"in use by another opbench run (pid {os.getpid()})" in err, err
+    assert after == before
+    assert elapsed < 30  # refused before fingerprinting or starting asv, not after waiting
+
+
+def _opbench(*args, env=None, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "accuracy", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})), **kwargs)
+
+
+def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
+    proc = _opbench("info", env={"OPBENCH_BLAS": ":"})
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out + err
+    assert err.strip().splitlines() == ["opbench: error: OPBENCH_BLAS entry ':' names no library file; "
+                                        "write /path/lib.so[:name]"]
+
+
+def test_list_json_into_a_closed_pipe_ends_quietly():
+    proc = subprocess.run(f"{sys.executable} -m accuracy list --json | head -c 100", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert len(proc.stdout) == 100
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("delay", [0.3, 3.0])  # during the imports, and once explain is working
+def test_ctrl_c_in_explain_prints_one_line(delay):
+    proc = _opbench("explain", "matmul", "--size", "1500")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out + err
+    assert err.strip().splitlines() == ["opbench: error: interrupted"]
