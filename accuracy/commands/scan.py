@@ -7,6 +7,7 @@ import sys
 
 from accuracy.commands.common import add_command, add_json
 from accuracy.dtypes import get_format
+from accuracy.errors import OpbenchError
 from accuracy.registry import get_op
 from accuracy.scan import HISTOGRAM_EDGES, as_rows, scan, select_impls
 from accuracy.tables import format_table
@@ -82,6 +83,8 @@ def render(rows: list[dict], result) -> str:
 
 
 def run(args) -> int:
+    if args.sample is not None and args.sample < 1:
+        raise OpbenchError(f"--sample must be at least 1, got {args.sample}")
     op = get_op(args.op)
     fmt = get_format(args.dtype)
     impls = select_impls(op, fmt, args.impl)
