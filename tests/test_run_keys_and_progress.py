@@ -1,0 +1,78 @@
+"""Result keying by environment digest, and the per-class progress read from asv's output."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+from accuracy.report.fingerprint import fingerprint_digest
+from accuracy.runlog import ClassProgress
+
+FINGERPRINT = {
+    "python": "3.11.7",
+    "packages": {"numpy": "2.4.6", "scipy": "1.16.2", "torch": "2.13.0"},
+    "blas": [{"internal_api": "openblas", "version": "0.3.31", "architecture": "Haswell", "num_threads": 2,
+              "threading_layer": "pthreads", "filepath": "/v/numpy.libs/libscipy_openblas64_-32a4b2a6.so"}],
+    "blas_providers": {"loaded": []},
+    "env": {},
+}
+
+
+def _changed(path: tuple[str, ...], value) -> dict:
+    data = copy.deepcopy(FINGERPRINT)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+def test_digest_changes_with_packages_kernels_and_knobs_only():
+    base = fingerprint_digest(FINGERPRINT, {})
+    assert base == fingerprint_digest(copy.deepcopy(FINGERPRINT), {})
+    assert len(base) == 8
+    changed = [
+        fingerprint_digest(_changed(("packages", "numpy"), "2.3.5"), {}),  # pip install -U numpy
+        fingerprint_digest(_changed(("packages", "mkl"), "2026.2"), {}),  # a package added
+        fingerprint_digest(FINGERPRINT, {"OPENBLAS_CORETYPE": "SkylakeX"}),  # a knob
+        fingerprint_digest(_changed(("env",), {"OPENBLAS_CORETYPE": "Zen"}), {}),  # an exported knob
+    ]
+    kernel = copy.deepcopy(FINGERPRINT)
+    kernel["blas"][0]["architecture"] = "SkylakeX"
+    changed.append(fingerprint_digest(kernel, {}))
+    assert len({base, *changed}) == len(changed) + 1
+    threads = copy.deepcopy(FINGERPRINT)
+    threads["blas"][0]["num_threads"] = 1  # a thread count is not an environment
+    assert fingerprint_digest(threads, {}) == base
+
+
+ASV_OUTPUT = """\
+· Discovering benchmarks
+· Running 6 total benchmarks (1 commits * 1 environments * 6 benchmarks)
+[ 0.00%] · For opbench commit e9edf748 <check>:
+[16.67%] ··· bench_products.Dot.time_op                                      ok
+[16.67%] ··· =================================== ==========
+                     numpy:np.dot@float32         120±0μs
+[33.33%] ··· bench_products.Dot.track_bound_ratio                            ok
+[50.00%] ··· bench_products.Gemv.time_op                                     ok
+[66.67%] ··· bench_products.Gemv.track_bound_ratio                           failed
+[83.33%] ··· bench_reductions.Sum.time_op                                    ok
+[100.00%] ··· bench_reductions.Sum.track_bound_ratio                         ok
+"""
+
+
+def test_progress_prints_one_line_per_class_of_the_selection(tmp_path):
+    names = [f"{c}.{m}" for c in ("bench_products.Dot", "bench_products.Gemv", "bench_reductions.Sum",
+                                  "bench_reductions.Mean") for m in ("time_op", "track_bound_ratio")]
+    (tmp_path / "benchmarks.json").write_text(json.dumps({n: {} for n in names} | {"version": 2}))
+    out = io.StringIO()
+    progress = ClassProgress(tmp_path / "benchmarks.json", r"products|Sum", out=out)
+    for line in ASV_OUTPUT.splitlines(keepends=True):
+        progress.feed(line)
+    progress.finish()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "[1/3] bench_products.Dot", "[2/3] bench_products.Gemv", "[3/3] bench_reductions.Sum"]
+    assert all("elapsed" in line for line in lines)
+    assert "ETA" in lines[0] and lines[-1].endswith("done")
