@@ -180,7 +180,8 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
             raise OpbenchError(f"`asv machine` failed; see {log.path}")
         before = _result_files(staging, machine)
-        args = ["run", "--config", str(private), "--machine", machine, "--show-stderr"]
+        # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
+        args = ["run", "--config", str(private), "--machine", machine, "--show-stderr", "--record-samples"]
         if commits:
             args += [commits]
         else:

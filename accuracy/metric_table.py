@@ -19,6 +19,7 @@ TIME = "time"  # noisy: decided by asv's statistics and the ratio threshold
 ACCURACY = "accuracy"  # deterministic error against the exact reference: any change is real
 REPRODUCIBILITY = "reproducibility"  # bitwise behaviour across thread counts: reported, never a regression
 DERIVED = "derived"  # computed from another metric's samples: shown, never votes
+IDENTITY = "identity"  # a digest of the output bits: equal or not, never better or worse
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("threshold_ulp", "ulp", "The smallest error the typical tier flags here, in ulps.", ACCURACY,
            column="flags >= ulp", explain=True, field="threshold_ulp", asv_track=False),
     Metric("nonfinite", "count", "NaN/Inf outputs where the exact value is finite.", ACCURACY, field="nonfinite"),
+    Metric("bits_differ_run_to_run", "bool", "1 if repeated runs of the same call give different bits (the "
+           "accuracy tracks then report the worst run), 0 if bitwise reproducible.", REPRODUCIBILITY,
+           field="bits_differ_run_to_run"),
+    Metric("output_digest", "digest", "52 bits of the SHA-256 of the output: equal values mean bitwise identical "
+           "outputs. An identity, not a quality: read a change as 'the bits changed', never as better or worse.",
+           IDENTITY, field="output_digest"),
     Metric("bits_differ_1_vs_all_threads", "bool", "1 if one thread and every core give different bits, "
            "0 if bitwise identical.", REPRODUCIBILITY, measure=_bits_differ_1_vs_all),
 )

@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import bench_linalg, bench_reductions  # noqa: E402
-from benchmarks.common import RUN_DIR_VAR  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import bench_activations, bench_linalg, bench_reductions  # noqa: E402
+from benchmarks.common import RUN_DIR_VAR, output_digest  # noqa: E402
 
 
 def _values(cls, params):
@@ -62,3 +64,48 @@ def test_verdict_tier_and_typical_ratio_are_tracks():
     tier, _ = _verdict_tracks(bench_reductions.Std, ("numpy:np.std(x)@float32", size, 1))
     assert tier == 2
     assert bench_reductions.Std.track_verdict_tier.unit == "tier"
+
+
+def _track(cls, params, method, patch=None):
+    bench = cls()
+    bench.setup(*params)
+    try:
+        if patch:
+            patch(bench)
+        return getattr(bench, method)(*params)
+    finally:
+        bench.teardown(*params)
+
+
+def test_output_digest_is_equal_exactly_for_equal_bits():
+    """relu is exact in every format: every implementation gives the same bits, so the same digest."""
+    size = bench_activations.Relu.params[1][0]
+    digests = {impl: _track(bench_activations.Relu, (impl, size, 1), "track_output_digest")
+               for impl in bench_activations.Relu.params[0]}
+    assert len(set(digests.values())) == 1
+    digest = next(iter(digests.values()))
+    assert digest == int(digest) and 0 <= digest < 2**52
+    other = _track(bench_activations.Sigmoid, (bench_activations.Sigmoid.params[0][0], size, 1), "track_output_digest")
+    assert other != digest
+    assert output_digest(np.zeros(3, np.float32)) != output_digest(np.zeros(3, np.float64))
+
+
+def test_a_case_whose_bits_change_run_to_run_says_so_and_reports_its_worst_run():
+    params = ("numpy:np.maximum(x, 0)@float32", bench_activations.Relu.params[1][0], 1)
+
+    def flaky(bench):
+        exact_run, calls = bench.case.run, iter(range(100))
+
+        def run(impl, threads=None):
+            out = exact_run(impl, threads)
+            if next(calls) == 1:  # the second run is off by one ulp in one element
+                out = out.copy()
+                out[np.argmax(out)] = np.nextafter(out.max(), np.float32(np.inf))
+            return out
+        bench.case.run = run
+
+    assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run") == 0
+    assert _track(bench_activations.Relu, params, "track_max_ulp") == 0
+    assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run", flaky) == 1
+    assert _track(bench_activations.Relu, params, "track_max_ulp", flaky) == 1  # the worst of the runs
+    assert _track(bench_activations.Relu, params, "track_verdict_tier", flaky) > 0
