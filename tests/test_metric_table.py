@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accuracy.metric_table import ACCURACY, METRICS, cli_columns, compared, metric_for, tracks
-from accuracy.report.changes import DEFAULT_THRESHOLD, timing_change
+from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.compare import ACCURACY_SLOTS
 
 
@@ -65,19 +65,28 @@ def test_a_new_entry_becomes_an_asv_track(monkeypatch):
 ci = st.floats(1e-6, 1.0)
 
 
-@given(old=ci, new=ci, spread=st.floats(1.0, 1.5))
-def test_timing_change_never_calls_overlapping_or_wide_intervals_slower(old, new, spread):
-    old_ci, new_ci = (old / spread, old * spread), (new / spread, new * spread)
-    change = timing_change(old, new, old_ci, new_ci)
-    overlap = not (new_ci[0] > old_ci[1] or new_ci[1] < old_ci[0])
-    if overlap:
-        assert change in ("same", "inconclusive")
+@given(old=ci, new=ci, spread=st.floats(1.0, 1.5), repeat=st.integers(1, 12))
+def test_timing_change_never_calls_an_unconfirmed_change_slower(old, new, spread, repeat):
+    """Slower needs the ratio past the threshold AND asv's test (here: intervals that separate)."""
+    before, after = (Timing(v, (v / spread, v * spread), repeat) for v in (old, new))
+    change = timing_change(before, after)
+    overlap = not (after.ci[0] > before.ci[1] or after.ci[1] < before.ci[0])
     if change == "slower":
-        assert new / old >= DEFAULT_THRESHOLD
-    if spread * spread > DEFAULT_THRESHOLD and change == "same":
-        pytest.fail("an interval wider than the threshold cannot show the absence of a change")
+        assert new / old >= DEFAULT_THRESHOLD and not overlap and repeat >= 2
+    if repeat < 2:
+        assert change == "inconclusive"
+    elif overlap and not 1 / DEFAULT_THRESHOLD < new / old < DEFAULT_THRESHOLD:
+        assert change == "inconclusive"
 
 
-@pytest.mark.parametrize("interval", [None, (math.nan, 1.0), (-math.inf, math.inf), (0.0, 1.0)])
+def test_mann_whitney_on_samples_as_asv_computes_it():
+    """Overlapping intervals, but 8 samples each entirely apart: asv's U test finds them different."""
+    base = Timing(1.0, (0.5, 2.0), 8, tuple(1.0 + 0.01 * i for i in range(8)))
+    new = Timing(1.5, (0.7, 3.0), 8, tuple(1.5 + 0.01 * i for i in range(8)))
+    assert timing_change(base, new) == "slower" and timing_change(new, base) == "faster"
+    assert timing_change(Timing(1.0, (0.5, 2.0), 8), Timing(1.5, (0.7, 3.0), 8)) == "inconclusive"
+
+
+@pytest.mark.parametrize("interval", [None, (math.nan, 1.0), (-math.inf, math.inf)])
 def test_a_timing_without_a_finite_interval_is_inconclusive(interval):
-    assert timing_change(1.0, 3.0, (0.99, 1.01), interval) == "inconclusive"
+    assert timing_change(Timing(1.0, (0.99, 1.01), 10), Timing(3.0, interval, 10)) == "inconclusive"

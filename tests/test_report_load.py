@@ -146,6 +146,8 @@ def test_missing_or_empty_results_dir_is_a_user_error(tmp_path, make):
 def test_csv_and_parquet_round_trip(shared_results, tmp_path):
     frame = load_results(shared_results).frame
     csv, parquet = export_frame(frame, tmp_path / "results")
+    assert frame["samples"].notna().any()  # the raw samples compare tests stay in memory only
+    frame = frame.drop(columns="samples")
     pd.testing.assert_frame_equal(read_frame(parquet), frame)
     back = read_frame(csv)
     assert list(back.columns) == list(frame.columns)

@@ -47,7 +47,8 @@ def _series(benchmark, kind, unit, values, ci_halfwidth=None):
         "commit_date": dates, "started_at": dates, "value": values, "failed": pd.isna(values),
     })
     half = pd.Series(values) * (ci_halfwidth or float("nan"))
-    return frame.assign(ci_99_a=frame["value"] - half, ci_99_b=frame["value"] + half)
+    return frame.assign(ci_99_a=frame["value"] - half, ci_99_b=frame["value"] + half,
+                        repeat=10 if ci_halfwidth else None)
 
 
 def test_directions_time_faster_is_improvement_gflops_higher_is_improvement():

@@ -1,16 +1,55 @@
 """The one change detector: is the difference between two measurements of a series real?
 
 Deterministic metrics (errors against an exact reference) change when their values differ.
-Noisy ones (timings) change only when asv's 99% confidence intervals separate AND the ratio
-passes the threshold; without intervals there is no evidence either way. Both the report's
-steps and `opbench compare` decide with these functions and this threshold.
+Timings are noisy and are decided by asv's own test (`asv compare`'s `is_different`: a
+Mann-Whitney U test on the raw samples where there are enough of them, else the 99% confidence
+intervals must separate) AND the ratio threshold. Both the report's steps and `opbench compare`
+decide with `timing_change` and `DEFAULT_THRESHOLD`.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+from dataclasses import dataclass
+
+from asv import _stats  # asv's statistics: the test `asv compare` applies (no public API exposes it)
 
 DEFAULT_THRESHOLD = 1.10  # the smallest ratio of two timings that counts as a change
+MIN_SAMPLES = 2  # with one sample asv computes no statistics at all
+
+SLOWER, FASTER, SAME, INCONCLUSIVE = "slower", "faster", "same", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One timing as asv stores it: the median, its 99% interval, the sample count, the samples
+    (asv keeps them only with --record-samples)."""
+
+    value: float
+    ci: tuple[float, float] | None = None
+    repeat: int | None = None
+    samples: tuple[float, ...] | None = None
+
+    @classmethod
+    def of(cls, value, ci_99_a=None, ci_99_b=None, repeat=None, samples=None) -> Timing:
+        """From asv's stored statistics, where a missing one may be None or NaN."""
+        def number(v):
+            return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+        repeat = number(repeat)
+        return cls(float(value), (number(ci_99_a), number(ci_99_b)), None if repeat is None else int(repeat),
+                   tuple(samples) if isinstance(samples, (tuple, list)) else None)
+
+    @property
+    def usable(self) -> bool:
+        """Enough samples for a test: two or more, a positive median and a finite interval (asv's
+        interval for few noisy samples may reach below zero; its test handles that)."""
+        if self.ci is None or not (self.repeat or 0) >= MIN_SAMPLES or not self.value > 0:
+            return False
+        return all(v is not None and math.isfinite(v) for v in self.ci)
+
+    def stats(self) -> dict:
+        return {"ci_99_a": self.ci[0], "ci_99_b": self.ci[1]}
 
 
 def beyond(ratio, threshold: float = DEFAULT_THRESHOLD):
@@ -18,24 +57,19 @@ def beyond(ratio, threshold: float = DEFAULT_THRESHOLD):
     return (ratio >= threshold) | (ratio <= 1 / threshold)
 
 
-def separated(old_a, old_b, new_a, new_b):
-    """Two confidence intervals [a, b] do not overlap."""
-    return (new_a > old_b) | (new_b < old_a)
+def timing_change(old: Timing, new: Timing, threshold: float = DEFAULT_THRESHOLD) -> str:
+    """SLOWER, FASTER, SAME or INCONCLUSIVE for one pair of timings (lower is better).
 
-
-def timing_change(old, new, old_ci, new_ci, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """"slower", "faster", "same" or "inconclusive" for one pair of timings (lower is better).
-
-    `old_ci`/`new_ci` are (low, high) 99% intervals. A change needs the intervals to separate
-    and the ratio to pass the threshold. "same" needs intervals narrow enough to have seen a
-    change of that size; a single sample (no finite interval) or an interval wider than the
-    threshold is no evidence either way.
+    A change needs asv's test to find the two different AND the median ratio to pass the
+    threshold. A ratio past the threshold that asv's test does not confirm, and a timing with
+    fewer than two samples, are INCONCLUSIVE: no evidence either way, never "slower". A ratio
+    inside the threshold is SAME, as in `asv compare`.
     """
-    bounds = [*old_ci, *new_ci] if old_ci is not None and new_ci is not None else [None]
-    if any(v is None or not np.isfinite(v) or v <= 0 for v in bounds):
-        return "inconclusive"
-    ratio = new / old
-    if separated(*old_ci, *new_ci) and beyond(ratio, threshold):
-        return "slower" if ratio > 1 else "faster"
-    too_wide = max(old_ci[1] / old_ci[0], new_ci[1] / new_ci[0]) > threshold
-    return "inconclusive" if too_wide else "same"
+    if not (old.usable and new.usable):
+        return INCONCLUSIVE
+    ratio = new.value / old.value
+    if not beyond(ratio, threshold):
+        return SAME
+    if not _stats.is_different(old.samples, new.samples, old.stats(), new.stats()):
+        return INCONCLUSIVE
+    return SLOWER if ratio > 1 else FASTER

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+NOT_EXPORTED = ("samples",)  # raw timing samples: the exported frame keeps asv's statistics of them
 DATE_COLUMNS = ("commit_date", "started_at", "prev_commit_date")
 # Text that can look numeric ("8" threads, version "1", an all-digit hash): never let CSV guess.
 TEXT_COLUMNS = ("machine", "env_name", "commit_hash", "prev_commit_hash", "file", "blas", "blas_threads",
@@ -15,6 +16,7 @@ TEXT_COLUMNS = ("machine", "env_name", "commit_hash", "prev_commit_hash", "file"
 def export_frame(frame: pd.DataFrame, stem: Path) -> tuple[Path, Path]:
     """Write `<stem>.csv` and `<stem>.parquet`; CSV for people, Parquet for exact dtypes."""
     csv, parquet = stem.with_suffix(".csv"), stem.with_suffix(".parquet")
+    frame = frame.drop(columns=[c for c in NOT_EXPORTED if c in frame])
     frame.to_csv(csv, index=False)
     frame.to_parquet(parquet, index=False)
     return csv, parquet

@@ -32,7 +32,7 @@ STAT_NAMES = ("ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat")
 SERIES_KEYS = ["machine", "env_name", "benchmark", "params"]
 BASE_COLUMNS = frozenset(
     ["machine", "env_name", "commit_hash", "commit_date", "file", *FINGERPRINT_COLUMNS, "benchmark", "params",
-     "value", "started_at", "version", *STAT_NAMES, "failed", "kind", "unit", "metric"]
+     "value", "started_at", "version", *STAT_NAMES, "samples", "failed", "kind", "unit", "metric"]
 )
 # Errors asv (or json) raises on a truncated, corrupt or partial results file.
 _UNREADABLE = (util.UserError, OSError, ValueError, TypeError, AttributeError, KeyError)
@@ -148,6 +148,7 @@ class _RowBuilder:
         n = len(labels)
         values = result.get_result_value(name, params)
         stats = result.get_result_stats(name, params)
+        samples = result.get_result_samples(name, params)  # None unless asv ran with --record-samples
         columns = self._columns
         for key, value in file_info.items():
             columns[key].extend([value] * n)
@@ -158,6 +159,7 @@ class _RowBuilder:
         columns["version"].extend([result.benchmark_version.get(name)] * n)
         for stat in STAT_NAMES:
             columns[stat].extend(s.get(stat) if s else None for s in stats)
+        columns["samples"].extend(tuple(s) if s else None for s in samples)
         self.count += n
 
     def _combinations(self, name: str, params: list[list[str]]) -> tuple[list[str], list[dict]]:

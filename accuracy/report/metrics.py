@@ -73,5 +73,7 @@ def with_gflops(frame: pd.DataFrame) -> pd.DataFrame:
         seconds_low, seconds_high = (pd.to_numeric(rates[c], errors="coerce") for c in (low, high))
         rates[low], rates[high] = gflops / seconds_high, gflops / seconds_low
     rates["metric"], rates["unit"], rates["kind"] = "gflops", BY_NAME["gflops"].unit, "derived"
+    if "samples" in rates:
+        rates["samples"] = None  # seconds; the rate is judged through time_op, never on its own
     rates["benchmark"] = [name.rsplit(".", 1)[0] + ".gflops" for name in rates["benchmark"]]
     return pd.concat([frame, rates], ignore_index=True)

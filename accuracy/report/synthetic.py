@@ -104,7 +104,7 @@ def write_result_file(
             profile=None,
         )
         spec = bench.to_json() | {"params": bench.param_reprs}
-        results.add_result(spec, outcome, started_at=commit_date, duration=1.0)
+        results.add_result(spec, outcome, started_at=commit_date, duration=1.0, record_samples=True)
     results.save(str(results_dir))
     path = Path(results_dir) / machine / f"{commit_hash[:8]}-{env_name}.json"
     if fingerprint is not None:

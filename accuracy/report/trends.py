@@ -1,9 +1,9 @@
 """Find the commits where a series (one benchmark, parameter set, environment, machine) stepped.
 
-Accuracy tracks are deterministic, so any change is real. Timings are noisy: a step needs asv's
-99% confidence intervals to separate AND the ratio to pass a threshold; where there are no
-intervals (and for tracks marked nondeterministic) medians of the k points either side are
-compared instead.
+Accuracy tracks are deterministic, so any change is real. Timings are noisy: a step is what
+`accuracy.report.changes.timing_change` calls slower or faster (asv's test AND the ratio
+threshold); where there are no intervals (and for tracks marked nondeterministic) medians of the
+k points either side are compared instead. Output digests are no quality and make no steps.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from accuracy.report.changes import DEFAULT_THRESHOLD, beyond, separated
+from accuracy.metric_table import IDENTITY, compared
+from accuracy.report.changes import DEFAULT_THRESHOLD, FASTER, SLOWER, Timing, beyond, timing_change
 from accuracy.report.load import SERIES_KEYS
 from accuracy.report.metrics import NOISY, higher_is_better
 
@@ -36,9 +37,12 @@ def find_steps(
     window: int = DEFAULT_WINDOW,
 ) -> pd.DataFrame:
     """Regressions and improvements, one row per step, with the commit that introduced it."""
-    ordered = frame.loc[~frame["failed"]].sort_values([*SERIES_KEYS, "commit_date", "started_at"])
+    digests = [m.name for m in compared(IDENTITY)]  # bits changing is no regression or improvement
+    ordered = frame.loc[~frame["failed"] & ~frame["metric"].isin(digests)].sort_values(
+        [*SERIES_KEYS, "commit_date", "started_at"])
+    timing = [c for c in ("value", "ci_99_a", "ci_99_b", "repeat", "samples") if c in ordered.columns]
     series = ordered.groupby(SERIES_KEYS, sort=False)
-    prev = series[["value", "ci_99_a", "ci_99_b", "commit_hash", "commit_date"]].shift(1)
+    prev = series[[*timing, "commit_hash", "commit_date"]].shift(1)
     noisy = _is_noisy(ordered, nondeterministic)
     has_ci = ordered[["ci_99_a", "ci_99_b"]].notna().all(axis=1) & prev[["ci_99_a", "ci_99_b"]].notna().all(axis=1)
 
@@ -56,8 +60,11 @@ def find_steps(
     is_step[exact] = prev["value"][exact].notna() & (ordered["value"][exact] != prev["value"][exact])
 
     ci = method == "ci"
-    apart = separated(prev["ci_99_a"], prev["ci_99_b"], ordered["ci_99_a"], ordered["ci_99_b"])
-    is_step[ci] = (apart & beyond(ordered["value"] / prev["value"], threshold))[ci]
+    if ci.any():
+        is_step[ci] = np.array([
+            timing_change(Timing.of(**before), Timing.of(**after), threshold) in (SLOWER, FASTER)
+            for before, after in zip(prev.loc[ci, timing].to_dict("records"), ordered.loc[ci, timing].to_dict("records"))
+        ], dtype=bool)
 
     median = method == "median"
     if median.any():
