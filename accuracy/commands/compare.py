@@ -1,4 +1,4 @@
-"""`opbench compare BASE NEW`: is the upgrade from BASE to NEW safe? Exit 1 if anything got worse."""
+"""`opbench compare BASE NEW`: is the upgrade from BASE to NEW safe? Exit 0 safe, 1 not safe, 3 inconclusive."""
 
 from __future__ import annotations
 
@@ -20,31 +20,35 @@ from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_
 def register(sub) -> None:
     p = add_command(
         sub, "compare", run,
-        help="compare two asv result sets (machines, environments or commits): is the upgrade safe?",
-        description="BASE and NEW each name a result set: a machine, an asv environment name or a "
-        "commit hash prefix (a set with several commits means its latest). Prints every op and "
-        "parameter combination present in both, worst first, then one verdict. Exit status: 0 safe, "
-        "1 something got worse (significant slowdown, result newly beyond rounding or non-finite, "
-        "benchmark newly failing), 2 bad input.",
+        help="compare two asv result sets (machines, environments, commits or package versions): is the upgrade safe?",
+        description="BASE and NEW each name a result set: a machine or asv environment name (or a unique "
+        "prefix of one), a commit hash prefix, or package versions such as numpy==2.4.6 (several joined "
+        "by commas; matched against the fingerprints and asv matrix environment names). A set with "
+        "several commits means its latest. Prints the stack difference, every case present in both, "
+        "worst first, then the verdict. Time is decided by time_op's samples (asv's test and the ratio "
+        "threshold), accuracy by verdict tier, bits by output digest. Exit status: 0 SAFE; 1 NOT SAFE "
+        "(a case left within rounding, a significant slowdown, a benchmark newly failing); 2 bad input; "
+        "3 INCONCLUSIVE (nothing got worse, but the speed of some cases could not be decided: fewer "
+        "than 2 samples, or a change asv's test does not confirm).",
     )
     p.add_argument("base", metavar="BASE", help="the result set before the change")
     p.add_argument("new", metavar="NEW", help="the result set after the change")
     add_results(p)
     p.add_argument("--time-threshold", type=float, default=DEFAULT_TIME_THRESHOLD,
-                   help="smallest timing ratio that counts as a change, when asv's 99%% confidence "
-                   f"intervals also separate (default: {DEFAULT_TIME_THRESHOLD})")
+                   help="smallest ratio of median times that counts as a change, when asv's test also finds "
+                   f"the samples different (default: {DEFAULT_TIME_THRESHOLD})")
     add_json(p)
-    p.add_argument("--csv", type=Path, metavar="PATH", help="also write one CSV row per comparison row")
+    p.add_argument("--csv", type=Path, metavar="PATH", help="also write one CSV row per case")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         check_output_file("--csv", args.csv, args.results)
     comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
-    for line in comparison.warnings:
-        print(f"opbench: warning: {line}", file=sys.stderr)
     if args.csv is not None:
         write_csv(comparison, args.csv)
+    for line in comparison.warnings:
+        print(f"opbench: warning: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     else:
@@ -56,7 +60,7 @@ def write_csv(comparison: Comparison, path: Path) -> None:
     import pandas as pd
 
     frame = pd.DataFrame(comparison.rows)
-    for column in ("verdicts", "newly_failing", "accuracy_worse", "accuracy_better"):
+    for column in ("verdicts", "newly_failing"):
         frame[column] = frame[column].map(";".join)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,42 +71,52 @@ def write_csv(comparison: Comparison, path: Path) -> None:
 
 def render(comparison: Comparison) -> list[str]:
     base, new = comparison.base.describe(), comparison.new.describe()
-    lines = [f"BASE {_set_line(base)}", f"NEW  {_set_line(new)}", ""]
+    lines = [f"BASE {_set_line(base)}", f"NEW  {_set_line(new)}", *_stack_lines(comparison), ""]
     key_dims = comparison.key_dims
-    accuracy = [m for m in compared(ACCURACY) if m.asv_track]
-    header = ["op", "impl", "dtype", "size", "threads", *(_DIM_HEADERS[d] for d in key_dims),
-              "time base", "time new", "ratio", BY_NAME["gflops"].label, *(m.label for m in accuracy), "verdict"]
+    has_condition = any(r["condition"] is not None for r in comparison.rows)
+    accuracy = [m for m in compared(ACCURACY) if m.asv_track and m.column]
+    header = ["op", "impl", "dtype", "size", *(["condition"] if has_condition else []), "threads",
+              *(_DIM_HEADERS[d] for d in key_dims), "time BASE", "time NEW", "ratio", BY_NAME["gflops"].column,
+              "verdict BASE -> NEW", *(m.column for m in accuracy), "bits", "change"]
     rows = []
     for r in comparison.rows:
         rows.append([
-            r["op"], _text(r["impl"]), _text(r["dtype"]), _text(r["size"]), _text(r["threads"]),
+            r["op"], _text(r["impl"]), _text(r["dtype"]), _text(r["size"]),
+            *([_text(r["condition"])] if has_condition else []), _text(r["threads"]),
             *(str(r[d]) for d in key_dims),
-            _time(r["time_base"]), _time(r["time_new"]),
-            _ratio(r["time_ratio"], r["time_change"]),
-            _pair(r, "gflops"), *(_pair(r, m.name) for m in accuracy),
-            r["verdict"],
+            _time(r["time_base"]), _time(r["time_new"]), _ratio(r["time_ratio"], r["time_change"]),
+            _pair(r["gflops_base"], r["gflops_new"]), _pair(r["verdict_base"], r["verdict_new"], text=True),
+            *(_pair(r[f"{m.name}_base"], r[f"{m.name}_new"]) for m in accuracy), r["bits"], r["verdict"],
         ])
     lines += format_table(header, rows)
-    notes = []
+    notes = ["ratio marks: ! significantly slower, + significantly faster, ? inconclusive"]
     if comparison.only_in_base or comparison.only_in_new:
-        notes.append(f"not compared: {comparison.only_in_base} rows only in BASE, {comparison.only_in_new} only in NEW")
-    return lines + [""] + notes + [comparison.summary()]
+        notes.append(f"not compared: {comparison.only_in_base} cases only in BASE, {comparison.only_in_new} only in NEW")
+    return lines + [""] + notes + comparison.summary()
 
 
 _DIM_HEADERS = {"machine": "machine", "env_name": "env"}
 
 
 def _set_line(info: dict) -> str:
-    return (f"{info['spec']!r} ({info['matched_on'].replace('env_name', 'environment')}): "
-            f"commit {info['commit_hash'][:8]}, machine {', '.join(info['machines'])}, "
-            f"env {', '.join(info['env_names'])}")
+    return (f"{info['spec']!r} ({info['matched_on']}): commit {info['commit_hash'][:8]}, "
+            f"machine {', '.join(info['machines'])}, env {', '.join(info['env_names'])}")
+
+
+def _stack_lines(comparison: Comparison) -> list[str]:
+    """What changed in the stack between BASE and NEW, from the fingerprints."""
+    missing = [role for role, s in (("BASE", comparison.base), ("NEW", comparison.new)) if s.stack is None]
+    if missing:
+        return [f"stack: no fingerprint for {' and '.join(missing)}"]
+    difference = comparison.stack_difference
+    if not difference:
+        return ["stack: identical fingerprints"]
+    table = format_table(["stack", "BASE", "NEW"], [list(row) for row in difference])
+    return ["", *table]
 
 
 def _text(value) -> str:
-    """A parameter as it was given: 128, not 128.0."""
-    if value is None:
-        return "-"
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    return "-" if value is None else str(value)
 
 
 def _time(value) -> str:
@@ -116,14 +130,14 @@ def _ratio(value, change) -> str:
     return f"{value:.2f}x{mark}"
 
 
-def _num(value) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _pair(row: dict, slot: str) -> str:
-    before, after = row[f"{slot}_base"], row[f"{slot}_new"]
+def _pair(before, after, text: bool = False) -> str:
+    show = _text if text else _num
     if before is None and after is None:
         return "-"
     if before == after:
-        return _num(before)
-    return f"{_num(before)} -> {_num(after)}"
+        return show(before)
+    return f"{show(before)} -> {show(after)}"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.3g}"
