@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accuracy.metric_table import ACCURACY, METRICS, cli_columns, compared, metric_for, tracks
@@ -65,6 +65,7 @@ def test_a_new_entry_becomes_an_asv_track(monkeypatch):
 ci = st.floats(1e-6, 1.0)
 
 
+@settings(deadline=None, max_examples=300)  # a loaded machine must not fail a property test by time
 @given(old=ci, new=ci, spread=st.floats(1.0, 1.5), repeat=st.integers(1, 12))
 def test_timing_change_never_calls_an_unconfirmed_change_slower(old, new, spread, repeat):
     """Slower needs the ratio past the threshold AND asv's test (here: intervals that separate)."""

@@ -16,7 +16,7 @@ from accuracy.commands import report as report_cli
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "regressions.csv",
-                "improvements.csv", "steps.csv", "comparisons.csv"}
+                "improvements.csv", "steps.csv", "comparisons.csv", "data_dictionary.csv", "data_dictionary.md"}
 
 
 @pytest.fixture

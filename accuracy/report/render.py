@@ -19,6 +19,7 @@ from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
 from accuracy.report.load import load_results
 from accuracy.report.changes import DEFAULT_THRESHOLD
+from accuracy.report.tidy import tidy, write_data_dictionary
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, find_steps
 
 DEFAULT_MAX_PLOTS = 12
@@ -86,7 +87,8 @@ def write_report(
     target = Path(out_dir) / name
     try:
         target.mkdir(parents=True, exist_ok=True)
-        export_frame(frame, target / "results")
+        export_frame(tidy(frame), target / "results")
+        write_data_dictionary(target)
         data.changes("regression").to_csv(target / "regressions.csv", index=False)
         data.changes("improvement").to_csv(target / "improvements.csv", index=False)
         data.steps.to_csv(target / "steps.csv", index=False)
