@@ -1,7 +1,7 @@
 """`opbench selftest`: measure the verdicts' power on the catalog itself, generated from the registry.
 
 For each op and dtype it judges
-- every correct implementation here (stable, no declared semantics): a suspicious or beyond
+- every correct implementation here (stable, no declared semantics, no declared finding): a suspicious or beyond
   verdict on one is an alarm. An alarm is *confirmed* when an independent measure agrees that
   the result is not rounding — it breaks a published contract (IEEE 754 sqrt, numpy's ulp
   table), or it errs >= 16x the least accurate correct algorithm (emulated) — and otherwise
@@ -28,7 +28,7 @@ from accuracy.emulate import emulate
 from accuracy.evaluate import Case
 from accuracy.precision import TF32, compute_format
 from accuracy.registry import DEFAULT_CONDITION, Impl, OpInfo, all_ops, get_op
-from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, rounding_error
+from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence, rounding_error
 
 MUST_CATCH = 16.0  # the issue's target: catch every mutant at >= 16x the least accurate correct error
 HALF_ULP = 0.5  # no algorithm can promise less: E_least is at least a correct rounding's error
@@ -151,7 +151,7 @@ def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence)
 
 def _correct(op: OpInfo, dtype: str, everything: bool) -> list[Impl]:
     return [i for i in op.available_impls(dtype)
-            if i.stable and not i.semantics and (everything or i.backend not in SLOW_BACKENDS)]
+            if i.stable and not i.semantics and not i.finding and (everything or i.backend not in SLOW_BACKENDS)]
 
 
 def _emulated_least(case: Case, evidence: Evidence, impl: Impl) -> float:

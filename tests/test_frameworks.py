@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 
-import numpy as np
 import pytest
 
 from accuracy.backends import get_backend
@@ -23,12 +22,6 @@ from accuracy.registry import all_ops
 
 FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
 # Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.
-FINDINGS = {
-    ("sigmoid", "onnxruntime:Sigmoid"),
-    ("sigmoid", "tensorflow:tf.math.sigmoid"),
-    ("erf", "tensorflow:tf.math.erf"),
-    ("erf", "jax:jax.scipy.special.erf"),
-}
 
 
 def _framework_impls(dtype="float32"):
@@ -48,7 +41,7 @@ def test_small_size_against_exact(op, impl):
     function (semantics) or is a finding in the README, which must still reproduce."""
     if not impl.stable:
         pytest.skip("a formula declared to lose accuracy: nothing is promised")
-    finding = (op.name, impl.name) in FINDINGS
+    finding = bool(impl.finding)
     case = Case(op, get_format("float32"), op.default_size if finding else op.test_size)
     summary = case.measure(impl)
     if impl.semantics:

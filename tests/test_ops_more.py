@@ -79,7 +79,7 @@ def test_canonical_impls_within_bound(name, dtype):
         pytest.skip("no impl at this dtype")
     case = _case(name, dtype)
     for impl in op.available_impls(dtype):
-        if not impl.stable:
+        if not impl.stable or impl.finding:
             continue
         ratio = bound_ratio(case.run(impl), case.exact, case.bound)
         assert np.isnan(ratio) or ratio <= 1.0, (impl.name, ratio)
@@ -111,7 +111,9 @@ def test_elementwise_exact_rounds_like_mpmath(name, dtype):
     with mpmath.workprec(300):
         ref = [ELEMENTWISE[name](mpmath.mpf(float(v))) for v in case.inputs64["x"]]
     if dtype == "float64":
-        _mp_close(case.exact, ref, tol=2.0**-100)
+        # the fast reference (accuracy/references.py) rounds hi correctly and reads lo to 2**-7 ulp
+        np.testing.assert_array_equal(case.exact.hi, np.array([float(v) for v in ref]))
+        _mp_close(case.exact, ref, tol=2.0**-58)
     else:
         mine = fmt.round(case.exact.hi + case.exact.lo)
         theirs = fmt.round(np.array([float(v) for v in ref]))

@@ -10,7 +10,7 @@ import pytest
 
 from accuracy.cli import main
 from accuracy.dtypes import get_format
-from accuracy.registry import Impl, all_ops, get_op
+from accuracy.registry import all_ops, get_op
 from accuracy.scan import all_inputs, as_rows, hex_of, sample_float64, scan, scannable, zimmermann_table
 
 

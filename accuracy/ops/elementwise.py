@@ -14,7 +14,6 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.exact import mp_rows
 from accuracy.inputs import uniform
 from accuracy.ops.common import IN_STORAGE, elementwise_op
-from accuracy.ops.common import elementwise_op
 from accuracy.ops.frameworks import ORT_FLOAT64, unary
 from accuracy.registry import Impl, OpInfo
 
@@ -54,7 +53,9 @@ ERF = elementwise_op(
     impls=[
         Impl("torch", "torch.erf", lambda ns, x: ns.erf(x), ALL_DTYPES),
         Impl("scipy", "special.erf", lambda ns, x: ns.special.erf(x), SINGLE_DOUBLE),
-        *unary("math.erf", "Erf", "erf", "scipy.special.erf"),
+        *unary("math.erf", "Erf", "erf", "scipy.special.erf", findings={
+            "tensorflow": "Eigen's erf polynomial errs up to 4.75 ulp in float32, 1.19x the bound",
+            "jax": "XLA's erf errs up to 4.57 ulp in float32, 1.14x the bound"}),
     ],
 )
 

@@ -8,6 +8,7 @@ dtype), and a helper for the unary functions all four have.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 
 from accuracy.backends.onnxruntime import single
@@ -38,11 +39,13 @@ def attribute(root, path: str):
     return reduce(getattr, path.split("."), root)
 
 
-def unary(tf: str, onnx: str, libtorch: str, jax: str, onnx_dtypes=ORT_DTYPES) -> list[Impl]:
-    """An elementwise function as each framework spells it, e.g. unary("math.exp", "Exp", "exp", "numpy.exp")."""
-    return [
+def unary(tf: str, onnx: str, libtorch: str, jax: str, onnx_dtypes=ORT_DTYPES, findings=None) -> list[Impl]:
+    """An elementwise function as each framework spells it, e.g. unary("math.exp", "Exp", "exp", "numpy.exp");
+    `findings` maps a backend to a measured defect of its kernel (Impl.finding)."""
+    impls = [
         Impl("tensorflow", f"tf.{tf}", lambda ns, x: attribute(ns, tf)(x), TF_DTYPES),
         Impl("onnxruntime", onnx, single(onnx, ("x",)), onnx_dtypes),
         Impl("libtorch", f"torch::{libtorch}", lambda ns, x: getattr(ns, libtorch)(x), LIBTORCH_DTYPES),
         Impl("jax", f"jax.{jax}", lambda ns, x: attribute(ns, jax)(x), JAX_DTYPES),
     ]
+    return [replace(i, finding=(findings or {}).get(i.backend, "")) for i in impls]
