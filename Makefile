@@ -12,6 +12,7 @@ setup: $(STAMP)
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks]'
+	$(BIN)/python -m accuracy.asvpages
 	touch $@
 
 # The HTML report's browser test uses Debian's Chromium; it skips cleanly where this fails.

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from accuracy.asvpages import make_offline
 from accuracy.errors import OpbenchError
 from accuracy.resultstore import merge_benchmarks_json, results_lock, write_atomic
 from accuracy.runlog import LOG_DIR, AsvLog, ClassProgress
@@ -147,6 +148,7 @@ class RunOutcome:
     machine: str  # the machine name the results are filed under
     written: list[Path]
     log: Path
+    page_warnings: list[str]  # where asv's HTML pages still need the internet (accuracy.asvpages)
 
 
 def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
@@ -206,7 +208,8 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
             publish_config = write_private_config(config, results, html, Path(tmp) / "publish")
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
-    return RunOutcome(status, machine, written, log.path)
+    page_warnings = make_offline(html) if written else []
+    return RunOutcome(status, machine, written, log.path, page_warnings)
 
 
 def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict) -> str:

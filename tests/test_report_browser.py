@@ -1,17 +1,14 @@
 """index.html as a real browser sees it: title, tables, and images that actually decode."""
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
+from chromium import chromium, needs_chromium
 from fixtures_report import INJECTED, shared_results  # noqa: F401
 from matplotlib.image import imread
 
 from accuracy.report import write_report
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
+pytestmark = needs_chromium
 
 # Appended to a copy of the page (the report itself has no scripts): after load, record each
 # image's decoded width in the DOM, where --dump-dom can see it.
@@ -24,13 +21,6 @@ PROBE = """<script>window.addEventListener("load", () => {
 });</script>"""
 
 
-def _chromium(tmp_path, *args):
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run",
-               f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
-
-
 @pytest.fixture(scope="module")
 def report_page(shared_results, tmp_path_factory):
     return write_report(shared_results, tmp_path_factory.mktemp("out"), "browser")
@@ -39,7 +29,7 @@ def report_page(shared_results, tmp_path_factory):
 def test_page_title_tables_and_decoded_images(report_page, tmp_path):
     probed = tmp_path / "probed.html"
     probed.write_text(report_page.read_text().replace("</body>", PROBE + "</body>"))
-    dom = _chromium(tmp_path, "--dump-dom", probed.as_uri()).stdout
+    dom = chromium(tmp_path / "profile", "--dump-dom", probed.as_uri())
     assert "<title>opbench report: browser</title>" in dom
     assert dom.count("<table") >= 3
     timing_steps = sum(name.endswith("time_linear") for name, *_ in INJECTED)  # each also drops GFLOP/s
@@ -51,7 +41,7 @@ def test_page_title_tables_and_decoded_images(report_page, tmp_path):
 
 def test_screenshot_is_not_blank(report_page, tmp_path):
     shot = tmp_path / "page.png"
-    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", report_page.as_uri())
+    chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400", report_page.as_uri())
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (2400, 1280)
     assert pixels.std() > 0.05  # text, tables and plots, not a uniform page

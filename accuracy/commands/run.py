@@ -71,6 +71,8 @@ def run(args) -> int:
         raise OpbenchError(f"asv wrote no results (no benchmark matched, or the run failed before saving); "
                            f"see {outcome.log}")
     print(f"opbench: results in {results / outcome.machine}, HTML in {html}, asv's log in {outcome.log}")
+    for line in outcome.page_warnings:
+        print(f"opbench: warning: {line}")
     for line in summarize(outcome.written):
         print(f"opbench: {line}")
     if not args.no_report:
