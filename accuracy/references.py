@@ -17,15 +17,23 @@ rounded result. Every element where that cannot be shown is recomputed in 200-bi
   float64 result are off by at most E/ulp = 2**-7 ulp (about 2**-11 at glibc's usual error), and
   correct rounding is decided exactly.
 
-The narrow path works on the bits of w: with d = 53 - p dropped bits, w is within M float64
-ulps of a midpoint of the p-bit target iff its low d bits lie within M of 2**(d-1). Values
-outside the target's normal range (subnormal, overflow) take the generic distance test.
+The narrow path decides on the bits of w alone, ten integer passes over arrays that stay in
+cache: with d = 53 - p dropped bits, w is within M float64 ulps of a midpoint of the p-bit target
+iff its low d bits lie within M of 2**(d-1) (the M-ulp window never reaches a power of two, where
+the float64 spacing changes, as midpoints lie 2**(d-1) ulps from any). Outside the target's
+normal range: |w| < 2**(emin-p-1) rounds to zero and |w| >= 2**(emax+1) to infinity (or is NaN)
+with a relative margin of 2**-(p+1) >> E; the two edge ranges in between, near subnormal
+midpoints and the overflow threshold, take the generic distance test in target ulps. A value
+mpmath decides keeps its lo, so a value within 2**-53 of a midpoint still rounds correctly.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,55 +43,105 @@ from accuracy.metrics import ulp
 
 FP64_ERROR_ULPS = 64  # E for the narrow targets, in float64 ulps
 LONGDOUBLE_ERROR = 16 * 2.0**-63  # E for float64 targets, relative to |w|
-PARALLEL_CHUNK = 1 << 18  # elements per thread task: numpy's ufuncs release the GIL
-_THREADS = max(1, min(4, os.cpu_count() or 1))
+NARROW_CHUNK = 1 << 15  # elements per step of the narrow path: its working arrays stay in cache
+_ABS = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def cores() -> int:
+    """Cores this process may use: numpy's ufuncs release the GIL, so chunks run in parallel."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
-    """The exact value of f(x), good enough to round correctly to `fmt` (see the module doc)."""
+    """The exact value of f(x), good enough to round correctly to `fmt` (see the module doc).
+
+    Narrow targets run in chunks on every core; called from a worker thread (a scan's), they
+    run serially, as the caller keeps the cores busy already.
+    """
     x = np.asarray(x, dtype=np.float64)
     if fmt.precision >= 53:
         return _float64_target(np_fn, mp_fn, x)
-    hi = np.empty_like(x)
-    flat_x, flat_hi = x.reshape(-1), hi.reshape(-1)
-    starts = range(0, flat_x.size, PARALLEL_CHUNK)
+    hi, lo = np.empty_like(x), np.zeros_like(x)
+    flat = x.reshape(-1), hi.reshape(-1), lo.reshape(-1)
+    starts = range(0, x.size, NARROW_CHUNK)
 
     def part(start):
-        stop = start + PARALLEL_CHUNK
-        flat_hi[start:stop] = _narrow_target(np_fn, mp_fn, flat_x[start:stop], fmt)
+        _narrow_target(np_fn, mp_fn, fmt, *(a[start:start + NARROW_CHUNK] for a in flat))
 
-    if len(starts) > 1:
-        with ThreadPoolExecutor(_THREADS) as pool:
+    threads = min(cores(), len(starts))
+    if threads > 1 and threading.current_thread() is threading.main_thread():
+        with ThreadPoolExecutor(threads) as pool:
             list(pool.map(part, starts))
     else:
         for start in starts:
             part(start)
-    return Exact(hi, np.zeros_like(hi))
+    return Exact(hi, lo)
 
 
-def _narrow_target(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """float64 values that round to the correctly rounded `fmt` result of f(x)."""
+@dataclass(frozen=True)
+class _BitRule:
+    """The narrow decision rule of one format as constants on float64 bit patterns (module doc)."""
+
+    offset: np.uint64  # low d bits + offset wrap to 0 .. 2M exactly within M ulps of 2**(d-1)
+    mask: np.uint64
+    window: np.uint64
+    normal_low: np.uint64  # bits of 2**emin
+    normal_span: np.uint64  # bits of max_finite - bits of 2**emin
+    below_normal: np.uint64  # a - normal_low wrapped: at least this for 2**(emin-p-1) <= |v| < 2**emin
+    beyond: np.uint64  # bits of max_finite + 1 - bits of 2**emin
+    beyond_span: np.uint64  # max_finite < |v| < 2**(emax+1)
+
+
+@functools.lru_cache(maxsize=None)
+def _bit_rule(fmt: FloatFormat) -> _BitRule:
+    def bits(v):
+        return int(np.float64(v).view(np.uint64))
+
+    drop, m = 53 - fmt.precision, FP64_ERROR_ULPS
+    low, top = bits(2.0**fmt.emin), bits(fmt.max_finite)
+    return _BitRule(
+        offset=np.uint64((m - (1 << (drop - 1))) % (1 << drop)), mask=np.uint64((1 << drop) - 1),
+        window=np.uint64(2 * m), normal_low=np.uint64(low), normal_span=np.uint64(top - low),
+        below_normal=np.uint64((bits(2.0 ** (fmt.emin - fmt.precision - 1)) - low) % (1 << 64)),
+        beyond=np.uint64(top + 1 - low), beyond_span=np.uint64(bits(2.0 ** (fmt.emax + 1)) - top - 1))
+
+
+def undecided(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Which float64 values (as bit patterns) the bit rule cannot round to `fmt` on its own: those
+    within FP64_ERROR_ULPS of a midpoint in fmt's normal range, and those in the two edge ranges
+    [2**(emin-p-1), 2**emin) and (max_finite, 2**(emax+1)), which the distance test decides.
+    Everything else rounds as the exact value does: below 2**(emin-p-1) to zero, from
+    2**(emax+1) on (infinity and NaN included) to infinity or NaN, both with room to spare."""
+    rule = _bit_rule(fmt)
+    t = bits + rule.offset
+    t &= rule.mask
+    slow = t <= rule.window
+    np.bitwise_and(bits, _ABS, out=t)
+    t -= rule.normal_low
+    slow &= t <= rule.normal_span
+    slow |= t >= rule.below_normal
+    t -= rule.beyond
+    slow |= t < rule.beyond_span
+    return slow
+
+
+def _narrow_target(np_fn, mp_fn, fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
+    """hi (+ lo, nonzero only where mpmath decided) such that correct rounding of hi + lo to `fmt`
+    is the correctly rounded f(x): hi is the float64 value wherever it provably rounds alike."""
     with np.errstate(all="ignore"):
-        v = np.asarray(np_fn(x), dtype=np.float64)
-    bits = v.view(np.uint64)
-    drop = 53 - fmt.precision
-    window = np.uint64(2 * FP64_ERROR_ULPS)
-    # low d bits in [2**(d-1) - M, 2**(d-1) + M]  <=>  (bits + M - 2**(d-1)) mod 2**d <= 2M
-    offset = np.uint64((FP64_ERROR_ULPS - (1 << (drop - 1))) % (1 << drop))
-    near_midpoint = ((bits + offset) & np.uint64((1 << drop) - 1)) <= window
-    # |v| in the target's normal range [2**emin, max_finite], as an unsigned range test on bits
-    low_edge = np.float64(2.0**fmt.emin).view(np.uint64)
-    span = np.float64(fmt.max_finite).view(np.uint64) - low_edge
-    outside = ((bits & np.uint64(0x7FFF_FFFF_FFFF_FFFF)) - low_edge) > span
-    slow = near_midpoint | outside
+        if isinstance(np_fn, np.ufunc):
+            np_fn(x, out=hi)
+        else:
+            hi[...] = np_fn(x)
+    slow = undecided(hi.view(np.uint64), fmt)
     if slow.any():
         idx = np.flatnonzero(slow)
-        v[idx] = _generic(mp_fn, x[idx], v[idx], fmt)
-    return v
+        hi[idx], lo[idx] = _generic(mp_fn, x[idx], hi[idx], fmt)
 
 
-def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """The distance test in target ulps, for any value; mpmath where it cannot decide.
+def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
+    """The distance test in target ulps, for any value; mpmath where it cannot decide (hi, lo:
+    a value on or a hair from a midpoint needs lo to break the tie).
 
     Non-finite float64 values are kept: NaN is a domain error in every format, and a float64
     overflow is an overflow of every narrower format too.
@@ -98,10 +156,12 @@ def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> np.ndarra
     threshold = (2.0 - 2.0 ** -fmt.precision) * 2.0**fmt.emax
     near_threshold = np.abs(np.abs(v) - threshold) <= FP64_ERROR_ULPS * 2.0**-52 * np.abs(v)
     risky = np.where(beyond, near_threshold, finite & (0.5 - distance <= margin))
+    lo = np.zeros_like(v)
     if risky.any():
         v = v.copy()
-        v[risky] = mp_map(mp_fn, x[risky]).hi
-    return v
+        fixed = mp_map(mp_fn, x[risky])
+        v[risky], lo[risky] = fixed.hi, fixed.lo
+    return v, lo
 
 
 def _float64_target(np_fn, mp_fn, x: np.ndarray) -> Exact:

@@ -13,6 +13,9 @@ so a scan costs about one reference evaluation plus one call per implementation.
 from __future__ import annotations
 
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,10 +26,12 @@ from accuracy.dtypes import FloatFormat, get_format
 from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 from accuracy.metrics import ulp_error
+from accuracy.references import cores
 from accuracy.registry import Impl, OpInfo
+from accuracy.verdicts import correctly_rounded
 
 SCAN_DTYPES = ("float32", "float16", "bfloat16")
-CHUNK = 1 << 22  # inputs per step: ~200 MB of working arrays whatever the format
+CHUNK = 1 << 18  # inputs per task: ~15 MB of working arrays; a few tasks are in flight at a time
 HISTOGRAM_EDGES = (0.5, 1.0, 2.0, 4.0, 16.0, 256.0, np.inf)  # ulp-error bins: (0, 0.5], (0.5, 1], ...
 WORST_KEPT = 3
 _BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
@@ -49,22 +54,30 @@ class ImplScan:
         return None if self.contract is None else self.max_steps <= self.contract.max_ulp
 
     def add(self, x: np.ndarray, result: np.ndarray, exact: Exact, rounded: np.ndarray, fmt: FloatFormat) -> None:
-        self.checked += x.size
+        """Measure `result` on inputs `x` against the reference, correctly rounded to `rounded`."""
+        part = ImplScan(self.impl, self.contract, checked=x.size)
         differs = np.flatnonzero(result != rounded)
         differs = differs[~(np.isnan(result[differs]) & np.isnan(rounded[differs]))]
-        self.histogram[0] += x.size - differs.size
-        if not differs.size:
-            return
-        self.not_correctly_rounded += differs.size
-        errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
-        self.max_steps = max(self.max_steps, _max_steps(result[differs], rounded[differs], fmt))
-        self.histogram = [h + c for h, c in zip(self.histogram, _bin_counts(errors))]
-        top = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT] if errors.size > WORST_KEPT else np.arange(errors.size)
-        order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
-        found = [(float(errors[i]), float(x[differs[i]]), float(result[differs[i]]),
-                  float(exact.hi[differs[i]] + exact.lo[differs[i]])) for i in order]
-        self.worst = sorted(self.worst + found, key=lambda w: -w[0])[:WORST_KEPT]
-        self.max_ulp = self.worst[0][0]
+        part.histogram[0] = x.size - differs.size
+        if differs.size:
+            part.not_correctly_rounded = differs.size
+            errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
+            part.max_steps = _max_steps(result[differs], rounded[differs], fmt)
+            part.histogram = [h + c for h, c in zip(part.histogram, _bin_counts(errors))]
+            top = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT] if errors.size > WORST_KEPT else np.arange(errors.size)
+            order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
+            part.worst = [(float(errors[i]), float(x[differs[i]]), float(result[differs[i]]),
+                           float(exact.hi[differs[i]] + exact.lo[differs[i]])) for i in order]
+        self.merge(part)
+
+    def merge(self, part: "ImplScan") -> None:
+        """Take in a scan of further inputs (the earlier input first among equal errors)."""
+        self.checked += part.checked
+        self.not_correctly_rounded += part.not_correctly_rounded
+        self.max_steps = max(self.max_steps, part.max_steps)
+        self.histogram = [h + c for h, c in zip(self.histogram, part.histogram)]
+        self.worst = sorted(self.worst + part.worst, key=lambda w: -w[0])[:WORST_KEPT]
+        self.max_ulp = self.worst[0][0] if self.worst else 0.0
 
 
 def _max_steps(result: np.ndarray, rounded: np.ndarray, fmt: FloatFormat) -> float:
@@ -125,7 +138,7 @@ def select_impls(op: OpInfo, fmt: FloatFormat, names: list[str] | None) -> list[
 
 def all_inputs(fmt: FloatFormat, start: int, stop: int) -> np.ndarray:
     """The inputs whose bit patterns are start .. stop-1, in `fmt`."""
-    return np.arange(start, stop, dtype=np.uint64).astype(_BITS[fmt.name]).view(fmt.np_dtype)
+    return np.arange(start, stop, dtype=_BITS[fmt.name]).view(fmt.np_dtype)
 
 
 def sample_float64(n: int, seed: int = 0) -> np.ndarray:
@@ -150,12 +163,15 @@ def _run(impl: Impl, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     return backend.to_numpy(out, fmt)
 
 
-def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None = None, chunk: int = CHUNK,
-         progress=None) -> ScanResult:
+def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None = None, chunk: int | None = None,
+         progress=None, threads: int | None = None) -> ScanResult:
     """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
 
-    `progress(done, total, seconds)` is called after each chunk. Ctrl-C stops after the chunk in
-    flight and returns what was scanned, with `interrupted` set.
+    Chunks of inputs go to `threads` workers (default: every core; numpy's and torch's kernels
+    release the GIL), each implementation held to one thread meanwhile; results are merged in
+    chunk order, so the result does not depend on the thread count. `progress(done, total,
+    seconds)` is called after each chunk. Ctrl-C stops the scan and returns the chunks merged
+    so far, with `interrupted` set.
     """
     if not scannable(op):
         raise OpbenchError(f"op {op.name!r} is not an elementwise function of one input; scan covers "
@@ -174,24 +190,54 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
     scans = [ImplScan(impl, contract_for(op.name, impl, fmt, get_format(impl.compute.get(fmt.name, fmt.name))))
              for impl in impls]
     result = ScanResult(op.name, fmt, total, scans)
+    threads, chunk = threads or cores(), chunk or CHUNK
+
+    def part(start):
+        stop = min(total, start + chunk)
+        x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
+        return stop - start, _scan_chunk(op, fmt, scans, x)
+
     start_time = time.perf_counter()
-    try:
-        for start in _spread(range(0, total, chunk)):
-            stop = min(total, start + chunk)
-            x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
-            with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
-                exact = op.exact({"x": x.astype(np.float64)}, fmt)
-                rounded = fmt.round(exact.hi)
-            for s in scans:
-                s.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
-            result.done += stop - start
+    with ExitStack() as limits, ThreadPoolExecutor(threads) as pool:
+        for backend in dict.fromkeys(get_backend(s.impl.backend) for s in scans):
+            limits.enter_context(backend.thread_limit(1))
+        in_flight = deque()
+        try:
+            for start in [*_spread(range(0, total, chunk)), None]:
+                if start is not None:
+                    in_flight.append(pool.submit(part, start))
+                while in_flight and (start is None or len(in_flight) > 2 * threads):
+                    size, parts = in_flight.popleft().result()
+                    for s, p in zip(scans, parts):
+                        s.merge(p)
+                    result.done += size
+                    result.seconds = time.perf_counter() - start_time
+                    if progress:
+                        progress(result.done, total, result.seconds)
+        except KeyboardInterrupt:
+            for future in in_flight:
+                future.cancel()
+            result.interrupted = True
             result.seconds = time.perf_counter() - start_time
-            if progress:
-                progress(result.done, total, result.seconds)
-    except KeyboardInterrupt:
-        result.interrupted = True
-        result.seconds = time.perf_counter() - start_time
     return result
+
+
+def _scan_chunk(op: OpInfo, fmt: FloatFormat, scans: list[ImplScan], x: np.ndarray) -> list[ImplScan]:
+    """One chunk through the reference and every implementation: a fresh ImplScan per impl."""
+    with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
+        exact = op.exact({"x": x.astype(np.float64)}, fmt)
+        rounded = fmt.round(exact.hi)
+        # narrow formats: only values mpmath decided carry a lo, which may break a tie
+        tie_broken = np.flatnonzero(exact.lo) if fmt.precision < 53 else []
+        if len(tie_broken):
+            near = Exact(exact.hi[tie_broken], exact.lo[tie_broken])
+            rounded[tie_broken] = correctly_rounded(near, fmt).astype(fmt.np_dtype)
+    parts = []
+    for s in scans:
+        part = ImplScan(s.impl, s.contract)
+        part.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
+        parts.append(part)
+    return parts
 
 
 def _spread(starts: range) -> list[int]:

@@ -17,7 +17,8 @@ from exact_rounding import exact_round
 from accuracy.dtypes import get_format
 from accuracy.exact import dot2_matmul
 from accuracy.exact_gemm import exact_matmul, slice_bits
-from accuracy.references import correctly_rounded
+from accuracy.references import FP64_ERROR_ULPS, correctly_rounded, undecided
+from accuracy.verdicts import correctly_rounded as round_exact
 
 FUNCS = {
     "exp": (np.exp, mpmath.exp, (-80.0, 80.0)),
@@ -87,6 +88,68 @@ def test_random_inputs_round_correctly(name, dtype, u):
         for v, h, l in zip(x, exact.hi, exact.lo):
             err = abs(Fraction(h) + Fraction(l) - _mp_value(mp_fn, float(v)))
             assert err <= Fraction(2) ** -58 * abs(Fraction(h))
+
+
+NARROW = ["float16", "bfloat16", "float32"]
+
+
+def _boundaries(fmt) -> list[float]:
+    """Where the bit rule changes its mind: the edges of its ranges and the overflow threshold."""
+    return [2.0 ** (fmt.emin - fmt.precision - 1), 2.0 ** (fmt.emin - fmt.precision), 2.0**fmt.emin, fmt.max_finite,
+            (2.0 - 2.0**-fmt.precision) * 2.0**fmt.emax, 2.0 ** (fmt.emax + 1)]
+
+
+@st.composite
+def _hard_float64(draw, fmt):
+    """A float64 a few ulps from a midpoint of fmt, from an edge of a range, or anywhere."""
+    kind = draw(st.sampled_from(["midpoint", "edge", "any"]))
+    if kind == "any":
+        return draw(st.floats(-(2.0**1000), 2.0**1000))  # the error interval stays finite
+    if kind == "edge":
+        centre = draw(st.sampled_from(_boundaries(fmt)))
+    else:
+        low = draw(st.floats(fmt.smallest_subnormal, fmt.max_finite / 2))
+        below = float(fmt.round(np.array([low]))[0])
+        centre = (below + float(np.nextafter(fmt.np_dtype.type(below), fmt.np_dtype.type(np.inf)))) / 2
+    v = np.float64(centre)
+    for _ in range(abs(steps := draw(st.integers(-3 * FP64_ERROR_ULPS, 3 * FP64_ERROR_ULPS)))):
+        v = np.nextafter(v, np.inf if steps > 0 else -np.inf)
+    return float(v) * draw(st.sampled_from([1.0, -1.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(NARROW))
+def test_the_bit_rule_decides_only_values_whose_whole_error_interval_rounds_alike(data, dtype):
+    """Not undecided => every value within FP64_ERROR_ULPS float64 ulps of v has v's rounding
+    (rounding is monotone: the two ends of the interval suffice), by exact rational rounding."""
+    fmt = get_format(dtype)
+    v = data.draw(_hard_float64(fmt))
+    if undecided(np.array([v]).view(np.uint64), fmt)[0]:
+        return
+    e = FP64_ERROR_ULPS * Fraction(np.spacing(abs(v)))
+    assert exact_round(fmt, Fraction(v) - e) == exact_round(fmt, Fraction(v) + e)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_the_bit_rule_sends_midpoints_on_and_leaves_representable_values(dtype):
+    fmt = get_format(dtype)
+    rng = np.random.Generator(np.random.PCG64(5))
+    normal = rng.uniform(1.0, 2.0, 1000) * np.exp2(rng.integers(fmt.emin, fmt.emax, 1000)) * rng.choice([-1, 1], 1000)
+    values = fmt.round(normal).astype(np.float64)
+    up = np.nextafter(values.astype(fmt.np_dtype), fmt.np_dtype.type(np.inf)).astype(np.float64)
+    midpoints = (values + up) / 2
+    assert not undecided(values.view(np.uint64), fmt).any()
+    assert undecided(midpoints.view(np.uint64), fmt).all()
+
+
+def test_a_value_a_hair_above_a_midpoint_keeps_the_lo_that_breaks_the_tie():
+    """f(x) = (1 + 2**-24) + 2**-80: its float64 is the float32 midpoint itself, which rounds to
+    even (1.0); the exact value rounds up. mpmath's lo must survive to say so."""
+    fmt, mid = get_format("float32"), 1.0 + 2.0**-24
+    exact = correctly_rounded(lambda x: np.full_like(x, mid), lambda x: mpmath.mpf(mid) + mpmath.mpf(2) ** -80,
+                              np.array([0.5]), fmt)
+    assert exact.hi[0] == mid and exact.lo[0] == 2.0**-80
+    assert round_exact(exact, fmt)[0] == 1.0 + 2.0**-23
 
 
 def _exact_product(a, b) -> list[list[Fraction]]:

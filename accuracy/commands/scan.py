@@ -34,13 +34,15 @@ class _Progress:
     """A one-line bar with ETA on stderr, redrawn in place on a terminal, every 10% otherwise."""
 
     def __init__(self, label: str):
-        self.label, self.tty, self.shown = label, sys.stderr.isatty(), -1
+        self.label, self.tty, self.shown, self.drawn_at = label, sys.stderr.isatty(), -1, -1.0
 
     def __call__(self, done: int, total: int, seconds: float) -> None:
         tenth = 10 * done // total
         if not self.tty and (tenth == self.shown or done == total):
             return
-        self.shown = tenth
+        if self.tty and seconds - self.drawn_at < 0.5 and done < total:  # chunks take milliseconds
+            return
+        self.shown, self.drawn_at = tenth, seconds
         eta = seconds * (total - done) / done if done else float("nan")
         bar = "#" * (30 * done // total)
         end = "\n" if not self.tty else ""
