@@ -4,7 +4,7 @@ Like Zimmermann et al.'s "Accuracy of Mathematical Functions" tables, but for th
 people call (numpy, torch, scipy, ...) on this build: all 2**32 float32 inputs (2**16 for
 float16/bfloat16) go through each implementation and the fast correctly rounded reference
 (accuracy/references.py), in chunks of bounded memory. float64 has too many inputs: it gets a
-sample, random within every binade plus special values.
+sample, the function's known hard inputs plus random ones within every binade.
 
 Only results that differ from the correctly rounded value are measured in ulps (they are few),
 so a scan costs about one reference evaluation plus one call per implementation.
@@ -24,6 +24,7 @@ from accuracy.backends import get_backend
 from accuracy.contracts import contract_for, ulps_from_correctly_rounded
 from accuracy.dtypes import FloatFormat, get_format
 from accuracy.errors import OpbenchError
+from accuracy.hard_inputs import hard_inputs
 from accuracy.exact import Exact
 from accuracy.metrics import ulp_error
 from accuracy.references import cores
@@ -141,18 +142,21 @@ def all_inputs(fmt: FloatFormat, start: int, stop: int) -> np.ndarray:
     return np.arange(start, stop, dtype=_BITS[fmt.name]).view(fmt.np_dtype)
 
 
-def sample_float64(n: int, seed: int = 0) -> np.ndarray:
-    """n float64 inputs: special values, then random significands in binades drawn uniformly
-    (both signs, subnormals as one binade), so every magnitude is covered, not just [0, 1)."""
+def sample_float64(n: int, seed: int = 0, name: str | None = None) -> np.ndarray:
+    """n float64 inputs: special values and function `name`'s known hard inputs
+    (accuracy/hard_inputs.py) first, then random significands in binades drawn uniformly (both
+    signs, subnormals as one binade), so every magnitude is covered, not just [0, 1)."""
     info = np.finfo(np.float64)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, info.tiny, info.smallest_subnormal,
-                        info.max, np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), np.pi, -np.pi, 0.5, 2.0])
+                        info.tiny - info.smallest_subnormal, -info.smallest_subnormal, info.max, -info.max,
+                        np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), np.pi, -np.pi, 0.5, 2.0])
+    known = np.concatenate([special, hard_inputs(name) if name else []])
     rng = np.random.Generator(np.random.PCG64(seed))
-    count = max(0, n - special.size)
+    count = max(0, n - known.size)
     exponent = rng.integers(0, 2047, count, dtype=np.uint64)  # biased exponent 0 .. 2046 (0: subnormal)
     bits = (rng.integers(0, 2, count, dtype=np.uint64) << np.uint64(63)) | (exponent << np.uint64(52)) \
         | rng.integers(0, 1 << 52, count, dtype=np.uint64)
-    return np.concatenate([special, bits.view(np.float64)])[:n]
+    return np.concatenate([known, bits.view(np.float64)])[:n]
 
 
 def _run(impl: Impl, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
@@ -179,7 +183,7 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
     if fmt.name == "float64":
         if not sample:
             raise OpbenchError("float64 has 2**64 inputs: give --sample N")
-        inputs = sample_float64(sample)
+        inputs = sample_float64(sample, name=op.name)
         total = inputs.size
     elif fmt.name in SCAN_DTYPES:
         if sample:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
+import mpmath
 import numpy as np
 import pytest
 
 from accuracy.cli import main
 from accuracy.dtypes import get_format
+from accuracy.hard_inputs import HARD_TO_ROUND, hard_inputs
 from accuracy.registry import all_ops, get_op
 from accuracy.scan import all_inputs, as_rows, hex_of, sample_float64, scan, scannable, zimmermann_table
 
@@ -105,3 +108,35 @@ def test_float64_sample_scan_runs():
     op = get_op("exp")
     rows = as_rows(scan(op, get_format("float64"), [op.impl("numpy:np.exp")], sample=2000))
     assert rows[0]["checked"] == 2000
+
+
+def _midpoint_distance_ulps(fn, x: float) -> float:
+    """|f(x) - nearest float64 midpoint| in float64 ulps, from 300-bit mpmath."""
+    with mpmath.workprec(300):
+        y = abs(fn(mpmath.mpf(x)))
+        mantissa, _ = mpmath.frexp(y)  # y = mantissa * 2**e, mantissa in [0.5, 1)
+        scaled = mantissa * 2**53
+        return float(abs(scaled - mpmath.floor(scaled) - mpmath.mpf(0.5)))
+
+
+@pytest.mark.parametrize("name", sorted(HARD_TO_ROUND))
+def test_hard_to_round_inputs_really_lie_within_2_to_minus_40_ulp_of_a_midpoint(name):
+    fn = getattr(mpmath, name)
+    for x in hard_inputs(name)[:len(HARD_TO_ROUND[name])]:
+        assert _midpoint_distance_ulps(fn, float(x)) < 2.0**-40, float(x).hex()
+
+
+def test_the_float64_sample_starts_with_the_functions_hard_and_edge_inputs():
+    exp_sample = sample_float64(200, name="exp")
+    assert set(hard_inputs("exp")) <= set(exp_sample)
+    with np.errstate(over="ignore"):
+        edge = np.exp(hard_inputs("exp"))
+    assert np.isinf(edge).any() and (edge[np.isfinite(edge)] > 1e308).any()  # both sides of overflow
+    assert (edge[(edge > 0) & (edge < np.finfo(np.float64).tiny)]).size  # results in the subnormals
+    sin_inputs = hard_inputs("sin")
+    closest = math.ldexp(6381956970095103, 797)
+    assert closest in sin_inputs
+    with mpmath.workprec(4000):  # it is within 2**-60 of a multiple of pi/2
+        r = mpmath.mpf(closest) % (mpmath.pi / 2)
+        assert min(r, mpmath.pi / 2 - r) < mpmath.mpf(2) ** -60
+    assert hard_inputs("erf").size == 0 and sample_float64(40).size == 40
