@@ -204,3 +204,16 @@ def test_results_beyond_the_largest_finite_number_round_to_infinity_or_not_as_mp
         got = fmt.round(correctly_rounded(np.exp, mpmath.exp, x, fmt).hi)
     assert got.tobytes() == _mp_rounded(mpmath.exp, x, fmt).astype(fmt.np_dtype).tobytes()
     assert np.isinf(got).any() and np.isfinite(got).any()
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_subnormal_results_and_the_rounding_to_zero_threshold_round_as_mpmath_says(dtype):
+    """exp around log(smallest subnormal / 2), where results round to 0 or the smallest
+    subnormal, and across the subnormal range: the bit rule's lower edge range."""
+    fmt = get_format(dtype)
+    to_zero, normal = np.log(fmt.smallest_subnormal / 2), np.log(2.0**fmt.emin)
+    x = np.concatenate([to_zero + np.linspace(-0.05, 0.05, 41), np.linspace(to_zero, normal + 0.5, 41)])
+    x = np.unique(fmt.round(x)).astype(np.float64)
+    got = fmt.round(correctly_rounded(np.exp, mpmath.exp, x, fmt).hi)
+    assert got.tobytes() == _mp_rounded(mpmath.exp, x, fmt).astype(fmt.np_dtype).tobytes()
+    assert (got == 0).any() and ((got > 0) & (got < 2.0**fmt.emin)).any()
