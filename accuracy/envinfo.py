@@ -24,6 +24,26 @@ def _numpy_info() -> dict:
     }
 
 
+def _cpu_info() -> dict:
+    """Model and clock as Linux reports them: with the SIMD width (numpy's) they give the
+    report's theoretical peak. `mhz` is the current clock of the first core, None elsewhere."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, sep, value = line.partition(":")
+                if not sep and fields:
+                    break  # the first core's block is enough
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    try:
+        mhz = float(fields["cpu MHz"])
+    except (KeyError, ValueError):
+        mhz = None
+    return {"model": fields.get("model name") or platform.processor() or None, "mhz": mhz}
+
+
 def _torch_info() -> dict:
     try:
         import torch
@@ -100,6 +120,7 @@ def fingerprint() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": len(os.sched_getaffinity(0)),
+        "cpu": _cpu_info(),
         "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))},
         "versions": _versions(),
         "packages": _installed_packages(),

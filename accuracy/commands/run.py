@@ -84,8 +84,12 @@ def run(args) -> int:
 
 
 def summarize(paths: list[Path]) -> list[str]:
-    """Failed benchmarks by name, and how many accuracy cases are within the bound."""
-    failed, ratios = [], []
+    """Failed benchmarks by name, and the accuracy cases counted by verdict (track_verdict_tier)."""
+    from accuracy.metric_table import BY_NAME
+    from accuracy.verdicts import VERDICTS
+
+    tier_track = BY_NAME["verdict_tier"].track
+    failed, tiers = [], []
     for path in paths:
         data = json.loads(path.read_text())
         columns = data["result_columns"]
@@ -93,12 +97,10 @@ def summarize(paths: list[Path]) -> list[str]:
             values = dict(zip(columns, row))["result"]
             if values is None or all(v is None for v in values):
                 failed.append(name)
-            elif name.endswith(".track_bound_ratio"):
-                ratios += [v for v in values if v is not None]
-    within = sum(r <= 1 for r in ratios)
-    beyond = sum(r > 1 for r in ratios)
-    lines = [f"accuracy cases: {within} within rounding, {beyond} beyond rounding, "
-             f"{len(ratios) - within - beyond} undetermined (bound ratio NaN)"]
+            elif name.endswith(f".{tier_track}"):
+                tiers += [int(v) for v in values if v is not None]
+    counts = ", ".join(f"{tiers.count(tier)} {verdict}" for tier, verdict in enumerate(VERDICTS))
+    lines = [f"accuracy cases by verdict: {counts}"]
     if failed:
         lines.append(f"{len(failed)} benchmarks failed (recorded as failed): {', '.join(sorted(failed))}")
     return lines

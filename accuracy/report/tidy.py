@@ -121,6 +121,10 @@ def _op_names() -> dict[str, str]:
 def _op_name(benchmark: str) -> str:
     """`bench_products.Linear.time_op` -> "linear"; a class the registry lacks keeps its name."""
     parts = benchmark.rsplit(".", 2)
-    cls = parts[-2] if len(parts) == 3 else parts[0]
+    return op_of_class(parts[-2] if len(parts) == 3 else parts[0])
+
+
+def op_of_class(cls: str) -> str:
+    """`Linear` -> "linear": the op a generated benchmark class measures (else the class name)."""
     return _op_names().get(cls, cls)
 
