@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.opbench-installed
 
-.PHONY: setup bench bench-quick bench-self test clean browser
+.PHONY: setup bench bench-quick bench-self selftest test clean browser
 
 setup: $(STAMP)
 
@@ -27,6 +27,12 @@ bench: setup
 
 bench-quick: setup
 	$(BIN)/opbench run --quick
+
+# the verdicts' false alarms and catch rate at small sizes (minutes); the report shows its summary
+selftest: setup
+	mkdir -p results
+	$(BIN)/opbench selftest --small --json > results/.selftest.json; status=$$?; \
+	  mv results/.selftest.json results/selftest.json; exit $$status
 
 # opbench's own speed (loading a large results directory), kept out of the op suite
 bench-self: setup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -118,3 +119,21 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
     assert '<span class="beyond">beyond rounding (semantics: ddof=0)</span>' in page
     markdown = (tmp_path / "r" / "report.md").read_text()
     assert "beyond rounding (semantics: ddof=0)" in markdown and "NOT SAFE: 4 significant slowdowns" in markdown
+
+
+def test_selftest_summary_from_the_results_else_the_kept_copy(tmp_path):
+    from accuracy.registry import all_ops
+    from accuracy.report.selftest_saved import KEPT, find_selftest
+
+    kept = find_selftest(tmp_path)
+    assert kept.path == KEPT and len(kept.commit) == 40
+    ops = {case["op"] for case in kept.cases}
+    assert ops <= {op.name for op in all_ops()} and len(ops) >= 50  # ops added since it was saved are absent
+    assert kept.summary["false_alarms"] == 0 and kept.summary["catch_rate"] > 0.99
+    summary = {"cases": 2, "correct_judgements": 9, "false_alarms": 1, "confirmed_alarms": 0, "undetermined": 0,
+               "must_catch": 8, "caught": 6, "catch_rate": 0.75}
+    (tmp_path / "selftest.json").write_text(json.dumps({"summary": summary, "cases": []}))
+    own = find_selftest(tmp_path)
+    assert own.path == tmp_path / "selftest.json" and own.commit == ""
+    assert own.headline() == ("1 false alarms in 9 judgements of correct implementations; 6 of 8 must-catch mutants "
+                              "caught (75.0%); 0 confirmed alarms (library findings); 2 op/dtype/condition cases")

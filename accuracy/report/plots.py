@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from accuracy.report.load import SERIES_KEYS
 
@@ -139,7 +140,8 @@ def _time_vs_size(timed: pd.DataFrame) -> str:
     thread_counts = sorted(timed["threads"].dropna().unique())
     dashes = {t: ("-" if t == max(thread_counts) else "--" if i == 0 else ":") for i, t in enumerate(thread_counts)}
     legend = [f"{label}, {_threads_label(t)}" for label in timed["label"].unique() for t in thread_counts]
-    fig = _figure(max(3.6, 0.9 + 0.16 * len(legend)), [""], right=1 - min(0.6, (max(map(len, legend)) * 5.6 / 72 + 0.6) / WIDTH))
+    fig = _figure(max(3.6, 0.9 + 0.16 * len(legend)), ["1e-3 seconds"],
+                  right=1 - min(0.6, (max(map(len, legend)) * 5.6 / 72 + 0.6) / WIDTH))
     ax = fig.subplots()
     for (label, threads), line in timed.groupby(["label", "threads"]):
         line = line.sort_values("size")
@@ -147,6 +149,7 @@ def _time_vs_size(timed: pd.DataFrame) -> str:
                 label=f"{label}, {_threads_label(threads)}")
     ax.set(xscale="log", yscale="log", xlabel="size", ylabel="seconds per call")
     ax.set_xticks(sorted(timed["size"].unique()), [str(int(s)) for s in sorted(timed["size"].unique())])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return to_png_base64(fig)
@@ -173,6 +176,7 @@ def _sorted_bars(timed: pd.DataFrame) -> str:
                    edgecolor="black", zorder=3, label=_threads_label(threads))
     ax.set_yticks(y, list(bars["label"]), fontsize=9)
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(right=bars["time"].max() * 20)
     size = timed["size"].dropna()
     where = f" at size {int(size.iloc[0])}" if not size.empty else ""

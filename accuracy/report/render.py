@@ -22,7 +22,7 @@ from accuracy.report.changes import DEFAULT_THRESHOLD
 from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
 from accuracy.report.load import load_results
-from accuracy.report.selftest_saved import SavedSelftest, find_selftest
+from accuracy.report.selftest_saved import KEPT, SavedSelftest, find_selftest
 from accuracy.report.tidy import tidy, write_data_dictionary
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, find_steps
 
@@ -279,6 +279,7 @@ def _selftest_html(saved: SavedSelftest | None) -> str:
         return ("<p>No saved self-test: <code>make selftest</code> writes <code>results/selftest.json</code> "
                 "(<code>opbench selftest --small --json</code>, minutes).</p>")
     origin = f" at commit {saved.commit[:8]}" if saved.commit else ""
+    where = "the copy kept in the repository (reports/selftest.json)" if saved.path == KEPT else str(saved.path)
     headings = ["op", "dtype", "condition", "size", "false alarms", "caught / must catch", "smallest caught"]
     rows = [[_op_link(c["op"]), c["dtype"], html.escape(str(c["condition"])), _number(c["size"]),
              str(len(c["false_alarms"])), f"{c['caught']}/{c['must_catch']}",
@@ -286,7 +287,7 @@ def _selftest_html(saved: SavedSelftest | None) -> str:
                          f"{c['smallest_caught']['error_ulp']:.3g} ulp ({c['smallest_caught']['mutant']})")]
             for c in saved.cases]
     alarms = [f"<li>{html.escape(c['op'])} {c['dtype']}: {html.escape(a)}</li>" for c in saved.cases for a in c["alarms"]]
-    return (f"<p class=lead>{html.escape(saved.headline())}.</p><p class=note>From {html.escape(str(saved.path))}{origin}: "
+    return (f"<p class=lead>{html.escape(saved.headline())}.</p><p class=note>From {html.escape(where)}{origin}: "
             "every correct implementation judged, and mutants of one (a bias or divisor off by (1+2^-k), a dropped "
             "term, low-precision accumulation, truncated inputs, shifted results); a mutant erring at least 16x the "
             "least accurate correct algorithm must be caught.</p>"
