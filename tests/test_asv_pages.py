@@ -89,7 +89,7 @@ def test_asv_pages_render_with_the_network_cut_off(published, offline, tmp_path)
         graph = chromium(tmp_path / "p2", "--dump-dom", f"{base}{INDEX}#{BENCHMARK}", proxy=proxy)
     assert [line for line in refused if not CHROMIUM_SERVICES.search(line)] == []
     assert served and all(status in (200, 304) for _, status in served), served
-    assert any(path.startswith(f"/graphs/") and BENCHMARK in path for path, _ in served)
+    assert any(path.startswith("/graphs/") and BENCHMARK in path for path, _ in served)
     # the benchmark list: one row per parameter combination
     assert listing.count(f">{BENCHMARK}<") == 8
     assert "continental origin" not in listing + graph

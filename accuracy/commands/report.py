@@ -28,7 +28,9 @@ def register(subparsers) -> None:
     parser.add_argument("--nondeterministic", action="append", metavar="PATTERN",
                         help="glob of track benchmarks whose values are noisy, judged like timings "
                         "(repeatable; timings and GFLOP/s always are)")
-    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS, help="figures per plot family (default: %(default)s)")
+    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS,
+                        help="history figures of the largest steps (default: %(default)s); every op run "
+                        "always gets its own section")
 
 
 def run(args: argparse.Namespace) -> int:
