@@ -19,11 +19,17 @@ from accuracy.exact import mp_rows
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE, ROWS, elementwise_op, mp_softmax, rows_of, softmax_bound, spread
 from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_DTYPES, ORT_FLOAT64, TF_DTYPES, unary
+from accuracy.oracles import rowwise
 from accuracy.registry import Impl, OpInfo
 
 
 def _gelu64(x):
     return 0.5 * x * (1.0 + scipy.special.erf(x / math.sqrt(2.0)))
+
+
+def _gelu64_accurate(x):
+    """x/2 * erfc(-x/sqrt2): GELU without 1 + erf's cancellation for x << 0 (a few float64 ulps everywhere)."""
+    return 0.5 * x * scipy.special.erfc(-x / math.sqrt(2.0))
 
 
 def _gelu_mp(x):
@@ -32,6 +38,7 @@ def _gelu_mp(x):
 
 SIGMOID = elementwise_op(
     "sigmoid", low=-12.0, high=12.0, np64=scipy.special.expit, mp=lambda x: 1 / (1 + mpmath.exp(-x)), k=4,
+    oracle=lambda x: mpmath.exp(x) / (1 + mpmath.exp(x)),
     doc="logistic sigmoid 1/(1+e**-x) on [-12, 12]",
     impls=[
         Impl("torch", "torch.sigmoid", lambda ns, x: ns.sigmoid(x), ALL_DTYPES),
@@ -45,7 +52,9 @@ SIGMOID = elementwise_op(
 
 
 GELU = elementwise_op(
-    "gelu", low=-6.0, high=6.0, np64=_gelu64, mp=_gelu_mp, k=8, scale_with_x=True,
+    "gelu", low=-6.0, high=6.0, np64=_gelu64, accurate64=_gelu64_accurate, mp=_gelu_mp, k=8, scale_with_x=True,
+    version=2,  # 2: narrow-format references no longer inherit float64's cancellation for x << 0
+    oracle=lambda x: x * mpmath.ncdf(x),
     doc="GELU, exact erf form x/2*(1+erf(x/sqrt2)) on [-6, 6]",
     impls=[
         Impl("torch", "F.gelu", lambda ns, x: ns.nn.functional.gelu(x), ALL_DTYPES, also=TORCH_VARIANTS),
@@ -84,6 +93,7 @@ def _silu64(x):
 
 SOFTPLUS = elementwise_op(
     "softplus", low=-15.0, high=15.0, np64=_softplus64, mp=lambda x: mpmath.log1p(mpmath.exp(x)), k=4,
+    oracle=lambda x: mpmath.log(1 + mpmath.exp(x)),
     doc="softplus log(1 + e**x) on [-15, 15] (below torch's threshold=20 switch to x)",
     impls=[
         Impl("torch", "F.softplus", lambda ns, x: ns.nn.functional.softplus(x), ALL_DTYPES),
@@ -94,6 +104,7 @@ SOFTPLUS = elementwise_op(
 )
 SILU = elementwise_op(
     "silu", low=-12.0, high=12.0, np64=_silu64, mp=lambda x: x / (1 + mpmath.exp(-x)), k=4,
+    oracle=lambda x: x * mpmath.exp(x) / (1 + mpmath.exp(x)),
     doc="SiLU / swish x*sigmoid(x) on [-12, 12]",
     impls=[
         Impl("torch", "F.silu", lambda ns, x: ns.nn.functional.silu(x), ALL_DTYPES),
@@ -107,6 +118,7 @@ SILU = elementwise_op(
 
 RELU = elementwise_op(
     "relu", low=-4.0, high=4.0, np64=lambda x: np.maximum(x, 0.0), mp=lambda x: max(x, 0), k=0.5,
+    oracle=lambda x: (x + abs(x)) / 2,
     doc="max(x, 0) on [-4, 4]: exact in every format, so any error at all is a bug",
     impls=[
         Impl("torch", "F.relu", lambda ns, x: ns.nn.functional.relu(x), ALL_DTYPES, also=TORCH_VARIANTS),
@@ -125,6 +137,13 @@ def _mp_log_softmax(row):
 def _log_softmax_bound(inputs, exact, fmt):
     x = inputs["x"]
     return gamma(x.shape[-1] + 3, fmt.u) * (np.abs(exact.hi) + spread(x) + 1.0)
+
+
+def _unshifted_softmax(row):
+    """exp(x) / sum exp(x) without the max shift (the oracle's formula: no overflow at 200 bits)."""
+    e = [mpmath.exp(v) for v in row]
+    s = mpmath.fsum(e)
+    return [v / s for v in e]
 
 
 def _np_softmax(ns, x):
@@ -155,6 +174,7 @@ SOFTMAX = OpInfo(
         Impl("jax", "jax.nn.softmax", lambda jax, x: jax.nn.softmax(x), JAX_DTYPES),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 15),
+    oracle=rowwise(_unshifted_softmax), test_size=8,
     flops=lambda n: 4.0 * ROWS * n,
 )
 
@@ -179,6 +199,7 @@ LOG_SOFTMAX = OpInfo(
              note="log of a rounded probability: loses the tail where softmax underflows", compute=IN_STORAGE),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 15),
+    oracle=rowwise(lambda row: [mpmath.log(p) for p in _unshifted_softmax(row)]), test_size=8,
     flops=lambda n: 4.0 * ROWS * n,
 )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 import scipy.special
 
@@ -20,6 +21,7 @@ from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE, mp_softmax
 from accuracy.ops.frameworks import LIBTORCH_DTYPES, ORT_DTYPES, gpu_note
+from accuracy.oracles import mp, mp_dot
 from accuracy.registry import Impl, OpInfo
 
 
@@ -63,6 +65,18 @@ def _np_sdpa(ns, q, k, v):
     return (e / e.sum(axis=-1, keepdims=True)) @ v
 
 
+def _sdpa_oracle(inputs):
+    """Each output row: the unshifted exp(q.k_j/sqrt(d))-weighted mean of the rows v_j."""
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    out = []
+    for qh, kh, vh in zip(q, k, v):
+        for qi in qh:
+            e = [mpmath.exp(mp_dot(qi, kj) / mpmath.sqrt(HEAD_DIM)) for kj in kh]
+            total = mpmath.fsum(e)
+            out += [mpmath.fsum(ej * mp(vj[c]) for ej, vj in zip(e, vh)) / total for c in range(vh.shape[1])]
+    return out
+
+
 SCALED_DOT_PRODUCT_ATTENTION = OpInfo(
     name="scaled_dot_product_attention",
     doc=f"softmax(q k^T / sqrt(d)) v, {HEADS} heads, sequence length n, head dim {HEAD_DIM}, no mask",
@@ -83,6 +97,7 @@ SCALED_DOT_PRODUCT_ATTENTION = OpInfo(
         Impl("jax", "jax.nn.dot_product_attention", dot_product_attention, ("float32",), note=gpu_note("jax")),
     ),
     default_size=64, bench_sizes=(256, 1024),
+    oracle=_sdpa_oracle, test_size=4,
     flops=lambda n: 4.0 * HEADS * n * n * HEAD_DIM,
 )
 

@@ -13,6 +13,7 @@ from accuracy.exact import Exact
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
+from accuracy.oracles import elementwise
 from accuracy.references import correctly_rounded
 from accuracy.registry import OpInfo
 
@@ -29,13 +30,18 @@ def rows_of(scale=1.0, mean=0.0):
     return lambda rng, n: {"x": normal(rng, (ROWS, n), scale) + mean}
 
 
-def elementwise_op(name, *, low, high, np64, mp, k, impls, doc, scale_with_x=False) -> OpInfo:
+def elementwise_op(name, *, low, high, np64, mp, oracle, k, impls, doc, scale_with_x=False, accurate64=None,
+                   version=1) -> OpInfo:
     """An elementwise op: x uniform in [low, high], exact = correctly rounded f(x),
     bound k*u*|f(x)| (+ the smallest subnormal, for underflow).
 
+    `oracle` is f again in mpmath by another formula than `mp` (the tests check one against the other).
+
     `scale_with_x` widens the bound to k*u*(|f(x)| + |x|) for functions defined by a formula that
     cancels (GELU's 1 + erf(x/sqrt2) for x << 0): every faithful evaluation of the formula errs
-    by about u*|x| there, so the tighter bound would call rounding a bug.
+    by about u*|x| there, so the tighter bound would call rounding a bug. Such a function also gives
+    `accurate64`, a float64 evaluation good to a few ulps everywhere: the correctly rounded reference
+    starts from it, while the fp64 reference (and the typical-error model) keep the plain formula `np64`.
     """
 
     def bound(inputs, exact, fmt):
@@ -46,7 +52,7 @@ def elementwise_op(name, *, low, high, np64, mp, k, impls, doc, scale_with_x=Fal
         name=name,
         doc=doc,
         generate=lambda rng, n: {"x": uniform(rng, n, low, high)},
-        exact=lambda inputs, fmt: correctly_rounded(np64, mp, inputs["x"], fmt),
+        exact=lambda inputs, fmt: correctly_rounded(accurate64 or np64, mp, inputs["x"], fmt),
         fp64=lambda x: np64(x),
         bound=bound,
         bound_doc=f"{k}*u*(|f(x)|{' + |x|' if scale_with_x else ''}): "
@@ -54,6 +60,9 @@ def elementwise_op(name, *, low, high, np64, mp, k, impls, doc, scale_with_x=Fal
         impls=tuple(impls),
         default_size=4096,
         bench_sizes=(1 << 16, 1 << 20),
+        version=version,
+        oracle=elementwise(oracle),
+        test_size=256,  # enough values for some to fall near a rounding midpoint
     )
 
 

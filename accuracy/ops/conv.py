@@ -6,6 +6,7 @@ gamma_k * (|w| * |x| + |b|).
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
@@ -16,6 +17,7 @@ from accuracy.dtypes import ALL_DTYPES, IEEE_DTYPES
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.oracles import mp
 from accuracy.ops.common import (
     IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, conv_transpose1d_exact, conv_transpose1d_magnitude, np_conv_transpose1d,
 )
@@ -60,6 +62,16 @@ def _np_conv1d(ns, x, w, b):
     return ns.einsum("bclk,ock->bol", windows, w) + b[None, :, None]
 
 
+def _direct_conv(x, w, b):
+    """Cross-correlation by its definition, any number of spatial axes: each output is b[o] plus the
+    sum over channels and kernel offsets of w * the input at position + offset (the oracle)."""
+    out_shape = tuple(s - k + 1 for s, k in zip(x.shape[2:], w.shape[2:]))
+    taps = list(np.ndindex(*w.shape[1:]))  # (channel, offset...)
+    return [mpmath.fsum([mp(b[o])] + [mp(x[(n, c, *(p + d for p, d in zip(pos, off)))]) * mp(w[(o, c, *off)])
+                                      for c, *off in taps])
+            for n in range(x.shape[0]) for o in range(w.shape[0]) for pos in np.ndindex(*out_shape)]
+
+
 CONV1D = OpInfo(
     name="conv1d",
     doc=f"conv1d, batch {CONV_BATCH}, {CONV_CHANNELS}->{CONV_CHANNELS} channels, kernel {CONV_KERNEL}, length n",
@@ -78,6 +90,7 @@ CONV1D = OpInfo(
         Impl("jax", "lax.conv_general_dilated + b", jax_conv, JAX_DTYPES, note=gpu_note("jax")),
     ),
     default_size=256, bench_sizes=(256, 4096),
+    oracle=lambda inputs: _direct_conv(inputs["x"], inputs["w"], inputs["b"]), test_size=6,
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS * CONV_CHANNELS * CONV_KERNEL * (n - CONV_KERNEL + 1),
 )
 
@@ -137,11 +150,22 @@ CONV2D = OpInfo(
         Impl("jax", "lax.conv_general_dilated + b", jax_conv, JAX_DTYPES, note=gpu_note("jax")),
     ),
     default_size=16, bench_sizes=(32, 128),
+    oracle=lambda inputs: _direct_conv(inputs["x"], inputs["w"], inputs["b"]), test_size=4,
     flops=lambda n: 2.0 * C2_BATCH * C2_CHANNELS**2 * C2_KERNEL**2 * (n - C2_KERNEL + 1) ** 2,
 )
 
 
 CT_BATCH, CT_IN, CT_OUT, CT_KERNEL, CT_STRIDE = 4, 16, 8, 5, 2
+
+
+def _direct_conv_transpose1d(inputs):
+    """Output t gathers x[i] * w[:, :, t - i*stride] over the inputs i that reach it (the oracle)."""
+    x, w, b = inputs["x"], inputs["w"], inputs["b"]
+    length = (x.shape[2] - 1) * CT_STRIDE + w.shape[2]
+    return [mpmath.fsum([mp(b[o])] + [mp(x[n, c, i]) * mp(w[c, o, t - i * CT_STRIDE])
+                                      for c in range(x.shape[1]) for i in range(x.shape[2])
+                                      if 0 <= t - i * CT_STRIDE < w.shape[2]])
+            for n in range(x.shape[0]) for o in range(w.shape[1]) for t in range(length)]
 
 
 CONV_TRANSPOSE1D = OpInfo(
@@ -161,6 +185,7 @@ CONV_TRANSPOSE1D = OpInfo(
              IEEE_DTYPES),
     ),
     default_size=128, bench_sizes=(256, 4096),
+    oracle=_direct_conv_transpose1d, test_size=4,
     flops=lambda n: 2.0 * CT_BATCH * CT_IN * CT_OUT * CT_KERNEL * n,
 )
 

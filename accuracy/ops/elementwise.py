@@ -15,11 +15,13 @@ from accuracy.exact import mp_rows
 from accuracy.inputs import uniform
 from accuracy.ops.common import IN_STORAGE, elementwise_op
 from accuracy.ops.frameworks import ORT_FLOAT64, unary
+from accuracy.oracles import elementwise
 from accuracy.registry import Impl, OpInfo
 
 
 EXP = elementwise_op(
     "exp", low=-10.0, high=10.0, np64=np.exp, mp=mpmath.exp, k=4,
+    oracle=lambda x: mpmath.e**x,
     doc="e**x on [-10, 10] (inside float16's range)",
     impls=[
         Impl("numpy", "np.exp", lambda ns, x: ns.exp(x), IEEE_DTYPES),
@@ -29,6 +31,7 @@ EXP = elementwise_op(
 )
 LOG = elementwise_op(
     "log", low=1e-3, high=1e3, np64=np.log, mp=mpmath.log, k=4,
+    oracle=lambda x: 2 * mpmath.atanh((x - 1) / (x + 1)),
     doc="natural log on [1e-3, 1e3]",
     impls=[
         Impl("numpy", "np.log", lambda ns, x: ns.log(x), IEEE_DTYPES),
@@ -38,6 +41,7 @@ LOG = elementwise_op(
 )
 TANH = elementwise_op(
     "tanh", low=-5.0, high=5.0, np64=np.tanh, mp=mpmath.tanh, k=4,
+    oracle=lambda x: (mpmath.exp(2 * x) - 1) / (mpmath.exp(2 * x) + 1),
     doc="tanh on [-5, 5]",
     impls=[
         Impl("numpy", "np.tanh", lambda ns, x: ns.tanh(x), IEEE_DTYPES),
@@ -49,6 +53,7 @@ TANH = elementwise_op(
 
 ERF = elementwise_op(
     "erf", low=-4.0, high=4.0, np64=scipy.special.erf, mp=mpmath.erf, k=4,
+    oracle=lambda x: 2 * x / mpmath.sqrt(mpmath.pi) * mpmath.exp(-x * x) * mpmath.hyp1f1(1, 1.5, x * x),  # Kummer
     doc="error function on [-4, 4]",
     impls=[
         Impl("torch", "torch.erf", lambda ns, x: ns.erf(x), ALL_DTYPES),
@@ -62,6 +67,7 @@ ERF = elementwise_op(
 
 SIN = elementwise_op(
     "sin", low=-10.0, high=10.0, np64=np.sin, mp=mpmath.sin, k=4,
+    oracle=lambda x: mpmath.cos(x - mpmath.pi / 2),
     doc="sine on [-10, 10] (argument reduction over a few periods, zeros included)",
     impls=[
         Impl("numpy", "np.sin", lambda ns, x: ns.sin(x), IEEE_DTYPES),
@@ -70,6 +76,7 @@ SIN = elementwise_op(
 )
 COS = elementwise_op(
     "cos", low=-10.0, high=10.0, np64=np.cos, mp=mpmath.cos, k=4,
+    oracle=lambda x: mpmath.sin(x + mpmath.pi / 2),
     doc="cosine on [-10, 10]",
     impls=[
         Impl("numpy", "np.cos", lambda ns, x: ns.cos(x), IEEE_DTYPES),
@@ -78,6 +85,7 @@ COS = elementwise_op(
 )
 EXPM1 = elementwise_op(
     "expm1", low=-5.0, high=5.0, np64=np.expm1, mp=mpmath.expm1, k=4,
+    oracle=lambda x: mpmath.exp(x) - 1,
     doc="e**x - 1 on [-5, 5]",
     impls=[
         Impl("numpy", "np.expm1", lambda ns, x: ns.expm1(x), IEEE_DTYPES),
@@ -88,6 +96,7 @@ EXPM1 = elementwise_op(
 )
 LOG1P = elementwise_op(
     "log1p", low=-0.9, high=10.0, np64=np.log1p, mp=mpmath.log1p, k=4,
+    oracle=lambda x: mpmath.log(1 + x),
     doc="log(1 + x) on [-0.9, 10]",
     impls=[
         Impl("numpy", "np.log1p", lambda ns, x: ns.log1p(x), IEEE_DTYPES),
@@ -98,6 +107,7 @@ LOG1P = elementwise_op(
 )
 SQRT = elementwise_op(
     "sqrt", low=1e-3, high=1e3, np64=np.sqrt, mp=mpmath.sqrt, k=2,
+    oracle=lambda x: mpmath.exp(mpmath.log(x) / 2),
     doc="square root on [1e-3, 1e3] (IEEE 754 requires correct rounding)",
     impls=[
         Impl("numpy", "np.sqrt", lambda ns, x: ns.sqrt(x), IEEE_DTYPES),
@@ -106,6 +116,7 @@ SQRT = elementwise_op(
 )
 RSQRT = elementwise_op(
     "rsqrt", low=1e-3, high=1e3, np64=lambda x: 1.0 / np.sqrt(x), mp=lambda x: 1 / mpmath.sqrt(x), k=4,
+    oracle=lambda x: mpmath.power(x, -0.5),
     doc="reciprocal square root on [1e-3, 1e3]",
     impls=[
         Impl("torch", "torch.rsqrt", lambda ns, x: ns.rsqrt(x), ALL_DTYPES),
@@ -136,6 +147,7 @@ POW = OpInfo(
              note="log x's rounding error is multiplied by |y log x|: loses bits"),
     ),
     default_size=4096, bench_sizes=(1 << 16, 1 << 20),
+    oracle=elementwise(lambda x, y: mpmath.exp(y * mpmath.log(x)), "x", "y"), test_size=64,
 )
 
 

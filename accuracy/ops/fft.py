@@ -22,6 +22,7 @@ from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.frameworks import JAX_DTYPES, ORT_FLOAT64, TF_DTYPES
+from accuracy.oracles import mp
 from accuracy.registry import Impl, OpInfo
 
 ROWS = 8
@@ -33,8 +34,8 @@ def _twiddles(n):
     out = np.empty((4, n))
     with mpmath.workprec(MP_PRECISION_BITS):
         for m in range(n):
-            t = 2 * mpmath.pi * m / n
-            for row, v in ((0, mpmath.cos(t)), (2, mpmath.sin(t))):
+            t = mpmath.mpf(2 * m) / n  # cospi/sinpi: exact zeros and ones where the true twiddle has them
+            for row, v in ((0, mpmath.cospi(t)), (2, mpmath.sinpi(t))):
                 out[row, m] = float(v)
                 out[row + 1, m] = float(v - out[row, m])
     return out
@@ -49,6 +50,17 @@ def _dft_exact(x, bins):
     e = exact_matmul(np.concatenate([x, x], axis=-1), w)
     shape = x.shape[:-1] + (2, bins)
     return e.map(lambda a: np.swapaxes(a.reshape(shape), -1, -2))
+
+
+def _dft_by_roots_of_unity(x, bins):
+    """X_k = sum_j x_j exp(-2 pi i j k / n), each root of unity by mpmath's expjpi (the oracle)."""
+    n = x.shape[-1]
+    out = []
+    for row in x:
+        for k in range(bins):
+            z = mpmath.fsum(mp(v) * mpmath.expjpi(mpmath.mpf(-2 * j * k) / n) for j, v in enumerate(row))
+            out += [z.real, z.imag]
+    return out
 
 
 def _fft_bound(inputs, exact, fmt):
@@ -87,7 +99,9 @@ def _dft_op(name: str, bins, doc: str) -> OpInfo:
             Impl("jax", f"jax.numpy.fft.{name}", lambda jax, x: jax_fft(jax, x, real=name == "rfft"), JAX_DTYPES),
         ),
         default_size=256, bench_sizes=(1024, 1 << 16),
+        oracle=lambda inputs: _dft_by_roots_of_unity(inputs["x"], bins(inputs["x"].shape[-1])), test_size=16,
         flops=lambda n: 5.0 * ROWS * n * math.log2(n) / 2,
+        version=2,  # 2: exact twiddles where they are 0 or +-1 (a sum landing on a midpoint rounds right)
     )
 
 

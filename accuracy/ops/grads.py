@@ -18,6 +18,7 @@ from accuracy.exact import Exact, fsum_rows, mp_rows
 from accuracy.exact_gemm import exact_matmul
 from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
+from accuracy.oracles import elementwise, mp, mp_dot, mp_list, mp_matmul, rowwise
 from accuracy.ops.common import (
     IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, conv_transpose1d_exact, conv_transpose1d_magnitude,
     layer_norm_inputs, np_conv_transpose1d, softmax_bound,
@@ -56,6 +57,7 @@ MATMUL_GRAD = OpInfo(
         Impl("numpy", "(g @ b.T, a.T @ g)", lambda ns, a, b, g: ns.stack([g @ b.T, a.T @ g]), IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(128, 512),
+    oracle=lambda inputs: mp_matmul(inputs["g"], inputs["b"].T) + mp_matmul(inputs["a"].T, inputs["g"]), test_size=6,
     flops=lambda n: 4.0 * n**3,
 )
 
@@ -93,6 +95,14 @@ def _np_softmax_grad(ns, x, g):
     return y * (g - (g * y).sum(axis=-1, keepdims=True))
 
 
+def _softmax_grad_by_jacobian(row, gs):
+    """dx_i = sum_j g_j dy_j/dx_i with dy_j/dx_i = y_j (delta_ij - y_i), y the unshifted softmax."""
+    e = [mpmath.exp(v) for v in row]
+    total = mpmath.fsum(e)
+    y = [v / total for v in e]
+    return [mpmath.fsum(gj * yj * ((i == j) - yi) for j, (gj, yj) in enumerate(zip(gs, y))) for i, yi in enumerate(y)]
+
+
 SOFTMAX_GRAD = OpInfo(
     name="softmax_grad",
     doc=f"input gradient of softmax over the last axis, {ROWS} rows of N(0, 2**2) logits, upstream g ~ N(0,1)",
@@ -106,6 +116,7 @@ SOFTMAX_GRAD = OpInfo(
         Impl("numpy", "y * (g - sum(g * y))", _np_softmax_grad, IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(1024, 1 << 15),
+    oracle=rowwise(_softmax_grad_by_jacobian, "x", "g"), test_size=8,
     flops=lambda n: 6.0 * ROWS * n,
 )
 
@@ -146,6 +157,7 @@ GELU_GRAD = OpInfo(
              + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)), SINGLE_DOUBLE),
     ),
     default_size=4096, bench_sizes=(1 << 16, 1 << 20),
+    oracle=elementwise(lambda x, g: g * mpmath.diff(lambda t: t * mpmath.ncdf(t), x), "x", "g"), test_size=32,
 )
 
 
@@ -163,6 +175,15 @@ def _torch_conv1d_grad(ns, x, w, g):
     return x.grad
 
 
+def _conv1d_input_grad_by_sum(inputs):
+    """dx[n, c, t] = sum_{o, k} g[n, o, t - k] w[o, c, k] over the outputs t - k that input t reached."""
+    w, g = inputs["w"], inputs["g"]
+    length = g.shape[2] + w.shape[2] - 1
+    return [mpmath.fsum(mp(g[n, o, t - k]) * mp(w[o, c, k]) for o in range(w.shape[0]) for k in range(w.shape[2])
+                        if 0 <= t - k < g.shape[2])
+            for n in range(g.shape[0]) for c in range(w.shape[1]) for t in range(length)]
+
+
 CONV1D_GRAD = OpInfo(
     name="conv1d_grad",
     doc=f"input gradient of conv1d (batch {CONV_BATCH}, {CONV_CHANNELS} channels, kernel {CONV_KERNEL}): "
@@ -178,6 +199,7 @@ CONV1D_GRAD = OpInfo(
         Impl("numpy", "scatter-add of g * w per tap", lambda ns, x, w, g: np_conv_transpose1d(ns, g, w), IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(256, 4096),
+    oracle=_conv1d_input_grad_by_sum, test_size=6,
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS**2 * CONV_KERNEL * n,
 )
 
@@ -218,6 +240,14 @@ def _linear_grad_bound(inputs, exact, fmt):
                            gamma(batch - 1, fmt.u) * g.sum(axis=0)])
 
 
+def _linear_grad_by_sums(inputs):
+    """dx_ik = sum_o g_io W_ok, dW_ok = sum_i g_io x_ik, db_o = sum_i g_io, each summed on its own."""
+    x, W, g = inputs["x"], inputs["W"], inputs["g"]
+    dx = [mp_dot(g[i], W[:, k]) for i in range(x.shape[0]) for k in range(x.shape[1])]
+    dw = [mp_dot(g[:, o], x[:, k]) for o in range(W.shape[0]) for k in range(W.shape[1])]
+    return dx + dw + [mpmath.fsum(mp_list(g[:, o])) for o in range(W.shape[0])]
+
+
 LINEAR_GRAD = OpInfo(
     name="linear_grad",
     doc=f"(dx, dW, db) = (g @ W, g^T @ x, sum_i g) of y = x @ W.T + b, x ({LINEAR_GRAD_BATCH}, n), W (n/4, n), "
@@ -232,6 +262,7 @@ LINEAR_GRAD = OpInfo(
         Impl("numpy", "(g @ W, g.T @ x, g.sum(0))", _np_linear_grad, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(64, 256),
+    oracle=_linear_grad_by_sums, test_size=8,
     flops=lambda n: 4.0 * LINEAR_GRAD_BATCH * n * max(n // 4, 1),
 )
 
@@ -307,6 +338,20 @@ def _torch_layer_norm_grad(ns, x, w, b, g):
     return x.grad
 
 
+def _layer_norm_grad_by_diff(inputs):
+    """dx_i = d/dx_i sum_j g_j layer_norm(x)_j, by mpmath's numerical derivative of the forward formula."""
+    def loss(row, w, b, g, i, t):
+        v = row[:i] + [t] + row[i + 1:]
+        mean = mpmath.fsum(v) / len(v)
+        rstd = 1 / mpmath.sqrt(mpmath.fsum((a - mean) ** 2 for a in v) / len(v) + LAYER_NORM_EPS)
+        return mpmath.fsum(gj * ((a - mean) * rstd * wj + bj) for a, gj, wj, bj in zip(v, g, w, b))
+
+    def row_grad(row, w, b, g):
+        return [mpmath.diff(lambda t: loss(row, w, b, g, i, t), row[i]) for i in range(len(row))]
+
+    return rowwise(row_grad, "x", "w", "b", "g")(inputs)
+
+
 LAYER_NORM_GRAD = OpInfo(
     name="layer_norm_grad",
     doc=f"input gradient of layer_norm (eps={LAYER_NORM_EPS}, affine w, b) over {ROWS} rows of N(2,1), "
@@ -323,6 +368,7 @@ LAYER_NORM_GRAD = OpInfo(
         Impl("numpy", "r * (gh - mean(gh) - xhat * mean(gh * xhat))", _np_layer_norm_grad, IEEE_DTYPES),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),
+    oracle=_layer_norm_grad_by_diff, test_size=8,
     flops=lambda n: 12.0 * ROWS * n,
 )
 

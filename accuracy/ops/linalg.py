@@ -19,6 +19,7 @@ from accuracy.dtypes import SINGLE_DOUBLE
 from accuracy.exact import MP_PRECISION_BITS, Exact
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
+from accuracy.oracles import mp_matrix
 from accuracy.registry import Impl, OpInfo
 
 ILL_COND = 1e6
@@ -70,6 +71,49 @@ def _cond(a, p=2):
     return float(np.linalg.cond(a, p))
 
 
+
+# -- oracles: each by another route than its exact reference ----------------------------------
+
+def _inverse_by_columns(inputs):
+    """Column j of A^-1 solves A x = e_j, here by QR (the reference inverts by LU)."""
+    a = mp_matrix(inputs["a"])
+    n = a.rows
+    cols = [mpmath.qr_solve(a, mpmath.matrix([int(i == j) for i in range(n)]))[0] for j in range(n)]
+    return [cols[j][i] for i in range(n) for j in range(n)]
+
+
+def _cholesky_by_minors(inputs):
+    """L_ij = det A[1..j-1 + i, 1..j] / sqrt(D_j D_{j-1}), D_j the leading principal minors."""
+    a = inputs["a"]
+    n = len(a)
+    lead = [mpmath.mpf(1)] + [mpmath.det(mp_matrix(a[:j, :j])) for j in range(1, n + 1)]
+
+    def entry(i, j):  # 0-based row i, column j - 1
+        if j > i + 1:
+            return mpmath.mpf(0)
+        minor = a[np.ix_([*range(j - 1), i], range(j))]
+        return mpmath.det(mp_matrix(minor)) / mpmath.sqrt(lead[j] * lead[j - 1])
+
+    return [entry(i, j) for i in range(n) for j in range(1, n + 1)]
+
+
+def _r_by_householder(inputs):
+    """|R| from mpmath's Householder QR of A (the reference takes the Cholesky factor of A^T A)."""
+    r = mpmath.qr(mp_matrix(inputs["a"]))[1]
+    return [abs(r[i, j]) if j >= i else mpmath.mpf(0) for i in range(r.rows) for j in range(r.cols)]
+
+
+def _singular_values_by_eigsy(inputs):
+    """sqrt of the eigenvalues of A^T A, descending (the reference uses mpmath's SVD)."""
+    a = mp_matrix(inputs["a"])
+    return sorted((mpmath.sqrt(v) for v in mpmath.eigsy(a.T * a, eigvals_only=True)), reverse=True)
+
+
+def _eigenvalues_by_eig(inputs):
+    """The general (nonsymmetric) eigensolver's values, real parts, ascending (the reference uses eigsy)."""
+    return sorted(mpmath.re(v) for v in mpmath.eig(mp_matrix(inputs["a"]), left=False, right=False))
+
+
 # -- solve ----------------------------------------------------------------------------------
 
 def _solve_exact(inputs, fmt):
@@ -119,6 +163,7 @@ SOLVE = OpInfo(
              note="not backward stable, though its forward error is usually of the same order"),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]), test_size=8,
 )
 
 INV = OpInfo(
@@ -136,6 +181,7 @@ INV = OpInfo(
         Impl("torch", "torch.linalg.inv", lambda ns, a: ns.linalg.inv(a), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=_inverse_by_columns, test_size=8,
 )
 
 
@@ -167,6 +213,7 @@ CHOLESKY = OpInfo(
         Impl("torch", "torch.linalg.cholesky", lambda ns, a: ns.linalg.cholesky(a), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=_cholesky_by_minors, test_size=8,
 )
 
 
@@ -199,6 +246,7 @@ QR = OpInfo(
         Impl("torch", "abs(torch.linalg.qr(a).R)", lambda ns, a: ns.abs(ns.linalg.qr(a).R), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=_r_by_householder, test_size=8,
 )
 
 
@@ -236,6 +284,7 @@ SVD = OpInfo(
         Impl("torch", "torch.linalg.svdvals", lambda ns, a: ns.linalg.svdvals(a), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=_singular_values_by_eigsy, test_size=8,
 )
 
 EIGH = OpInfo(
@@ -252,6 +301,7 @@ EIGH = OpInfo(
         Impl("torch", "torch.linalg.eigvalsh", lambda ns, a: ns.linalg.eigvalsh(a), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=_eigenvalues_by_eig, test_size=8,
 )
 
 
@@ -297,6 +347,7 @@ LSTSQ = OpInfo(
              note="normal equations: squares the condition number"),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]), test_size=8,
 )
 
 
@@ -327,6 +378,8 @@ DET = OpInfo(
         Impl("torch", "torch.linalg.det", lambda ns, a: ns.linalg.det(a), SINGLE_DOUBLE),
     ),
     default_size=32, bench_sizes=SIZES,
+    oracle=lambda inputs: [mpmath.re(mpmath.fprod(mpmath.eig(mp_matrix(inputs["a"]), left=False, right=False)))],
+    test_size=6,
 )
 
 

@@ -14,6 +14,7 @@ from accuracy.exact import Exact, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE
+from accuracy.oracles import mp, mp_list
 from accuracy.registry import Impl, OpInfo
 
 
@@ -52,6 +53,14 @@ def _np_ce(ns, x, target):
     return -logp[ns.arange(x.shape[0]), target.astype(int)].mean()
 
 
+def _ce_oracle(inputs):
+    """-mean log(p_t) with p the unshifted softmax probability of the target class."""
+    x, t = inputs["x"], inputs["target"].astype(int)
+    logps = [mpmath.log(mpmath.exp(mp(row[ti])) / mpmath.fsum(mpmath.exp(v) for v in mp_list(row)))
+             for row, ti in zip(x, t)]
+    return [-mpmath.fsum(logps) / len(t)]
+
+
 CROSS_ENTROPY = OpInfo(
     name="cross_entropy",
     doc=f"mean cross-entropy of {CE_BATCH} rows of N(0, 2**2) logits over n classes (class-index targets)",
@@ -68,6 +77,7 @@ CROSS_ENTROPY = OpInfo(
         Impl("numpy", "-mean(log_softmax[t])", _np_ce, IEEE_DTYPES),
     ),
     default_size=256, bench_sizes=(128, 256),
+    oracle=_ce_oracle, test_size=8,
     flops=lambda n: 4.0 * CE_BATCH * n,
 )
 
@@ -75,6 +85,13 @@ CROSS_ENTROPY = OpInfo(
 def _mse_exact(inputs, fmt):
     return mp_rows(lambda xs, ys: [mpmath.fsum((a - b) ** 2 for a, b in zip(xs, ys)) / len(xs)],
                    inputs["x"], inputs["y"])
+
+
+def _mse_by_moments(inputs):
+    """(sum x^2 - 2 sum x y + sum y^2) / n: expanded, unlike the reference's sum of squared differences."""
+    x, y = mp_list(inputs["x"]), mp_list(inputs["y"])
+    sq = [mpmath.fsum(a * b for a, b in zip(u, v)) for u, v in ((x, x), (x, y), (y, y))]
+    return [(sq[0] - 2 * sq[1] + sq[2]) / len(x)]
 
 
 MSE_LOSS = OpInfo(
@@ -89,7 +106,8 @@ MSE_LOSS = OpInfo(
         Impl("torch", "F.mse_loss", lambda ns, x, y: ns.nn.functional.mse_loss(x, y), ALL_DTYPES),
         Impl("numpy", "mean((x - y)**2)", lambda ns, x, y: ns.mean((x - y) ** 2), IEEE_DTYPES),
     ),
-    default_size=1024, bench_sizes=(1 << 16, 1 << 20),  # float16's gamma_n is vacuous beyond n = 2048
+    default_size=1024, bench_sizes=(1 << 16, 1 << 20),
+    oracle=_mse_by_moments, test_size=64,  # float16's gamma_n is vacuous beyond n = 2048
     flops=lambda n: 3.0 * n,
 )
 

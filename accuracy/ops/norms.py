@@ -17,12 +17,20 @@ from accuracy.inputs import normal, uniform
 from accuracy.metrics import gamma
 from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.ops.common import LAYER_NORM_EPS, ROWS, layer_norm_bound, layer_norm_inputs, mp_layer_norm
+from accuracy.oracles import mp, mp_list, one_pass_var, rowwise
 from accuracy.registry import Impl, OpInfo
 
 
 def _layer_norm_exact(inputs, fmt):
     x, w, b = inputs["x"], inputs["w"], inputs["b"]
     return mp_rows(mp_layer_norm, x, np.broadcast_to(w, x.shape), np.broadcast_to(b, x.shape))
+
+
+def _normalized(row, w, b):
+    """(x - mean) / sqrt(var + eps) * w + b with the one-pass variance (the oracle's formula)."""
+    mean = mpmath.fsum(row) / len(row)
+    rstd = 1 / mpmath.sqrt(one_pass_var(row) + LAYER_NORM_EPS)
+    return [(v - mean) * rstd * wi + bi for v, wi, bi in zip(row, w, b)]
 
 
 def _np_layer_norm(ns, x, w, b):
@@ -59,6 +67,7 @@ LAYER_NORM = OpInfo(
              note="standardize's default algorithm='fast' is mean(x**2) - mean(x)**2, which cancels when |mean| >> std"),
     ),
     default_size=1024, bench_sizes=(1024, 1 << 14),
+    oracle=rowwise(_normalized, "x", "w", "b"), test_size=8,
     flops=lambda n: 8.0 * ROWS * n,
 )
 
@@ -88,6 +97,14 @@ def _bn_exact(inputs, fmt):
         return [(xi - m) / mpmath.sqrt(v + BN_EPS) * w + b for xi, m, v, w, b in zip(xs, ms, vs, ws, bs)]
 
     return mp_rows(row, x, *args)
+
+
+def _bn_folded(inputs):
+    """The folded form x * scale + (b - mean * scale), scale = w / sqrt(var + eps), channel by channel."""
+    x = inputs["x"]
+    scale = [mp(w) / mpmath.sqrt(mp(v) + BN_EPS) for w, v in zip(inputs["w"], inputs["var"])]
+    shift = [mp(b) - mp(m) * s for b, m, s in zip(inputs["b"], inputs["mean"], scale)]
+    return [mp(v) * scale[c] + shift[c] for n in range(x.shape[0]) for c in range(x.shape[1]) for v in x[n, c]]
 
 
 def _bn_bound(inputs, exact, fmt):
@@ -126,6 +143,7 @@ BATCH_NORM = OpInfo(
         Impl("numpy", "(x - mean)/sqrt(var + eps)*w + b", _np_bn, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(256, 4096),
+    oracle=_bn_folded, test_size=4,
     flops=lambda n: 4.0 * BN_BATCH * BN_CHANNELS * n,
 )
 
@@ -146,6 +164,17 @@ def _gn_rows(inputs):
 def _gn_exact(inputs, fmt):
     e = mp_rows(mp_layer_norm, *_gn_rows(inputs))
     return e.map(lambda a: a.reshape(inputs["x"].shape))
+
+
+def _gn_by_group(inputs):
+    """Each (batch, group)'s values normalised together, then scaled and shifted by their channel's w, b."""
+    x, w, b = inputs["x"], inputs["w"], inputs["b"]
+    channel = np.arange(x.shape[1]).repeat(x.shape[2])  # the channel of each value of a flattened sample
+    out = []
+    for sample in x:
+        for group, cs in zip(np.split(sample.ravel(), GN_GROUPS), np.split(channel, GN_GROUPS)):
+            out += _normalized(mp_list(group), mp_list(w[cs]), mp_list(b[cs]))
+    return out
 
 
 def _gn_bound(inputs, exact, fmt):
@@ -173,6 +202,7 @@ GROUP_NORM = OpInfo(
         Impl("numpy", "grouped (x - mean)/sqrt(var + eps)*w + b", _np_gn, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(256, 4096),
+    oracle=_gn_by_group, test_size=4,
     flops=lambda n: 8.0 * GN_BATCH * GN_CHANNELS * n,
 )
 

@@ -18,6 +18,7 @@ from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.common import IN_STORAGE
 from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES, gpu_note
+from accuracy.oracles import mp, mp_dot, mp_matmul
 from accuracy.registry import Impl, OpInfo
 
 
@@ -54,6 +55,7 @@ MATMUL = OpInfo(
              note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
     ),
     default_size=128, bench_sizes=(128, 512),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]), test_size=8,
     flops=lambda n: 2.0 * n**3,
 )
 
@@ -101,6 +103,8 @@ LINEAR = OpInfo(
         Impl("jax", "x @ W.T + b (flax Dense)", lambda jax, x, W, b: jax.numpy.dot(x, W.T) + b, JAX_DTYPES),
     ),
     default_size=2048, bench_sizes=(512, 2048),
+    oracle=lambda inputs: [v + mp(b) for v, b in zip(
+        mp_matmul(inputs["x"], inputs["W"].T), np.tile(inputs["b"], len(inputs["x"])))], test_size=8,
     flops=lambda n: 2.0 * _LINEAR_BATCH * n * max(n // 4, 1),
 )
 
@@ -118,6 +122,7 @@ GEMV = OpInfo(
         Impl("blas", "gemv", lambda ns, a, x: ns.call("gemv", a, x), SINGLE_DOUBLE),
     ),
     default_size=512, bench_sizes=(512, 2048),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["x"][:, None]), test_size=16,
     flops=lambda n: 2.0 * n**2,
     version=2,  # 2: the reference is a vector, as the output is
 )
@@ -138,6 +143,7 @@ DOT = OpInfo(
         Impl("blas", "dot", lambda ns, x, y: ns.call("dot", x, y), SINGLE_DOUBLE),
     ),
     default_size=1 << 16, bench_sizes=(1 << 12, 1 << 20),
+    oracle=lambda inputs: [mp_dot(inputs["x"], inputs["y"])], test_size=64,
     flops=lambda n: 2.0 * n,
     version=2,  # 2: the reference is a scalar, as the output is
 )
@@ -167,6 +173,7 @@ BMM = OpInfo(
         Impl("numpy", "einsum('bik,bkj->bij')", lambda ns, a, b: ns.einsum("bik,bkj->bij", a, b), IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(64, 256),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]), test_size=4,
     flops=lambda n: 2.0 * BATCH * n**3,
 )
 
@@ -193,6 +200,8 @@ BADDBMM = OpInfo(
         Impl("numpy", "c + a @ b", lambda ns, a, b, c: c + a @ b, IEEE_DTYPES),
     ),
     default_size=64, bench_sizes=(64, 256),
+    oracle=lambda inputs: [v + mp(c) for v, c in zip(mp_matmul(inputs["a"], inputs["b"]), inputs["c"].ravel())],
+    test_size=4,
     flops=lambda n: 2.0 * BATCH * n**3,
 )
 

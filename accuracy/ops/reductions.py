@@ -7,6 +7,7 @@ qualify and only a semantic difference (ddof, overflow) can break them.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import mpmath
@@ -19,6 +20,7 @@ from accuracy.exact import Exact, fsum_rows, mp_rows
 from accuracy.inputs import normal
 from accuracy.metrics import gamma
 from accuracy.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
+from accuracy.oracles import mp_list, mp_matrix, one_pass_var, rowwise
 from accuracy.registry import Impl, OpInfo
 
 
@@ -86,6 +88,7 @@ SUM = OpInfo(
         Impl("jax", "jax.numpy.sum", lambda jax, x: jax.numpy.sum(x), JAX_DTYPES),
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
+    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"]))], test_size=64,
     flops=lambda n: n,
 )
 
@@ -107,6 +110,7 @@ MEAN = OpInfo(
         Impl("jax", "jax.numpy.mean", lambda jax, x: jax.numpy.mean(x), JAX_DTYPES),
     ),
     default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
+    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"])) / inputs["x"].size], test_size=64,
     flops=lambda n: n,
 )
 
@@ -148,6 +152,8 @@ def _variance_op(name: str, root: bool) -> OpInfo:
         ),
         # n**2 u < 1 keeps the worst-case bound below ddof's 1/n effect in float32
         default_size=1024, bench_sizes=(1 << 10, 1 << 20),
+        oracle=rowwise(lambda row: [mpmath.sqrt(one_pass_var(row, DDOF)) if root else one_pass_var(row, DDOF)]),
+        test_size=64,
         flops=lambda n: 3 * n,
     )
 
@@ -158,6 +164,12 @@ STD = _variance_op("std", root=True)
 
 def _mp_logsumexp(row):
     return [mpmath.log(mpmath.fsum(mpmath.exp(v) for v in row))]
+
+
+def _shifted_logsumexp(row):
+    """max + log(sum exp(x - max)): the oracle's formula, the other one from the reference's."""
+    m = max(row)
+    return [m + mpmath.log(mpmath.fsum(mpmath.exp(v - m) for v in row))]
 
 
 def _logsumexp_bound(inputs, exact, fmt):
@@ -185,6 +197,7 @@ LOGSUMEXP = OpInfo(
              stable=False, note="unshifted: overflows where exp(max x) does"),
     ),
     default_size=4096, bench_sizes=(1 << 12, 1 << 20),
+    oracle=rowwise(_shifted_logsumexp), test_size=64,
     flops=lambda n: 2 * n,
 )
 
@@ -221,6 +234,7 @@ CUMSUM = OpInfo(
         Impl("torch", "torch.cumsum", lambda ns, x: ns.cumsum(x, 0), ALL_DTYPES),
     ),
     default_size=1024, bench_sizes=(1 << 12, 1 << 14),
+    oracle=lambda inputs: list(itertools.accumulate(mp_list(inputs["x"]))), test_size=64,
     flops=lambda n: n,
 )
 
@@ -250,6 +264,7 @@ VECTOR_NORM = OpInfo(
         Impl("numpy", "sqrt(sum(x*x))", lambda ns, x: ns.sqrt(ns.sum(x * x)), IEEE_DTYPES),
     ),
     default_size=1024, bench_sizes=(1 << 16, 1 << 20),
+    oracle=lambda inputs: [mpmath.norm(mp_list(inputs["x"]), 2)], test_size=64,
     flops=lambda n: 2.0 * n,
 )
 
@@ -271,6 +286,7 @@ MATRIX_NORM = OpInfo(
         Impl("torch", "torch.linalg.matrix_norm", lambda ns, x: ns.linalg.matrix_norm(x), ALL_DTYPES),
     ),
     default_size=32, bench_sizes=(256, 1024),
+    oracle=lambda inputs: [mpmath.mnorm(mp_matrix(inputs["x"]), "f")], test_size=8,
     flops=lambda n: 2.0 * n * n,
 )
 

@@ -1,0 +1,102 @@
+"""Every op's exact reference against its own independent mpmath oracle, generated from the registry.
+
+The oracle (declared on the op's record) reaches the exact value by another formula, at 200 bits and
+at the op's small `test_size`. float64 inputs: the references agree to far below float64's ulp.
+Narrower formats: the reference rounds to the same value as the oracle, which is all a
+reference there has to get right.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
+from exact_rounding import exact_round
+from accuracy.dtypes import get_format
+from accuracy.inputs import as_float64, make_inputs
+from accuracy.registry import all_ops, get_op
+
+ORACLE_BITS = 200
+REL_TOL = Fraction(2) ** -60  # per element, relative to the oracle's value
+ABS_TOL = Fraction(2) ** -100  # per element, relative to the largest |oracle| (covers exact zeros)
+
+
+def _frac(v: mpmath.mpf) -> Fraction:
+    """The exact value of an mpf (no re-rounding to the current working precision)."""
+    man, exp = v.man_exp  # man is the magnitude: the sign is kept apart
+    q = Fraction(int(man)) * Fraction(2) ** int(exp) if man else Fraction(0)
+    return -q if v < 0 else q
+
+
+def oracle_and_exact(op, inputs64, fmt) -> tuple[list[Fraction], list[Fraction]]:
+    """(oracle, exact reference) as exact rationals, element by element."""
+    exact = op.exact(inputs64, fmt)
+    with mpmath.workprec(ORACLE_BITS):
+        want = [mpmath.mpf(w) for w in op.oracle(inputs64)]
+    got = [Fraction(float(h)) + Fraction(float(lo)) for h, lo in zip(exact.hi.ravel(), exact.lo.ravel())]
+    assert len(want) == exact.hi.size, "the oracle gives one value per output element"
+    return [_frac(w) for w in want], got
+
+
+@pytest.mark.parametrize("op_name", [op.name for op in all_ops()])
+def test_every_op_declares_an_oracle_and_a_test_size(op_name):
+    op = get_op(op_name)
+    assert callable(op.oracle), f"{op.name} declares no mpmath oracle"
+    assert 1 <= op.test_size <= op.default_size
+
+
+def _cases():
+    return [pytest.param(op.name, condition, dtype, id=f"{op.name}@{condition}-{dtype}")
+            for op in all_ops() for condition in op.condition_names() for dtype in op.dtypes()]
+
+
+@pytest.mark.parametrize("op_name,condition,dtype", _cases())
+def test_exact_reference_agrees_with_oracle(op_name, condition, dtype):
+    op = get_op(op_name)
+    fmt = get_format(dtype)
+    inputs64 = as_float64(make_inputs(op, op.test_size, fmt, condition))
+    want, got = oracle_and_exact(op, inputs64, fmt)
+    scale = max(abs(w) for w in want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if fmt.precision >= 53:
+            assert abs(g - w) <= ABS_TOL * scale, (i, float(g), float(w))
+            assert w == 0 or abs(g - w) <= REL_TOL * abs(w), (i, float(g), float(w))
+        else:
+            assert exact_round(fmt, g) == exact_round(fmt, w), (i, float(g), float(w))
+
+
+# Each op of these families is a sum of products of its inputs: its reference is Dot2, and its
+# oracle on |inputs| is the sum of |terms| that Dot2's error is bounded by.
+SUMS_OF_PRODUCTS = ("products", "conv")
+
+
+@pytest.mark.parametrize("op_name", [op.name for op in all_ops() if op.family in SUMS_OF_PRODUCTS])
+def test_dot2_matches_mpmath_to_1e_30(op_name):
+    """Dot2 (hi + lo) vs 200-bit mpmath on float64 inputs: relative difference <= 1e-30.
+
+    Relative to |exact| wherever the sum is well conditioned (sum|terms| <= 16 |sum|), and
+    relative to sum|terms| everywhere (an element near zero has no relative accuracy to give).
+    """
+    op = get_op(op_name)
+    fmt = get_format("float64")
+    inputs64 = as_float64(make_inputs(op, op.test_size, fmt))
+    exact = op.exact(inputs64, fmt)
+    with mpmath.workprec(ORACLE_BITS):
+        want = op.oracle(inputs64)
+        mags = op.oracle({k: np.abs(v) for k, v in inputs64.items()})
+        rel, rel_mag, n_conditioned = mpmath.mpf(0), mpmath.mpf(0), 0
+        for h, lo, w, m in zip(exact.hi.ravel(), exact.lo.ravel(), want, mags):
+            err = abs(mpmath.mpf(float(h)) + mpmath.mpf(float(lo)) - w)
+            rel_mag = max(rel_mag, err / m)
+            if m <= 16 * abs(w):
+                rel = max(rel, err / abs(w))
+                n_conditioned += 1
+    assert len(want) == exact.hi.size
+    assert n_conditioned >= exact.hi.size // 4  # the well-conditioned check is not vacuous
+    assert rel <= mpmath.mpf("1e-30"), rel
+    assert rel_mag <= mpmath.mpf("1e-30"), rel_mag
+    # hi alone is within an ulp of the exact value
+    assert np.all(np.abs(exact.lo) <= np.spacing(np.abs(exact.hi)))
