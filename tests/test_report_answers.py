@@ -113,6 +113,13 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
     page = write_report(suite_results, tmp_path, "r", max_plots=1).read_text()
     headings = re.findall(r'<h2 id="([\w-]+)">', page)
     assert headings[:6] == ["verdicts", "discrepancies", "reproducibility", "speed", "changes", "self-test"]
+    # the first lines answer the three questions
+    assert (f"<b>Bug or rounding?</b> 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
+            "In 1 of 3 op/dtype cases where implementations give different bits, every one is within rounding") in page
+    assert re.search(r"best large GEMM 2\d\.\d GFLOP/s \(linear torch:F.linear at size 2048, float32, 2 thread\(s\)\), "
+                     r"2\d% of the theoretical 128 GFLOP/s", page)
+    assert (f"<b>Not reproducible?</b> 3 cases change bits with the thread count or from run to run: "
+            f"{NUMPY_FORMULA} (linear), {TORCH_VAR} (var).") in page
     assert re.findall(r'<h3 id="op-(\w+)">', page) == ["linear", "sigmoid", "var"]
     assert f"<code>{F_LINEAR}</code> = <code>{ADDMM}</code>: <span class=\"within\">within rounding</span>" in page
     assert page.count('href="#op-var"') >= 3  # verdicts, discrepancies, reproducibility link to the detail

@@ -377,14 +377,39 @@ def _figures_html(figures: list[tuple[str, str]]) -> str:
     )
 
 
+def _names(values, limit: int = 4) -> str:
+    values = list(dict.fromkeys(values))
+    more = f" and {len(values) - limit} more" if len(values) > limit else ""
+    return ", ".join(values[:limit]) + more
+
+
 def _lead(data: ReportData) -> str:
+    """The three questions a user brings, answered in one line each, above the tables."""
     a = data.answers
     cases = a.cases
-    ops = cases["op"].nunique()
     impls = cases.groupby(["op", "implementation"]).ngroups
-    return (f"<p class=lead>{impls} implementations of {ops} ops at commit {latest_commit(data.frame)[:8]}: "
-            f"{len(a.verdicts)} not within rounding, {len(a.reproducibility)} cases not bitwise reproducible, "
-            f"{len(a.changes.table)} changes against the previous results.</p>")
+    head = (f"{impls} implementations of {cases['op'].nunique()} ops at commit {latest_commit(data.frame)[:8]}.")
+    differ = a.discrepancies.loc[a.discrepancies["distinct_outputs"] > 1]
+    rounding = differ.loc[differ["answer"].str.contains("all within rounding")]
+    outside = [f"{r.implementation} ({r.op}, {r.dtype})" for r in a.verdicts.itertuples()]
+    bug = (f"<b>Bug or rounding?</b> {len(outside)} not within rounding"
+           + (f": {html.escape(_names(outside))}" if outside else "")
+           + f". In {len(rounding)} of {len(differ)} op/dtype cases where implementations give different bits, "
+           "every one is within rounding: the differences are rounding, not bugs.")
+    if a.peak.measured:
+        (env, dtype, threads), (rate, what) = max(a.peak.measured.items(),
+                                                  key=lambda item: (item[0][1] == "float32", item[1][0]))
+        theory = a.peak.theoretical.get((env, dtype, threads))
+        share = f", {100 * rate / theory:.0f}% of the theoretical {theory:.3g} GFLOP/s" if theory else ""
+        speed = (f"<b>Fastest, and how close to peak?</b> best large GEMM {rate:.3g} GFLOP/s ({html.escape(what)}, "
+                 f"{dtype}, {int(threads)} thread(s)){share}; the fastest implementation of every op is in Speed.")
+    else:
+        speed = "<b>Fastest?</b> see Speed (no large GEMM timed here, so no measured peak)."
+    flagged = a.reproducibility
+    repro = (f"<b>Not reproducible?</b> {len(flagged)} cases change bits with the thread count or from run to run"
+             + (f": {html.escape(_names(f'{r.implementation} ({r.op})' for r in flagged.itertuples()))}."
+                if len(flagged) else "."))
+    return f'<p class=lead>{html.escape(head)}</p><ul class=lead><li>{bug}</li><li>{speed}</li><li>{repro}</li></ul>'
 
 
 SECTIONS = ("verdicts", "discrepancies", "reproducibility", "speed", "changes", "self-test", "ops", "environments",
