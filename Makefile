@@ -39,8 +39,9 @@ bench-self: setup
 	$(BIN)/asv machine --yes --config asv.self.conf.json >/dev/null
 	$(BIN)/asv run --config asv.self.conf.json --python=same --set-commit-hash $$(git rev-parse HEAD) --quick
 
+# every core: asv-driven tests spend most of their time in subprocesses, the rest in mpmath
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 clean:
 	rm -rf $(VENV) results html results-self html-self .asv

@@ -13,6 +13,13 @@ import pytest
 _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
 os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
 
+# `make test` runs on every core (pytest-xdist). asv keeps its machine list in ~/.asv-machine.json and
+# rewrites it without a lock, so each worker gets its own HOME; the caches stay shared (the compiled
+# LibTorch extension, pip's wheels) because XDG_CACHE_HOME still names the real one.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    os.environ["HOME"] = tempfile.mkdtemp(prefix=f"opbench-test-home-{os.environ['PYTEST_XDIST_WORKER']}-")
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):

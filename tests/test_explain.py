@@ -12,6 +12,9 @@ from accuracy.exact import Exact
 from accuracy.explain import explain
 from accuracy.registry import get_op
 
+# one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
+pytestmark = pytest.mark.xdist_group("explain")
+
 
 def _rows(report):
     return {r["impl"]: r for r in report["implementations"]}

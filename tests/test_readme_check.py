@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
+pytestmark = pytest.mark.xdist_group("readme")
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Is my framework's output rounding or a bug?"
 

@@ -13,6 +13,9 @@ from accuracy.selftest import ALARMS, MUST_CATCH, _shifted, selftest_case, summa
 from accuracy.metrics import ulps_apart
 from accuracy.verdicts import Evidence
 
+# one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
+pytestmark = pytest.mark.xdist_group("selftest")
+
 
 @pytest.fixture(scope="module")
 def small_reports():
