@@ -2,9 +2,10 @@
 
 asv does the benchmarking and keeps the results; this module makes the calls non-interactive,
 reproducible and safe: a private copy of asv.conf.json with absolute paths, asv writing into a
-staging copy that is moved into the results directory only when the run is done (under a lock,
-with the environment fingerprint beside each results file), and the results of a changed
-environment filed under a new machine name instead of over the old ones.
+staging copy, the run split into batches (one per benchmark module, accuracy/batches.py) whose
+results are copied into the results directory as each batch ends (under a lock, with the
+environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
+the results of a changed environment filed under a new machine name instead of over the old ones.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from accuracy.asvpages import make_offline
+from accuracy.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.errors import OpbenchError
 from accuracy.resultstore import merge_benchmarks_json, results_lock, write_atomic
 from accuracy.runlog import LOG_DIR, AsvLog, ClassProgress
@@ -49,12 +53,16 @@ def project_repo(config_path: Path) -> Path:
     return (config_path.resolve().parent / load_asv_config(config_path).get("repo", ".")).resolve()
 
 
-def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path) -> Path:
-    """A copy of the project's asv config with every path absolute and results redirected."""
+def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path,
+                         benchmark_dir: Path | None = None) -> Path:
+    """A copy of the project's asv config with every path absolute and results redirected
+    (and the benchmark directory, for a batch)."""
     root = config_path.resolve().parent
     conf = load_asv_config(config_path)
     for key, default in (("repo", "."), ("benchmark_dir", "benchmarks"), ("env_dir", "env")):
         conf[key] = str((root / conf.get(key, default)).resolve())
+    if benchmark_dir is not None:
+        conf["benchmark_dir"] = str(benchmark_dir.resolve())
     conf["results_dir"] = str(results.resolve())
     conf["html_dir"] = str(html.resolve())
     workdir.mkdir(parents=True, exist_ok=True)
@@ -124,27 +132,38 @@ def _stage(results: Path, staging: Path, machine: str) -> None:
 
 
 def _commit(staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]) -> list[Path]:
-    """Move the run's files into the results directory, each by an atomic rename.
+    """Copy a batch's files into the results directory, each by an atomic rename.
 
-    Each fingerprint lands before its results file, so a results file is never seen beside
-    another run's fingerprint; files the run did not touch are left alone.
+    Copies, not moves: the next batch's asv merges into the staged files. Each fingerprint
+    lands before its results file, so a results file is never seen beside another run's
+    fingerprint; files the run did not touch are left alone.
     """
     target = results / machine
     target.mkdir(parents=True, exist_ok=True)
     write_atomic(results / "benchmarks.json",
                  merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json"))
-    os.replace(staging / machine / "machine.json", target / "machine.json")
+    write_atomic(target / "machine.json", (staging / machine / "machine.json").read_text(encoding="utf-8"))
     written = []
     for path in changed:
         write_atomic(target / path.with_suffix(FINGERPRINT_SUFFIX).name, fingerprints[path])
-        os.replace(path, target / path.name)
+        write_atomic(target / path.name, path.read_text(encoding="utf-8"))
         written.append(target / path.name)
     return written
 
 
+@contextmanager
+def _sigint_deferred():
+    """Ctrl-C waits until a batch's files are all in place (it is delivered right after)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @dataclass
 class RunOutcome:
-    status: int  # asv's exit status
+    status: int  # asv's exit status, the worst of the batches
     machine: str  # the machine name the results are filed under
     written: list[Path]
     log: Path
@@ -153,7 +172,7 @@ class RunOutcome:
 
 def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
               commits: str | None, profile: str | None, knobs: dict[str, str], verbose: bool) -> RunOutcome:
-    """Run the asv suite into a staging copy, then move its results into `results` atomically.
+    """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
 
     `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
     they are set for asv's benchmark processes, and the fingerprint records them. For runs in
@@ -163,59 +182,87 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
         check_commit_range(repo, commits)
+    batches: list[Batch] = []
+    saved: list[Batch] = []
     with results_lock(results), tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-",
                                                             dir=results.resolve().parent) as tmp:
-        shared = Path(tmp) / "shared"
-        shared.mkdir()
-        # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
-        env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
-                   OPBENCH_RUN_DIR=str(shared), PYTHONIOENCODING="utf-8", **knobs)
-        here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
-        if here is not None:
-            from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
-
-            machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
-        staging = Path(tmp) / "results"
-        _stage(results, staging, machine)
-        private = write_private_config(config, staging, html, Path(tmp))
-        log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
-        if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
-            raise OpbenchError(f"`asv machine` failed; see {log.path}")
-        before = _result_files(staging, machine)
-        # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
-        args = ["run", "--config", str(private), "--machine", machine, "--show-stderr", "--record-samples"]
-        if commits:
-            args += [commits]
-        else:
-            args += ["--python=same", "--set-commit-hash", head_commit(repo),
-                     "--launch-method", "forkserver"]
-        if quick:
-            args.append("--quick")
-        if bench:
-            args += ["--bench", bench]
         try:
-            status = log.call(args, env, progress=ClassProgress(staging / "benchmarks.json", bench))
+            tmp = Path(tmp)
+            shared = tmp / "shared"
+            shared.mkdir()
+            # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
+            env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
+                       OPBENCH_RUN_DIR=str(shared), PYTHONIOENCODING="utf-8", **knobs)
+            here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
+            if here is not None:
+                from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
+
+                machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
+            staging = tmp / "results"
+            _stage(results, staging, machine)
+            private = write_private_config(config, staging, html, tmp)
+            log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
+            if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
+                raise OpbenchError(f"`asv machine` failed; see {log.path}")
+            # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
+            args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
+            if commits:
+                args += [commits]
+            else:
+                args += ["--python=same", "--set-commit-hash", head_commit(repo), "--launch-method", "forkserver"]
+            if quick:
+                args.append("--quick")
+            if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
+                raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
+            batches = plan_batches(private, bench)
+            modules = {name.split(".", 1)[0] for name in json.loads((staging / "benchmarks.json").read_text())
+                       if name != "version"}
+            progress = ClassProgress([owner for batch in batches for owner in batch.classes])
+            pythons = environment_pythons(private) if here is None else {}
+            env_fingerprints: dict[str, str] = {}
+            written: dict[Path, None] = {}
+            status = 0
+            for index, batch in enumerate(batches):
+                workdir = tmp / f"batch-{index}"
+                folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
+                batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
+                before = _result_files(staging, machine)
+                status = max(status, log.call([*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                                              env, progress=progress))
+                changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
+                if here is None:
+                    fingerprints = {p: _env_fingerprint(p, pythons, env, env_fingerprints) for p in changed}
+                else:
+                    fingerprints = dict.fromkeys(changed, here)
+                with _sigint_deferred():
+                    written.update(dict.fromkeys(_commit(staging, results, machine, changed, fingerprints)))
+                    saved.append(batch)
         except KeyboardInterrupt:
-            raise OpbenchError(f"interrupted: this run's results were not saved; {results} is unchanged") from None
-        changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
-        if here is None:
-            pythons = environment_pythons(private)
-            fingerprints = {p: _env_fingerprint(p, pythons, env) for p in changed}
-        else:
-            fingerprints = dict.fromkeys(changed, here)
-        written = _commit(staging, results, machine, changed, fingerprints) if changed else []
+            raise OpbenchError(_interrupted(results, machine, batches, saved)) from None
         if written:
-            publish_config = write_private_config(config, results, html, Path(tmp) / "publish")
+            publish_config = write_private_config(config, results, html, tmp / "publish")
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     page_warnings = make_offline(html) if written else []
-    return RunOutcome(status, machine, written, log.path, page_warnings)
+    return RunOutcome(status, machine, list(written), log.path, page_warnings)
 
 
-def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict) -> str:
-    """The fingerprint of the asv environment that wrote a history run's results file."""
+def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
+    """The one line after a Ctrl-C: exactly which batches are in the results directory."""
+    if not saved:
+        return f"interrupted before any batch finished: nothing was saved; {results} is unchanged"
+    left = [batch.module for batch in batches if batch not in saved]
+    return (f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+            f"not run or not finished, so not saved: {', '.join(left)}; HTML not published")
+
+
+def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str]) -> str:
+    """The fingerprint of the asv environment that wrote a history run's results file
+    (taken once per environment and run: every batch runs in the same environments)."""
     env_name = json.loads(path.read_text()).get("env_name")
     python, extra = pythons.get(env_name, (None, {}))
     if python is None:
         return json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
-    return json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+    if env_name not in cache:
+        cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+    return cache[env_name]

@@ -7,8 +7,8 @@ benchmark class with an estimate of the time left; `-v` shows asv's own output a
 
 from __future__ import annotations
 
-import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,16 +27,15 @@ def _duration(seconds: float) -> str:
 class ClassProgress:
     """Turns asv's output into one line per benchmark class: n/N, elapsed, ETA.
 
-    The class list comes from the benchmarks.json that asv writes right before it announces
-    "Running N total benchmarks"; the ETA is the mean measured time of the finished classes
-    times the classes left.
+    `classes` are the benchmark classes (or modules, for free functions) the run selected, over
+    all its batches; each commit x environment runs every one once, as asv's first
+    "Running N total benchmarks" line tells. The ETA is the mean measured time of the finished
+    classes times the classes left.
     """
 
-    def __init__(self, benchmarks_json: Path, regex: str | None = None, out=None):
-        self._benchmarks_json = benchmarks_json
-        self._regex = re.compile(regex or "")
+    def __init__(self, classes: list[str], out=None):
+        self._classes = set(classes)
         self._out = out or sys.stdout
-        self._names: set[str] = set()
         self.total = 0
         self.done = 0
         self._current: str | None = None
@@ -45,20 +44,15 @@ class ClassProgress:
     def feed(self, line: str) -> None:
         match = _TOTAL.search(line)
         if match:
-            self._start(int(match.group(1)) // max(int(match.group(2)), 1))
+            if not self.total:  # the first batch: the clock starts; later batches go on counting
+                self.total = len(self._classes) * (int(match.group(1)) // max(int(match.group(2)), 1))
+                self._started = time.monotonic()
             return
         for token in _NAME.findall(line):
-            if token in self._names:
-                self._enter(token.rsplit(".", 1)[0])
+            owner = token.rsplit(".", 1)[0]
+            if owner in self._classes:
+                self._enter(owner)
                 return
-
-    def _start(self, rounds: int) -> None:
-        """`rounds`: commits x environments; each runs every class once."""
-        names = json.loads(self._benchmarks_json.read_text(encoding="utf-8"))
-        # asv saves every benchmark it discovered; --bench selects with re.search, as here
-        self._names = {name for name in names if name != "version" and self._regex.search(name)}
-        self.total = len({name.rsplit(".", 1)[0] for name in self._names}) * rounds
-        self._started = time.monotonic()
 
     def _enter(self, benchmark_class: str) -> None:
         if benchmark_class == self._current:
@@ -91,8 +85,9 @@ class AsvLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def call(self, args: list[str], env: dict, progress: ClassProgress | None = None) -> int:
-        """`python -m asv ARGS`; returns its exit status. Ctrl-C reaches asv too (same process
-        group): wait for it to stop, then re-raise."""
+        """`python -m asv ARGS`; returns its exit status. A Ctrl-C at the terminal reaches asv too
+        (same process group); a SIGINT sent to opbench alone is passed on. Wait for asv to stop,
+        then re-raise."""
         with open(self.path, "a", encoding="utf-8") as log:
             log.write(f"$ asv {' '.join(args)}\n")
             proc = subprocess.Popen([sys.executable, "-m", "asv", *args], env=env, stdout=subprocess.PIPE,
@@ -105,6 +100,8 @@ class AsvLog:
                     elif progress is not None:
                         progress.feed(line)
             except KeyboardInterrupt:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
                 proc.wait()
                 raise
             status = proc.wait()

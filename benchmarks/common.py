@@ -30,6 +30,9 @@ from accuracy.threads import all_cores
 RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
+# asv's discovery (`benchmark.py discover ...`) only lists the classes: preloading the frameworks
+# there is wasted (~9 CPU-s with TensorFlow), and `opbench run` discovers once per batch
+DISCOVERING = sys.argv[1:2] == ["discover"]
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ def benchmark_classes(family: str) -> dict[str, type]:
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
-        for backend in {case.split(":")[0] for case in cases}:
+        for backend in set() if DISCOVERING else {case.split(":")[0] for case in cases}:
             get_backend(backend).preload()  # runs in asv's forkserver: paid once, not per process
         name = benchmark_class_name(op.name)
         conditions = op.condition_names()

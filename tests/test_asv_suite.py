@@ -138,3 +138,54 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
     assert sorted(tracked) == [1, 2, 3]
     graph = next((tmp_path / "html").glob("graphs/**/bench_tiny.track_value.json"))
     assert [point[1] for point in json.loads(graph.read_text())] == [1, 2, 3]
+
+
+BATCH_BENCHES = {
+    "bench_a.py": "def track_first():\n    return 1\n",
+    # long enough that the SIGINT lands while it runs, however loaded the machine
+    "bench_b.py": "import time\n\ndef track_second():\n    time.sleep(600)\n    return 2\ntrack_second.timeout = 900\n",
+}
+
+
+def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during the second batch."""
+    import signal
+    import time
+
+    from asv.results import Results
+
+    from accuracy.report.load import load_results
+
+    repo = tmp_path / "proj"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "asv.conf.json").write_text(json.dumps(TINY_CONF | {"project": "proj"}))
+    (repo / "benchmarks" / "__init__.py").write_text("")
+    for name, source in BATCH_BENCHES.items():
+        (repo / "benchmarks" / name).write_text(source)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "two batches")
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "accuracy", "run", "--config", str(repo / "asv.conf.json"),
+                             "--results", str(results), "--machine", "ci", "--no-report"],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ), start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not list(results.glob("ci-*/*.fingerprint")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    time.sleep(2)  # into the second batch
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out + err
+    [machine_dir] = results.glob("ci-*")
+    assert err.strip().splitlines() == [
+        f"opbench: error: interrupted: kept 1 of 2 batches in {machine_dir}: bench_a; "
+        "not run or not finished, so not saved: bench_b; HTML not published"]
+    [path] = [p for p in machine_dir.glob("*.json") if p.name != "machine.json"]
+    saved = Results.load(str(path), machine_name=machine_dir.name)
+    assert {name: saved.get_result_value(name, []) for name in saved.get_all_result_keys()} == {
+        "bench_a.track_first": [1]}
+    assert path.with_suffix(".fingerprint").is_file()
+    frame = load_results(results).frame
+    assert frame["benchmark"].tolist() == ["bench_a.track_first"] and frame["value"].tolist() == [1]
+    assert not list(tmp_path.glob(".results-staging-*"))  # the staging copy is gone
