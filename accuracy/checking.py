@@ -149,6 +149,9 @@ def _decide_format(inputs: dict, outputs: dict, source: str) -> FloatFormat:
     """The outputs' dtype (the inputs' where there are none): it decides the format judged."""
     for name, a in inputs.items():
         _format_of(a, f"{source}: input {name!r}")
+    empty = [f"input {n!r}" for n, a in inputs.items() if a.size == 0] + [w for a, w in outputs.values() if a.size == 0]
+    if empty:  # no element to judge: a verdict on nothing would read as a pass
+        raise OpbenchError(f"{source}: no elements in {', '.join(empty)}; nothing to judge")
     formats = {_format_of(a, where).name: where for a, where in outputs.values()}
     if len(formats) > 1:
         raise OpbenchError(f"{', '.join(formats.values())}: outputs in several dtypes ({', '.join(formats)}); "

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accuracy import cli
@@ -55,7 +56,29 @@ def _workspace(root: Path) -> dict[str, Path]:
     data = json.loads(result_file.read_text())
     (bad / "date" / "box" / result_file.name).write_text(json.dumps(data | {"date": "yesterday"}))
     (bad / "null" / "box" / result_file.name).write_text(json.dumps(data | {"commit_hash": None, "env_name": None}))
+    _case_files(root / "case")
     return {"results": results, "file": result_file}
+
+
+def _case_files(folder: Path) -> None:
+    """Inputs and outputs for `opbench check`, good and bad (exp and matmul at size 8)."""
+    folder.mkdir()
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    np.savez(folder / "exp.npz", x=x)
+    np.save(folder / "exp_out.npy", np.exp(x))
+    np.save(folder / "exp_out64.npy", np.exp(x.astype(np.float64)))
+    np.save(folder / "short.npy", np.exp(x[:7]))
+    np.save(folder / "int.npy", np.arange(8, dtype=np.int32))
+    np.save(folder / "one_array.npy", x)
+    np.savez(folder / "two_outputs.npz", a=np.exp(x), b=np.exp(x))
+    np.savez(folder / "extra.npz", x=x, y=x)
+    np.savez(folder / "int_inputs.npz", x=np.arange(8, dtype=np.int64))
+    np.savez(folder / "wide.npz", x=np.linspace(-2, 2, 8) + 1e-12)  # float64 values no float32 holds
+    np.savez(folder / "empty.npz", a=np.ones((0, 8), np.float32), b=np.ones((8, 8), np.float32))
+    np.save(folder / "empty_out.npy", np.ones((0, 8), np.float32))
+    np.savez(folder / "matmul_shapes.npz", a=np.ones((8, 8), np.float32), b=np.ones((5, 3), np.float32))
+    (folder / "garbage.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    (folder / "garbage.npy").write_bytes(b"not numpy")
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -123,6 +146,68 @@ CASES = [
     (["report", "--results", R, "--out", R], "overlaps the results directory"),
     (["report", "--results", R, "--out", "{root}", "--name", "results"], "overlaps the results directory"),
     (["report", "--results", R, "--name", "../escape"], "not a valid name"),
+    # check: files
+    (["check", "exp", "--inputs", "{root}/case/nofile.npz", "--output", "a={root}/case/exp_out.npy"], "no such file"),
+    (["check", "exp", "--inputs", "{root}/case/garbage.npz", "--output", "a={root}/case/exp_out.npy"],
+     "cannot read it as .npz"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/garbage.npy"],
+     "not a .npy file"),
+    (["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"], "unknown file type"),
+    (["check", "exp", "--inputs", "{root}/case/one_array.npy", "--output", "a={root}/case/exp_out.npy"],
+     "inputs need names"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/two_outputs.npz"],
+     "holds 2 arrays"),
+    # check: names, shapes, dtypes
+    (["check", "matmul", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"],
+     "missing a, b; unexpected x"),
+    (["check", "exp", "--inputs", "{root}/case/extra.npz", "--output", "a={root}/case/exp_out.npy"],
+     "unexpected y"),
+    (["check", "matmul", "--inputs", "{root}/case/matmul_shapes.npz", "--output", "a={root}/case/exp_out.npy"],
+     "cannot take inputs of shapes"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/short.npy"],
+     "output has shape (7,)"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/int.npy"],
+     "unsupported dtype int32"),
+    (["check", "exp", "--inputs", "{root}/case/int_inputs.npz", "--output", "a={root}/case/exp_out.npy"],
+     "unsupported dtype int64"),
+    (["check", "exp", "--inputs", "{root}/case/wide.npz", "--output", "a={root}/case/exp_out.npy"],
+     "not float32 numbers"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
+      "--output", "b={root}/case/exp_out64.npy"], "outputs in several dtypes"),
+    (["check", "matmul", "--inputs", "{root}/case/empty.npz", "--output", "a={root}/case/empty_out.npy"],
+     "no elements in input 'a', {root}/case/empty_out.npy; nothing to judge"),
+    # check: arguments
+    (["check", "nosuchop", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"],
+     "unknown op"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz"], "give at least one output"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "{root}/case/exp_out.npy"],
+     "expected LABEL=FILE"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
+      "--output", "a={root}/case/exp_out.npy"], "share a label"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
+      "--contract", "-1"], "--contract must be"),
+    (["check", "--inputs", "{root}/case/exp.npz"], "give an op or --fn"),
+    (["check", "exp", "--fn", "math:exp", "--inputs", "{root}/case/exp.npz"], "not both"),
+    (["check", "--fn", "nocolon", "--inputs", "{root}/case/exp.npz"], "expected MODULE:FUNCTION"),
+    (["check", "--fn", "opbench_no_such_module:f", "--inputs", "{root}/case/exp.npz"], "cannot import"),
+    (["check", "--fn", "json:no_such_function", "--inputs", "{root}/case/exp.npz"], "has no function"),
+    (["check", "--fn", "operator:neg", "--inputs", "{root}/case/exp.npz"], "fails on"),  # positional only
+    (["check", "--fn", "numpy:exp", "--inputs", "{root}/case/exp.npz", "--contract", "2"],
+     "--contract applies to registry ops"),
+    # inputs
+    (["inputs", "exp", "--save", R + "/x.npz", "--results", R], "inside the results directory"),
+    (["inputs", "exp", "--save", R + "/box/x.npz", "--results", R], "inside the results directory"),
+    (["inputs", "exp", "--save", "{root}/bad/date/x.npz"], "inside the results directory"),
+    (["inputs", "exp", "--save", "{root}/x.txt"], "cannot save .txt"),
+    (["inputs", "exp", "--save", "{root}/mine"], "cannot save a file without extension"),
+    (["inputs", "exp", "--save", "{root}/nodir/x.npz"], "does not exist"),
+    (["inputs", "exp", "--save", "{root}/case/exp.npz"], "already exists"),
+    (["inputs", "exp", "--dtype", "bfloat16", "--save", "{root}/x.npz"], "has no bfloat16"),
+    (["inputs", "nosuchop", "--save", "{root}/x.npz"], "unknown op"),
+    (["inputs", "exp", "--dtype", "float8", "--save", "{root}/x.npz"], "unknown dtype"),
+    (["inputs", "exp", "--size", "0", "--save", "{root}/x.npz"], "size must be a positive integer"),
+    (["inputs", "matmul", "--size", "200000", "--save", "{root}/x.npz"], "GB for inputs"),
+    (["inputs", "solve", "--condition", "nosuch", "--save", "{root}/x.npz"], "has no condition"),
 ]
 
 
@@ -136,7 +221,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, ar
     assert code == 2, (argv, out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("opbench: error:"), err
-    assert needle in lines[0], lines[0]
+    assert needle.format(root=tmp_path) in lines[0], lines[0]
     assert "Traceback" not in out + err
     assert _checksums(tmp_path) == before
 

@@ -102,6 +102,13 @@ def test_inputs_refuses_to_overwrite_or_to_write_into_results(linear_files, caps
     assert not list(linear_files.glob("*/in.npz")) and not list(linear_files.glob("*/*/in.npz"))
 
 
+def test_inputs_are_saved_under_the_name_given(tmp_path):
+    """np.savez appends .npz to a name spelled otherwise (in.NPZ -> in.NPZ.npz)."""
+    path = write_arrays(tmp_path / "in.NPZ", {"x": np.ones(3, np.float32)})
+    assert [p.name for p in tmp_path.iterdir()] == ["in.NPZ"]
+    assert read_arrays(path)["x"].tolist() == [1, 1, 1]
+
+
 def _bad_inputs(d):
     """Each kind of bad input: (what to write, the check arguments, a phrase the error says)."""
     z = dict(np.load(d / "lin.npz"))
