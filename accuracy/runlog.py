@@ -48,11 +48,21 @@ class ClassProgress:
                 self.total = len(self._classes) * (int(match.group(1)) // max(int(match.group(2)), 1))
                 self._started = time.monotonic()
             return
-        for token in _NAME.findall(line):
-            owner = token.rsplit(".", 1)[0]
-            if owner in self._classes:
+        for match in _NAME.finditer(line):
+            owner = self._owner(line, match)
+            if owner:
                 self._enter(owner)
                 return
+
+    def _owner(self, line: str, match: re.Match) -> str | None:
+        """The class of a benchmark name; asv cuts a long one to its end ("...ttention.ScaledDotProductAttention.time_op")."""
+        owner = match.group(0).rsplit(".", 1)[0]
+        if owner in self._classes:
+            return owner
+        if line[max(match.start() - 3, 0):match.start()] != "...":
+            return None
+        ends = [name for name in self._classes if name.endswith(owner)]
+        return ends[0] if len(ends) == 1 else None
 
     def _enter(self, benchmark_class: str) -> None:
         if benchmark_class == self._current:

@@ -59,6 +59,12 @@ def test_discrepancies_group_identical_bits_and_judge_each_group(answers):
     assert rows["var"]["answer"] == f"2 different outputs; not within rounding: {NP_VAR}: beyond rounding (semantics: ddof=0)"
     var_groups = {g["implementations"][0]: g["varies_run_to_run"] for g in rows["var"]["groups"]}
     assert var_groups == {NP_VAR: False, TORCH_VAR: True}
+    assert list(answers.discrepancies["op"]) == ["sigmoid", "var", "linear"]  # outputs not within rounding first
+    assert answer_tables.pair_answer(answers.discrepancies) == (
+        f"{F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, both within rounding: "
+        "rounding, not a bug")
+    assert answer_tables.pair_answer(answers.discrepancies, "linear", "F.linear", "addmm(b, x, W.T)").startswith(
+        f"{F_LINEAR} vs {ADDMM} (linear, float32, size 2048): bitwise identical, both within rounding")
 
 
 def test_reproducibility_lists_thread_and_run_to_run_changes(answers):
@@ -114,7 +120,8 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
     headings = re.findall(r'<h2 id="([\w-]+)">', page)
     assert headings[:6] == ["verdicts", "discrepancies", "reproducibility", "speed", "changes", "self-test"]
     # the first lines answer the three questions
-    assert (f"<b>Bug or rounding?</b> 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
+    assert (f"<b>Bug or rounding?</b> {F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, "
+            f"both within rounding: rounding, not a bug. 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
             "In 1 of 3 op/dtype cases where implementations give different bits, every one is within rounding") in page
     assert re.search(r"best large GEMM 2\d\.\d GFLOP/s \(linear torch:F.linear at size 2048, float32, 2 thread\(s\)\), "
                      r"2\d% of the theoretical 128 GFLOP/s", page)

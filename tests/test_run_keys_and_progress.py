@@ -62,19 +62,22 @@ BATCH_2 = """\
 · Running 2 total benchmarks (1 commits * 1 environments * 2 benchmarks)
 [ 0.00%] · For opbench commit e9edf748 <check>:
 [50.00%] ··· bench_reductions.Sum.time_op                                    ok
-[100.00%] ··· bench_reductions.Sum.track_bound_ratio                         ok
+[100.00%] ··· ...ductions.Sum.track_bound_ratio                              ok
+[100.00%] ··· ...ttention.ScaledDotProductAttention.time_op                  ok
 """
 
 
 def test_progress_prints_one_line_per_class_across_batches():
     out = io.StringIO()
-    progress = ClassProgress(["bench_products.Dot", "bench_products.Gemv", "bench_reductions.Sum"], out=out)
+    progress = ClassProgress(["bench_products.Dot", "bench_products.Gemv", "bench_reductions.Sum",
+                              "bench_attention.ScaledDotProductAttention"], out=out)
     for batch in (BATCH_1, BATCH_2):  # one asv run per batch; the count and the clock go on
         for line in batch.splitlines(keepends=True):
             progress.feed(line)
         progress.finish()
     lines = out.getvalue().splitlines()
-    assert [line.split(" (")[0] for line in lines] == [
-        "[1/3] bench_products.Dot", "[2/3] bench_products.Gemv", "[3/3] bench_reductions.Sum"]
+    assert [line.split(" (")[0] for line in lines] == [  # asv shortens long names to "...<end of name>"
+        "[1/4] bench_products.Dot", "[2/4] bench_products.Gemv", "[3/4] bench_reductions.Sum",
+        "[4/4] bench_attention.ScaledDotProductAttention"]
     assert all("elapsed" in line for line in lines)
     assert "ETA" in lines[0] and lines[-1].endswith("done")

@@ -32,6 +32,7 @@ from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
 
 ENV_KEYS = ["machine", "env_name"]
 CASE_KEYS = [*ENV_KEYS, "op", "implementation", "dtype", "condition", "size", "threads"]
+SEED_PAIR = ("linear", "F.linear", "x @ W.T + b")  # the question opbench was started for
 GEMM_OPS = ("matmul", "linear", "bmm", "baddbmm")  # the measured peak: the best large-GEMM rate here
 FMA_UNITS = 2  # assumed per core for the theoretical peak (most x86 server cores since Haswell / Zen 2)
 DTYPE_BITS = {"float64": 64, "float32": 32, "float16": 32, "bfloat16": 32}  # half formats compute in float32 on CPUs
@@ -99,6 +100,8 @@ def verdict_reason(row: dict) -> str:
                      else f"inside the bound (ratio {bound:.3g}) but atypically large")
     if getattr(impl, "finding", ""):
         parts.append(f"known finding: {impl.finding}")
+    if impl is not None and not impl.stable:
+        parts.append("a textbook formula known to lose accuracy (declared stable=False)")
     return "; ".join(parts)
 
 
@@ -155,7 +158,33 @@ def discrepancies(cases: pd.DataFrame) -> pd.DataFrame:
                      "size": group["size"].iloc[0], "threads": group["threads"].iloc[0],
                      "implementations": len(group), "distinct_outputs": len(outputs), "groups": outputs,
                      "answer": _discrepancy_answer(outputs)})
-    return pd.DataFrame(rows, columns=columns)
+    table = pd.DataFrame(rows, columns=columns)
+    # outputs not within rounding first, then the ops with the most different outputs
+    rank = [(not a.startswith(("one implementation", "all bitwise", f"{n} different outputs, all within")), n)
+            for a, n in zip(table["answer"], table["distinct_outputs"])]
+    order = sorted(range(len(table)), key=lambda i: (not rank[i][0], -rank[i][1], table["op"].iloc[i]))
+    return table.iloc[order].reset_index(drop=True)
+
+
+def pair_answer(discrepancies: pd.DataFrame, op: str = SEED_PAIR[0], first: str = SEED_PAIR[1],
+                second: str = SEED_PAIR[2]) -> str | None:
+    """"first vs second": same bits or not, and both verdicts, for the first backend that has
+    both (float32 first); None where no backend ran both."""
+    rows = discrepancies.loc[discrepancies["op"] == op]
+    rows = rows.iloc[sorted(range(len(rows)), key=lambda i: rows["dtype"].iloc[i] != "float32")]
+    for row in rows.itertuples():
+        group_of = {impl: i for i, group in enumerate(row.groups) for impl in group["implementations"]}
+        for backend in dict.fromkeys(impl.partition(":")[0] for impl in group_of):
+            a, b = f"{backend}:{first}", f"{backend}:{second}"
+            if a in group_of and b in group_of:
+                verdicts = [row.groups[group_of[x]]["verdict"] for x in (a, b)]
+                same = group_of[a] == group_of[b]
+                both = verdicts[0] if verdicts[0] == verdicts[1] else " and ".join(verdicts)
+                tail = ": rounding, not a bug" if not same and all(v == WITHIN for v in verdicts) else ""
+                return (f"{a} vs {b} ({op}, {row.dtype}, size {int(row.size)}): "
+                        f"{'bitwise identical' if same else 'different bits'}, {'both ' if both == verdicts[0] else ''}"
+                        f"{both}{tail}")
+    return None
 
 
 def _severity(label: str) -> int:
@@ -166,7 +195,7 @@ def _severity(label: str) -> int:
 
 def _discrepancy_answer(outputs: list[dict]) -> str:
     if len(outputs) == 1:
-        return "all bitwise identical"
+        return "one implementation" if len(outputs[0]["implementations"]) == 1 else "all bitwise identical"
     outside = [g for g in outputs if not g["verdict"].startswith(WITHIN)]
     if not outside:
         return f"{len(outputs)} different outputs, all within rounding: the differences are rounding, not bugs"

@@ -17,7 +17,7 @@ import pandas as pd
 
 from accuracy.errors import OpbenchError
 from accuracy.report import plots
-from accuracy.report.answers import Answers, answer
+from accuracy.report.answers import Answers, answer, pair_answer
 from accuracy.report.changes import DEFAULT_THRESHOLD
 from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
@@ -392,7 +392,8 @@ def _lead(data: ReportData) -> str:
     differ = a.discrepancies.loc[a.discrepancies["distinct_outputs"] > 1]
     rounding = differ.loc[differ["answer"].str.contains("all within rounding")]
     outside = [f"{r.implementation} ({r.op}, {r.dtype})" for r in a.verdicts.itertuples()]
-    bug = (f"<b>Bug or rounding?</b> {len(outside)} not within rounding"
+    seed = pair_answer(a.discrepancies)
+    bug = (f"<b>Bug or rounding?</b> {html.escape(seed) + '. ' if seed else ''}{len(outside)} not within rounding"
            + (f": {html.escape(_names(outside))}" if outside else "")
            + f". In {len(rounding)} of {len(differ)} op/dtype cases where implementations give different bits, "
            "every one is within rounding: the differences are rounding, not bugs.")
