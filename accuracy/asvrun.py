@@ -222,6 +222,7 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
             env_fingerprints: dict[str, str] = {}
             written: dict[Path, None] = {}
             status = 0
+            busiest = os.getloadavg()[0]
             for index, batch in enumerate(batches):
                 workdir = tmp / f"batch-{index}"
                 folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
@@ -229,11 +230,13 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
                 before = _result_files(staging, machine)
                 status = max(status, log.call([*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
                                               env, progress=progress))
+                busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
                 if here is None:
-                    fingerprints = {p: _env_fingerprint(p, pythons, env, env_fingerprints) for p in changed}
+                    fingerprints = {p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints), busiest)
+                                    for p in changed}
                 else:
-                    fingerprints = dict.fromkeys(changed, here)
+                    fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
                 with _sigint_deferred():
                     written.update(dict.fromkeys(_commit(staging, results, machine, changed, fingerprints)))
                     saved.append(batch)
@@ -245,6 +248,14 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     page_warnings = make_offline(html) if written else []
     return RunOutcome(status, machine, list(written), log.path, page_warnings)
+
+
+def _with_load(fingerprint: str, busiest: float) -> str:
+    """The fingerprint plus how busy the machine was (1-minute load average, sampled as each batch
+    starts and ends): `opbench compare` will not call a timing change real when other work was
+    competing for the CPUs (accuracy/report/compare.py)."""
+    return json.dumps(json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}},
+                      indent=2)
 
 
 def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:

@@ -185,7 +185,8 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
     saved = Results.load(str(path), machine_name=machine_dir.name)
     assert {name: saved.get_result_value(name, []) for name in saved.get_all_result_keys()} == {
         "bench_a.track_first": [1]}
-    assert path.with_suffix(".fingerprint").is_file()
+    load = json.loads(path.with_suffix(".fingerprint").read_text())["load"]  # how busy the machine was
+    assert load["cpus"] == os.cpu_count() and load["max_1min"] >= 0
     frame = load_results(results).frame
     assert frame["benchmark"].tolist() == ["bench_a.track_first"] and frame["value"].tolist() == [1]
     assert not list(tmp_path.glob(".results-staging-*"))  # the staging copy is gone

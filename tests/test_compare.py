@@ -132,6 +132,24 @@ def test_two_identical_runs_compare_safe(tmp_path, capsys):
     assert {r["time_change"] for r in report["rows"]} == {"same"}
 
 
+@pytest.mark.parametrize(("load", "verdict", "change"), [(1.2, "NOT SAFE", "slower"), (11.3, "INCONCLUSIVE", "inconclusive")])
+def test_a_busy_machine_makes_time_differences_inconclusive(tmp_path, capsys, load, verdict, change):
+    """The same software, NEW timed 1.5x slower: real on an idle 2-CPU machine, unattributable when
+    a load average of 11 says other work competed (two identical runs under load measured 2.5x)."""
+    fingerprint = {"packages": {"numpy": "2.4.6"}, "load": {"max_1min": load, "cpus": 2}}
+    new = measure(seed=7, time={SLOW: 1.5})
+    code, report = run_json(capsys, write_sets(tmp_path, new=new, fingerprints=(fingerprint, fingerprint)),
+                            "box-base", "box-new")
+    assert report["verdict"] == verdict and code == {"NOT SAFE": 1, "INCONCLUSIVE": 3}[verdict]
+    assert by_case(report)[SLOW]["time_change"] == change
+    if load > 3:
+        assert report["busy"] == ["load average up to 11.3 on 2 CPUs during BASE",
+                                  "load average up to 11.3 on 2 CPUs during NEW"]
+        assert "the machine was busy" in report["summary"][0] and "rerun on an idle machine" in report["summary"][0]
+    else:
+        assert report["busy"] == []
+
+
 def test_gflops_never_outvotes_time(tmp_path, capsys):
     """The seed bug: x @ W.T + b went 9.66 ms -> 194 us but a separate GFLOP/s track said slower.
     GFLOP/s is now derived from time_op's own samples, and a legacy track_gflops is ignored."""

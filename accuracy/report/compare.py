@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 import pandas as pd
 
 from accuracy.errors import OpbenchError
@@ -29,7 +31,7 @@ from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
 from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
-from accuracy.report.stack import stack_difference
+from accuracy.report.stack import read_load, stack_difference
 from accuracy.verdicts import VERDICTS, WITHIN
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
@@ -67,6 +69,7 @@ class Comparison:
     only_in_base: int
     only_in_new: int
     warnings: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # why timings are not comparable (busy_machine)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -110,7 +113,11 @@ class Comparison:
             head = "NOT SAFE: " + ", ".join(parts)
         else:
             head = f"{verdict}: no case left within rounding, no significant slowdown beyond {pct}"
-            if verdict == INCONCLUSIVE:
+            if verdict == INCONCLUSIVE and self.busy:
+                head += (f"; but the speed of {undecided} of {timed} timed cases is undecided: the machine was "
+                         f"busy ({'; '.join(self.busy)}), so no time difference is taken as real: rerun on an "
+                         "idle machine")
+            elif verdict == INCONCLUSIVE:
                 head += (f"; but the speed of {undecided} of {timed} timed cases is undecided (fewer than 2 "
                          "samples, or a change asv's test does not confirm): rerun with more samples")
         bits = "bits: " + ", ".join(f"{count} {what}" for what, count in self.bits().items())
@@ -137,6 +144,7 @@ class Comparison:
             "only_in_base": self.only_in_base,
             "only_in_new": self.only_in_new,
             "warnings": self.warnings,
+            "busy": self.busy,
             "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows],
         }
 
@@ -151,13 +159,16 @@ def compare_results(
     stacks = file_stacks(results_dir, loaded.frame)
     base_set = resolve(loaded.frame, base, "BASE", stacks, loaded.warnings)
     new_set = resolve(loaded.frame, new, "NEW", stacks, loaded.warnings)
-    comparison = compare_sets(base_set, new_set, time_threshold)
+    busy = [why for s in (base_set, new_set) if (why := busy_machine(results_dir, s))]
+    comparison = compare_sets(base_set, new_set, time_threshold, busy)
     comparison.warnings = list(loaded.warnings)
     return comparison
 
 
-def compare_sets(base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD) -> Comparison:
-    """One row per case present in both sets, worst first."""
+def compare_sets(base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD,
+                 busy: list[str] = ()) -> Comparison:
+    """One row per case present in both sets, worst first. `busy` says when the machine was busy
+    (`busy_machine`): a timing change is then inconclusive, never slower or faster."""
     # Machine / env name are part of the row key when both sets share a value: comparing two
     # machines that both ran env e1 and e2 pairs e1 with e1; comparing env a with env b does not.
     key_dims = [
@@ -173,12 +184,24 @@ def compare_sets(base: ResultSet, new: ResultSet, time_threshold: float = DEFAUL
             f"({len(wide_base)} vs {len(wide_new)} cases, none with the same op and parameters)"
         )
     params = _param_lookup(base.frame)
-    rows = [_row(record, index, params, time_threshold) for record in merged.to_dict("records")]
+    rows = [_row(record, index, params, time_threshold, bool(busy)) for record in merged.to_dict("records")]
     rows.sort(key=_sort_key)
     return Comparison(
         base, new, time_threshold, rows, key_dims,
-        only_in_base=len(wide_base) - len(merged), only_in_new=len(wide_new) - len(merged),
+        only_in_base=len(wide_base) - len(merged), only_in_new=len(wide_new) - len(merged), busy=list(busy),
     )
+
+
+def busy_machine(results_dir, result_set: ResultSet) -> str | None:
+    """Why this set's timings cannot be compared with another run's: other work competed for the
+    CPUs (a 1-minute load average above the CPU count plus one, the benchmark's own threads
+    and asv's process), so a time difference may be the machine's, not the software's."""
+    pairs = result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False)
+    loads = [load for m, f in pairs if (load := read_load(Path(results_dir) / m / f))]
+    if not loads:
+        return None
+    load, cpus = max(loads)
+    return f"load average up to {load:.3g} on {cpus} CPUs during {result_set.role}" if load > cpus + 1 else None
 
 
 _STATS = ("value", "ci_99_a", "ci_99_b", "repeat", "samples", "failed")
@@ -211,7 +234,7 @@ def _param_lookup(frame: pd.DataFrame) -> dict[tuple[str, str], dict]:
     }
 
 
-def _row(record: dict, index: list[str], params: dict, threshold: float) -> dict:
+def _row(record: dict, index: list[str], params: dict, threshold: float, busy: bool) -> dict:
     p = params.get((record["op"], record["params"]), {})
     impl, _, dtype = str(p.get("impl_dtype", "")).rpartition("@")
     row: dict = {
@@ -236,7 +259,7 @@ def _row(record: dict, index: list[str], params: dict, threshold: float) -> dict
                             and _flag(record.get(f"{s}_failed_new"))]
     if row["newly_failing"]:
         verdicts.append(FAILING)
-    verdicts += _speed(row, record, threshold)
+    verdicts += _speed(row, record, threshold, busy)
     verdicts += _accuracy(row)
     verdicts = sorted(set(verdicts), key=VERDICT_ORDER.index) or [UNCHANGED]
     row["verdicts"] = verdicts
@@ -245,7 +268,7 @@ def _row(record: dict, index: list[str], params: dict, threshold: float) -> dict
     return row
 
 
-def _speed(row: dict, record: dict, threshold: float) -> list[str]:
+def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
     """time_op's samples decide; GFLOP/s (derived from them) is only shown."""
     t_base, t_new = row["time_base"], row["time_new"]
     row["time_ratio"] = t_new / t_base if t_base and t_new is not None else None
@@ -255,6 +278,8 @@ def _speed(row: dict, record: dict, threshold: float) -> list[str]:
     timings = [_timing(record, side) for side in ("base", "new")]
     row["time_samples_base"], row["time_samples_new"] = (t.repeat for t in timings)
     row["time_change"] = timing_change(*timings, threshold)
+    if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
+        row["time_change"] = changes.INCONCLUSIVE
     return [{changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}.get(
         row["time_change"])] if row["time_change"] != changes.SAME else []
 

@@ -17,13 +17,27 @@ from accuracy.report.fingerprint import fingerprint_path
 MISSING = "-"
 
 
-def read_stack(result_path: Path) -> dict[str, str] | None:
-    """The flattened stack of one results file; None without a readable fingerprint."""
+def _read_fingerprint(result_path: Path) -> dict | None:
     try:
         data = json.loads(fingerprint_path(result_path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return flatten(data) if isinstance(data, dict) and "error" not in data else None
+    return data if isinstance(data, dict) and "error" not in data else None
+
+
+def read_stack(result_path: Path) -> dict[str, str] | None:
+    """The flattened stack of one results file; None without a readable fingerprint."""
+    data = _read_fingerprint(result_path)
+    return None if data is None else flatten(data)
+
+
+def read_load(result_path: Path) -> tuple[float, int] | None:
+    """(the highest 1-minute load average seen while the run that wrote the file ran, the
+    machine's CPU count), as `opbench run` records it; None for older fingerprints."""
+    load = _mapping((_read_fingerprint(result_path) or {}).get("load"))
+    if not isinstance(load.get("max_1min"), (int, float)) or not isinstance(load.get("cpus"), int):
+        return None
+    return float(load["max_1min"]), load["cpus"]
 
 
 def flatten(fingerprint: dict) -> dict[str, str]:
