@@ -28,7 +28,7 @@ from accuracy.hard_inputs import hard_inputs
 from accuracy.exact import Exact
 from accuracy.metrics import ulp_error
 from accuracy.references import cores
-from accuracy.registry import Impl, OpInfo
+from accuracy.registry import Impl, OpInfo, all_ops
 from accuracy.verdicts import correctly_rounded
 
 SCAN_DTYPES = ("float32", "float16", "bfloat16")
@@ -283,6 +283,28 @@ def as_rows(result: ScanResult) -> list[dict]:
 def _bin_label(i: int) -> str:
     low = 0.0 if i == 0 else HISTOGRAM_EDGES[i - 1]
     return f"({low:g}, {HISTOGRAM_EDGES[i]:g}]"
+
+
+def scan_class_name(op: str, dtype: str) -> str:
+    """The `full` asv profile's class holding one scan's tracks (benchmarks/bench_references.py)."""
+    return f"Scan{op.capitalize()}{dtype.capitalize()}"
+
+
+SCAN_TRACKS = {"track_max_ulp": "max_ulp", "track_not_correctly_rounded": "not_correctly_rounded"}
+
+
+def rows_from_tracks(tracks: dict[tuple[str, str], float]) -> list[dict]:
+    """`zimmermann_table` rows from asv results of the scan tracks: {(benchmark, impl): value},
+    the benchmark as asv names it ("bench_references.ScanExpFloat32.track_max_ulp"); other
+    benchmarks are ignored. A scan with one of its two tracks missing is left out."""
+    classes = {scan_class_name(op.name, dtype): (op.name, dtype) for op in all_ops() for dtype in (*SCAN_DTYPES, "float64")}
+    found: dict[tuple[str, str, str], dict] = {}
+    for (benchmark, impl), value in tracks.items():
+        *_, cls, track = benchmark.split(".")
+        if cls in classes and track in SCAN_TRACKS:
+            op, dtype = classes[cls]
+            found.setdefault((op, dtype, impl), {"op": op, "dtype": dtype, "impl": impl})[SCAN_TRACKS[track]] = value
+    return [r for r in found.values() if set(SCAN_TRACKS.values()) <= set(r)]
 
 
 def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -16,7 +16,7 @@ from accuracy.dtypes import get_format
 from accuracy.exact_gemm import exact_matmul
 from accuracy.references import correctly_rounded
 from accuracy.registry import get_op
-from accuracy.scan import as_rows, scan, scannable, select_impls
+from accuracy.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
 from .common import PROFILES, current_profile
 
@@ -110,6 +110,23 @@ class CorrectlyRounded:
         return _seconds(self._reference) / op
 
 
+_SCAN_TRACK_DOCS = {  # row key -> (unit, doc); all lower is better
+    "max_ulp": ("ulp", "Largest ulp error over every input of the format."),
+    "not_correctly_rounded": ("count", "Inputs whose result is not the correctly rounded value."),
+}
+
+
+def _scan_track(name: str, key: str):
+    """asv track `name` reading one column of the scan's rows (`accuracy.scan.as_rows`) for an impl."""
+
+    def track(self, rows, impl):
+        return rows[impl][key]
+
+    track.__name__ = track.__qualname__ = name
+    track.unit, track.__doc__ = _SCAN_TRACK_DOCS[key]
+    return track
+
+
 def _scan_classes() -> dict[str, type]:
     """`full` profile: one class per scanned function and format; tracks per implementation."""
     if current_profile() is not PROFILES["full"]:
@@ -128,20 +145,10 @@ def _scan_classes() -> dict[str, type]:
             op, fmt = get_op(name), get_format(dtype)
             return {r["impl"]: r for r in as_rows(scan(op, fmt, select_impls(op, fmt, None)))}
 
-        def track_max_ulp(self, rows, impl):
-            """Largest ulp error over every input of the format (lower is better)."""
-            return rows[impl]["max_ulp"]
-
-        def track_not_correctly_rounded(self, rows, impl):
-            """Inputs whose result is not the correctly rounded value (lower is better)."""
-            return rows[impl]["not_correctly_rounded"]
-
-        _unit("ulp")(track_max_ulp)
-        _unit("count")(track_not_correctly_rounded)
-        cls = f"Scan{name.capitalize()}{dtype.capitalize()}"
+        cls = scan_class_name(name, dtype)
         classes[cls] = type(cls, (), {
             "params": [impls], "param_names": ["impl"], "timeout": 3600, "setup_cache": setup_cache,
-            "track_max_ulp": track_max_ulp, "track_not_correctly_rounded": track_not_correctly_rounded,
+            **{track: _scan_track(track, key) for track, key in SCAN_TRACKS.items()},
             "version": f"scan-{name}-{dtype}-op{op.version}",
         })
     return classes

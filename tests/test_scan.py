@@ -14,7 +14,8 @@ from accuracy.cli import main
 from accuracy.dtypes import get_format
 from accuracy.hard_inputs import HARD_TO_ROUND, hard_inputs
 from accuracy.registry import all_ops, get_op
-from accuracy.scan import all_inputs, as_rows, hex_of, sample_float64, scan, scannable, zimmermann_table
+from accuracy.scan import (all_inputs, as_rows, hex_of, rows_from_tracks, sample_float64, scan, scan_class_name,
+                           scannable, zimmermann_table)
 
 
 def test_all_inputs_cover_every_bit_pattern_once():
@@ -74,6 +75,20 @@ def test_zimmermann_table_is_function_by_implementation():
     header, body = zimmermann_table(rows)
     assert header == ["function", "dtype", "numpy", "torch"]
     assert body == [["exp", "float32", "2.4", "0.5"], ["log", "float32", "1.5", ""]]
+
+
+def test_zimmermann_table_from_the_full_profiles_asv_tracks():
+    """The report reads the scan tracks back from asv results by benchmark name and impl."""
+    tracks = {("bench_references.ScanExpFloat32.track_max_ulp", "numpy:np.exp"): 2.4,
+              ("bench_references.ScanExpFloat32.track_not_correctly_rounded", "numpy:np.exp"): 3.0,
+              ("bench_references.ScanLogBfloat16.track_max_ulp", "torch:torch.log"): 0.9,
+              ("bench_references.ScanLogBfloat16.track_not_correctly_rounded", "torch:torch.log"): 7.0,
+              ("bench_references.ScanSinFloat32.track_max_ulp", "numpy:np.sin"): 1.0,  # its count is missing
+              ("bench_elementwise.Exp.track_max_ulp", "numpy:np.exp"): 9.0}
+    header, body = zimmermann_table(rows_from_tracks(tracks))
+    assert header == ["function", "dtype", "numpy", "torch"]
+    assert body == [["exp", "float32", "2.4", ""], ["log", "bfloat16", "", "0.9"]]
+    assert scan_class_name("log", "bfloat16") == "ScanLogBfloat16"
 
 
 def test_cli_scan_json_and_bad_input(capsys):
