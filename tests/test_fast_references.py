@@ -152,6 +152,19 @@ def test_a_value_a_hair_above_a_midpoint_keeps_the_lo_that_breaks_the_tie():
     assert round_exact(exact, fmt)[0] == 1.0 + 2.0**-23
 
 
+def test_float32_logs_whose_float64_value_is_a_midpoint_round_by_the_exact_value():
+    """The 8 positive float32 x whose float64 log(x) is exactly a float32 midpoint (found by a
+    scan of all of them): rounding that float64 to even would be wrong for 5 of them."""
+    fmt = get_format("float32")
+    x = np.array([0x1F116AB8, 0x3C413D3A, 0x41178FEB, 0x4C5D65A5, 0x4D604EBE, 0x65D890D3, 0x66A8C860, 0x6F31A8EC],
+                 dtype=np.uint32).view(np.float32).astype(np.float64)
+    exact = correctly_rounded(np.log, mpmath.log, x, fmt)
+    midpoint_rounding = fmt.round(exact.hi)
+    want = _mp_rounded(mpmath.log, x, fmt).astype(np.float32)
+    assert fmt.round(round_exact(exact, fmt)).tobytes() == want.tobytes()
+    assert np.sum(midpoint_rounding != want) == 5
+
+
 def _exact_product(a, b) -> list[list[Fraction]]:
     return [[sum((Fraction(a[i, l]) * Fraction(b[l, j]) for l in range(a.shape[1])), Fraction(0))
              for j in range(b.shape[1])] for i in range(a.shape[0])]
