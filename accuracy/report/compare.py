@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.errors import OpbenchError
-from accuracy.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, compared
+from accuracy.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
@@ -211,7 +211,9 @@ def _wide(result_set: ResultSet, key_dims: list[str]) -> pd.DataFrame:
     """One row per case; columns <slot>, <slot>_ci_99_a, ..., <slot>_failed."""
     frame = result_set.frame.copy()
     frame["op"] = frame["benchmark"].str.rsplit(".", n=1).str[0]
-    frame = frame.loc[frame["metric"].isin(_SLOTS)].assign(slot=lambda f: f["metric"])
+    # time by time_op alone: a class may time more (bench_references' time_reference, time_dgemm)
+    timed_op = (frame["metric"] != "time") | frame["benchmark"].str.endswith(f".{TIME_BENCHMARK}")
+    frame = frame.loc[frame["metric"].isin(_SLOTS) & timed_op].assign(slot=lambda f: f["metric"])
     index = ["op", "params", *key_dims]
     if frame.duplicated([*index, "slot"]).any():
         dims = [d for d in KEY_DIMS if d not in key_dims and frame[d].nunique() > 1]
