@@ -109,3 +109,25 @@ def test_a_case_whose_bits_change_run_to_run_says_so_and_reports_its_worst_run()
     assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run", flaky) == 1
     assert _track(bench_activations.Relu, params, "track_max_ulp", flaky) == 1  # the worst of the runs
     assert _track(bench_activations.Relu, params, "track_verdict_tier", flaky) > 0
+
+
+def test_a_one_thread_result_with_other_bits_is_judged_too():
+    """At all cores the tracks report the worse of the all-cores and the 1-thread result."""
+    params = ("numpy:np.maximum(x, 0)@float32", bench_activations.Relu.params[1][0], 2)
+
+    def one_thread_off(bench):
+        exact_run = bench.case.run
+
+        def run(impl, threads=None):
+            out = exact_run(impl, threads)
+            if threads == 1:  # one element one ulp off, on one thread only
+                out = out.copy()
+                out[np.argmax(out)] = np.nextafter(out.max(), np.float32(np.inf))
+            return out
+        bench.case.run = run
+
+    assert _track(bench_activations.Relu, params, "track_max_ulp") == 0
+    assert _track(bench_activations.Relu, params, "track_max_ulp", one_thread_off) == 1
+    assert _track(bench_activations.Relu, params, "track_bits_differ_1_vs_all_threads", one_thread_off) == 1
+    assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run", one_thread_off) == 0
+
