@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import shutil
 import subprocess
@@ -26,8 +27,8 @@ CDN_HOSTS = sorted({url.split("/")[2] for url in BY_URL})
 
 def _git(*args):
     return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "HOME": "/nonexistent"}).stdout.strip()
+                          env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                                   GIT_COMMITTER_EMAIL="t@t")).stdout.strip()
 
 
 @pytest.fixture(scope="module")
