@@ -92,8 +92,7 @@ def verdict_reason(row: dict) -> str:
     elif bound is not None and bound > 1:
         parts.append(f"max error {bound:.3g}x the worst-case rounding bound ({row.get('max_ulp', math.nan):.3g} ulp)")
     elif verdict == BEYOND and not parts:
-        parts.append(f"outside the library's published ulp contract ({row.get('max_ulp', math.nan):.3g} ulp), "
-                     f"inside the worst-case bound (ratio {bound:.3g})")
+        parts.append(_inside_bound_reason(row, impl))
     if verdict == SUSPICIOUS:
         parts.append(f"inside the bound (ratio {bound:.3g}) but {typical:.3g}x the error a correct algorithm "
                      "makes on these inputs" if typical == typical and typical is not None
@@ -103,6 +102,24 @@ def verdict_reason(row: dict) -> str:
     if impl is not None and not impl.stable:
         parts.append("a textbook formula known to lose accuracy (declared stable=False)")
     return "; ".join(parts)
+
+
+def _inside_bound_reason(row: dict, impl) -> str:
+    """Beyond rounding inside the worst-case bound: a published contract broken, else a tier the
+    tracks do not record (`opbench explain` prints it)."""
+    from accuracy.contracts import contract_for
+    from accuracy.dtypes import get_format
+    from accuracy.precision import compute_format
+
+    inside = f"inside the worst-case bound (ratio {row['bound_ratio']:.3g}), max error {row['max_ulp']:.3g} ulp"
+    try:
+        fmt = get_format(row["dtype"])
+    except (KeyError, ValueError, OpbenchError):
+        fmt = None
+    contract = contract_for(row["op"], impl, fmt, compute_format(impl, fmt)) if fmt is not None and impl else None
+    if contract is not None:
+        return f"outside its contract of {contract.max_ulp} ulp from the correctly rounded value ({contract.source}); {inside}"
+    return f"{inside}; `opbench explain {row['op']} --dtype {row['dtype']}` gives the deciding tier and element"
 
 
 def _sizes(values: pd.Series) -> str:
