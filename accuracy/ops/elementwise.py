@@ -46,7 +46,10 @@ TANH = elementwise_op(
     impls=[
         Impl("numpy", "np.tanh", lambda ns, x: ns.tanh(x), IEEE_DTYPES),
         Impl("torch", "torch.tanh", lambda ns, x: ns.tanh(x), ALL_DTYPES),
-        *unary("math.tanh", "Tanh", "tanh", "numpy.tanh", ORT_FLOAT64),
+        *unary("math.tanh", "Tanh", "tanh", "numpy.tanh", ORT_FLOAT64, findings={
+            "tensorflow": "Eigen's float32 tanh errs up to 4.42 ulp on 65536 inputs in [-5, 5], 1.11x the bound",
+            "onnxruntime": "MLAS's float32 tanh errs up to 4.38 ulp on 65536 inputs in [-5, 5], 1.10x the bound",
+            "jax": "XLA's float32 tanh errs up to 4.38 ulp on 65536 inputs in [-5, 5], 1.10x the bound"}),
     ],
 )
 

@@ -258,7 +258,8 @@ VECTOR_NORM = OpInfo(
     bound=_norm_bound,
     bound_doc="gamma_{n+2} * ||x||: a sum of n non-negative squares, then sqrt (scaled nrm2 included)",
     impls=(
-        Impl("numpy", "np.linalg.norm", lambda ns, x: ns.linalg.norm(x), IEEE_DTYPES),
+        # unlike solve or inv, norm does not upcast float32: it is sqrt(x.dot(x)) in the input's dtype
+        Impl("numpy", "np.linalg.norm", lambda ns, x: ns.linalg.norm(x), IEEE_DTYPES, compute={"float32": "float32"}),
         Impl("scipy", "linalg.norm", lambda ns, x: ns.linalg.norm(x), SINGLE_DOUBLE, note="BLAS ?nrm2"),
         Impl("torch", "torch.linalg.vector_norm", lambda ns, x: ns.linalg.vector_norm(x), ALL_DTYPES),
         Impl("numpy", "sqrt(sum(x*x))", lambda ns, x: ns.sqrt(ns.sum(x * x)), IEEE_DTYPES),
