@@ -34,12 +34,12 @@ from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 from accuracy.explain import pairwise
 from accuracy.metric_table import BY_NAME
-from accuracy.metrics import ulp, ulp_error
+from accuracy.metrics import rounding_error, ulp, ulp_error
 from accuracy.precision import compute_format
 from accuracy.registry import OpInfo, get_op
 from accuracy.tables import format_table
 from accuracy.typical import SEED, TYPICAL_Z, TypicalModel, typical_model
-from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement, rounding_error
+from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype

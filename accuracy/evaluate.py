@@ -49,11 +49,6 @@ class Case:
         with np.errstate(all="ignore"):
             return np.asarray(self.op.fp64(**self.inputs64), dtype=np.float64)
 
-    @cached_property
-    def bound(self) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            return self.op.bound(self.inputs64, self.exact, self.fmt)
-
     def run(self, impl: Impl, threads: int | None = None, inputs: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """The implementation's output on this case's inputs (or `inputs` in the case's dtype,
         e.g. a self-test's mutated ones), in the case's dtype.
@@ -77,11 +72,12 @@ class Case:
         return self.evidence.judge(self.run(impl) if result is None else result, impl)
 
     def measure(self, impl: Impl, result: np.ndarray | None = None) -> ErrorSummary:
+        """The error metrics; the bound ratio is the verdict's (at the implementation's compute precision)."""
         result = self.run(impl) if result is None else result
         if result.shape != self.exact.shape:  # metrics would broadcast and measure nonsense
             raise ValueError(f"{impl.name} returned shape {result.shape} but the {self.op.name} reference has "
                              f"{self.exact.shape} (a changed reference needs a new op version)")
-        return summarize(result, self.exact, self.fp64, self.bound)
+        return summarize(result, self.exact, self.fp64, self.evidence.bound_for(impl)[1])
 
 
 def make_case(op_name: str, dtype: str, size: int | None = None, condition: str = DEFAULT_CONDITION) -> Case:

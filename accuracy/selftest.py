@@ -28,7 +28,8 @@ from accuracy.emulate import emulate
 from accuracy.evaluate import Case
 from accuracy.precision import TF32, compute_format
 from accuracy.registry import DEFAULT_CONDITION, Impl, OpInfo, all_ops, get_op
-from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence, rounding_error
+from accuracy.metrics import rounding_error
+from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence
 
 MUST_CATCH = 16.0  # the target: catch every mutant at >= 16x the least accurate correct error
 HALF_ULP = 0.5  # no algorithm can promise less: E_least is at least a correct rounding's error

@@ -22,7 +22,7 @@ import numpy as np
 from accuracy import backward, contracts
 from accuracy.dtypes import FloatFormat
 from accuracy.exact import Exact
-from accuracy.metrics import ulp
+from accuracy.metrics import bound_ratio, correctly_rounded, rounding_error, ulp
 from accuracy.precision import compute_format, model_bound, scaled_unit_roundoff
 from accuracy.typical import TypicalModel, cached_typical_model
 
@@ -33,32 +33,6 @@ NAN = float("nan")
 
 def tier(verdict: str) -> int:
     return VERDICTS.index(verdict)
-
-
-def correctly_rounded(exact: Exact, fmt: FloatFormat) -> np.ndarray:
-    """The exact value rounded to `fmt` (as float64): hi rounded, unless hi sits exactly on a
-    rounding midpoint of fmt and lo breaks the tie."""
-    hi, lo = np.asarray(exact.hi, dtype=np.float64), np.asarray(exact.lo, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        rounded = fmt.round(hi).astype(np.float64)
-        if fmt.precision < 53:
-            tie = (np.abs(hi - rounded) == ulp(rounded, fmt) / 2) & (lo != 0)
-            if np.any(tie):
-                nudged = np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf))
-                rounded = np.where(tie, fmt.round(nudged).astype(np.float64), rounded)
-    return rounded
-
-
-def rounding_error(result: np.ndarray, exact: Exact, fmt: FloatFormat) -> np.ndarray:
-    """|result - exact| per element: 0 where the result is the correctly rounded value, inf
-    where it is non-finite (or finite) against a correctly rounded value that is not."""
-    r = np.asarray(result).astype(np.float64)
-    rounded = correctly_rounded(exact, fmt)
-    with np.errstate(all="ignore"):
-        diff = np.abs(np.asarray((r.astype(np.longdouble) - exact.hi) - exact.lo, dtype=np.float64))
-    exact_match = (r == rounded) | (np.isnan(r) & np.isnan(rounded))
-    comparable = np.isfinite(r) & np.isfinite(rounded)
-    return np.where(exact_match, 0.0, np.where(comparable, diff, np.inf))
 
 
 @dataclass(frozen=True)
@@ -120,6 +94,12 @@ class Evidence:
             self._bounds[compute.name] = model_bound(self.op, self.inputs64, self.exact, self.fmt, algorithm)
         return self._bounds[compute.name]
 
+    def bound_for(self, impl) -> tuple[FloatFormat, np.ndarray]:
+        """The precision `impl` computes in and its bound there (the precision model): what the
+        verdict, explain's bound ratio and the asv track all use."""
+        compute = compute_format(impl, self.fmt, self.op.family)
+        return compute, self.bound(compute)
+
     def typical(self, compute: FloatFormat) -> TypicalModel | None:
         if compute.name not in self._typical:
             self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
@@ -153,16 +133,12 @@ class Evidence:
         output = np.asarray(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
-        compute = compute_format(impl, self.fmt, self.op.family)
+        compute, bound = self.bound_for(impl)
         semantics = getattr(impl, "semantics", "") or ""
         err = rounding_error(output, self.exact, self.fmt)
-        common = {"compute": compute.name, "semantics": semantics}
-        bound = self.bound(compute)
         vacuous = not np.all(np.isfinite(bound))
-        with np.errstate(all="ignore"):
-            finite_err = np.where(np.isfinite(err), err, 0.0)
-            bound_ratio = NAN if vacuous else float(np.max(np.where(finite_err == 0, 0.0, finite_err / bound), initial=0.0))
-        common["bound_ratio"] = bound_ratio
+        ratio_to_bound = bound_ratio(output, self.exact, bound)
+        common = {"compute": compute.name, "semantics": semantics, "bound_ratio": ratio_to_bound}
         nonfinite = int(np.count_nonzero(np.isinf(err)))
 
         if semantics:
@@ -177,9 +153,9 @@ class Evidence:
             return self._by_contract(output, err, contract, common)
         if not np.any(err):  # error 0 everywhere: every ratio is 0, whatever the bounds
             return Judgement(WITHIN, "correctly rounded: every element is the exact value rounded to "
-                             f"{self.fmt.name}", **{**common, "bound_ratio": 0.0}, typical_ratio=0.0)
-        if not vacuous and bound_ratio > 1:
-            return Judgement(BEYOND, f"error {bound_ratio:.3g}x the worst-case bound at {compute.name} "
+                             f"{self.fmt.name}", **common, typical_ratio=0.0)
+        if not vacuous and ratio_to_bound > 1:
+            return Judgement(BEYOND, f"error {ratio_to_bound:.3g}x the worst-case bound at {compute.name} "
                              f"({self.op.bound_doc})", worst=self.worst(output, err, bound), **common)
         ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
         if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too

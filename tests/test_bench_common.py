@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
-from benchmarks import bench_activations, bench_linalg, bench_reductions  # noqa: E402
+from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions  # noqa: E402
 from benchmarks.common import RUN_DIR_VAR, output_digest  # noqa: E402
 
 
@@ -131,3 +131,41 @@ def test_a_one_thread_result_with_other_bits_is_judged_too():
     assert _track(bench_activations.Relu, params, "track_bits_differ_1_vs_all_threads", one_thread_off) == 1
     assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run", one_thread_off) == 0
 
+
+def test_bound_ratio_track_is_the_verdicts_at_the_compute_precision():
+    """A float16 sum that torch computes in float32: float16's own gamma_4095 is vacuous (4095 u >= 1),
+    so a storage-precision bound gives NaN; the precision model (float32 algorithm bound + one rounding
+    to float16) proves it, and the asv track, explain's column and the verdict report that same ratio."""
+    from accuracy.dtypes import get_format
+    from accuracy.evaluate import Case
+    from accuracy.metrics import bound_ratio
+    from accuracy.registry import get_op
+
+    params = ("torch:torch.sum@float16", 4096, "cancelling", 1)
+    track = _track(bench_reductions.Sum, params, "track_bound_ratio")
+    op = get_op("sum")
+    case = Case(op, get_format("float16"), 4096, "cancelling")
+    impl = op.impl("torch:torch.sum")
+    out = case.run(impl, 1)  # the track's thread count
+    judgement = case.judge(impl, out)
+    assert judgement.compute == "float32" and judgement.verdict == "within rounding"
+    assert track == judgement.bound_ratio == case.measure(impl, out).bound_ratio
+    assert 0 < track < 1e-4  # measured 3.0e-6
+    assert np.isnan(bound_ratio(out, case.exact, op.bound(case.inputs64, case.exact, case.fmt)))
+
+
+def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
+    """Where float16's bound is finite it is loose: the float32 bound + one rounding is ~6000x sharper."""
+    from accuracy.dtypes import get_format
+    from accuracy.evaluate import Case
+    from accuracy.metrics import bound_ratio
+    from accuracy.registry import get_op
+
+    op = get_op("matmul")
+    case = Case(op, get_format("float16"), 128)
+    impl = op.impl("torch:torch.matmul")
+    out = case.run(impl, 1)  # the track's thread count
+    storage = bound_ratio(out, case.exact, op.bound(case.inputs64, case.exact, case.fmt))
+    track = _track(bench_products.Matmul, ("torch:torch.matmul@float16", 128, 1), "track_bound_ratio")
+    assert track == case.judge(impl, out).bound_ratio
+    assert 0.05 < track < 1 and track > 1000 * storage  # measured 0.263 and 4.4e-05

@@ -75,7 +75,7 @@ def test_every_impl_runs_with_right_shape_dtype_and_within_bound(op_name, condit
         assert np.all(np.isfinite(result.astype(np.float64))), impl.name
         assert case.measure(impl, result).nonfinite == 0, impl.name
         if dtype in ("float32", "float64") and not (impl.semantics or impl.finding):
-            ratio = bound_ratio(result, case.exact, case.bound)
+            ratio = case.measure(impl, result).bound_ratio
             assert np.isnan(ratio) or ratio <= 1.0, (impl.name, ratio)
 
 
@@ -85,7 +85,7 @@ def test_fp64_reference_within_float64_bound(op_name, condition):
     case = Case(get_op(op_name), get_format("float64"), get_op(op_name).test_size, condition)
     assert case.exact.shape == case.fp64.shape
     assert np.all(np.isfinite(case.exact.hi))
-    assert bound_ratio(case.fp64, case.exact, case.bound) <= 1.0
+    assert bound_ratio(case.fp64, case.exact, case.evidence.bound(case.fmt)) <= 1.0
 
 
 DEFAULTS = [
