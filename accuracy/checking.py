@@ -38,13 +38,13 @@ from accuracy.metrics import rounding_error, ulp, ulp_error
 from accuracy.precision import compute_format
 from accuracy.registry import OpInfo, get_op
 from accuracy.tables import format_table
-from accuracy.typical import SEED, TYPICAL_Z, TypicalModel, typical_model
+from accuracy.emulate_torch import monte_carlo_runs
+from accuracy.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
 from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
 FLOAT64 = FORMATS["float64"]
-PERTURBED_RUNS = 16  # float64 evaluations on perturbed inputs: the sensitivity of a user function
 
 
 @dataclass(frozen=True)
@@ -298,41 +298,42 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
                            f"{type(exc).__name__}: {_first_line(exc)}") from None
 
 
-def _function_model(fn, name, backend_name, inputs64, exact, fmt, own) -> tuple[TypicalModel, str]:
-    """The typical tier for a function: issue #10's emulation of its own formula in `fmt` where
-    it is numpy ufuncs. Otherwise the error scale per element is the larger of the function's
-    own `fmt` evaluation's largest error over all elements (its own summation order may be far
-    more accurate than another correct one at any given element: a blocked sum against a
-    recursive one) and the RMS change of its float64 evaluation when every input is perturbed
-    by a random relative error of up to u (what a backward-stable `fmt` algorithm may do);
-    TYPICAL_Z of it plus one ulp is flagged. Lenient where outputs span many magnitudes."""
+def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[TypicalModel | None, str]:
+    """The typical tier for a function, derived as typical.py derives it for registry ops: the
+    scale per element is the larger of the RMS error of RANDOM_RUNS Monte Carlo runs of the
+    function in `fmt` arithmetic and the error of one deterministic `fmt` run, against its
+    float64 evaluation; TYPICAL_Z of it plus one ulp is flagged. A numpy function's runs are its
+    formula emulated (accuracy.emulate, deterministic run: round-to-nearest recursive sums); a
+    torch function's are its ATen ops with sampled roundings (accuracy.emulate_torch,
+    deterministic run: its own `fmt` result). None where the formula cannot be followed."""
+    def how(runs: str, deterministic: str) -> str:
+        return (f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max(RMS error of "
+                f"{RANDOM_RUNS} Monte Carlo runs, {deterministic}'s error) against its float64 evaluation, flagged "
+                f"above {TYPICAL_Z:g}x scale + 1 ulp")
+
     if backend_name == "numpy":
         try:
             model = typical_model(fn, inputs64, exact, fmt, fmt)
         except Exception:  # noqa: BLE001 - a formula emulation cannot follow is not an error
             model = None
-        if model is not None:
-            return model, f"the function's formula emulated in {fmt.name} with plain recursive sums"
-    changes = []
-    for i in range(PERTURBED_RUNS):
-        rng = np.random.default_rng([SEED, i])
-        perturbed = {k: a * (1 + fmt.u * rng.uniform(-1, 1, a.shape)) for k, a in inputs64.items()}
-        changes.append(_evaluate(fn, name, perturbed, FLOAT64, backend_name) - exact.hi)
-    sensitivity = np.sqrt(np.mean(np.square(changes), axis=0))
-    err = rounding_error(own, exact, fmt)
-    finite = np.isfinite(err) & np.isfinite(sensitivity)
-    largest = float(np.max(err[finite], initial=0.0))
-    scale = np.where(finite, np.maximum(sensitivity, largest), np.inf)
-    return (TypicalModel(scale, TYPICAL_Z * scale + ulp(exact.hi, fmt), fmt.name),
-            f"the function's own {fmt.name} evaluation (its largest error) and its float64 one on inputs "
-            f"perturbed by {fmt.name}'s u")
+        return model, (how("its formula emulated", "a round-to-nearest recursive run") if model else
+                       "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)")
+    failed = "torch's Monte Carlo mode cannot run this function"
+    try:
+        runs, unmodelled = monte_carlo_runs(fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)])
+    except Exception:  # noqa: BLE001 - an op the Monte Carlo mode cannot run is not the user's error
+        return None, failed
+    if any(np.shape(run) != exact.shape for run in runs):
+        return None, failed
+    rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
+    return (model_from_runs(runs, own, exact, fmt, fmt.name),
+            how("its torch ops with sampled roundings", f"its own {fmt.name} result") + rounded_once)
 
 
-def _judge_function(evidence: Evidence, output, model: TypicalModel, basis: str) -> Judgement:
+def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basis: str) -> Judgement:
     fmt, exact = evidence.fmt, evidence.exact
     err = rounding_error(output, exact, fmt)
-    median, sharpest = model.threshold_ulps(exact, fmt)
-    fields = {"compute": fmt.name, "worst": evidence.worst(output, err, model.threshold)}
+    fields = {"compute": fmt.name, "worst": evidence.worst(output, err, np.nan if model is None else model.threshold)}
     no_bound = "no worst-case bound exists for an arbitrary function"
     if fmt.name == FLOAT64.name:
         return Judgement(UNDETERMINED, "the reference is the function evaluated in float64: no more precise than "
@@ -340,9 +341,12 @@ def _judge_function(evidence: Evidence, output, model: TypicalModel, basis: str)
     nonfinite = int(np.count_nonzero(np.isinf(err)))
     if nonfinite:
         return Judgement(BEYOND, f"{nonfinite} non-finite result(s) where the float64 evaluation is finite", **fields)
+    if model is None:
+        return Judgement(UNDETERMINED, f"typical tier not modelled: {basis} ({no_bound})", **fields)
     ratio = model.ratio(err)
+    median, sharpest = model.threshold_ulps(exact, fmt)
     fields |= {"typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest}
-    tier = (f"typical tier against {basis} (flags errors >= {median:.3g} ulp here; {no_bound})")
+    tier = f"{basis} (flags errors >= {median:.3g} ulp here; {no_bound})"
     if ratio > 1:
         return Judgement(SUSPICIOUS, f"{ratio:.3g}x the typical threshold: {tier}", **fields)
     return Judgement(WITHIN, f"typical of a correct {fmt.name} evaluation: {tier}", **fields)
@@ -361,7 +365,7 @@ def check_function(fn: Callable | str, inputs, outputs=None) -> CheckReport:
     _check_shapes(given, reference.shape, f"{name} on {source}")
     exact = Exact.from_float64(reference)
     evidence = Evidence(None, rounded, fmt, exact)
-    model, basis = _function_model(fn, name, backend_name, evidence.inputs64, exact, fmt, own)
+    model, basis = _function_model(fn, backend_name, evidence.inputs64, exact, fmt, own)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
     judgements = {label: _judge_function(evidence, a, model, basis) for label, a in arrays.items()}
     return CheckReport(name, fmt.name, {k: list(a.shape) for k, a in rounded.items()},

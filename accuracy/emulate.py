@@ -2,7 +2,8 @@
 
 The typical-error tier needs to know how far a *correct* algorithm at the compute precision
 lands from the exact value on these very inputs. `emulate` evaluates the op's own float64
-formula (`OpInfo.fp64`) with every operation rounded to the working format:
+formula (`OpInfo.fp64`, or `OpInfo.working` where that leaves numpy's ufuncs) with every
+operation rounded to the working format:
 
 - mode "nearest": round-to-nearest after each operation, sums in plain recursive order (or
   pairwise): the least accurate textbook algorithm, deterministic;
@@ -40,7 +41,22 @@ LIBM_ULPS = 2.0
 ROUNDING_VARIANCE = 4 * (3 / 8 / np.log(2)) / 12  # half-width of a libm function's emulated error: vectorised libms promise 1-4 ulp
 # functions that are compositions of ufuncs in numpy itself (safe to run on the emulated array)
 _OPAQUE_MODULES = ("numpy.linalg", "numpy.fft")
+# functions that only copy values, yet return a base ndarray: their result stays emulated
+_COPYING_FUNCTIONS = {np.concatenate}
 _OPAQUE_FUNCTIONS = {"einsum", "dot", "convolve", "correlate", "einsum_path", "vdot", "inner", "outer", "kron"}
+
+
+def recursive_sum_variance(total, squares, n, fmt: FloatFormat):
+    """Expected variance of the rounding errors of recursive summation in `fmt` over a *random*
+    order of n terms with sum `total` and sum of squares `squares`: sum_k E[s_k**2] for
+    sampling without replacement, times the mean squared rounding error per addition
+    (ulp(s)**2/12 with log-uniformly distributed significands: ROUNDING_VARIANCE u**2 s**2).
+    Averaging over orders keeps the scale valid for blocked and pairwise algorithms too."""
+    total = np.asarray(total, dtype=np.float64)
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    spread = np.maximum(np.asarray(squares, dtype=np.float64) / n - (total / n) ** 2, 0.0)
+    partial_squares = total**2 * (n + 1) * (2 * n + 1) / (6 * n) + spread * n * (n + 1) / 6
+    return ROUNDING_VARIANCE * fmt.u**2 * partial_squares + n * fmt.smallest_subnormal**2 / 12
 
 
 @dataclass
@@ -75,17 +91,6 @@ class _Context:
             return self.store.round(values.astype(np.float64)).astype(CARRIER)
         return values + self.noise(values, 0.5, self.store).astype(CARRIER)
 
-    def _rounding_variance(self, total, squares, n):
-        """Expected variance of the rounding errors of recursive summation over a *random*
-        order of n terms with sum `total` and sum of squares `squares`: sum_k E[s_k**2] for
-        sampling without replacement, times the mean squared rounding error per addition
-        (ulp(s)**2/12 with log-uniformly distributed significands: ROUNDING_VARIANCE u**2 s**2).
-        Averaging over orders keeps the scale valid for blocked and pairwise algorithms too."""
-        total = np.asarray(total, dtype=np.float64)
-        spread = np.maximum(np.asarray(squares, dtype=np.float64) / n - (total / n) ** 2, 0.0)
-        partial_squares = total**2 * (n + 1) * (2 * n + 1) / (6 * n) + spread * n * (n + 1) / 6
-        return ROUNDING_VARIANCE * self.fmt.u**2 * partial_squares + n * self.fmt.smallest_subnormal**2 / 12
-
     def _memo(self, key, compute):
         if key not in self.memo:
             self.memo[key] = compute()
@@ -98,7 +103,7 @@ class _Context:
             return np.zeros(x.shape[:-1], dtype=CARRIER)
         if self.mode == "random":  # first order: each partial sum s_k adds an error ~ ulp(s_k)
             total = np.sum(x, axis=-1)
-            sigma = np.sqrt(self._rounding_variance(total, np.sum(np.square(x), axis=-1), x.shape[-1]))
+            sigma = np.sqrt(recursive_sum_variance(total, np.sum(np.square(x), axis=-1), x.shape[-1], self.fmt))
             return total + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         if self.order == "pairwise" or x.shape[-1] > RECURSIVE_LIMIT:
             while x.shape[-1] > 1:
@@ -140,7 +145,7 @@ class _Context:
         exact = np.einsum(subscripts, a.astype(np.float64), b.astype(np.float64)).astype(CARRIER) \
             if self.fmt.precision < 53 else np.einsum(subscripts, a, b)
         squares = np.einsum(subscripts, np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
-        sigma = np.sqrt(self._rounding_variance(exact, squares, n) + ROUNDING_VARIANCE * self.fmt.u**2 * squares)
+        sigma = np.sqrt(recursive_sum_variance(exact, squares, n, self.fmt) + ROUNDING_VARIANCE * self.fmt.u**2 * squares)
         return exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
 
     def _exact_matmul(self, a, b):
@@ -160,7 +165,7 @@ class _Context:
             exact = self._memo(("matmul", _fingerprint(a), _fingerprint(b)), lambda: self._exact_matmul(a, b))
             squares = np.matmul(np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
             products = ROUNDING_VARIANCE * self.fmt.u**2 * squares  # each product rounded (no FMA)
-            sigma = np.sqrt(self._rounding_variance(exact, squares, a.shape[-1]) + products)
+            sigma = np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
             out = exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         else:
             out = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype=CARRIER)
@@ -249,7 +254,16 @@ class Emulated(np.ndarray):
         module = getattr(func, "__module__", "") or ""
         if module.startswith(_OPAQUE_MODULES) or func.__name__ in _OPAQUE_FUNCTIONS:
             ctx.opaque.append(f"{module}.{func.__name__}")
-        return super().__array_function__(func, types, args, kwargs)
+        result = super().__array_function__(func, types, args, kwargs)
+        return _wrap(result) if func in _COPYING_FUNCTIONS else result
+
+
+def stored(values) -> np.ndarray:
+    """A formula's constants (an FFT's twiddle factors) as a working-precision algorithm holds
+    them: rounded to the compute format inside an emulation (randomly in mode "random"),
+    unchanged outside one."""
+    ctx = _CONTEXT.get(None)
+    return values if ctx is None else _wrap(ctx.round(np.asarray(values, dtype=CARRIER)))
 
 
 def emulate(fn, inputs64: dict[str, np.ndarray], fmt: FloatFormat, mode: str = "nearest",

@@ -87,6 +87,16 @@ class OpInfo:
     # op, so the bound ratio, not the raw error, tells rounding from bug on hard inputs
     conditions: dict[str, Callable[[np.random.Generator, int], dict[str, np.ndarray]]] = field(default_factory=dict)
     family: str = ""  # set by the registry: the subject module that declares the op
+    # the op as a plain working-precision algorithm in numpy ufuncs, where fp64 leaves them (np.fft):
+    # what the typical tier and the self-test emulate (accuracy.emulate); None: fp64 is that formula
+    working: Callable[..., np.ndarray] | None = None
+    # output axes over which the op's error analysis is normwise (an FFT's bins): a correct algorithm's
+    # error spreads over them, so the typical tier pools its error scale there (RMS)
+    normwise_axes: tuple[int, ...] = ()
+
+    @property
+    def working_formula(self) -> Callable[..., np.ndarray]:
+        return self.working or self.fp64
 
     def condition_names(self) -> tuple[str, ...]:
         return (DEFAULT_CONDITION, *self.conditions)

@@ -28,7 +28,7 @@ from accuracy.emulate import emulate
 from accuracy.evaluate import Case
 from accuracy.precision import TF32, compute_format
 from accuracy.registry import DEFAULT_CONDITION, Impl, OpInfo, all_ops, get_op
-from accuracy.metrics import rounding_error
+from accuracy.metrics import rounding_error, ulp
 from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence
 
 MUST_CATCH = 16.0  # the issue's target: catch every mutant at >= 16x the least accurate correct error
@@ -86,8 +86,19 @@ class CaseReport:
         }
 
 
+def _error_ulp(evidence: Evidence) -> np.ndarray:
+    """The ulp errors are counted in: at each element's exact value, or where the op's error
+    analysis is normwise (an FFT's bins) at the RMS magnitude of its slice, so that a bin that is
+    exactly 0 does not turn a correct FFT's 1e-9 into 1e37 ulps."""
+    axes = evidence.op.normwise_axes
+    if not axes:
+        return evidence.ulp
+    magnitude = np.sqrt(np.mean(np.square(evidence.exact.hi), axis=axes, keepdims=True))
+    return np.broadcast_to(ulp(magnitude, evidence.fmt), evidence.exact.shape)
+
+
 def _max_ulp(output, evidence: Evidence) -> float:
-    err = rounding_error(output, evidence.exact, evidence.fmt) / evidence.ulp
+    err = rounding_error(output, evidence.exact, evidence.fmt) / _error_ulp(evidence)
     return float(np.max(err, initial=0.0))
 
 
@@ -134,7 +145,7 @@ def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence)
         out.append(Mutant(f"term {first}[..., n/2] dropped", _run(case, base, dict(case.inputs, **{first: dropped}))))
     for low in ("float16", "bfloat16"):
         if FORMATS[low].precision < fmt.precision:
-            acc = emulate(op.fp64, evidence.inputs64, FORMATS[low], "nearest", store=fmt)
+            acc = emulate(op.working_formula, evidence.inputs64, FORMATS[low], "nearest", store=fmt)
             if acc is not None:
                 out.append(Mutant(f"accumulation in {low}", fmt.round(acc.astype(np.float64))))
     for narrow in (TF32, FORMATS["bfloat16"]):
@@ -160,13 +171,13 @@ def _emulated_least(case: Case, evidence: Evidence, impl: Impl) -> float:
     formula in recursive round-to-nearest, and the Monte Carlo runs' expected error."""
     compute = compute_format(impl, case.fmt, case.op.family)
     emulated = []
-    nearest = emulate(case.op.fp64, evidence.inputs64, compute, "nearest", store=case.fmt)
+    nearest = emulate(case.op.working_formula, evidence.inputs64, compute, "nearest", store=case.fmt)
     if nearest is not None:
         emulated.append(_max_ulp(case.fmt.round(nearest.astype(np.float64)), evidence))
     model = evidence.typical(compute)
     if model is not None:
         with np.errstate(invalid="ignore"):
-            expected = model.scale / evidence.ulp
+            expected = model.scale / _error_ulp(evidence)
         emulated.append(float(np.max(expected[np.isfinite(expected)], initial=0.0)))
     return max(emulated, default=0.0)
 

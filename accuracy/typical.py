@@ -33,7 +33,7 @@ from accuracy.metrics import ulp
 TYPICAL_Z = 12.0
 RANDOM_RUNS = 64
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
-MODEL_VERSION = 1  # bump when the emulation or the threshold changes: cached models are keyed by it
+MODEL_VERSION = 3  # bump when the emulation or the threshold changes: cached models are keyed by it
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class TypicalModel:
 
     def threshold_ulps(self, exact: Exact, storage: FloatFormat) -> tuple[float, float]:
         """(median, smallest) over elements of the error in ulps the tier flags."""
-        t = self.threshold / ulp(exact.hi, storage)
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = self.threshold / ulp(exact.hi, storage)
         t = t[np.isfinite(t)]
         return (float(np.median(t)), float(np.min(t))) if t.size else (float("inf"), float("inf"))
 
@@ -65,9 +66,25 @@ def _error(result, exact: Exact) -> np.ndarray:
     return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
 
 
+def model_from_runs(random_runs: list, deterministic, exact: Exact, storage: FloatFormat, compute: str,
+                    normwise_axes: tuple[int, ...] = ()) -> TypicalModel:
+    """The tier from a correct working-precision algorithm's runs on these inputs: the scale is
+    the larger of the Monte Carlo runs' RMS error and the deterministic run's error (None: none),
+    pooled (RMS) over `normwise_axes`; TYPICAL_Z of it plus one ulp of storage is flagged."""
+    rms = np.sqrt(np.mean(np.square([_error(run, exact) for run in random_runs]), axis=0))
+    scale = rms if deterministic is None else np.maximum(rms, _error(deterministic, exact))
+    if normwise_axes:
+        scale = np.broadcast_to(np.sqrt(np.mean(np.square(scale), axis=normwise_axes, keepdims=True)), scale.shape)
+    scale = np.where(np.isfinite(exact.hi), scale, np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)
+    return TypicalModel(scale, threshold, compute)
+
+
 def typical_model(fp64_formula, inputs64: dict, exact: Exact, storage: FloatFormat,
-                  compute: FloatFormat) -> TypicalModel | None:
-    """The tier on these inputs, or None where the op's formula cannot be emulated."""
+                  compute: FloatFormat, normwise_axes: tuple[int, ...] = ()) -> TypicalModel | None:
+    """The tier on these inputs from the op's formula emulated at `compute`, or None where the
+    formula cannot be emulated."""
     memo: dict = {}
     runs = []
     for i in range(RANDOM_RUNS):
@@ -75,15 +92,9 @@ def typical_model(fp64_formula, inputs64: dict, exact: Exact, storage: FloatForm
                       store=storage)
         if out is None or np.shape(out) != exact.shape:
             return None
-        runs.append(_error(out, exact))
-    rms = np.sqrt(np.mean(np.square(runs), axis=0))
+        runs.append(out)
     nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
-    scale = rms if nearest is None else np.maximum(rms, _error(nearest, exact))
-    finite = np.isfinite(exact.hi)
-    scale = np.where(finite, scale, np.inf)
-    with np.errstate(over="ignore", invalid="ignore"):
-        threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)
-    return TypicalModel(scale, threshold, compute.name)
+    return model_from_runs(runs, nearest, exact, storage, compute.name, normwise_axes)
 
 
 class _NotEmulable(Exception):
@@ -95,7 +106,7 @@ def cached_typical_model(op, inputs64: dict, exact: Exact, storage: FloatFormat,
     """typical_model through the reference cache: asv measures each implementation in its own
     process, and the model (64 emulated runs) is the same for all of them."""
     def compute_model() -> Exact:
-        model = typical_model(op.fp64, inputs64, exact, storage, compute)
+        model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
         if model is None:
             raise _NotEmulable
         return Exact(model.scale, model.threshold)

@@ -140,7 +140,7 @@ def conv_transpose1d_magnitude(x, w, stride=1):
 def np_conv_transpose1d(ns, x, w, b=None, stride=1):
     """The scatter form: each input position adds w * x[i] at output i*stride + j."""
     k = w.shape[-1]
-    out = ns.zeros((x.shape[0], w.shape[1], (x.shape[-1] - 1) * stride + k), dtype=x.dtype)
+    out = ns.zeros_like(x, shape=(x.shape[0], w.shape[1], (x.shape[-1] - 1) * stride + k))  # x's array type
     for j in range(k):
         out[..., j : j + stride * (x.shape[-1] - 1) + 1 : stride] += ns.einsum("bci,co->boi", x, w[:, :, j])
     return out if b is None else out + b[None, :, None]
