@@ -34,7 +34,7 @@ from accuracy.errors import OpbenchError
 from accuracy.exact import Exact
 from accuracy.explain import pairwise
 from accuracy.metric_table import BY_NAME
-from accuracy.metrics import rounding_error, ulp, ulp_error
+from accuracy.metrics import rounding_error, ulp_error
 from accuracy.precision import compute_format
 from accuracy.registry import OpInfo, get_op
 from accuracy.tables import format_table
