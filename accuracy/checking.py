@@ -38,7 +38,6 @@ from accuracy.metrics import rounding_error, ulp_error
 from accuracy.precision import compute_format
 from accuracy.registry import OpInfo, get_op
 from accuracy.tables import format_table
-from accuracy.emulate_torch import monte_carlo_runs
 from accuracy.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
 from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
 
@@ -318,6 +317,8 @@ def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[Typica
             model = None
         return model, (how("its formula emulated", "a round-to-nearest recursive run") if model else
                        "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)")
+    from accuracy.emulate_torch import monte_carlo_runs  # torch only where a torch function is checked
+
     failed = "torch's Monte Carlo mode cannot run this function"
     try:
         runs, unmodelled = monte_carlo_runs(fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)])

@@ -10,7 +10,6 @@ import pytest
 
 from accuracy.dtypes import get_format
 from accuracy.evaluate import Case
-from accuracy.metrics import bound_ratio
 from accuracy.registry import all_ops, get_op
 
 
