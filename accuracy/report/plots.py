@@ -165,10 +165,12 @@ def _time_vs_size(timed: pd.DataFrame) -> str:
 
 
 def _sorted_bars(timed: pd.DataFrame) -> str:
-    """Bars at the most threads, fastest on top; the other thread counts as markers on the row."""
+    """Bars at the most threads, fastest on top; the other thread counts as markers on the row.
+    A benchmark without a thread parameter (bench_references' classes) is all bars."""
     most = timed["threads"].max()
-    bars = timed.loc[timed["threads"] == most].sort_values("time", ascending=False)
-    others = timed.loc[timed["threads"] != most]
+    at_most = timed["threads"] == most if pd.notna(most) else timed["threads"].isna()
+    bars = timed.loc[at_most].sort_values("time", ascending=False)
+    others = timed.loc[~at_most]
     styles = _styles(list(timed["label"]))
     fig = _figure(_height(len(bars)), bars["label"])
     ax = fig.subplots()
@@ -188,7 +190,8 @@ def _sorted_bars(timed: pd.DataFrame) -> str:
     ax.set_xlim(right=bars["time"].max() * 20)
     size = timed["size"].dropna()
     where = f" at size {int(size.iloc[0])}" if not size.empty else ""
-    ax.set(xlabel="seconds per call (log)", title=f"bars: {_threads_label(most)}{where}")
+    title = f"bars: {_threads_label(most)}{where}" if pd.notna(most) else f"bars{where}"
+    ax.set(xlabel="seconds per call (log)", title=title)
     if not others.empty:
         ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
