@@ -2,7 +2,7 @@
 
 asv does the benchmarking and keeps the results; this module makes the calls non-interactive,
 reproducible and safe: a private copy of asv.conf.json with absolute paths, asv writing into a
-staging copy, the run split into batches (one per benchmark module, accuracy/batches.py) whose
+staging copy, the run split into batches (whole benchmark modules, accuracy/batches.py) whose
 results are copied into the results directory as each batch ends (under a lock, with the
 environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
 the results of a changed environment filed under a new machine name instead of over the old ones.
@@ -262,7 +262,7 @@ def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[
     """The one line after a Ctrl-C: exactly which batches are in the results directory."""
     if not saved:
         return f"interrupted before any batch finished: nothing was saved; {results} is unchanged"
-    left = [batch.module for batch in batches if batch not in saved]
+    left = [module for batch in batches if batch not in saved for module in batch.modules]
     return (f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
             f"not run or not finished, so not saved: {', '.join(left)}; HTML not published")
 

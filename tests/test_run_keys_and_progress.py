@@ -81,3 +81,20 @@ def test_progress_prints_one_line_per_class_across_batches():
         "[4/4] bench_attention.ScaledDotProductAttention"]
     assert all("elapsed" in line for line in lines)
     assert "ETA" in lines[0] and lines[-1].endswith("done")
+
+
+def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
+    """Each batch is one asv start-up (~15 s with the frameworks' preload): 12 per run cost 3 minutes."""
+    from accuracy.batches import BATCHES, group_modules
+
+    suite = {f"bench_{name}": {f"bench_{name}.C{i}" for i in range(n)} for name, n in
+             [("activations", 7), ("attention", 1), ("conv", 3), ("elementwise", 11), ("fft", 2), ("grads", 6),
+              ("linalg", 8), ("losses", 2), ("norms", 3), ("products", 6), ("reductions", 8), ("references", 2)]}
+    batches = group_modules(suite)
+    assert len(batches) <= BATCHES == 4
+    assert [m for b in batches for m in b.modules] == sorted(suite)  # every module once, in order
+    assert sorted(c for b in batches for c in b.classes) == sorted(c for cs in suite.values() for c in cs)
+    assert batches[0].modules == ("bench_activations", "bench_attention", "bench_conv", "bench_elementwise")
+    # two one-class modules (the interrupt test's project) stay two batches
+    assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}})] == [
+        ("bench_a",), ("bench_b",)]
