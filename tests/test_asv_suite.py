@@ -42,7 +42,9 @@ def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     ulps = values["bench_products.Dot.track_max_ulp"]["result"]
     ratios = values["bench_products.Dot.track_bound_ratio"]["result"]
     assert all(u > 0 for u in ulps)  # a float32 dot of 4096 terms is never exact here
-    assert all(0 < r < 1 for r in ratios)  # and always provably within rounding
+    # always provably within rounding; 0 where the result is correctly rounded (OpenBLAS's sdot on
+    # this machine), which np.sum(x * y) never is on these inputs
+    assert all(0 <= r < 1 for r in ratios) and max(ratios) > 0
     # the fingerprint sits beside the results file and names the BLAS that ran
     fp = json.loads(path.with_suffix(".fingerprint").read_text())
     assert any(lib["internal_api"] == "openblas" for lib in fp["blas"])
