@@ -3,7 +3,8 @@
 One class per op, one `time_op` and paired `track_*` methods over the same parameters:
 implementation@dtype, size, condition (only for ops with several input regimes) and threads.
 Only valid combinations are enumerated: the first parameter lists the (implementation, dtype)
-pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE (quick, default, full) picks how lean the grid is.
+pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE (quick,
+default, full) picks how lean the grid is.
 """
 
 from __future__ import annotations
