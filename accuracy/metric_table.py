@@ -12,7 +12,6 @@ not measured on its own: it is derived from `time_op`'s samples and the op's flo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 # How `opbench compare` treats a change in a metric:
 TIME = "time"  # noisy: decided by asv's statistics and the ratio threshold
@@ -31,8 +30,6 @@ class Metric:
     column: str = ""  # how a table heads it (default: its name)
     explain: bool = False  # a column of `opbench explain`'s per-implementation table
     field: str = ""  # the measured field it reads (ErrorSummary's, or the verdict's)
-    # (benchmark) -> value, for a track that is not a summary field
-    measure: Callable | None = None
     deterministic: bool = True
     higher_is_better: bool = False
     asv_track: bool = True  # recorded as an asv track (time_op and derived metrics are not)
@@ -44,14 +41,6 @@ class Metric:
     @property
     def label(self) -> str:
         return self.column or self.name.replace("_", " ")
-
-
-def _bits_differ_1_vs_all(bench) -> int:
-    """1 if the result with one thread differs in any bit from the result with every core."""
-    from accuracy.threads import all_cores
-
-    one = bench.case.run(bench.impl, 1)
-    return int(one.tobytes() != bench.case.run(bench.impl, all_cores()).tobytes())
 
 
 METRICS: tuple[Metric, ...] = (
@@ -83,7 +72,7 @@ METRICS: tuple[Metric, ...] = (
            "outputs. An identity, not a quality: read a change as 'the bits changed', never as better or worse.",
            IDENTITY, field="output_digest"),
     Metric("bits_differ_1_vs_all_threads", "bool", "1 if one thread and every core give different bits, "
-           "0 if bitwise identical.", REPRODUCIBILITY, measure=_bits_differ_1_vs_all),
+           "0 if bitwise identical.", REPRODUCIBILITY, field="bits_differ_1_vs_all_threads"),
 )
 
 BY_NAME = {m.name: m for m in METRICS}

@@ -138,18 +138,21 @@ class _OpBenchmark:
     def _measure_now(self) -> dict:
         """Run the implementation RUNS times: if the outputs differ, the case is not reproducible
         and its accuracy tracks report the worst run; the digest is of the first run's bits.
-        The 1-thread result is judged too where its bits differ: the tracks report the worse."""
+        One more run at the other end of the thread range (1 thread, or all cores from the 1-thread
+        column) says whether the bits change with threads; at all cores a 1-thread result with other
+        bits is judged too, and the tracks report the worse."""
         outputs = [self.case.run(self.impl) for _ in range(RUNS)]
         differs = any(out.tobytes() != outputs[0].tobytes() for out in outputs[1:])
+        other_threads = self.case.run(self.impl, all_cores() if self.threads == 1 else 1)
+        threads_differ = other_threads.tobytes() != outputs[0].tobytes()
         judged = outputs if differs else outputs[:1]
-        if self.threads != 1:
-            one_thread = self.case.run(self.impl, 1)
-            if one_thread.tobytes() != outputs[0].tobytes():
-                judged = [*judged, one_thread]
+        if threads_differ and self.threads != 1:
+            judged = [*judged, other_threads]
         measured = [self._judged(out) for out in judged]
         worst = max(measured, key=lambda m: (m["verdict_tier"], -math.inf if math.isnan(m["bound_ratio"])
                                              else m["bound_ratio"], m["max_ulp"]))
-        return {**worst, "output_digest": output_digest(outputs[0]), "bits_differ_run_to_run": int(differs)}
+        return {**worst, "output_digest": output_digest(outputs[0]), "bits_differ_run_to_run": int(differs),
+                "bits_differ_1_vs_all_threads": int(threads_differ)}
 
     def _judged(self, result) -> dict:
         judgement = self.case.judge(self.impl, result)
@@ -159,13 +162,9 @@ class _OpBenchmark:
 
 
 def _track_method(metric: Metric):
-    """An asv track for one metric-table entry: a measured field, or the metric's own measure."""
-    if metric.measure is not None:
-        def track(self, *params):
-            return metric.measure(self)
-    else:
-        def track(self, *params):
-            return self._measured()[metric.field]
+    """An asv track for one metric-table entry: its field of the shared measurement."""
+    def track(self, *params):
+        return self._measured()[metric.field]
     track.__name__ = metric.track
     track.__doc__ = metric.doc
     track.unit = metric.unit  # asv reads the unit from the function attribute
