@@ -10,6 +10,12 @@ rounded result. Every element where that cannot be shown is recomputed in 200-bi
   numpy's own validation data gives at most 2 float64 ulps for its transcendental functions
   (numpy/_core/tests/data/umath-validation-set-*.csv); glibc's documented float64 maxima are
   within that too. The 32x slack covers a composite formula of a few such steps.
+  Where numpy's float64 function is glibc's scalar code (sin, cos, tanh, expm1, log1p on AVX2:
+  20-30 ns an element), w comes from torch's float64 twin instead (TORCH_TWINS): SLEEF's u10
+  kernels on AVX2/AVX-512, documented at 1.0 ulp (sin and cos for |x| <= 1e299, beyond any
+  float32), with glibc's scalar function on the last few elements of a call and on CPUs without
+  vector kernels. Both are inside the same E; tests/test_fast_references.py measures each twin
+  against mpmath.
 - float64 targets: w = the same function in x87 extended precision (numpy `longdouble`, 64-bit
   significand), E = 16 long-double ulps = 2**-59 |w|; glibc's measured maxima for x86 long double
   (libm-test-ulps) are at most a few ulps. A function without a longdouble loop (scipy.special)
@@ -55,27 +61,71 @@ def cores() -> int:
 def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
     """The exact value of f(x), good enough to round correctly to `fmt` (see the module doc).
 
-    Narrow targets run in chunks on every core; called from a worker thread (a scan's), they
-    run serially, as the caller keeps the cores busy already.
+    Narrow targets run on every core, each thread over one contiguous part in cache-sized steps
+    with its own scratch arrays (a pool task or a fresh temporary per step costs more than the
+    step); called from a worker thread (a scan's), they run serially, as the caller keeps the
+    cores busy already. Steps start at multiples of NARROW_CHUNK whatever the thread count, so
+    the values do not depend on it.
     """
     x = np.asarray(x, dtype=np.float64)
     if fmt.precision >= 53:
         return _float64_target(np_fn, mp_fn, x)
-    hi, lo = np.empty_like(x), np.zeros_like(x)
-    flat = x.reshape(-1), hi.reshape(-1), lo.reshape(-1)
-    starts = range(0, x.size, NARROW_CHUNK)
+    hi, lo = np.empty(x.shape), np.zeros(x.shape)  # zeros: calloc'd pages, touched only where mpmath writes
+    flat_x = x.reshape(-1)
+    if not flat_x.flags.writeable:  # torch.from_numpy wants writable memory
+        flat_x = flat_x.copy()
+    flat = flat_x, hi.reshape(-1), lo.reshape(-1)
+    wide = wide_evaluator(np_fn)
+    steps = -(-x.size // NARROW_CHUNK)
+    threads = max(1, min(cores(), steps)) if threading.current_thread() is threading.main_thread() else 1
+    bounds = [NARROW_CHUNK * (steps * i // threads) for i in range(threads + 1)]
 
-    def part(start):
-        _narrow_target(np_fn, mp_fn, fmt, *(a[start:start + NARROW_CHUNK] for a in flat))
+    def part(start, stop):
+        scratch = _Scratch(min(NARROW_CHUNK, x.size))
+        for begin in range(start, min(stop, x.size), NARROW_CHUNK):
+            end = min(begin + NARROW_CHUNK, x.size)
+            _narrow_target(wide, mp_fn, fmt, *(a[begin:end] for a in flat), scratch)
 
-    threads = min(cores(), len(starts))
-    if threads > 1 and threading.current_thread() is threading.main_thread():
+    if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(part, starts))
+            list(pool.map(part, bounds[:-1], bounds[1:]))
     else:
-        for start in starts:
-            part(start)
+        part(0, x.size)
     return Exact(hi, lo)
+
+
+TORCH_TWINS = ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p")  # faster than numpy's here (README)
+
+
+@functools.lru_cache(maxsize=None)
+def wide_evaluator(np_fn):
+    """`evaluate(x, out)`: the float64 w of the narrow path, torch's vectorised twin of a numpy
+    ufunc named in TORCH_TWINS (module doc), else `np_fn` itself."""
+    name = getattr(np_fn, "__name__", "")
+    if isinstance(np_fn, np.ufunc) and name in TORCH_TWINS and getattr(np, name) is np_fn:
+        import torch  # a core dependency; imported here so the registry loads without it
+
+        twin = getattr(torch, name)
+        return lambda x, out: twin(torch.from_numpy(x), out=torch.from_numpy(out))
+    if isinstance(np_fn, np.ufunc):
+        return lambda x, out: np_fn(x, out=out)
+
+    def evaluate(x, out):
+        out[...] = np_fn(x)
+
+    return evaluate
+
+
+class _Scratch:
+    """One thread's working arrays for the bit rule, reused step after step."""
+
+    def __init__(self, size: int):
+        self.bits = np.empty(size, dtype=np.uint64)
+        self.slow = np.empty(size, dtype=bool)
+        self.flag = np.empty(size, dtype=bool)
+
+    def view(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.bits[:size], self.slow[:size], self.flag[:size]
 
 
 @dataclass(frozen=True)
@@ -106,34 +156,43 @@ def _bit_rule(fmt: FloatFormat) -> _BitRule:
         beyond=np.uint64(top + 1 - low), beyond_span=np.uint64(bits(2.0 ** (fmt.emax + 1)) - top - 1))
 
 
-def undecided(bits: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+def undecided(bits: np.ndarray, fmt: FloatFormat, scratch: _Scratch | None = None) -> np.ndarray:
     """Which float64 values (as bit patterns) the bit rule cannot round to `fmt` on its own: those
     within FP64_ERROR_ULPS of a midpoint in fmt's normal range, and those in the two edge ranges
     [2**(emin-p-1), 2**emin) and (max_finite, 2**(emax+1)), which the distance test decides.
     Everything else rounds as the exact value does: below 2**(emin-p-1) to zero, from
-    2**(emax+1) on (infinity and NaN included) to infinity or NaN, both with room to spare."""
+    2**(emax+1) on (infinity and NaN included) to infinity or NaN, both with room to spare.
+
+    The range tests are skipped when every magnitude lies in the normal range (the usual case):
+    two reductions instead of five passes. The result is in `scratch`'s arrays when given.
+    """
     rule = _bit_rule(fmt)
-    t = bits + rule.offset
+    t, slow, flag = (scratch or _Scratch(bits.size)).view(bits.size)
+    np.add(bits, rule.offset, out=t)
     t &= rule.mask
-    slow = t <= rule.window
+    np.less_equal(t, rule.window, out=slow)
     np.bitwise_and(bits, _ABS, out=t)
-    t -= rule.normal_low
-    slow &= t <= rule.normal_span
-    slow |= t >= rule.below_normal
+    t -= rule.normal_low  # wraps below 2**emin: the normal range is t <= normal_span
+    if bits.size and t.max() <= rule.normal_span:
+        return slow
+    np.less_equal(t, rule.normal_span, out=flag)
+    slow &= flag
+    np.greater_equal(t, rule.below_normal, out=flag)
+    slow |= flag
     t -= rule.beyond
-    slow |= t < rule.beyond_span
+    np.less(t, rule.beyond_span, out=flag)
+    slow |= flag
     return slow
 
 
-def _narrow_target(np_fn, mp_fn, fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
+def _narrow_target(wide, mp_fn, fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarray,
+                   scratch: _Scratch) -> None:
     """hi (+ lo, nonzero only where mpmath decided) such that correct rounding of hi + lo to `fmt`
-    is the correctly rounded f(x): hi is the float64 value wherever it provably rounds alike."""
+    is the correctly rounded f(x): hi is the float64 value w = wide(x) wherever it provably
+    rounds alike."""
     with np.errstate(all="ignore"):
-        if isinstance(np_fn, np.ufunc):
-            np_fn(x, out=hi)
-        else:
-            hi[...] = np_fn(x)
-    slow = undecided(hi.view(np.uint64), fmt)
+        wide(x, hi)
+    slow = undecided(hi.view(np.uint64), fmt, scratch)
     if slow.any():
         idx = np.flatnonzero(slow)
         hi[idx], lo[idx] = _generic(mp_fn, x[idx], hi[idx], fmt)
