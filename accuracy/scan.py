@@ -203,7 +203,8 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
 
     start_time = time.perf_counter()
     with ExitStack() as limits, ThreadPoolExecutor(threads) as pool:
-        for backend in dict.fromkeys(get_backend(s.impl.backend) for s in scans):
+        # torch too: the reference's float64 twins (accuracy.references.TORCH_TWINS) run in each worker
+        for backend in dict.fromkeys([get_backend("torch"), *(get_backend(s.impl.backend) for s in scans)]):
             limits.enter_context(backend.thread_limit(1))
         in_flight = deque()
         try:

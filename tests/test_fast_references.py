@@ -108,7 +108,7 @@ def test_torch_twins_err_within_their_documented_ulp(name):
     with np.errstate(all="ignore"):
         x = x[np.isfinite(getattr(np, name)(x))]
     w = np.empty_like(x)
-    wide_evaluator(getattr(np, name))(x, w)
+    wide_evaluator(getattr(np, name)).evaluate(x, w)
     torch = pytest.importorskip("torch")
     assert w.tobytes() == getattr(torch, name)(torch.from_numpy(x)).numpy().tobytes()  # torch's bits
     worst = 0.0
@@ -125,8 +125,34 @@ def test_functions_without_a_torch_twin_evaluate_with_numpy():
     x = np.linspace(1e-3, 1e3, 1001)
     for np_fn in (np.sqrt, lambda v: 1.0 / np.sqrt(v)):
         w = np.empty_like(x)
-        wide_evaluator(np_fn)(x, w)
-        assert w.tobytes() == np_fn(x).tobytes()
+        wide = wide_evaluator(np_fn)
+        wide.evaluate(x, w)
+        assert w.tobytes() == np_fn(x).tobytes() and not wide.own_threads
+
+
+@pytest.mark.parametrize("name", TORCH_TWINS)
+def test_torch_twins_give_the_same_bits_whatever_the_threads_and_the_split(name):
+    """A twin spreads one call over torch's threads, so its values must not depend on the thread
+    count or on where a call starts and ends (vector kernels with scalar tails would): the
+    references are then the same on every machine (refcache does not key on threads)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.Generator(np.random.PCG64(4))
+    with np.errstate(invalid="ignore"):
+        x = rng.integers(0, 1 << 32, 100_003, dtype=np.uint64).astype(np.uint32).view(np.float32).astype(np.float64)
+    evaluate = wide_evaluator(getattr(np, name)).evaluate
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(np.empty_like(x))
+            evaluate(x, runs[-1])
+    finally:
+        torch.set_num_threads(before)
+    pieces = np.empty_like(x)
+    for start in range(0, x.size, 999):  # calls that start and end off any vector boundary
+        evaluate(x[start:start + 999], pieces[start:start + 999])
+    assert runs[0].tobytes() == runs[1].tobytes() == pieces.tobytes()
 
 
 NARROW = ["float16", "bfloat16", "float32"]
