@@ -7,6 +7,7 @@ An implementation in the registry is `fn(ns, **inputs)`, where `ns` is the backe
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 from functools import cached_property
 
 import numpy as np
@@ -54,6 +55,21 @@ class Backend:
     def thread_limit(self, n: int):
         """A context that runs the block with `n` threads in every pool this backend uses."""
         return thread_limit(n)
+
+
+class ThreadsPerCall(Backend):
+    """A backend that sizes its threads where it runs (an ONNX Runtime session, a runtime's start),
+    not through a process-wide knob: `thread_limit` records the count its calls then read."""
+
+    requested_threads: int | None = None  # None: every core
+
+    @contextmanager
+    def thread_limit(self, n: int):
+        previous, self.requested_threads = self.requested_threads, n
+        try:
+            yield
+        finally:
+            self.requested_threads = previous
 
 
 class ScipyBackend(Backend):

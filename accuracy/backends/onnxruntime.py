@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from accuracy.backends.base import Backend
+from accuracy.backends.base import ThreadsPerCall
 from accuracy.threads import all_cores
 
 OPSET = 23  # Attention joined the default domain in opset 23
@@ -58,13 +57,12 @@ def single(op_type: str, inputs: tuple[str, ...], domain: str = "", **attrs) -> 
     return graph(node(op_type, *inputs, domain=domain, **attrs))
 
 
-class OnnxRuntimeBackend(Backend):
+class OnnxRuntimeBackend(ThreadsPerCall):
     module = "onnxruntime"
 
     def __init__(self, name: str = "onnxruntime", optimize: bool = True):
         self.name = name
         self.optimize = optimize
-        self._threads = None
         self._sessions: dict = {}
 
     def available(self) -> bool:
@@ -86,19 +84,8 @@ class OnnxRuntimeBackend(Backend):
 
         return onnxruntime
 
-    def thread_limit(self, n: int):
-        @contextmanager
-        def threads():
-            previous, self._threads = self._threads, n
-            try:
-                yield
-            finally:
-                self._threads = previous
-
-        return threads()
-
     def run_graph(self, g: Graph, inputs: dict):
-        threads = self._threads or all_cores()
+        threads = self.requested_threads or all_cores()
         key = (g, tuple((k, v.shape, v.dtype.str) for k, v in inputs.items()), threads)
         if key not in self._sessions:
             self._sessions[key] = self._session(g, inputs, threads)

@@ -19,12 +19,11 @@ import importlib
 import importlib.util
 import os
 import pickle
-from contextlib import contextmanager
 from functools import cached_property
 
 import numpy as np
 
-from accuracy.backends.base import Backend
+from accuracy.backends.base import ThreadsPerCall
 from accuracy.threads import all_cores
 
 
@@ -38,7 +37,7 @@ class Deferred:
         self.tensor = None
 
 
-class StartupThreadsBackend(Backend):
+class StartupThreadsBackend(ThreadsPerCall):
     """Subclasses give `modules` (all must be importable), `start(threads)`, `to_tensor` and `run`."""
 
     modules: tuple[str, ...] = ()
@@ -46,7 +45,6 @@ class StartupThreadsBackend(Backend):
 
     def __init__(self):
         self.started_threads: int | None = None  # the count this process's runtime started at
-        self._wanted: int | None = None
         self._zygote: _Zygote | None = None
 
     def available(self) -> bool:
@@ -76,19 +74,8 @@ class StartupThreadsBackend(Backend):
     def to_native(self, array: np.ndarray):
         return Deferred(np.array(array, copy=True))
 
-    def thread_limit(self, n: int):
-        @contextmanager
-        def wanted():
-            previous, self._wanted = self._wanted, n
-            try:
-                yield
-            finally:
-                self._wanted = previous
-
-        return wanted()
-
     def call(self, fn, inputs: dict):
-        threads = self._wanted or all_cores()
+        threads = self.requested_threads or all_cores()
         if self.started_threads is None:
             self.preload()
             self._zygote = _Zygote(self)
