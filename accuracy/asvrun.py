@@ -53,12 +53,24 @@ def project_repo(config_path: Path) -> Path:
     return (config_path.resolve().parent / load_asv_config(config_path).get("repo", ".")).resolve()
 
 
+def graph_branches(config_path: Path) -> list[str]:
+    """The branches `asv publish` should graph: the configured ones and the branch checked out.
+    asv graphs only commits of configured branches, so a run on a feature branch would publish
+    empty graphs. A detached HEAD has no branch to add."""
+    configured = list(load_asv_config(config_path).get("branches", ["main"]))
+    head = subprocess.run(["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    return configured + ([head] if head and head not in configured else [])
+
+
 def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path,
-                         benchmark_dir: Path | None = None) -> Path:
+                         benchmark_dir: Path | None = None, branches: list[str] | None = None) -> Path:
     """A copy of the project's asv config with every path absolute and results redirected
-    (and the benchmark directory, for a batch)."""
+    (and the benchmark directory, for a batch; the branches to graph, for a publish)."""
     root = config_path.resolve().parent
     conf = load_asv_config(config_path)
+    if branches is not None:
+        conf["branches"] = branches
     for key, default in (("repo", "."), ("benchmark_dir", "benchmarks"), ("env_dir", "env")):
         conf[key] = str((root / conf.get(key, default)).resolve())
     if benchmark_dir is not None:
@@ -243,7 +255,8 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         except KeyboardInterrupt:
             raise OpbenchError(_interrupted(results, machine, batches, saved)) from None
         if written:
-            publish_config = write_private_config(config, results, html, tmp / "publish")
+            publish_config = write_private_config(config, results, html, tmp / "publish",
+                                                  branches=graph_branches(config))
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     page_warnings = make_offline(html) if written else []

@@ -98,3 +98,27 @@ def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     # two one-class modules (the interrupt test's project) stay two batches
     assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}})] == [
         ("bench_a",), ("bench_b",)]
+
+
+def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_path):
+    """asv publishes graphs for configured branches only: a run on a feature branch would
+    show empty graphs unless that branch is added; a detached HEAD adds nothing."""
+    import json
+    import subprocess
+
+    from accuracy.asvrun import graph_branches, write_private_config
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "first")
+    config = tmp_path / "asv.conf.json"
+    config.write_text(json.dumps({"version": 1, "repo": ".", "branches": ["main"]}))
+    assert graph_branches(config) == ["main"]
+    git("checkout", "-q", "-b", "feature/fast-refs")
+    assert graph_branches(config) == ["main", "feature/fast-refs"]
+    private = write_private_config(config, tmp_path / "r", tmp_path / "h", tmp_path / "w", branches=graph_branches(config))
+    assert json.loads(private.read_text())["branches"] == ["main", "feature/fast-refs"]
+    git("checkout", "-q", "--detach")
+    assert graph_branches(config) == ["main"]
