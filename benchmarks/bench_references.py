@@ -82,8 +82,9 @@ class CorrectlyRounded:
         self.x = self.fmt.round(x)
         self.inputs64 = {"x": self.x.astype(np.float64)}
         self.numpy_fn = getattr(np, func)
-        # one-time costs out of the timing (asv times one call): torch's import, the thread pool's start
-        self.op.exact({"x": self.inputs64["x"][:1 << 16]}, self.fmt)
+        # one-time costs out of the timing (asv times one call): torch's import, and the kernel's
+        # first huge-page faults on the output (up to +100 ms per 128 MB here, then +6 ms)
+        self._reference()
 
     def _reference(self):
         self.op.exact(self.inputs64, self.fmt)
@@ -96,7 +97,7 @@ class CorrectlyRounded:
 
     @_unit("s per M elements")
     def track_reference_seconds_per_million(self, func, dtype):
-        """Wall time on every core, best of 3 (one call's page faults vary by 2x here).
+        """Wall time on every core, best of 3.
         Goals: float64 exp <= 1 s (>= 1 M/s), float32 <= 0.01 s (>= 100 M/s)."""
         return min(_seconds(self._reference) for _ in range(3)) / self.x.size * 1e6
 
