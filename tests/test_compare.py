@@ -122,6 +122,9 @@ def test_verdicts_and_exit_code(tmp_path, capsys, layout, base, new):
     assert report["summary"][1] == ("bits: 6 bitwise identical, 1 changed beyond rounding, "
                                     "1 changed within rounding (of 8 cases)")
     assert [r["verdicts"][0] for r in report["rows"][:3]] == ["now beyond rounding", "slower", "changed within rounding"]
+    # a slowdown comes with the targeted rerun that confirms it: only the slowed class
+    slowed = rows[SLOW]["benchmark_class"].replace(".", "\\.")
+    assert f"opbench run --bench '^({slowed})\\.' --results DIR2" in report["summary"][3]
 
 
 def test_two_identical_runs_compare_safe(tmp_path, capsys):
@@ -129,6 +132,7 @@ def test_two_identical_runs_compare_safe(tmp_path, capsys):
     code, report = run_json(capsys, write_sets(tmp_path, new=measure(seed=7)), "box-base", "box-new")
     assert code == 0 and report["verdict"] == "SAFE"
     assert report["summary"][0] == "SAFE: no case left within rounding, no significant slowdown beyond 10%"
+    assert len(report["summary"]) == 3  # no rerun to suggest
     assert report["bits"] == {"bitwise identical": 8}
     assert {r["time_change"] for r in report["rows"]} == {"same"}
 

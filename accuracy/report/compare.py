@@ -127,7 +127,19 @@ class Comparison:
             speed.append(f"{undecided} inconclusive")
         lost = sum(row[f"{THREADS_DIFFER}_base"] == 0 and row[f"{THREADS_DIFFER}_new"] == 1 for row in self.rows)
         tail = f"; 1-vs-all-threads bitwise reproducibility lost in {_n(lost, 'case')}" if lost else ""
-        return [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
+        lines = [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
+        return lines + ([self.confirm_slowdowns()] if counts[SLOWER] else [])
+
+    def confirm_slowdowns(self) -> str:
+        """How to confirm the slowdowns: each side's samples of a case come from one process, run
+        back to back, so a slow spell of the machine shifts them all and asv's test takes it for
+        a change (an idle rerun of the whole matrix found 3 such, 1.25-1.91x, gone on a rerun).
+        A second run of just those classes, compared on its own, tells which are real."""
+        classes = sorted({row["benchmark_class"] for row in self.rows if SLOWER in row["verdicts"]})
+        pattern = "|".join(c.replace(".", r"\.") for c in classes)
+        return (f"confirm the slowdowns with a second run of their classes in another results directory, "
+                f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
+                f"--config and --commits), then opbench compare --results DIR2 BASE NEW")
 
     def to_json(self) -> dict:
         return {
