@@ -101,7 +101,7 @@ def test_explain_text():
     out = opbench("explain", "std", "--dtype", "float64", "--threads", "1")
     assert out.returncode == 0, out.stderr
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
-    assert "pairwise discrepancy" in out.stdout and "worst element" in out.stdout
+    assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
     # --threads 1 runs on one thread; reproducibility still compares 1 thread with all cores
     from accuracy.threads import all_cores
 

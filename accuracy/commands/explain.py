@@ -22,13 +22,14 @@ def _num(v) -> str:
 
 
 def _why(r: dict) -> list[str]:
-    """The reason, and the element that decided it."""
+    """The reason, and the element that decided it: the largest error over its limit (not always
+    the largest error in ulps, where the limit varies by element)."""
     lines = [f"  {r['impl']}: {r['label']}: {r['reason']}"]
     w = r.get("worst") or {}
     if w:
         at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())
         where = f"[{', '.join(map(str, w['index']))}]" if w["index"] else "(the single output)"
-        lines.append(f"      worst element {where}{' (' + at + ')' if at else ''}: "
+        lines.append(f"      element nearest its limit {where}{' (' + at + ')' if at else ''}: "
                      f"result {w['result']:.9g}, exact {w['exact']:.9g}, error {_num(w['error_ulp'])} ulp, "
                      f"allowed there {_num(w['allowed_ulp'])} ulp")
     return lines
