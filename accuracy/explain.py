@@ -1,8 +1,9 @@
 """`opbench explain`: every implementation of one op on the same inputs, and what the gaps mean.
 
 Three answers to "bug or rounding?": each implementation's verdict (accuracy.verdicts) with
-its reason and the element that decided it, each pair's class following both sides' verdicts, and whether
-results are bitwise reproducible run to run and between one thread and all cores (both judged).
+its reason and the element that decided it, each pair's class following both sides' verdicts,
+and whether results are bitwise reproducible run to run and between one thread and all cores
+(both judged).
 """
 
 from __future__ import annotations
