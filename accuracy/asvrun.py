@@ -54,13 +54,13 @@ def project_repo(config_path: Path) -> Path:
 
 
 def graph_branches(config_path: Path) -> list[str]:
-    """The branches `asv publish` should graph: the configured ones and the branch checked out.
-    asv graphs only commits of configured branches, so a run on a feature branch would publish
-    empty graphs. A detached HEAD has no branch to add."""
+    """The branches `asv publish` should graph: the branch checked out first (asv's pages open on
+    the first), then the configured ones. asv graphs only commits of configured branches, so a run
+    on a feature branch would publish empty graphs. A detached HEAD has no branch to add."""
     configured = list(load_asv_config(config_path).get("branches", ["main"]))
     head = subprocess.run(["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
-    return configured + ([head] if head and head not in configured else [])
+    return ([head] if head and head not in configured else []) + configured
 
 
 def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path,
