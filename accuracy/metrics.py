@@ -153,6 +153,12 @@ def bound_ratio(result: np.ndarray, exact, bound) -> float:
         err = rounding_error(result, exact, format_of(np.asarray(result)))
     else:
         err = np.abs(_signed_error(result, exact)[0])
+    return error_over_bound(err, bound)
+
+
+def error_over_bound(err: np.ndarray, bound) -> float:
+    """`bound_ratio` from errors already measured (the verdicts have them): max err / bound over
+    finite errors, 0 with no finite error, NaN where the bound is vacuous."""
     bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), err.shape)
     ok = np.isfinite(err)
     if not np.any(err[ok]):

@@ -89,7 +89,7 @@ def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
                 wide.evaluate(flat_x[start:stop], flat_hi[start:stop])
         scratch = _Scratch(min(NARROW_CHUNK, x.size))
         for begin in range(start, stop, NARROW_CHUNK):
-            end = min(begin + NARROW_CHUNK, x.size)
+            end = min(begin + NARROW_CHUNK, stop)
             _decide(mp_fn, fmt, flat_x[begin:end], flat_hi[begin:end], flat_lo[begin:end], scratch)
 
     if threads > 1:

@@ -22,7 +22,7 @@ import numpy as np
 from accuracy import backward, contracts
 from accuracy.dtypes import FloatFormat
 from accuracy.exact import Exact
-from accuracy.metrics import bound_ratio, correctly_rounded, rounding_error, ulp
+from accuracy.metrics import correctly_rounded, error_over_bound, rounding_error, ulp
 from accuracy.precision import compute_format, model_bound, scaled_unit_roundoff
 from accuracy.typical import TypicalModel, cached_typical_model
 
@@ -137,7 +137,7 @@ class Evidence:
         semantics = getattr(impl, "semantics", "") or ""
         err = rounding_error(output, self.exact, self.fmt)
         vacuous = not np.all(np.isfinite(bound))
-        ratio_to_bound = bound_ratio(output, self.exact, bound)
+        ratio_to_bound = error_over_bound(err, bound)
         common = {"compute": compute.name, "semantics": semantics, "bound_ratio": ratio_to_bound}
         nonfinite = int(np.count_nonzero(np.isinf(err)))
 

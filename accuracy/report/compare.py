@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 import pandas as pd
