@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks]'
-	$(BIN)/python -m accuracy.asvpages
+	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
 
 # The HTML report's browser test uses Debian's Chromium; it skips cleanly where this fails.

@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """`accuracy.check` without importing the registry, numpy and torch on `import accuracy`."""
     if name == "check":
-        from accuracy.checking import check
+        from accuracy.workflows.check import check
 
         return check
     raise AttributeError(f"module 'accuracy' has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 import sys
 
-from accuracy.cli import main
+from accuracy.cli.main import main
 
 sys.exit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from accuracy.checking import check
+from accuracy.workflows.check import check
 
 
 def assert_within_rounding(actual, *, op: str | None = None, fn: Callable | str | None = None,

@@ -1,6 +1,6 @@
 """asv benchmarks for ops that installed packages declare under the `opbench.ops` entry points."""
 
-from accuracy.registry import OP_MODULES, families
+from accuracy.catalog.registry import OP_MODULES, families
 
 from .common import benchmark_classes
 

@@ -12,11 +12,11 @@ import time
 import mpmath
 import numpy as np
 
-from accuracy.dtypes import get_format
-from accuracy.exact_gemm import exact_matmul
-from accuracy.references import correctly_rounded
-from accuracy.registry import get_op
-from accuracy.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
+from accuracy.core.dtypes import get_format
+from accuracy.reference.exact_gemm import exact_matmul
+from accuracy.reference.correctly_rounded import correctly_rounded
+from accuracy.catalog.registry import get_op
+from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
 from .common import PROFILES, current_profile
 
@@ -119,7 +119,7 @@ _SCAN_TRACK_DOCS = {  # row key -> (unit, doc); all lower is better
 
 
 def _scan_track(name: str, key: str):
-    """asv track `name` reading one column of the scan's rows (`accuracy.scan.as_rows`) for an impl."""
+    """asv track `name` reading one column of the scan's rows (`accuracy.workflows.scan.as_rows`) for an impl."""
 
     def track(self, rows, impl):
         return rows[impl][key]

@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.dtypes import ALL_DTYPES, get_format
-from accuracy.evaluate import Case
-from accuracy.metric_table import Metric, benchmark_class_name, tracks
-from accuracy.registry import DEFAULT_CONDITION, all_ops, get_op
-from accuracy.threads import all_cores
+from accuracy.core.dtypes import ALL_DTYPES, get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
+from accuracy.catalog.registry import all_ops, get_op
+from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.core.threads import all_cores
 
 RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible

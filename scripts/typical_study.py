@@ -7,7 +7,7 @@ For each accumulating op (n known from its contraction length) and each candidat
   lambda for a failure probability of 1e-6 (Higham & Mary 2019: P <= 2n exp(-lambda^2 (1-u)^2 / 2));
 - fp64 rule: RMSE(result - fp64) <= m * RMSE(eager - fp64), m = 2 (float32) or 3 (float16/bfloat16),
   eager = the op's formula evaluated by numpy in the stored format (torch/_dynamo/utils.py `same`);
-- data-specific (shipped): the typical tier of accuracy.typical.
+- data-specific (shipped): the typical tier of accuracy.judge.typical.
 it prints the alarms on correct implementations and the share of must-catch mutants
 (error >= 16x the least accurate correct algorithm) each catches. Results are in the README.
 """
@@ -19,12 +19,12 @@ import math
 
 import numpy as np
 
-from accuracy.dtypes import get_format
-from accuracy.evaluate import Case
-from accuracy.metrics import gamma
-from accuracy.registry import get_op
-from accuracy.selftest import ALARMS, MUST_CATCH, _correct, mutants, selftest_case
-from accuracy.verdicts import Evidence, rounding_error
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.judge.error_metrics import gamma
+from accuracy.catalog.registry import get_op
+from accuracy.workflows.selftest import ALARMS, MUST_CATCH, _correct, mutants, selftest_case
+from accuracy.judge.verdicts import Evidence, rounding_error
 
 STUDY_OPS = ("sum", "mean", "dot", "gemv", "matmul", "linear", "bmm")
 

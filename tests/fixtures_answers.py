@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from accuracy.metric_table import tracks
+from accuracy.judge.metric_table import tracks
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
 MACHINE, ENV = "box", "py3.11"

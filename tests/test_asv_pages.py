@@ -14,7 +14,7 @@ import asv
 import pytest
 from chromium import chromium, needs_chromium, offline_site
 
-from accuracy.asvpages import BY_URL, INDEX, PACKAGES, VENDOR_DIR, make_offline, remote_urls
+from accuracy.run.offline_pages import BY_URL, INDEX, PACKAGES, VENDOR_DIR, make_offline, remote_urls
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
 ASV_INDEX = Path(asv.__file__).parent / "www" / INDEX

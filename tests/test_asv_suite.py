@@ -58,7 +58,7 @@ def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
 
 
 def test_asv_check_passes_on_the_suite(tmp_path):
-    from accuracy.asvrun import write_private_config
+    from accuracy.run.driver import write_private_config
 
     config = write_private_config(ROOT / "asv.conf.json", tmp_path / "r", tmp_path / "h", tmp_path)
     proc = subprocess.run([sys.executable, "-m", "asv", "check", "--config", str(config), "--python=same"],

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accuracy import cli
+from accuracy.cli import main as cli
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
-from accuracy.resultstore import results_lock
-from accuracy.threads import all_cores
+from accuracy.run.results_store import results_lock
+from accuracy.core.threads import all_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = SyntheticBenchmark("bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"),

@@ -136,10 +136,10 @@ def test_bound_ratio_track_is_the_verdicts_at_the_compute_precision():
     """A float16 sum that torch computes in float32: float16's own gamma_4095 is vacuous (4095 u >= 1),
     so a storage-precision bound gives NaN; the precision model (float32 algorithm bound + one rounding
     to float16) proves it, and the asv track, explain's column and the verdict report that same ratio."""
-    from accuracy.dtypes import get_format
-    from accuracy.evaluate import Case
-    from accuracy.metrics import bound_ratio
-    from accuracy.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.workflows.evaluation import Case
+    from accuracy.judge.error_metrics import bound_ratio
+    from accuracy.catalog.registry import get_op
 
     params = ("torch:torch.sum@float16", 4096, "cancelling", 1)
     track = _track(bench_reductions.Sum, params, "track_bound_ratio")
@@ -156,10 +156,10 @@ def test_bound_ratio_track_is_the_verdicts_at_the_compute_precision():
 
 def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
     """Where float16's bound is finite it is loose: the float32 bound + one rounding is ~6000x sharper."""
-    from accuracy.dtypes import get_format
-    from accuracy.evaluate import Case
-    from accuracy.metrics import bound_ratio
-    from accuracy.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.workflows.evaluation import Case
+    from accuracy.judge.error_metrics import bound_ratio
+    from accuracy.catalog.registry import get_op
 
     op = get_op("matmul")
     case = Case(op, get_format("float16"), 128)

@@ -5,8 +5,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from accuracy.blas import MissingOpError, discover_providers
-from accuracy.blas.lapack import bind_fortran_lapack, bind_lapacke
+from accuracy.backends.blas import MissingOpError, discover_providers
+from accuracy.backends.blas.lapack import bind_fortran_lapack, bind_lapacke
 
 PROVIDERS = discover_providers(environ={}).providers
 DTYPES = [np.float32, np.float64]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from threadpoolctl import threadpool_info
 
-from accuracy.blas import ProviderLoadError, discover_providers, load_provider
-from accuracy.blas.providers import ENV_VAR, candidates, parse_env
-from accuracy.errors import OpbenchError
+from accuracy.backends.blas import ProviderLoadError, discover_providers, load_provider
+from accuracy.backends.blas.providers import ENV_VAR, candidates, parse_env
+from accuracy.core.errors import OpbenchError
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from accuracy.backends import get_backend
-from accuracy.blas import discover_providers, gemm_thread_reproducibility
-from accuracy.blas.controllers import SerialBLASController
-from accuracy.threads import all_cores, thread_limit
+from accuracy.backends.blas import discover_providers, gemm_thread_reproducibility
+from accuracy.backends.blas.controllers import SerialBLASController
+from accuracy.core.threads import all_cores, thread_limit
 
 PROVIDERS = discover_providers(environ={}).providers
 NAMES = sorted(PROVIDERS)
@@ -28,8 +28,8 @@ THREADED = [n for n in NAMES if not isinstance(PROVIDERS[n].controller.lib_contr
 PROBE = """
 import json, sys
 from threadpoolctl import threadpool_info
-from accuracy.blas import discover_providers
-from accuracy.threads import thread_limit
+from accuracy.backends.blas import discover_providers
+from accuracy.core.threads import thread_limit
 
 discovery = discover_providers(lib_dirs=tuple(sys.argv[1:]))
 view = lambda: {lib["filepath"]: lib for lib in threadpool_info()}

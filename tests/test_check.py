@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import accuracy
-from accuracy.arrayfiles import read_arrays, write_arrays
-from accuracy.cli import main
-from accuracy.evaluate import make_case
-from accuracy.registry import all_ops
+from accuracy.workflows.array_files import read_arrays, write_arrays
+from accuracy.cli.main import main
+from accuracy.workflows.evaluation import make_case
+from accuracy.catalog.registry import all_ops
 from accuracy.testing import assert_within_rounding
-from accuracy.verdicts import WITHIN, correctly_rounded
+from accuracy.judge.verdicts import WITHIN, correctly_rounded
 
 LINEAR_SIZE = 256  # 32 x 256 @ 256 x 64: the same op, a fraction of the default's time
 

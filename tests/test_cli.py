@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from accuracy.backends import get_backend
-from accuracy.registry import all_ops
+from accuracy.catalog.registry import all_ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,7 +103,7 @@ def test_explain_text():
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
     assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
     # --threads 1 runs on one thread; reproducibility still compares 1 thread with all cores
-    from accuracy.threads import all_cores
+    from accuracy.core.threads import all_cores
 
     assert f"1 vs {all_cores()} threads" in out.stdout
 
@@ -135,9 +135,9 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
 
     import numpy as np
 
-    from accuracy.dtypes import get_format
-    from accuracy.evaluate import Case
-    from accuracy.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.workflows.evaluation import Case
+    from accuracy.catalog.registry import get_op
 
     backend = get_backend("torch-cuda")
     for dtype in ("float16", "bfloat16", "float32", "float64"):
@@ -168,7 +168,7 @@ def test_listed_conditions(listing):
 
 
 def _subparsers():
-    from accuracy.cli import build_parser
+    from accuracy.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accuracy import cli
-from accuracy.metric_table import tracks
+from accuracy.cli import main as cli
+from accuracy.judge.metric_table import tracks
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
 REPO = Path(__file__).resolve().parents[1]

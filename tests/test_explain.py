@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accuracy.dtypes import get_format
-from accuracy.evaluate import Case, make_case
-from accuracy.errors import OpbenchError
-from accuracy.exact import Exact
-from accuracy.explain import explain
-from accuracy.registry import get_op
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.evaluation import Case, make_case
+from accuracy.core.errors import OpbenchError
+from accuracy.reference.exact import Exact
+from accuracy.workflows.explain import explain
+from accuracy.catalog.registry import get_op
 
 # one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
 pytestmark = pytest.mark.xdist_group("explain")
@@ -101,7 +101,7 @@ def test_naive_sigmoid_float16_beyond_rounding_torch_within():
 
 
 def test_threads_compare_one_with_all_cores_whatever_the_main_run_used():
-    from accuracy.threads import all_cores
+    from accuracy.core.threads import all_cores
 
     report = explain("matmul", "float32", 64, threads=1)
     cores = all_cores()
@@ -149,7 +149,7 @@ def test_a_reference_of_the_wrong_shape_is_an_error_not_a_measurement():
 
 
 def _every_op_and_condition():
-    from accuracy.registry import all_ops
+    from accuracy.catalog.registry import all_ops
 
     return [pytest.param(op.name, c, id=f"{op.name}-{c}") for op in all_ops() for c in op.condition_names()]
 

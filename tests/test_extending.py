@@ -22,8 +22,8 @@ import mpmath
 import numpy as np
 
 from accuracy.backends.base import Backend
-from accuracy.ops.common import elementwise_op
-from accuracy.registry import Impl
+from accuracy.catalog.ops.common import elementwise_op
+from accuracy.catalog.registry import Impl
 
 
 class UpcastNumpy(Backend):
@@ -116,11 +116,11 @@ def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
 
 
 def test_the_catalog_is_complete_whichever_op_module_is_imported_first():
-    from accuracy.registry import OP_MODULES, all_ops
+    from accuracy.catalog.registry import OP_MODULES, all_ops
 
     expected = len(all_ops())
-    code = ("import importlib, sys; importlib.import_module('accuracy.ops.' + sys.argv[1]); "
-            "from accuracy.registry import all_ops; print(len(all_ops()))")
+    code = ("import importlib, sys; importlib.import_module('accuracy.catalog.ops.' + sys.argv[1]); "
+            "from accuracy.catalog.registry import all_ops; print(len(all_ops()))")
     for subject in OP_MODULES:
         out = subprocess.run([sys.executable, "-c", code, subject], capture_output=True, text=True, cwd=ROOT,
                              timeout=120)
@@ -131,9 +131,9 @@ def test_the_catalog_is_complete_whichever_op_module_is_imported_first():
 def test_every_op_family_is_the_subject_module_that_declares_it():
     import importlib
 
-    from accuracy.registry import OP_MODULES, all_ops
+    from accuracy.catalog.registry import OP_MODULES, all_ops
 
     declared = {op.name: subject for subject in OP_MODULES
-                for op in importlib.import_module(f"accuracy.ops.{subject}").OPS}
+                for op in importlib.import_module(f"accuracy.catalog.ops.{subject}").OPS}
     assert {op.name: op.family for op in all_ops() if op.family in OP_MODULES} == declared
     assert all(declared.values())

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exact_rounding import exact_round
-from accuracy.dtypes import get_format
-from accuracy.exact import dot2_matmul
-from accuracy.exact_gemm import exact_matmul, slice_bits
-from accuracy.references import FP64_ERROR_ULPS, TORCH_TWINS, correctly_rounded, undecided, wide_evaluator
-from accuracy.verdicts import correctly_rounded as round_exact
+from accuracy.core.dtypes import get_format
+from accuracy.reference.exact import dot2_matmul
+from accuracy.reference.exact_gemm import exact_matmul, slice_bits
+from accuracy.reference.correctly_rounded import FP64_ERROR_ULPS, TORCH_TWINS, correctly_rounded, undecided, wide_evaluator
+from accuracy.judge.verdicts import correctly_rounded as round_exact
 
 FUNCS = {
     "exp": (np.exp, mpmath.exp, (-80.0, 80.0)),

@@ -15,10 +15,10 @@ import pytest
 from accuracy.backends import get_backend
 from accuracy.backends import jax as jax_backend
 from accuracy.backends import tensorflow as tf_backend
-from accuracy.evaluate import Case
-from accuracy.dtypes import get_format
-from accuracy.explain import explain
-from accuracy.registry import all_ops
+from accuracy.workflows.evaluation import Case
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.explain import explain
+from accuracy.catalog.registry import all_ops
 
 FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
 # Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.

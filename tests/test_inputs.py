@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from accuracy.backends import get_backend
-from accuracy.dtypes import ALL_DTYPES, get_format
-from accuracy.evaluate import Case
-from accuracy.inputs import as_float64, make_inputs, rng_for, seed_for
-from accuracy.registry import all_ops, get_op
+from accuracy.core.dtypes import ALL_DTYPES, get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.reference.inputs import as_float64, make_inputs, rng_for, seed_for
+from accuracy.catalog.registry import all_ops, get_op
 
 
 def _digest(inputs: dict) -> str:
@@ -67,9 +67,9 @@ def test_seed_is_stable_across_processes():
     here = {d: _digest(make_inputs(op, 64, get_format(d))) for d in ALL_DTYPES}
     code = (
         "import json, hashlib, numpy as np\n"
-        "from accuracy.dtypes import get_format, ALL_DTYPES\n"
-        "from accuracy.inputs import make_inputs, seed_for\n"
-        "from accuracy.registry import get_op\n"
+        "from accuracy.core.dtypes import get_format, ALL_DTYPES\n"
+        "from accuracy.reference.inputs import make_inputs, seed_for\n"
+        "from accuracy.catalog.registry import get_op\n"
         "from tests.test_inputs import _digest\n"
         "op = get_op('exp')\n"
         "print(json.dumps({'seed': seed_for('exp', 64),"
@@ -106,7 +106,7 @@ def test_inputs_are_rounded_once_from_float64(dtype):
             assert got[name].tobytes() == want.tobytes(), (op.name, name)
             # each rounded value is the nearest value of fmt to the float64 one
             err = np.abs(got[name].astype(np.float64) - raw[name])
-            from accuracy.metrics import ulp
+            from accuracy.core.dtypes import ulp
             assert np.all(err <= ulp(raw[name], fmt) / 2), (op.name, name)
 
 

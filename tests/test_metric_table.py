@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accuracy.metric_table import ACCURACY, METRICS, cli_columns, compared, metric_for, tracks
+from accuracy.judge.metric_table import ACCURACY, METRICS, cli_columns, compared, metric_for, tracks
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.compare import ACCURACY_SLOTS
 
@@ -43,8 +43,8 @@ def test_a_new_entry_becomes_an_asv_track(monkeypatch):
     """Adding a metric is one entry: the generated suite grows the track from it."""
     import importlib
 
-    import accuracy.metric_table as table
-    from accuracy.metric_table import Metric
+    import accuracy.judge.metric_table as table
+    from accuracy.judge.metric_table import Metric
 
     extra = Metric("p99_ulp", "ulp", "99th percentile of the ulp error.", ACCURACY, column="p99 ulp", field="p99_ulp",
                    explain=True)

@@ -1,4 +1,4 @@
-"""Property tests for accuracy.metrics (and the rounding it relies on) in every measured format.
+"""Property tests for accuracy.judge.error_metrics (and the rounding it relies on) in every measured format.
 
 Values are drawn as raw bit patterns of each format, so subnormals, signed zeros, the largest
 finite number and (where asked) NaN/Inf all turn up; exact expectations use Fractions.
@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from exact_rounding import exact_round
-from accuracy.dtypes import FORMATS, get_format
-from accuracy.exact import Exact
-from accuracy.metrics import (
+from accuracy.core.dtypes import FORMATS, get_format
+from accuracy.reference.exact import Exact
+from accuracy.judge.error_metrics import (
     ErrorSummary,
     bound_ratio,
     gamma,

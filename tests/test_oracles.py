@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from exact_rounding import exact_round
-from accuracy.dtypes import get_format
-from accuracy.inputs import as_float64, make_inputs
-from accuracy.registry import all_ops, get_op
+from accuracy.core.dtypes import get_format
+from accuracy.reference.inputs import as_float64, make_inputs
+from accuracy.catalog.registry import all_ops, get_op
 
 ORACLE_BITS = 200
 REL_TOL = Fraction(2) ** -60  # float64: per element, relative to the oracle's value and to the largest |oracle|

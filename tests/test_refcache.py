@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from accuracy import refcache
-from accuracy.dtypes import get_format
-from accuracy.evaluate import Case
-from accuracy.exact import Exact
-from accuracy.registry import get_op
+from accuracy.reference import cache as refcache
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.reference.exact import Exact
+from accuracy.catalog.registry import get_op
 
 
 class Counter:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from exact_rounding import exact_round
-from accuracy.dtypes import get_format
-from accuracy.exact import Exact, fsum_rows, mp_map, mp_rows, two_prod, two_sum
-from accuracy.references import correctly_rounded
+from accuracy.core.dtypes import get_format
+from accuracy.reference.exact import Exact, fsum_rows, mp_map, mp_rows, two_prod, two_sum
+from accuracy.reference.correctly_rounded import correctly_rounded
 
 FUNCS = {
     "exp": (np.exp, mpmath.exp, (-10.0, 10.0)),
@@ -59,7 +59,7 @@ def test_midpoint_cases_go_through_mpmath():
     x = np.unique(x)
     v = np.exp(x)
     nearest = fmt.round(v).astype(np.float64)
-    from accuracy.metrics import ulp
+    from accuracy.core.dtypes import ulp
     distance = np.abs(v - nearest) / ulp(v, fmt)
     risky = x[0.5 - distance < 1e-9]
     exact = correctly_rounded(np.exp, mpmath.exp, risky, fmt)

@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from accuracy.dtypes import get_format
-from accuracy.evaluate import Case
-from accuracy.metrics import bound_ratio
-from accuracy.registry import all_ops, get_op
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.judge.error_metrics import bound_ratio
+from accuracy.catalog.registry import all_ops, get_op
 
 SAME_SHAPE_FAMILIES = ("elementwise", "activations", "norms")  # the output has x's shape
 

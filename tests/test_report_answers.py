@@ -11,7 +11,7 @@ from fixtures_answers import (
     suite_results,  # noqa: F401
 )
 
-from accuracy.commands.run import summarize
+from accuracy.cli.run_command import summarize
 from accuracy.report import answers as answer_tables
 from accuracy.report.load import load_results
 from accuracy.report.render import write_report
@@ -136,7 +136,7 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
 
 
 def test_selftest_summary_from_the_results_else_the_kept_copy(tmp_path):
-    from accuracy.registry import all_ops
+    from accuracy.catalog.registry import all_ops
     from accuracy.report.selftest_saved import KEPT, find_selftest
 
     kept = find_selftest(tmp_path)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from fixtures_report import GFLOPS, INJECTED, shared_results  # noqa: F401
 
-import accuracy.cli
-from accuracy.commands import report as report_cli
+import accuracy.cli.main
+from accuracy.cli import report_command as report_cli
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "regressions.csv",
@@ -21,9 +21,9 @@ REPORT_FILES = {"index.html", "report.md", "results.csv", "results.parquet", "re
 
 @pytest.fixture
 def opbench_main(monkeypatch):
-    """The real `accuracy.cli.main`, with only the report command registered."""
-    monkeypatch.setattr(accuracy.cli, "COMMAND_MODULES", ("accuracy.commands.report",))
-    return accuracy.cli.main
+    """The real `accuracy.cli.main.main`, with only the report command registered."""
+    monkeypatch.setattr(accuracy.cli.main, "COMMAND_MODULES", ("accuracy.cli.report_command",))
+    return accuracy.cli.main.main
 
 
 def test_register_adds_report_with_defaults():
@@ -70,7 +70,6 @@ def test_skipped_files_are_warned_on_stderr(opbench_main, shared_results, tmp_pa
     assert len(warnings) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("accuracy.commands") is None, reason="other CLI commands not written yet")
 def test_python_dash_m_accuracy_report(shared_results, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "accuracy", "report", "--results", str(shared_results), "--out", str(tmp_path)],

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from fixtures_report import BENCHMARKS, COMMITS, DATES, ENVS, FAILED, MACHINE, N_COMMITS, params_label, shared_results  # noqa: F401
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 from accuracy.report.export import export_frame, read_frame
 from accuracy.report.load import load_results
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 from fixtures_report import COMMITS, MKL, shared_results  # noqa: F401
 
-from accuracy.metric_table import BY_NAME
+from accuracy.judge.metric_table import BY_NAME
 from accuracy.report.export import export_frame, read_frame
 from accuracy.report.load import load_results
 from accuracy.report.render import write_report

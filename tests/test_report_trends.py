@@ -4,10 +4,10 @@ import pandas as pd
 import pytest
 from fixtures_report import COMMITS, ENVS, GFLOPS, INJECTED, MKL, OPENBLAS, params_label, shared_results  # noqa: F401
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 from accuracy.report.environments import compare_across
 from accuracy.report.load import load_results
-from accuracy.report.metrics import metric_of
+from accuracy.report.measures import metric_of
 from accuracy.report.trends import find_steps
 
 
@@ -102,7 +102,7 @@ def test_metrics_are_classified_by_declaration_not_by_substring(benchmark, metri
 
 
 def test_every_suite_track_of_relu_is_classified_by_the_metric_table():
-    from accuracy.metric_table import tracks
+    from accuracy.judge.metric_table import tracks
     from benchmarks import bench_activations
 
     methods = [m for m in dir(bench_activations.Relu) if m.startswith(("track_", "time_"))]

@@ -6,7 +6,7 @@ import copy
 import io
 
 from accuracy.report.fingerprint import fingerprint_digest
-from accuracy.runlog import ClassProgress
+from accuracy.run.progress import ClassProgress
 
 FINGERPRINT = {
     "python": "3.11.7",
@@ -85,7 +85,7 @@ def test_progress_prints_one_line_per_class_across_batches():
 
 def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     """Each batch is one asv start-up (~15 s with the frameworks' preload): 12 per run cost 3 minutes."""
-    from accuracy.batches import BATCHES, group_modules
+    from accuracy.run.batches import BATCHES, group_modules
 
     suite = {f"bench_{name}": {f"bench_{name}.C{i}" for i in range(n)} for name, n in
              [("activations", 7), ("attention", 1), ("conv", 3), ("elementwise", 11), ("fft", 2), ("grads", 6),
@@ -106,7 +106,7 @@ def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_pa
     import json
     import subprocess
 
-    from accuracy.asvrun import graph_branches, write_private_config
+    from accuracy.run.driver import graph_branches, write_private_config
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

@@ -10,11 +10,11 @@ import mpmath
 import numpy as np
 import pytest
 
-from accuracy.cli import main
-from accuracy.dtypes import get_format
-from accuracy.hard_inputs import HARD_TO_ROUND, hard_inputs
-from accuracy.registry import all_ops, get_op
-from accuracy.scan import (all_inputs, as_rows, hex_of, rows_from_tracks, sample_float64, scan, scan_class_name,
+from accuracy.cli.main import main
+from accuracy.core.dtypes import get_format
+from accuracy.reference.hard_inputs import HARD_TO_ROUND, hard_inputs
+from accuracy.catalog.registry import all_ops, get_op
+from accuracy.workflows.scan import (all_inputs, as_rows, hex_of, rows_from_tracks, sample_float64, scan, scan_class_name,
                            scannable, zimmermann_table)
 
 
@@ -104,8 +104,8 @@ def test_cli_scan_json_and_bad_input(capsys):
 
 def test_ctrl_c_prints_the_partial_table_and_exits_2(monkeypatch, capsys):
     """Ctrl-C while the first chunk's progress is shown: that chunk is the partial table."""
-    import accuracy.commands.scan as scan_command
-    import accuracy.scan as scan_module
+    import accuracy.cli.scan_command as scan_command
+    import accuracy.workflows.scan as scan_module
 
     def interrupted(self, done, total, seconds):
         raise KeyboardInterrupt

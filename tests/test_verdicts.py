@@ -11,13 +11,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from accuracy.dtypes import FORMATS, get_format
-from accuracy.emulate import emulate
-from accuracy.evaluate import make_case
-from accuracy.exact import Exact
-from accuracy.metrics import ulps_apart
-from accuracy.registry import get_op
-from accuracy.verdicts import (BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN, Evidence, correctly_rounded, judge,
+from accuracy.core.dtypes import FORMATS, get_format
+from accuracy.judge.emulation import emulate
+from accuracy.workflows.evaluation import make_case
+from accuracy.reference.exact import Exact
+from accuracy.judge.error_metrics import ulps_apart
+from accuracy.catalog.registry import get_op
+from accuracy.judge.verdicts import (BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN, Evidence, correctly_rounded, judge,
                                rounding_error)
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -191,9 +191,9 @@ def test_judgements_are_deterministic_and_use_the_vocabulary():
 def test_tf32_mode_computes_every_float32_product_in_tf32_even_a_declared_formula():
     """On a GPU, `x @ W.T + b` under torch-cuda-tf32 showed 9e7 ulps judged as float32
     (suspicious) while F.linear beside it was judged as TF32: the mode, not the formula, decides."""
-    from accuracy.dtypes import get_format
-    from accuracy.precision import TF32, compute_format
-    from accuracy.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.judge.precision import TF32, compute_format
+    from accuracy.catalog.registry import get_op
 
     formula = next(i for i in get_op("linear").impls if i.variant == "x @ W.T + b" and i.backend == "torch")
     assert formula.compute  # the formula declares that it rounds to storage between ops

@@ -12,10 +12,10 @@ import importlib
 from functools import cache
 
 from accuracy.backends.base import Backend
-from accuracy.backends.blas import blas_backends, blas_discovery
+from accuracy.backends.blas.backend import blas_backends, blas_discovery
 from accuracy.backends.pytorch import TORCH_VARIANTS
-from accuracy.errors import OpbenchError
-from accuracy.plugins import load_plugins
+from accuracy.core.errors import OpbenchError
+from accuracy.core.plugins import load_plugins
 
 __all__ = ["BACKEND_MODULES", "Backend", "TORCH_VARIANTS", "backends_for", "blas_discovery", "get_backend"]
 

@@ -12,8 +12,8 @@ from functools import cached_property
 
 import numpy as np
 
-from accuracy.dtypes import FloatFormat
-from accuracy.threads import thread_limit
+from accuracy.core.dtypes import FloatFormat
+from accuracy.core.threads import thread_limit
 
 
 class Backend:

@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from accuracy.backends.base import ThreadsPerCall
-from accuracy.threads import all_cores
+from accuracy.core.threads import all_cores
 
 OPSET = 23  # Attention joined the default domain in opset 23
 IR_VERSION = 10  # the newest ONNX IR this onnxruntime reads

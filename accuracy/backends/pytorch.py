@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from accuracy.backends.base import Backend
-from accuracy.dtypes import FloatFormat
+from accuracy.core.dtypes import FloatFormat
 
 
 class TorchBackend(Backend):

@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from accuracy.backends.base import ThreadsPerCall
-from accuracy.threads import all_cores
+from accuracy.core.threads import all_cores
 
 
 class Deferred:
@@ -94,7 +94,7 @@ class StartupThreadsBackend(ThreadsPerCall):
 
 def _impl_key(fn):
     """How a worker names `fn`: registry lambdas by (op, backend, variant); anything else pickled."""
-    from accuracy.registry import all_ops
+    from accuracy.catalog.registry import all_ops
 
     for op in all_ops():
         for impl in op.impls:
@@ -106,7 +106,7 @@ def _impl_key(fn):
 def _resolve(key):
     if key[0] == "pickled":
         return key[1]
-    from accuracy.registry import get_op
+    from accuracy.catalog.registry import get_op
 
     _, op_name, backend, variant = key
     return next(i.fn for i in get_op(op_name).impls if (i.backend, i.variant) == (backend, variant))

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from accuracy.errors import OpbenchError
-from accuracy.metric_table import METRICS
+from accuracy.core.errors import OpbenchError
+from accuracy.judge.metric_table import METRICS
 from accuracy.report.compare import UNCHANGED, compare_sets
 from accuracy.report.fingerprint import fingerprint_path
 from accuracy.report.resultsets import file_stacks, resolve
 from accuracy.report.tidy import op_of_class, tidy
-from accuracy.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
 
 ENV_KEYS = ["machine", "env_name"]
 CASE_KEYS = [*ENV_KEYS, "op", "implementation", "dtype", "condition", "size", "threads"]
@@ -63,7 +63,7 @@ def latest_cases(frame: pd.DataFrame) -> pd.DataFrame:
 @cache
 def _impls() -> dict[tuple[str, str], object]:
     """(op, implementation name) -> its registry Impl, under every backend it runs on."""
-    from accuracy.registry import all_ops
+    from accuracy.catalog.registry import all_ops
 
     return {(op.name, f"{backend}:{impl.variant}"): impl
             for op in all_ops() for impl in op.impls for backend in (impl.backend, *impl.also)}
@@ -107,9 +107,9 @@ def verdict_reason(row: dict) -> str:
 def _inside_bound_reason(row: dict, impl) -> str:
     """Beyond rounding inside the worst-case bound: a published contract broken, else a tier the
     tracks do not record (`opbench explain` prints it)."""
-    from accuracy.contracts import contract_for
-    from accuracy.dtypes import get_format
-    from accuracy.precision import compute_format
+    from accuracy.judge.contracts import contract_for
+    from accuracy.core.dtypes import get_format
+    from accuracy.judge.precision import compute_format
 
     inside = f"inside the worst-case bound (ratio {row['bound_ratio']:.3g}), max error {row['max_ulp']:.3g} ulp"
     try:

@@ -1,7 +1,7 @@
 """Is an upgrade safe? Compare two asv result sets (BASE, NEW) case by case and give one verdict.
 
 A case is one op x parameter combination (implementation, dtype, size, condition, threads).
-What is compared comes from the metric table (`accuracy.metric_table`):
+What is compared comes from the metric table (`accuracy.judge.metric_table`):
 - **Time** by `time_op`'s samples alone (`accuracy.report.changes`: asv's test and the ratio
   threshold). Too few samples, or a ratio past the threshold that asv's test does not confirm,
   is "inconclusive", never "slower". GFLOP/s is derived from the same samples and only shown.
@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from accuracy.errors import OpbenchError
-from accuracy.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
+from accuracy.core.errors import OpbenchError
+from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
 from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
 from accuracy.report.stack import read_load, stack_difference
-from accuracy.verdicts import VERDICTS, WITHIN
+from accuracy.judge.verdicts import VERDICTS, WITHIN
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
 SAFE, NOT_SAFE, INCONCLUSIVE = "SAFE", "NOT SAFE", "INCONCLUSIVE"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 
 COMPARABLE = ("env_name", "machine")
 

@@ -22,9 +22,9 @@ from asv.benchmarks import Benchmarks
 from asv.machine import Machine
 from asv.results import Results
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 from accuracy.report.fingerprint import FINGERPRINT_COLUMNS, read_fingerprint
-from accuracy.report.metrics import metric_column, with_gflops
+from accuracy.report.measures import metric_column, with_gflops
 
 BENCHMARKS_FILE = "benchmarks.json"
 MACHINE_FILE = "machine.json"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 from accuracy.report import plots
 from accuracy.report.answers import Answers, answer, pair_answer
 from accuracy.report.changes import DEFAULT_THRESHOLD

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from accuracy.errors import OpbenchError
+from accuracy.core.errors import OpbenchError
 from accuracy.report.stack import read_stack
 
 KEY_DIMS = ("machine", "env_name")

@@ -1,6 +1,6 @@
 """The self-test's summary for the report, from a saved `opbench selftest --json`.
 
-The self-test judges every correct implementation and mutants of it (accuracy/selftest.py); at
+The self-test judges every correct implementation and mutants of it (accuracy/workflows/selftest.py); at
 small sizes it takes minutes, too long for every `make bench`, so the report shows a saved run:
 `<results>/selftest.json` (`make selftest` writes it), else the copy kept in the repository.
 """
@@ -18,7 +18,7 @@ KEPT = Path(__file__).resolve().parents[2] / "reports" / FILE_NAME
 @dataclass
 class SavedSelftest:
     path: Path
-    summary: dict  # accuracy.selftest.summary's fields
+    summary: dict  # accuracy.workflows.selftest.summary's fields
     cases: list[dict]  # CaseReport.as_dict() per op, dtype and condition
     commit: str  # the opbench commit it ran at, where recorded
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from accuracy.metric_table import benchmark_class_name
+from accuracy.judge.metric_table import benchmark_class_name
 from accuracy.report.fingerprint import FINGERPRINT_COLUMNS
-from accuracy.report.metrics import higher_is_better
+from accuracy.report.measures import higher_is_better
 
 DATA_DICTIONARY: dict[str, str] = {
     "op": "the operation, as `opbench list` names it (e.g. linear)",
@@ -26,7 +26,7 @@ DATA_DICTIONARY: dict[str, str] = {
     "size": "the op's size parameter (an integer, as given)",
     "threads": "threads every pool was limited to (an integer)",
     "condition": "the input regime (random, cancelling, ill); random where an op has one",
-    "metric": "what the value measures, from accuracy/metric_table.py (time, gflops, max_ulp, ...)",
+    "metric": "what the value measures, from accuracy/judge/metric_table.py (time, gflops, max_ulp, ...)",
     "unit": "the value's unit (seconds, GFLOP/s, ulp, ratio, tier, bool, digest, ...)",
     "higher_is_better": "True where a larger value is an improvement (only gflops)",
     "value": "the measured value (timings: the median of the samples); empty if it failed",
@@ -113,7 +113,7 @@ def _integers(frame: pd.DataFrame, name: str) -> pd.Series:
 
 @cache
 def _op_names() -> dict[str, str]:
-    from accuracy.registry import all_ops
+    from accuracy.catalog.registry import all_ops
 
     return {benchmark_class_name(op.name): op.name for op in all_ops()}
 

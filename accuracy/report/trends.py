@@ -14,10 +14,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from accuracy.metric_table import IDENTITY, compared
+from accuracy.judge.metric_table import IDENTITY, compared
 from accuracy.report.changes import DEFAULT_THRESHOLD, FASTER, SLOWER, Timing, beyond, timing_change
 from accuracy.report.load import SERIES_KEYS
-from accuracy.report.metrics import NOISY, higher_is_better
+from accuracy.report.measures import NOISY, higher_is_better
 
 DEFAULT_WINDOW = 3
 # tracks a user marks noisy on top of the metric table's own (e.g. a plugin's timing-derived track)

@@ -1,0 +1,170 @@
+"""The op registry: one declarative record per op, the single source of truth.
+
+The registry is plain data. Each module `accuracy/ops/<subject>.py` exports `OPS`, a list of
+`OpInfo` records; `all_ops()` concatenates them (plus any plugin package's records, found under
+the `opbench.ops` entry-point group), so the catalog is complete whichever module is imported
+first. The CLI, the asv suite and most tests are views generated from it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from accuracy.backends import backends_for, get_backend
+from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
+from accuracy.core.errors import OpbenchError
+from accuracy.reference.exact import Exact
+from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.core.plugins import load_plugins
+
+
+# The op modules, by subject; an op's family is the subject of the module that declares it.
+OP_MODULES = ("products", "reductions", "elementwise", "activations", "norms", "conv", "attention",
+              "losses", "linalg", "fft", "grads")
+PLUGIN_GROUP = "opbench.ops"  # entry points naming a module with OPS, or a list of OpInfo
+PLUGIN_FAMILY = "plugins"  # the family of a plugin op that declares none
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One way to compute an op: `fn(ns, **inputs)` with `ns` the backend's namespace."""
+
+    backend: str
+    variant: str
+    fn: Callable
+    dtypes: tuple[str, ...]
+    note: str = ""  # say why a variant exists, e.g. a different default that users trip over
+    also: tuple[str, ...] = ()  # extra backends this fn also runs on (e.g. backends.TORCH_VARIANTS)
+    # a deliberate difference in what is computed (e.g. "ddof=0"): never a rounding difference
+    semantics: str = ""
+    # storage dtype -> the precision it computes in there (e.g. {"float16": "float32"} for a
+    # float16 op that upcasts); empty: its backend's policy (accuracy.judge.precision)
+    compute: Mapping[str, str] = field(default_factory=dict)
+    # False for a textbook formula known to lose accuracy (no max shift, explicit inverse, ...):
+    # it may leave the bound or overflow, and tests expect nothing of it
+    stable: bool = True
+    # a measured defect of this library on these inputs (a finding, with its numbers in the
+    # README): it is not counted as a correct implementation, and no test expects it within rounding
+    finding: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}:{self.variant}"
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """An op: how to make its inputs, its exact and fp64 references, and its error bound.
+
+    generate(rng, size) -> float64 inputs; exact(inputs64, fmt) -> Exact;
+    fp64(**inputs64) -> float64 result; bound(inputs64, exact, fmt) -> per-element absolute bound;
+    oracle(inputs64) -> the exact result as a flat sequence of mpmath numbers, written
+    independently of `exact` (another formula) and checked against it at `test_size`.
+    """
+
+    name: str
+    doc: str
+    generate: Callable[[np.random.Generator, int], dict[str, np.ndarray]]
+    exact: Callable[[dict, FloatFormat], Exact]
+    fp64: Callable[..., np.ndarray]
+    bound: Callable[[dict, Exact, FloatFormat], np.ndarray]
+    bound_doc: str
+    impls: tuple[Impl, ...]
+    default_size: int
+    bench_sizes: tuple[int, ...]
+    oracle: Callable[[dict], Sequence] | None = None
+    test_size: int = 8  # small enough for the oracle at 200 bits in well under a second
+    flops: Callable[[int], float] | None = None
+    version: int = 1  # bump when inputs, references or bounds change meaning
+    # other input regimes by name (e.g. {"ill": ill-conditioned matrices}): a parameter of the
+    # op, so the bound ratio, not the raw error, tells rounding from bug on hard inputs
+    conditions: dict[str, Callable[[np.random.Generator, int], dict[str, np.ndarray]]] = field(default_factory=dict)
+    family: str = ""  # set by the registry: the subject module that declares the op
+    # the op as a plain working-precision algorithm in numpy ufuncs, where fp64 leaves them (np.fft):
+    # what the typical tier and the self-test emulate (accuracy.judge.emulation); None: fp64 is that formula
+    working: Callable[..., np.ndarray] | None = None
+    # output axes over which the op's error analysis is normwise (an FFT's bins): a correct algorithm's
+    # error spreads over them, so the typical tier pools its error scale there (RMS)
+    normwise_axes: tuple[int, ...] = ()
+
+    @property
+    def working_formula(self) -> Callable[..., np.ndarray]:
+        return self.working or self.fp64
+
+    def condition_names(self) -> tuple[str, ...]:
+        return (DEFAULT_CONDITION, *self.conditions)
+
+    def generator(self, condition: str = DEFAULT_CONDITION):
+        if condition == DEFAULT_CONDITION:
+            return self.generate
+        try:
+            return self.conditions[condition]
+        except KeyError:
+            raise OpbenchError(
+                f"op {self.name!r} has no condition {condition!r}; choose from {', '.join(self.condition_names())}"
+            ) from None
+
+    def concrete_impls(self) -> list[Impl]:
+        """Declared impls with backend families expanded ('blas' -> one per BLAS provider) and
+        the extra backends each opted into."""
+        return [replace(i, backend=b) for i in self.impls for b in [*backends_for(i.backend), *i.also]]
+
+    def impl(self, name: str) -> Impl:
+        impls = self.concrete_impls()
+        for impl in impls:
+            if impl.name == name:
+                return impl
+        raise OpbenchError(
+            f"op {self.name!r} has no implementation {name!r}; choose from {', '.join(i.name for i in impls)}"
+        )
+
+    def dtypes(self) -> tuple[str, ...]:
+        seen = {d for i in self.impls for d in i.dtypes}
+        return tuple(d for d in ALL_DTYPES if d in seen)
+
+    def available_impls(self, dtype: str) -> list[Impl]:
+        """Implementations that exist for `dtype` on this machine; others are simply absent."""
+        return [i for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
+
+
+@cache
+def _catalog() -> dict[str, OpInfo]:
+    catalog: dict[str, OpInfo] = {}
+    for subject in OP_MODULES:
+        for op in importlib.import_module(f"accuracy.catalog.ops.{subject}").OPS:
+            if op.name in catalog:
+                raise ValueError(f"op {op.name!r} is declared twice ({catalog[op.name].family} and {subject})")
+            catalog[op.name] = replace(op, family=subject)
+    for op in load_plugins(PLUGIN_GROUP, "OPS", OpInfo):
+        if op.name in catalog:
+            print(f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
+                  file=sys.stderr)
+            continue
+        catalog[op.name] = replace(op, family=op.family or PLUGIN_FAMILY)
+    return catalog
+
+
+def all_ops() -> list[OpInfo]:
+    return list(_catalog().values())
+
+
+def families() -> tuple[str, ...]:
+    """Every family in the catalog, the subjects first, in declaration order."""
+    return tuple(dict.fromkeys(op.family for op in all_ops()))
+
+
+def get_op(name: str) -> OpInfo:
+    catalog = _catalog()
+    try:
+        return catalog[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, catalog, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise OpbenchError(f"unknown op {name!r}{hint}; `opbench list` shows them all") from None

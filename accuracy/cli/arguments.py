@@ -1,0 +1,38 @@
+"""Arguments that several subcommands share, declared once (as asv's `common_args` does), so
+`--results` or `--json` mean the same thing and read the same in every `--help`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from accuracy.reference.inputs import DEFAULT_CONDITION
+
+
+def add_command(sub, name: str, run, *, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand whose `func` is `run(args) -> exit status`."""
+    parser = sub.add_parser(name, help=help, description=description or help)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def add_results(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="asv results directory (default: results)")
+
+
+def add_case(parser: argparse.ArgumentParser, *, threads_help: str | None) -> None:
+    """The op and the case it runs on: dtype, size and input condition (and threads, unless
+    `threads_help` is None: a command that runs nothing)."""
+    parser.add_argument("op", help="an op name (`opbench list` shows them)")
+    parser.add_argument("--dtype", default="float32", help="float16, bfloat16, float32 or float64 (default: float32)")
+    parser.add_argument("--size", type=int, default=None, help="the op's size knob (default: the op's own)")
+    parser.add_argument("--condition", default=DEFAULT_CONDITION,
+                        help=f"input regime, for ops that have several, e.g. solve --condition ill "
+                        f"(default: {DEFAULT_CONDITION})")
+    if threads_help is not None:
+        parser.add_argument("--threads", type=int, default=None, help=threads_help)

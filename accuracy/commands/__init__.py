@@ -1,1 +1,0 @@
-"""CLI subcommands: each module has `register(subparsers)`."""

@@ -1,0 +1,68 @@
+"""On-disk cache of exact references, keyed by a hash of the inputs and the op's version.
+
+Exact references can take seconds (mpmath); the cache makes repeated runs cheap. Each entry
+stores a digest of its own payload, so a corrupt or truncated entry is detected and recomputed,
+never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from accuracy.reference.exact import Exact
+
+CACHE_FORMAT = 2  # 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opbench" / "refs"
+    return Path(os.environ.get("OPBENCH_CACHE", default))
+
+
+def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(f"{CACHE_FORMAT}:{op_name}:{op_version}:{fmt_name}".encode())
+    for name in sorted(inputs):
+        a = np.ascontiguousarray(inputs[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _digest(hi: np.ndarray, lo: np.ndarray) -> str:
+    return hashlib.sha256(hi.tobytes() + lo.tobytes() + str(hi.shape).encode()).hexdigest()
+
+
+def _read(path: Path) -> Exact | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            hi, lo, digest = data["hi"], data["lo"], str(data["digest"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # bad CRC, truncated zip
+        return None
+    return Exact(hi, lo) if digest == _digest(hi, lo) else None
+
+
+def _write(path: Path, exact: Exact) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(exact.hi, exact.lo)))
+    os.replace(tmp, path)  # atomic: a reader never sees half an entry
+
+
+def cached(key: str, compute) -> Exact:
+    """The cached Exact for `key`, or `compute()` stored for next time."""
+    path = cache_dir() / f"{key}.npz"
+    exact = _read(path) if path.exists() else None
+    if exact is None:
+        exact = compute()
+        try:
+            _write(path, exact)
+        except OSError:
+            pass  # a read-only cache only costs time
+    return exact

@@ -1,0 +1,292 @@
+"""Drive asv for `opbench run`: machine info, the run itself, fingerprints, HTML, report.
+
+asv does the benchmarking and keeps the results; this module makes the calls non-interactive,
+reproducible and safe: a private copy of asv.conf.json with absolute paths, asv writing into a
+staging copy, the run split into batches (whole benchmark modules, accuracy/run/batches.py) whose
+results are copied into the results directory as each batch ends (under a lock, with the
+environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
+the results of a changed environment filed under a new machine name instead of over the old ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from accuracy.run.offline_pages import make_offline
+from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
+from accuracy.core.errors import OpbenchError
+from accuracy.run.results_store import merge_benchmarks_json, results_lock, write_atomic
+from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
+
+FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
+
+
+def load_asv_config(path: Path) -> dict:
+    """asv.conf.json allows // comments; asv's own loader reads them."""
+    from asv.util import load_json
+
+    if not path.is_file():
+        raise OpbenchError(f"asv config not found: {path}")
+    try:
+        conf = load_json(str(path), js_comments=True)
+    except Exception as exc:  # asv raises its own UserError types for malformed files
+        raise OpbenchError(f"cannot read asv config {path}: {exc}") from None
+    if not isinstance(conf, dict):
+        raise OpbenchError(f"asv config {path} holds a JSON {type(conf).__name__}, not an object of settings")
+    return conf
+
+
+def project_repo(config_path: Path) -> Path:
+    """The repository asv benchmarks, as the config names it (relative to the config file)."""
+    return (config_path.resolve().parent / load_asv_config(config_path).get("repo", ".")).resolve()
+
+
+def graph_branches(config_path: Path) -> list[str]:
+    """The branches `asv publish` should graph: the branch checked out first (asv's pages open on
+    the first), then the configured ones. asv graphs only commits of configured branches, so a run
+    on a feature branch would publish empty graphs. A detached HEAD has no branch to add."""
+    configured = list(load_asv_config(config_path).get("branches", ["main"]))
+    head = subprocess.run(["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    return ([head] if head and head not in configured else []) + configured
+
+
+def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path,
+                         benchmark_dir: Path | None = None, branches: list[str] | None = None) -> Path:
+    """A copy of the project's asv config with every path absolute and results redirected
+    (and the benchmark directory, for a batch; the branches to graph, for a publish)."""
+    root = config_path.resolve().parent
+    conf = load_asv_config(config_path)
+    if branches is not None:
+        conf["branches"] = branches
+    for key, default in (("repo", "."), ("benchmark_dir", "benchmarks"), ("env_dir", "env")):
+        conf[key] = str((root / conf.get(key, default)).resolve())
+    if benchmark_dir is not None:
+        conf["benchmark_dir"] = str(benchmark_dir.resolve())
+    conf["results_dir"] = str(results.resolve())
+    conf["html_dir"] = str(html.resolve())
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "asv.conf.json"
+    out.write_text(json.dumps(conf, indent=2))
+    return out
+
+
+def default_machine_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", platform.node() or "machine")
+
+
+def head_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise OpbenchError(f"{repo} is not a git checkout with a commit; asv records results per commit") from None
+    return out.stdout.strip()
+
+
+def take_fingerprint(python: str, env: dict) -> dict:
+    """`opbench info --json` from a fresh process of `python` with `env`: the stack as it starts.
+
+    A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start.
+    """
+    proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-500:]}
+    return json.loads(proc.stdout)
+
+
+def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """asv environment name -> (its python, its matrix env vars), from asv's own matrix expansion."""
+    from asv.config import Config
+    from asv.environment import get_environments
+
+    conf = Config.load(str(private_config))
+    return {
+        env.name: (str(Path(conf.env_dir) / env.dir_name / "bin" / "python"), env.env_vars)
+        for env in get_environments(conf, None, verbose=False)
+    }
+
+
+def check_commit_range(repo: Path, commits: str) -> None:
+    """asv takes git's range syntax; asking git first turns a typo into one clear line."""
+    proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-count=1", commits, "--"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        reason = (proc.stderr.strip().splitlines() or ["it selects no commits"])[0]
+        raise OpbenchError(f"--commits {commits!r} is not a commit range of {repo}: {reason}")
+
+
+def _result_files(results: Path, machine: str) -> dict[Path, float]:
+    folder = results / machine
+    if not folder.is_dir():
+        return {}
+    return {p: p.stat().st_mtime_ns for p in folder.glob("*.json") if p.name != "machine.json"}
+
+
+def _stage(results: Path, staging: Path, machine: str) -> None:
+    """Give asv a private copy of what it merges into: this machine's results and benchmarks.json."""
+    staging.mkdir()
+    if (results / "benchmarks.json").is_file():
+        shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+    if (results / machine).is_dir():
+        shutil.copytree(results / machine, staging / machine)
+
+
+def _commit(staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]) -> list[Path]:
+    """Copy a batch's files into the results directory, each by an atomic rename.
+
+    Copies, not moves: the next batch's asv merges into the staged files. Each fingerprint
+    lands before its results file, so a results file is never seen beside another run's
+    fingerprint; files the run did not touch are left alone.
+    """
+    target = results / machine
+    target.mkdir(parents=True, exist_ok=True)
+    write_atomic(results / "benchmarks.json",
+                 merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json"))
+    write_atomic(target / "machine.json", (staging / machine / "machine.json").read_text(encoding="utf-8"))
+    written = []
+    for path in changed:
+        write_atomic(target / path.with_suffix(FINGERPRINT_SUFFIX).name, fingerprints[path])
+        write_atomic(target / path.name, path.read_text(encoding="utf-8"))
+        written.append(target / path.name)
+    return written
+
+
+@contextmanager
+def _sigint_deferred():
+    """Ctrl-C waits until a batch's files are all in place (it is delivered right after)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@dataclass
+class RunOutcome:
+    status: int  # asv's exit status, the worst of the batches
+    machine: str  # the machine name the results are filed under
+    written: list[Path]
+    log: Path
+    page_warnings: list[str]  # where asv's HTML pages still need the internet (accuracy.run.offline_pages)
+
+
+def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
+              commits: str | None, profile: str | None, knobs: dict[str, str], verbose: bool) -> RunOutcome:
+    """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
+
+    `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
+    they are set for asv's benchmark processes, and the fingerprint records them. For runs in
+    this environment the machine name gets the environment digest, so a changed stack (an
+    upgraded package, another BLAS kernel, a knob) files its results beside the old ones.
+    """
+    repo = project_repo(config)  # reads and checks the config before anything is locked or written
+    if commits:
+        check_commit_range(repo, commits)
+    batches: list[Batch] = []
+    saved: list[Batch] = []
+    with results_lock(results), tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-",
+                                                            dir=results.resolve().parent) as tmp:
+        try:
+            tmp = Path(tmp)
+            shared = tmp / "shared"
+            shared.mkdir()
+            # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
+            env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
+                       OPBENCH_RUN_DIR=str(shared), PYTHONIOENCODING="utf-8", **knobs)
+            here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
+            if here is not None:
+                from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
+
+                machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
+            staging = tmp / "results"
+            _stage(results, staging, machine)
+            private = write_private_config(config, staging, html, tmp)
+            log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
+            if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
+                raise OpbenchError(f"`asv machine` failed; see {log.path}")
+            # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
+            args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
+            if commits:
+                args += [commits]
+            else:
+                args += ["--python=same", "--set-commit-hash", head_commit(repo), "--launch-method", "forkserver"]
+            if quick:
+                args.append("--quick")
+            if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
+                raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
+            batches = plan_batches(private, bench)
+            modules = {name.split(".", 1)[0] for name in json.loads((staging / "benchmarks.json").read_text())
+                       if name != "version"}
+            progress = ClassProgress([owner for batch in batches for owner in batch.classes])
+            pythons = environment_pythons(private) if here is None else {}
+            env_fingerprints: dict[str, str] = {}
+            written: dict[Path, None] = {}
+            status = 0
+            busiest = os.getloadavg()[0]
+            for index, batch in enumerate(batches):
+                workdir = tmp / f"batch-{index}"
+                folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
+                batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
+                before = _result_files(staging, machine)
+                status = max(status, log.call([*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                                              env, progress=progress))
+                busiest = max(busiest, os.getloadavg()[0])
+                changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
+                if here is None:
+                    fingerprints = {p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints), busiest)
+                                    for p in changed}
+                else:
+                    fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
+                with _sigint_deferred():
+                    written.update(dict.fromkeys(_commit(staging, results, machine, changed, fingerprints)))
+                    saved.append(batch)
+        except KeyboardInterrupt:
+            raise OpbenchError(_interrupted(results, machine, batches, saved)) from None
+        if written:
+            publish_config = write_private_config(config, results, html, tmp / "publish",
+                                                  branches=graph_branches(config))
+            if log.call(["publish", "--config", str(publish_config)], env) != 0:
+                raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
+    page_warnings = make_offline(html) if written else []
+    return RunOutcome(status, machine, list(written), log.path, page_warnings)
+
+
+def _with_load(fingerprint: str, busiest: float) -> str:
+    """The fingerprint plus how busy the machine was (1-minute load average, sampled as each batch
+    starts and ends): `opbench compare` will not call a timing change real when other work was
+    competing for the CPUs (accuracy/report/compare.py)."""
+    return json.dumps(json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}},
+                      indent=2)
+
+
+def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
+    """The one line after a Ctrl-C: exactly which batches are in the results directory."""
+    if not saved:
+        return f"interrupted before any batch finished: nothing was saved; {results} is unchanged"
+    left = [module for batch in batches if batch not in saved for module in batch.modules]
+    return (f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+            f"not run or not finished, so not saved: {', '.join(left)}; HTML not published")
+
+
+def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str]) -> str:
+    """The fingerprint of the asv environment that wrote a history run's results file
+    (taken once per environment and run: every batch runs in the same environments)."""
+    env_name = json.loads(path.read_text()).get("env_name")
+    python, extra = pythons.get(env_name, (None, {}))
+    if python is None:
+        return json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
+    if env_name not in cache:
+        cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+    return cache[env_name]

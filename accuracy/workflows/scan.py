@@ -1,0 +1,332 @@
+"""Whole-domain accuracy scans of elementwise functions: every input of a format, every impl.
+
+Like Zimmermann et al.'s "Accuracy of Mathematical Functions" tables, but for the libraries
+people call (numpy, torch, scipy, ...) on this build: all 2**32 float32 inputs (2**16 for
+float16/bfloat16) go through each implementation and the fast correctly rounded reference
+(accuracy/reference/correctly_rounded.py), in chunks of bounded memory. float64 has too many inputs: it gets a
+sample, the function's known hard inputs plus random ones within every binade.
+
+Only results that differ from the correctly rounded value are measured in ulps (they are few),
+so a scan costs about one reference evaluation plus one call per implementation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accuracy.backends import get_backend
+from accuracy.judge.contracts import contract_for, ulps_from_correctly_rounded
+from accuracy.core.dtypes import FloatFormat, get_format
+from accuracy.core.errors import OpbenchError
+from accuracy.reference.hard_inputs import hard_inputs
+from accuracy.reference.exact import Exact
+from accuracy.judge.error_metrics import ulp_error
+from accuracy.reference.correctly_rounded import cores
+from accuracy.catalog.registry import Impl, OpInfo, all_ops
+from accuracy.judge.verdicts import correctly_rounded
+
+SCAN_DTYPES = ("float32", "float16", "bfloat16")
+CHUNK = 1 << 18  # inputs per task: ~15 MB of working arrays; a few tasks are in flight at a time
+HISTOGRAM_EDGES = (0.5, 1.0, 2.0, 4.0, 16.0, 256.0, np.inf)  # ulp-error bins: (0, 0.5], (0.5, 1], ...
+WORST_KEPT = 3
+_BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
+
+
+@dataclass
+class ImplScan:
+    """What one implementation did over the scanned inputs."""
+
+    impl: Impl
+    contract: object  # accuracy.judge.contracts.Contract or None
+    checked: int = 0
+    not_correctly_rounded: int = 0
+    max_ulp: float = 0.0  # 0 until a result differs from the correctly rounded one
+    max_steps: float = 0.0  # representable numbers between a result and the correctly rounded one
+    worst: list[tuple[float, float, float, float]] = field(default_factory=list)  # (ulp, x, result, exact)
+    histogram: list[int] = field(default_factory=lambda: [0] * len(HISTOGRAM_EDGES))
+
+    def contract_holds(self) -> bool | None:
+        return None if self.contract is None else self.max_steps <= self.contract.max_ulp
+
+    def add(self, x: np.ndarray, result: np.ndarray, exact: Exact, rounded: np.ndarray, fmt: FloatFormat) -> None:
+        """Measure `result` on inputs `x` against the reference, correctly rounded to `rounded`."""
+        part = ImplScan(self.impl, self.contract, checked=x.size)
+        differs = np.flatnonzero(result != rounded)
+        differs = differs[~(np.isnan(result[differs]) & np.isnan(rounded[differs]))]
+        part.histogram[0] = x.size - differs.size
+        if differs.size:
+            part.not_correctly_rounded = differs.size
+            errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
+            part.max_steps = _max_steps(result[differs], rounded[differs], fmt)
+            part.histogram = [h + c for h, c in zip(part.histogram, _bin_counts(errors))]
+            top = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT] if errors.size > WORST_KEPT else np.arange(errors.size)
+            order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
+            part.worst = [(float(errors[i]), float(x[differs[i]]), float(result[differs[i]]),
+                           float(exact.hi[differs[i]] + exact.lo[differs[i]])) for i in order]
+        self.merge(part)
+
+    def merge(self, part: "ImplScan") -> None:
+        """Take in a scan of further inputs (the earlier input first among equal errors)."""
+        self.checked += part.checked
+        self.not_correctly_rounded += part.not_correctly_rounded
+        self.max_steps = max(self.max_steps, part.max_steps)
+        self.histogram = [h + c for h, c in zip(self.histogram, part.histogram)]
+        self.worst = sorted(self.worst + part.worst, key=lambda w: -w[0])[:WORST_KEPT]
+        self.max_ulp = self.worst[0][0] if self.worst else 0.0
+
+
+def _max_steps(result: np.ndarray, rounded: np.ndarray, fmt: FloatFormat) -> float:
+    """The most representable numbers between a result and its correctly rounded value.
+
+    For the narrow formats, by bit patterns: sign-magnitude bits made two's complement are in
+    the order of the values, so their difference counts the numbers between (inf is one past
+    the largest finite number). float64 samples are small: the contracts' own measure.
+    """
+    if fmt.name not in _BITS:
+        return float(ulps_from_correctly_rounded(result, rounded, fmt).max())
+    bits = _BITS[fmt.name]
+    sign = np.int64(1) << np.int64(8 * np.dtype(bits).itemsize - 1)
+
+    def ordered(a):
+        b = a.view(bits).astype(np.int64)
+        return np.where(b & sign, -(b & (sign - 1)), b)
+
+    return float(np.max(np.abs(ordered(result) - ordered(rounded))))
+
+
+def _bin_counts(errors: np.ndarray) -> list[int]:
+    idx = np.searchsorted(np.asarray(HISTOGRAM_EDGES), errors, side="left")
+    return np.bincount(np.minimum(idx, len(HISTOGRAM_EDGES) - 1), minlength=len(HISTOGRAM_EDGES)).tolist()
+
+
+@dataclass
+class ScanResult:
+    op: str
+    fmt: FloatFormat
+    total: int  # inputs the scan covers when complete
+    impls: list[ImplScan]
+    done: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def scannable(op: OpInfo) -> bool:
+    """Elementwise ops of one input `x` (a vector of the requested size, not rows like softmax's)."""
+    probe = op.generate(np.random.default_rng(0), 4)
+    return set(probe) == {"x"} and probe["x"].shape == (4,) and op.family in ("elementwise", "activations")
+
+
+def select_impls(op: OpInfo, fmt: FloatFormat, names: list[str] | None) -> list[Impl]:
+    available = op.available_impls(fmt.name)
+    if not names:
+        if not available:
+            raise OpbenchError(f"op {op.name!r} has no implementation for {fmt.name} on this machine")
+        return available
+    chosen = []
+    for name in names:
+        impl = op.impl(name)  # one-line error for an unknown name
+        if impl not in available:
+            raise OpbenchError(f"{name} is not available for {fmt.name} here")
+        chosen.append(impl)
+    return chosen
+
+
+def all_inputs(fmt: FloatFormat, start: int, stop: int) -> np.ndarray:
+    """The inputs whose bit patterns are start .. stop-1, in `fmt`."""
+    return np.arange(start, stop, dtype=_BITS[fmt.name]).view(fmt.np_dtype)
+
+
+def sample_float64(n: int, seed: int = 0, name: str | None = None) -> np.ndarray:
+    """n float64 inputs: special values and function `name`'s known hard inputs
+    (accuracy/reference/hard_inputs.py) first, then random significands in binades drawn uniformly (both
+    signs, subnormals as one binade), so every magnitude is covered, not just [0, 1)."""
+    info = np.finfo(np.float64)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, info.tiny, info.smallest_subnormal,
+                        info.tiny - info.smallest_subnormal, -info.smallest_subnormal, info.max, -info.max,
+                        np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), np.pi, -np.pi, 0.5, 2.0])
+    known = np.concatenate([special, hard_inputs(name) if name else []])
+    rng = np.random.Generator(np.random.PCG64(seed))
+    count = max(0, n - known.size)
+    exponent = rng.integers(0, 2047, count, dtype=np.uint64)  # biased exponent 0 .. 2046 (0: subnormal)
+    bits = (rng.integers(0, 2, count, dtype=np.uint64) << np.uint64(63)) | (exponent << np.uint64(52)) \
+        | rng.integers(0, 1 << 52, count, dtype=np.uint64)
+    return np.concatenate([known, bits.view(np.float64)])[:n]
+
+
+def _run(impl: Impl, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    backend = get_backend(impl.backend)
+    with np.errstate(all="ignore"):
+        out = backend.call(impl.fn, {"x": backend.to_native(x)})
+        backend.synchronize()
+    return backend.to_numpy(out, fmt)
+
+
+def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None = None, chunk: int | None = None,
+         progress=None, threads: int | None = None) -> ScanResult:
+    """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
+
+    Chunks of inputs go to `threads` workers (default: every core; numpy's and torch's kernels
+    release the GIL), each implementation held to one thread meanwhile; results are merged in
+    chunk order, so the result does not depend on the thread count. `progress(done, total,
+    seconds)` is called after each chunk. Ctrl-C stops the scan and returns the chunks merged
+    so far, with `interrupted` set.
+    """
+    if not scannable(op):
+        raise OpbenchError(f"op {op.name!r} is not an elementwise function of one input; scan covers "
+                           "elementwise and activation ops")
+    if fmt.name == "float64":
+        if not sample:
+            raise OpbenchError("float64 has 2**64 inputs: give --sample N")
+        inputs = sample_float64(sample, name=op.name)
+        total = inputs.size
+    elif fmt.name in SCAN_DTYPES:
+        if sample:
+            raise OpbenchError(f"--sample is for float64; {fmt.name} is scanned whole")
+        inputs, total = None, 1 << (8 * fmt.np_dtype.itemsize)
+    else:
+        raise OpbenchError(f"scan covers {', '.join(SCAN_DTYPES)} whole and float64 by --sample")
+    scans = [ImplScan(impl, contract_for(op.name, impl, fmt, get_format(impl.compute.get(fmt.name, fmt.name))))
+             for impl in impls]
+    result = ScanResult(op.name, fmt, total, scans)
+    threads, chunk = threads or cores(), chunk or CHUNK
+
+    def part(start):
+        stop = min(total, start + chunk)
+        x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
+        return stop - start, _scan_chunk(op, fmt, scans, x)
+
+    start_time = time.perf_counter()
+    with ExitStack() as limits, ThreadPoolExecutor(threads) as pool:
+        # torch too: the reference's float64 twins (accuracy.reference.correctly_rounded.TORCH_TWINS) run in each worker
+        for backend in dict.fromkeys([get_backend("torch"), *(get_backend(s.impl.backend) for s in scans)]):
+            limits.enter_context(backend.thread_limit(1))
+        in_flight = deque()
+        try:
+            for start in [*_spread(range(0, total, chunk)), None]:
+                if start is not None:
+                    in_flight.append(pool.submit(part, start))
+                while in_flight and (start is None or len(in_flight) > 2 * threads):
+                    size, parts = in_flight.popleft().result()
+                    for s, p in zip(scans, parts):
+                        s.merge(p)
+                    result.done += size
+                    result.seconds = time.perf_counter() - start_time
+                    if progress:
+                        progress(result.done, total, result.seconds)
+        except KeyboardInterrupt:
+            for future in in_flight:
+                future.cancel()
+            result.interrupted = True
+            result.seconds = time.perf_counter() - start_time
+    return result
+
+
+def _scan_chunk(op: OpInfo, fmt: FloatFormat, scans: list[ImplScan], x: np.ndarray) -> list[ImplScan]:
+    """One chunk through the reference and every implementation: a fresh ImplScan per impl."""
+    with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
+        exact = op.exact({"x": x.astype(np.float64)}, fmt)
+        rounded = fmt.round(exact.hi)
+        # narrow formats: only values mpmath decided carry a lo, which may break a tie
+        tie_broken = np.flatnonzero(exact.lo) if fmt.precision < 53 else []
+        if len(tie_broken):
+            near = Exact(exact.hi[tie_broken], exact.lo[tie_broken])
+            rounded[tie_broken] = correctly_rounded(near, fmt).astype(fmt.np_dtype)
+    parts = []
+    for s in scans:
+        part = ImplScan(s.impl, s.contract)
+        part.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
+        parts.append(part)
+    return parts
+
+
+def _spread(starts: range) -> list[int]:
+    """Chunks in bit-reversed order: an interrupted scan has still sampled every part of the
+    range (every binade, both signs), not just the smallest bit patterns."""
+    n = len(starts)
+    if n & (n - 1):
+        return list(starts)
+    width = max(1, (n - 1).bit_length())
+    return [starts[int(f"{i:0{width}b}"[::-1], 2)] for i in range(n)]
+
+
+def hex_of(value: float, fmt: FloatFormat) -> str:
+    """The bit pattern of `value` in `fmt`, as C's `0x...` (as numpy's validation files write it)."""
+    bits = np.array([value]).astype(fmt.np_dtype).view(_BITS.get(fmt.name, np.uint64))[0]
+    return f"0x{int(bits):0{2 * fmt.np_dtype.itemsize}x}"
+
+
+def as_rows(result: ScanResult) -> list[dict]:
+    """One JSON-able record per implementation."""
+    fmt = result.fmt
+    rows = []
+    for s in result.impls:
+        rows.append({
+            "op": result.op, "dtype": fmt.name, "impl": s.impl.name, "checked": s.checked,
+            "max_ulp": s.max_ulp, "not_correctly_rounded": s.not_correctly_rounded,
+            "max_ulp_from_correctly_rounded": s.max_steps,
+            "worst": [{"x": hex_of(x, fmt), "x_value": x, "result": hex_of(r, fmt), "exact": e, "ulp": u}
+                      for u, x, r, e in s.worst],
+            "histogram": {_bin_label(i): c for i, c in enumerate(s.histogram)},
+            "contract_max_ulp": None if s.contract is None else s.contract.max_ulp,
+            "contract_source": None if s.contract is None else s.contract.source,
+            "contract_holds": s.contract_holds(),
+            "complete": not result.interrupted and result.done == result.total,
+        })
+    return rows
+
+
+def _bin_label(i: int) -> str:
+    low = 0.0 if i == 0 else HISTOGRAM_EDGES[i - 1]
+    return f"({low:g}, {HISTOGRAM_EDGES[i]:g}]"
+
+
+def scan_class_name(op: str, dtype: str) -> str:
+    """The `full` asv profile's class holding one scan's tracks (benchmarks/bench_references.py)."""
+    return f"Scan{op.capitalize()}{dtype.capitalize()}"
+
+
+SCAN_TRACKS = {"track_max_ulp": "max_ulp", "track_not_correctly_rounded": "not_correctly_rounded"}
+
+
+def rows_from_tracks(tracks: dict[tuple[str, str], float]) -> list[dict]:
+    """`zimmermann_table` rows from asv results of the scan tracks: {(benchmark, impl): value},
+    the benchmark as asv names it ("bench_references.ScanExpFloat32.track_max_ulp"); other
+    benchmarks are ignored. A scan with one of its two tracks missing is left out."""
+    classes = {scan_class_name(op.name, dtype): (op.name, dtype) for op in all_ops() for dtype in (*SCAN_DTYPES, "float64")}
+    found: dict[tuple[str, str, str], dict] = {}
+    for (benchmark, impl), value in tracks.items():
+        *_, cls, track = benchmark.split(".")
+        if cls in classes and track in SCAN_TRACKS:
+            op, dtype = classes[cls]
+            found.setdefault((op, dtype, impl), {"op": op, "dtype": dtype, "impl": impl})[SCAN_TRACKS[track]] = value
+    return [r for r in found.values() if set(SCAN_TRACKS.values()) <= set(r)]
+
+
+def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Function x library -> max ulp error, like Zimmermann et al.'s tables: (header, rows), for
+    the report. `rows` are `as_rows` records of any number of scans. A column is a backend
+    (numpy, torch, ...); a second implementation of one function on one backend gets its own."""
+
+    def column(r):
+        same_backend = [o for o in rows if (o["op"], o["dtype"]) == (r["op"], r["dtype"])
+                        and o["impl"].split(":")[0] == r["impl"].split(":")[0]]
+        return r["impl"].split(":")[0] if same_backend[0] is r else r["impl"]
+
+    columns = list(dict.fromkeys(column(r) for r in rows))
+    funcs = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows))
+    cell = {(r["op"], r["dtype"], column(r)): r for r in rows}
+    body = []
+    for op, dtype in funcs:
+        line = [op, dtype]
+        for name in columns:
+            r = cell.get((op, dtype, name))
+            # a correctly rounded result is within 0.5 ulp: the entry of an impl with no miss
+            line.append("" if r is None else f"{r['max_ulp'] if r['not_correctly_rounded'] else 0.5:.3g}")
+        body.append(line)
+    return ["function", "dtype", *columns], body
