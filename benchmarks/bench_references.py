@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import time
 
-import mpmath
 import numpy as np
 
+from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.exact_gemm import exact_matmul
-from accuracy.reference.correctly_rounded import correctly_rounded
-from accuracy.catalog.registry import get_op
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
 from .common import PROFILES, current_profile
@@ -135,8 +133,7 @@ def _scan_classes() -> dict[str, type]:
         return {}
     classes = {}
     plan = [(name, "float32") for name in SCANNED]
-    plan += [(op.name, dtype) for dtype in ("float16", "bfloat16")
-             for op in map(get_op, SCANNED) if scannable(op)]
+    plan += [(op.name, dtype) for dtype in ("float16", "bfloat16") for op in map(get_op, SCANNED) if scannable(op)]
     for name, dtype in plan:
         op = get_op(name)
         impls = [i.name for i in op.available_impls(dtype)]
@@ -148,11 +145,18 @@ def _scan_classes() -> dict[str, type]:
             return {r["impl"]: r for r in as_rows(scan(op, fmt, select_impls(op, fmt, None)))}
 
         cls = scan_class_name(name, dtype)
-        classes[cls] = type(cls, (), {
-            "params": [impls], "param_names": ["impl"], "timeout": 3600, "setup_cache": setup_cache,
-            **{track: _scan_track(track, key) for track, key in SCAN_TRACKS.items()},
-            "version": f"scan-{name}-{dtype}-op{op.version}",
-        })
+        classes[cls] = type(
+            cls,
+            (),
+            {
+                "params": [impls],
+                "param_names": ["impl"],
+                "timeout": 3600,
+                "setup_cache": setup_cache,
+                **{track: _scan_track(track, key) for track, key in SCAN_TRACKS.items()},
+                "version": f"scan-{name}-{dtype}-op{op.version}",
+            },
+        )
     return classes
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.core.dtypes import ALL_DTYPES, get_format
-from accuracy.workflows.evaluation import Case
-from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
 from accuracy.catalog.registry import all_ops, get_op
-from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.threads import all_cores
+from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
+from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.workflows.evaluation import Case
 
 RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
@@ -92,7 +92,7 @@ class _OpBenchmark:
     sample_time = 0.02
 
     def setup(self, *params):
-        p = dict(zip(self.param_names, params))
+        p = dict(zip(self.param_names, params, strict=False))
         impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
         op = get_op(self.op_name)
         self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
@@ -150,22 +150,36 @@ class _OpBenchmark:
         if threads_differ and self.threads != 1:
             judged = [*judged, other_threads]
         measured = [self._judged(out) for out in judged]
-        worst = max(measured, key=lambda m: (m["verdict_tier"], -math.inf if math.isnan(m["bound_ratio"])
-                                             else m["bound_ratio"], m["max_ulp"]))
-        return {**worst, "output_digest": output_digest(outputs[0]), "bits_differ_run_to_run": int(differs),
-                "bits_differ_1_vs_all_threads": int(threads_differ)}
+        worst = max(
+            measured,
+            key=lambda m: (
+                m["verdict_tier"],
+                -math.inf if math.isnan(m["bound_ratio"]) else m["bound_ratio"],
+                m["max_ulp"],
+            ),
+        )
+        return {
+            **worst,
+            "output_digest": output_digest(outputs[0]),
+            "bits_differ_run_to_run": int(differs),
+            "bits_differ_1_vs_all_threads": int(threads_differ),
+        }
 
     def _judged(self, result) -> dict:
         judgement = self.case.judge(self.impl, result)
-        return {**self.case.measure(self.impl, result).as_dict(),
-                "verdict_tier": judgement.tier, "typical_ratio": judgement.typical_ratio}
-
+        return {
+            **self.case.measure(self.impl, result).as_dict(),
+            "verdict_tier": judgement.tier,
+            "typical_ratio": judgement.typical_ratio,
+        }
 
 
 def _track_method(metric: Metric):
     """An asv track for one metric-table entry: its field of the shared measurement."""
+
     def track(self, *params):
         return self._measured()[metric.field]
+
     track.__name__ = metric.track
     track.__doc__ = metric.doc
     track.unit = metric.unit  # asv reads the unit from the function attribute
@@ -181,7 +195,9 @@ def _cases(op, profile: Profile) -> list[str]:
     for dtype in profile.dtypes:
         seen = set()
         for impl in op.available_impls(dtype):
-            if impl.backend in profile.skip_backends or (impl.backend in profile.lean_backends and impl.backend in seen):
+            if impl.backend in profile.skip_backends or (
+                impl.backend in profile.lean_backends and impl.backend in seen
+            ):
                 continue
             seen.add(impl.backend)
             cases.append(f"{impl.name}@{dtype}")
@@ -204,12 +220,16 @@ def benchmark_classes(family: str) -> dict[str, type]:
         if len(conditions) > 1:
             grid["condition"] = list(conditions)
         grid["threads"] = list(profile.threads)
-        classes[name] = type(name, (_OpBenchmark,), {
-            "op_name": op.name,
-            "param_names": list(grid),
-            "params": list(grid.values()),
-            "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
-        })
+        classes[name] = type(
+            name,
+            (_OpBenchmark,),
+            {
+                "op_name": op.name,
+                "param_names": list(grid),
+                "params": list(grid.values()),
+                "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
+            },
+        )
     # asv's forkserver forks every benchmark process from here: frozen objects are skipped by the
     # children's garbage collector, so it does not touch (and copy) the preloaded frameworks' pages
     # (measured: 0.39 s per forked process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen)

@@ -20,13 +20,19 @@ from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, writ
 N_COMMITS = 100
 # 10 timing + 10 track benchmarks x 100 parameter combinations = 2,000 results per commit.
 PARAM_NAMES = ("impl", "dtype", "size")
-PARAMS = (("torch:F.linear", "numpy:matmul", "scipy:blas", "naive", "mpmath"), ("float32", "float64"),
-          tuple(2**k for k in range(4, 14)))
+PARAMS = (
+    ("torch:F.linear", "numpy:matmul", "scipy:blas", "naive", "mpmath"),
+    ("float32", "float64"),
+    tuple(2**k for k in range(4, 14)),
+)
 BENCHMARKS = [SyntheticBenchmark(f"ops.Op{i}.time_op", "time", "seconds", PARAM_NAMES, PARAMS) for i in range(10)] + [
     SyntheticBenchmark(f"ops.Op{i}.track_max_ulp", "track", "ulp", PARAM_NAMES, PARAMS) for i in range(10)
 ]
-FINGERPRINT = {"blas": [{"internal_api": "openblas", "version": "0.3.31", "architecture": "Haswell", "num_threads": 8}],
-               "torch": "2.13.0", "numpy": "2.4.6"}
+FINGERPRINT = {
+    "blas": [{"internal_api": "openblas", "version": "0.3.31", "architecture": "Haswell", "num_threads": 8}],
+    "torch": "2.13.0",
+    "numpy": "2.4.6",
+}
 
 
 def _measure(bench, combo):
@@ -41,8 +47,16 @@ def make_results(root):
     write_benchmarks(results, BENCHMARKS)
     start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     for i in range(N_COMMITS):
-        write_result_file(results, "synthetic", "py3.11", hashlib.sha1(str(i).encode()).hexdigest(), start + datetime.timedelta(hours=i),
-                          BENCHMARKS, _measure, FINGERPRINT)
+        write_result_file(
+            results,
+            "synthetic",
+            "py3.11",
+            hashlib.sha1(str(i).encode()).hexdigest(),
+            start + datetime.timedelta(hours=i),
+            BENCHMARKS,
+            _measure,
+            FINGERPRINT,
+        )
     return str(results)
 
 

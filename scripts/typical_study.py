@@ -19,12 +19,12 @@ import math
 
 import numpy as np
 
-from accuracy.core.dtypes import get_format
-from accuracy.workflows.evaluation import Case
-from accuracy.judge.error_metrics import gamma
 from accuracy.catalog.registry import get_op
-from accuracy.workflows.selftest import ALARMS, MUST_CATCH, _correct, mutants, selftest_case
+from accuracy.core.dtypes import get_format
+from accuracy.judge.error_metrics import gamma
 from accuracy.judge.verdicts import Evidence, rounding_error
+from accuracy.workflows.evaluation import Case
+from accuracy.workflows.selftest import ALARMS, MUST_CATCH, _correct, mutants, selftest_case
 
 STUDY_OPS = ("sum", "mean", "dot", "gemv", "matmul", "linear", "bmm")
 
@@ -48,16 +48,25 @@ def study(op_name: str, dtype: str, condition: str = "random") -> dict:
     probabilistic = bound / gamma(n, fmt.u) * _lambda(n) * math.sqrt(n) * fmt.u
     fp64 = np.asarray(op.fp64(**ev.inputs64), dtype=np.float64)
     with np.errstate(all="ignore"):
-        eager = np.asarray(op.fp64(**{k: v.astype(fmt.np_dtype) if fmt.precision >= 11 and dtype != "bfloat16"
-                                      else v.astype(np.float32) for k, v in ev.inputs64.items()}))
+        eager = np.asarray(
+            op.fp64(
+                **{
+                    k: v.astype(fmt.np_dtype) if fmt.precision >= 11 and dtype != "bfloat16" else v.astype(np.float32)
+                    for k, v in ev.inputs64.items()
+                }
+            )
+        )
     eager_error = _rmse(fmt.round(eager.astype(np.float64)), fp64)
     multiplier = 2.0 if dtype in ("float32", "float64") else 3.0
     correct = _correct(op, dtype, False)
     base = correct[0]
     outputs = [case.run(impl) for impl in correct]
-    muts = [m for m in mutants(case, base, outputs[0], ev)]
-    in_scope = [m for m in muts if float(np.max(rounding_error(m.output, ev.exact, fmt) / ev.ulp)) >=
-                MUST_CATCH * report.least_ulp]
+    muts = list(mutants(case, base, outputs[0], ev))
+    in_scope = [
+        m
+        for m in muts
+        if float(np.max(rounding_error(m.output, ev.exact, fmt) / ev.ulp)) >= MUST_CATCH * report.least_ulp
+    ]
 
     def flags(candidate, output) -> bool:
         err = rounding_error(output, ev.exact, fmt)
@@ -73,7 +82,8 @@ def study(op_name: str, dtype: str, condition: str = "random") -> dict:
     row["flags"] = {  # the error (ulps) each candidate flags at the median element
         "probabilistic": float(np.median(probabilistic / ev.ulp)),
         "fp64 rule": multiplier * eager_error / float(np.spacing(np.asarray(middle, dtype=fmt.np_dtype)))
-        if dtype != "bfloat16" else float("nan"),
+        if dtype != "bfloat16"
+        else float("nan"),
         "data-specific": model.threshold_ulps(ev.exact, fmt)[0] if model is not None else float("nan"),
     }
     for candidate in ("probabilistic", "fp64 rule", "data-specific"):
@@ -86,8 +96,10 @@ def main() -> None:
     parser.add_argument("ops", nargs="*", default=list(STUDY_OPS))
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
-    print("| op | dtype | n | must catch | probabilistic: flags >= (ulp), false alarms, caught | fp64 rule (RMSE) | "
-          "data-specific |")
+    print(
+        "| op | dtype | n | must catch | probabilistic: flags >= (ulp), false alarms, caught | fp64 rule (RMSE) | "
+        "data-specific |"
+    )
     print("|---|---|---|---|---|---|---|")
     totals = {c: [0, 0] for c in ("probabilistic", "fp64 rule", "data-specific")}
     scope = 0

@@ -24,16 +24,26 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not insta
 
 def chromium(profile: Path, *args: str, proxy: str | None = None, budget_ms: int = 5000) -> str:
     """Run headless Chromium with `args`; return its stdout (e.g. --dump-dom's DOM)."""
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-               f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}"]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        f"--virtual-time-budget={budget_ms}",
+    ]
     if proxy:
         command.append(f"--proxy-server={proxy}")
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
 class _Recording(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # noqa: D102 - quiet; requests are recorded instead
+    def log_message(self, *args):
         pass
 
     def log_request(self, code="-", size="-"):
@@ -66,7 +76,13 @@ def _serving(server):
 def offline_site(root: Path):
     """(base URL of `root` on 127.0.0.1, the site's request log, the refused outside requests)."""
     handler = functools.partial(_Recording, directory=str(root))
-    with _serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as site, \
-            _serving(socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Refusing)) as proxy:
-        yield (f"http://127.0.0.1:{site.server_address[1]}/", site.requests,
-               f"http://127.0.0.1:{proxy.server_address[1]}", proxy.requests)
+    with (
+        _serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as site,
+        _serving(socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Refusing)) as proxy,
+    ):
+        yield (
+            f"http://127.0.0.1:{site.server_address[1]}/",
+            site.requests,
+            f"http://127.0.0.1:{proxy.server_address[1]}",
+            proxy.requests,
+        )

@@ -90,15 +90,13 @@ def make_results_dir(root: Path, seed: int = 0) -> Path:
     write_machine(results, MACHINE)
     write_benchmarks(results, BENCHMARKS)
     for env in ENVS:
-        for i, (commit, date) in enumerate(zip(COMMITS, DATES)):
-            write_result_file(
-                results, MACHINE, env, commit, date, BENCHMARKS, _measure(rng, env, i), FINGERPRINTS[env]
-            )
+        for i, (commit, date) in enumerate(zip(COMMITS, DATES, strict=False)):
+            write_result_file(results, MACHINE, env, commit, date, BENCHMARKS, _measure(rng, env, i), FINGERPRINTS[env])
     return results
 
 
 def params_label(combo: tuple) -> str:
-    return ", ".join(f"{name}={value}" for name, value in zip(PARAM_NAMES, combo))
+    return ", ".join(f"{name}={value}" for name, value in zip(PARAM_NAMES, combo, strict=False))
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,8 @@ import asv
 import pytest
 from chromium import chromium, needs_chromium, offline_site
 
-from accuracy.run.offline_pages import BY_URL, INDEX, PACKAGES, VENDOR_DIR, make_offline, remote_urls
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+from accuracy.run.offline_pages import BY_URL, INDEX, PACKAGES, VENDOR_DIR, make_offline, remote_urls
 
 ASV_INDEX = Path(asv.__file__).parent / "www" / INDEX
 BENCHMARK = "bench_products.Linear.time_op"
@@ -26,9 +26,15 @@ CDN_HOSTS = sorted({url.split("/")[2] for url in BY_URL})
 
 
 def _git(*args):
-    return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                          env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-                                   GIT_COMMITTER_EMAIL="t@t")).stdout.strip()
+    return subprocess.run(
+        ["git", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(
+            os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"
+        ),
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +45,26 @@ def published(tmp_path_factory) -> Path:
     _git("init", "-q", "-b", "main", str(repo))
     _git("-C", str(repo), "commit", "-q", "--allow-empty", "-m", "one")
     commit = _git("-C", str(repo), "rev-parse", "HEAD")
-    bench = SyntheticBenchmark(BENCHMARK, "time", "seconds", ("impl_dtype", "size", "threads"),
-                               (IMPLS, (64, 256), (1, 2)))
+    bench = SyntheticBenchmark(
+        BENCHMARK, "time", "seconds", ("impl_dtype", "size", "threads"), (IMPLS, (64, 256), (1, 2))
+    )
     results = root / "results"
     write_machine(results, "box")
     write_benchmarks(results, [bench])
-    write_result_file(results, "box", "py3.11", commit, datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), [bench],
-                      lambda _, combo: [1e-3 * combo[1] / 64 * (1 + 0.01 * k) for k in range(4)])
+    write_result_file(
+        results,
+        "box",
+        "py3.11",
+        commit,
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        [bench],
+        lambda _, combo: [1e-3 * combo[1] / 64 * (1 + 0.01 * k) for k in range(4)],
+    )
     config = root / "asv.conf.json"
-    config.write_text(f'{{"version": 1, "project": "opbench", "repo": "{repo}", "branches": ["main"], '
-                      f'"results_dir": "{results}", "html_dir": "{root / "html"}"}}')
+    config.write_text(
+        f'{{"version": 1, "project": "opbench", "repo": "{repo}", "branches": ["main"], '
+        f'"results_dir": "{results}", "html_dir": "{root / "html"}"}}'
+    )
     subprocess.run([sys.executable, "-m", "asv", "publish", "--config", str(config)], check=True, capture_output=True)
     return root / "html"
 

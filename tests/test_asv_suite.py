@@ -15,8 +15,13 @@ pytestmark = pytest.mark.slow
 
 
 def opbench(*args, cwd=ROOT, env=None):
-    return subprocess.run([sys.executable, "-m", "accuracy", *args], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-m", "accuracy", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def _results_file(results: Path) -> dict:
@@ -27,15 +32,25 @@ def _results_file(results: Path) -> dict:
 
 def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     results = tmp_path / "results"
-    proc = opbench("run", "--quick", "--bench", r"bench_products\.Dot\.", "--results", str(results),
-                   "--machine", "ci", "--report", str(tmp_path / "reports"))
+    proc = opbench(
+        "run",
+        "--quick",
+        "--bench",
+        r"bench_products\.Dot\.",
+        "--results",
+        str(results),
+        "--machine",
+        "ci",
+        "--report",
+        str(tmp_path / "reports"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     data, path = _results_file(results)
     cols = data["result_columns"]
-    values = {name: dict(zip(cols, row)) for name, row in data["results"].items()}
+    values = {name: dict(zip(cols, row, strict=False)) for name, row in data["results"].items()}
     timing = values["bench_products.Dot.time_op"]
     assert all(v is not None and 0 < v < 1 for v in timing["result"])
-    impls = [p for p in timing["params"][0]]
+    impls = list(timing["params"][0])
     assert "'numpy:np.dot@float32'" in impls and "'torch:torch.dot@float32'" in impls
     for track in ("track_max_ulp", "track_bound_ratio", "track_max_rel_fp64", "track_nonfinite"):
         assert values[f"bench_products.Dot.{track}"]["params"] == timing["params"]
@@ -61,21 +76,33 @@ def test_asv_check_passes_on_the_suite(tmp_path):
     from accuracy.run.driver import write_private_config
 
     config = write_private_config(ROOT / "asv.conf.json", tmp_path / "r", tmp_path / "h", tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "asv", "check", "--config", str(config), "--python=same"],
-                          capture_output=True, text=True, env=dict(os.environ, OPBENCH_PROFILE="quick"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "check", "--config", str(config), "--python=same"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OPBENCH_PROFILE="quick"),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 TINY_CONF = {
-    "version": 1, "project": "tiny", "repo": ".", "branches": ["main"], "dvcs": "git",
-    "environment_type": "virtualenv", "pythons": [f"{sys.version_info.major}.{sys.version_info.minor}"],
+    "version": 1,
+    "project": "tiny",
+    "repo": ".",
+    "branches": ["main"],
+    "dvcs": "git",
+    "environment_type": "virtualenv",
+    "pythons": [f"{sys.version_info.major}.{sys.version_info.minor}"],
     "build_command": ["python -m pip wheel --no-deps --no-build-isolation -w {build_cache_dir} {build_dir}"],
     "install_command": ["in-dir={env_dir} python -m pip install -q --no-deps {wheel_file}"],
-    "launch_method": "forkserver", "benchmark_dir": "benchmarks", "env_dir": ".asv/env",
-    "results_dir": "results", "html_dir": "html",
+    "launch_method": "forkserver",
+    "benchmark_dir": "benchmarks",
+    "env_dir": ".asv/env",
+    "results_dir": "results",
+    "html_dir": "html",
 }
 
-TINY_BENCH = '''
+TINY_BENCH = """
 import tiny
 
 def track_value():
@@ -87,13 +114,18 @@ def time_sum():
 
 def track_crashes():
     raise RuntimeError("this op is broken")
-'''
+"""
 
 
 def _git(repo: Path, *args):
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-                            GIT_COMMITTER_EMAIL="t@t"))
+    subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        env=dict(
+            os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"
+        ),
+    )
 
 
 @pytest.fixture
@@ -105,7 +137,8 @@ def tiny_repo(tmp_path):
     (repo / "asv.conf.json").write_text(json.dumps(TINY_CONF))
     (repo / "pyproject.toml").write_text(
         '[build-system]\nrequires=["setuptools"]\nbuild-backend="setuptools.build_meta"\n'
-        '[project]\nname="tiny"\nversion="0"\n[tool.setuptools]\npackages=["tiny"]\n')
+        '[project]\nname="tiny"\nversion="0"\n[tool.setuptools]\npackages=["tiny"]\n'
+    )
     (repo / "benchmarks" / "__init__.py").write_text("")
     (repo / "benchmarks" / "bench_tiny.py").write_text(TINY_BENCH)
     (repo / ".gitignore").write_text(".asv/\nresults/\nhtml/\n")
@@ -119,13 +152,36 @@ def tiny_repo(tmp_path):
 
 def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_path):
     results = tmp_path / "results"
-    first = subprocess.run(["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"],
-                           capture_output=True, text=True).stdout.strip()
+    first = subprocess.run(
+        ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     # the root commit alone, then the rest of history: two runs accumulate in one results dir
-    opbench("run", "--config", str(tiny_repo / "asv.conf.json"), "--commits", f"{first}^!",
-            "--results", str(results), "--machine", "ci", "--no-report", cwd=tiny_repo)
-    proc = opbench("run", "--config", str(tiny_repo / "asv.conf.json"), "--commits", f"{first}..HEAD",
-                   "--results", str(results), "--machine", "ci", "--no-report", cwd=tiny_repo)
+    opbench(
+        "run",
+        "--config",
+        str(tiny_repo / "asv.conf.json"),
+        "--commits",
+        f"{first}^!",
+        "--results",
+        str(results),
+        "--machine",
+        "ci",
+        "--no-report",
+        cwd=tiny_repo,
+    )
+    proc = opbench(
+        "run",
+        "--config",
+        str(tiny_repo / "asv.conf.json"),
+        "--commits",
+        f"{first}..HEAD",
+        "--results",
+        str(results),
+        "--machine",
+        "ci",
+        "--no-report",
+        cwd=tiny_repo,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "failed" in proc.stdout  # the crash is reported, and the run went on
     files = sorted(p for p in (results / "ci").glob("*.json") if p.name != "machine.json")
@@ -133,7 +189,7 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
     tracked = []
     for f in files:
         data = json.loads(f.read_text())
-        rows = {k: dict(zip(data["result_columns"], v)) for k, v in data["results"].items()}
+        rows = {k: dict(zip(data["result_columns"], v, strict=False)) for k, v in data["results"].items()}
         tracked.append(rows["bench_tiny.track_value"]["result"][0])
         assert rows["bench_tiny.track_crashes"]["result"] is None  # recorded as failed
         assert rows["bench_tiny.time_sum"]["result"][0] > 0  # the run went on after the crash
@@ -168,10 +224,27 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "two batches")
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "accuracy", "run", "--config", str(repo / "asv.conf.json"),
-                             "--results", str(results), "--machine", "ci", "--no-report"],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ), start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accuracy",
+            "run",
+            "--config",
+            str(repo / "asv.conf.json"),
+            "--results",
+            str(results),
+            "--machine",
+            "ci",
+            "--no-report",
+        ],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     while not list(results.glob("ci-*/*.fingerprint")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
@@ -182,11 +255,13 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
     [machine_dir] = results.glob("ci-*")
     assert err.strip().splitlines() == [
         f"opbench: error: interrupted: kept 1 of 2 batches in {machine_dir}: bench_a; "
-        "not run or not finished, so not saved: bench_b; HTML not published"]
+        "not run or not finished, so not saved: bench_b; HTML not published"
+    ]
     [path] = [p for p in machine_dir.glob("*.json") if p.name != "machine.json"]
     saved = Results.load(str(path), machine_name=machine_dir.name)
     assert {name: saved.get_result_value(name, []) for name in saved.get_all_result_keys()} == {
-        "bench_a.track_first": [1]}
+        "bench_a.track_first": [1]
+    }
     load = json.loads(path.with_suffix(".fingerprint").read_text())["load"]  # how busy the machine was
     assert load["cpus"] == os.cpu_count() and load["max_1min"] >= 0
     frame = load_results(results).frame

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from accuracy.backends import TORCH_VARIANTS, get_backend
-from accuracy.workflows.evaluation import make_case
 from accuracy.catalog.registry import all_ops
+from accuracy.workflows.evaluation import make_case
 
 
 def test_cuda_math_modes_set_their_flags_only_inside_a_call_and_restore_them():

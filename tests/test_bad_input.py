@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 
 from accuracy.cli import main as cli
+from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.run.results_store import results_lock
-from accuracy.core.threads import all_cores
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = SyntheticBenchmark("bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"),
-                           (("numpy:np.dot@float32",), (4096,)))
+BENCH = SyntheticBenchmark(
+    "bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"), (("numpy:np.dot@float32",), (4096,))
+)
 COMMIT = hashlib.sha1(b"bad input").hexdigest()
 DATE = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
 
@@ -37,8 +38,9 @@ def _workspace(root: Path) -> dict[str, Path]:
     results = root / "results"
     write_benchmarks(results, [BENCH])
     write_machine(results, "box")
-    result_file = write_result_file(results, "box", "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4],
-                                    {"blas": []})
+    result_file = write_result_file(
+        results, "box", "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {"blas": []}
+    )
     (root / "reports" / "latest").mkdir(parents=True)
     (root / "reports" / "latest" / "index.html").write_text("<p>an earlier report</p>")
     (root / "html").mkdir()
@@ -82,8 +84,10 @@ def _case_files(folder: Path) -> None:
 
 
 def _checksums(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 R = "{root}/results"
@@ -129,8 +133,10 @@ CASES = [
     (["run", "--results", R, "--config", "{root}/array.json"], "not an object of settings"),
     (["run", "--results", R, "--config", "{root}/missing.json"], "asv config not found"),
     (["run", "--results", R, "--bench", "("], "not a valid regular expression"),
-    (["run", "--results", R, "--commits", "nosuchref..HEAD", "--config", str(ROOT / "asv.conf.json")],
-     "is not a commit range"),
+    (
+        ["run", "--results", R, "--commits", "nosuchref..HEAD", "--config", str(ROOT / "asv.conf.json")],
+        "is not a commit range",
+    ),
     # compare
     (["compare", "box", "box", "--results", R, "--csv", R + "/box/" + "{result}"], "inside the results directory"),
     (["compare", "box", "box", "--results", R, "--csv", R + "/new.csv"], "inside the results directory"),
@@ -148,52 +154,103 @@ CASES = [
     (["report", "--results", R, "--name", "../escape"], "not a valid name"),
     # check: files
     (["check", "exp", "--inputs", "{root}/case/nofile.npz", "--output", "a={root}/case/exp_out.npy"], "no such file"),
-    (["check", "exp", "--inputs", "{root}/case/garbage.npz", "--output", "a={root}/case/exp_out.npy"],
-     "cannot read it as .npz"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/garbage.npy"],
-     "not a .npy file"),
+    (
+        ["check", "exp", "--inputs", "{root}/case/garbage.npz", "--output", "a={root}/case/exp_out.npy"],
+        "cannot read it as .npz",
+    ),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/garbage.npy"], "not a .npy file"),
     (["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"], "unknown file type"),
-    (["check", "exp", "--inputs", "{root}/case/one_array.npy", "--output", "a={root}/case/exp_out.npy"],
-     "inputs need names"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/two_outputs.npz"],
-     "holds 2 arrays"),
+    (
+        ["check", "exp", "--inputs", "{root}/case/one_array.npy", "--output", "a={root}/case/exp_out.npy"],
+        "inputs need names",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/two_outputs.npz"],
+        "holds 2 arrays",
+    ),
     # check: names, shapes, dtypes
-    (["check", "matmul", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"],
-     "missing a, b; unexpected x"),
-    (["check", "exp", "--inputs", "{root}/case/extra.npz", "--output", "a={root}/case/exp_out.npy"],
-     "unexpected y"),
-    (["check", "matmul", "--inputs", "{root}/case/matmul_shapes.npz", "--output", "a={root}/case/exp_out.npy"],
-     "cannot take inputs of shapes"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/short.npy"],
-     "output has shape (7,)"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/int.npy"],
-     "unsupported dtype int32"),
-    (["check", "exp", "--inputs", "{root}/case/int_inputs.npz", "--output", "a={root}/case/exp_out.npy"],
-     "unsupported dtype int64"),
-    (["check", "exp", "--inputs", "{root}/case/wide.npz", "--output", "a={root}/case/exp_out.npy"],
-     "not float32 numbers"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
-      "--output", "b={root}/case/exp_out64.npy"], "outputs in several dtypes"),
-    (["check", "matmul", "--inputs", "{root}/case/empty.npz", "--output", "a={root}/case/empty_out.npy"],
-     "no elements in input 'a', {root}/case/empty_out.npy; nothing to judge"),
+    (
+        ["check", "matmul", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"],
+        "missing a, b; unexpected x",
+    ),
+    (["check", "exp", "--inputs", "{root}/case/extra.npz", "--output", "a={root}/case/exp_out.npy"], "unexpected y"),
+    (
+        ["check", "matmul", "--inputs", "{root}/case/matmul_shapes.npz", "--output", "a={root}/case/exp_out.npy"],
+        "cannot take inputs of shapes",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/short.npy"],
+        "output has shape (7,)",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/int.npy"],
+        "unsupported dtype int32",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/int_inputs.npz", "--output", "a={root}/case/exp_out.npy"],
+        "unsupported dtype int64",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/wide.npz", "--output", "a={root}/case/exp_out.npy"],
+        "not float32 numbers",
+    ),
+    (
+        [
+            "check",
+            "exp",
+            "--inputs",
+            "{root}/case/exp.npz",
+            "--output",
+            "a={root}/case/exp_out.npy",
+            "--output",
+            "b={root}/case/exp_out64.npy",
+        ],
+        "outputs in several dtypes",
+    ),
+    (
+        ["check", "matmul", "--inputs", "{root}/case/empty.npz", "--output", "a={root}/case/empty_out.npy"],
+        "no elements in input 'a', {root}/case/empty_out.npy; nothing to judge",
+    ),
     # check: arguments
-    (["check", "nosuchop", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"],
-     "unknown op"),
+    (["check", "nosuchop", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy"], "unknown op"),
     (["check", "exp", "--inputs", "{root}/case/exp.npz"], "give at least one output"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "{root}/case/exp_out.npy"],
-     "expected LABEL=FILE"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
-      "--output", "a={root}/case/exp_out.npy"], "share a label"),
-    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/exp_out.npy",
-      "--contract", "-1"], "--contract must be"),
+    (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "{root}/case/exp_out.npy"], "expected LABEL=FILE"),
+    (
+        [
+            "check",
+            "exp",
+            "--inputs",
+            "{root}/case/exp.npz",
+            "--output",
+            "a={root}/case/exp_out.npy",
+            "--output",
+            "a={root}/case/exp_out.npy",
+        ],
+        "share a label",
+    ),
+    (
+        [
+            "check",
+            "exp",
+            "--inputs",
+            "{root}/case/exp.npz",
+            "--output",
+            "a={root}/case/exp_out.npy",
+            "--contract",
+            "-1",
+        ],
+        "--contract must be",
+    ),
     (["check", "--inputs", "{root}/case/exp.npz"], "give an op or --fn"),
     (["check", "exp", "--fn", "math:exp", "--inputs", "{root}/case/exp.npz"], "not both"),
     (["check", "--fn", "nocolon", "--inputs", "{root}/case/exp.npz"], "expected MODULE:FUNCTION"),
     (["check", "--fn", "opbench_no_such_module:f", "--inputs", "{root}/case/exp.npz"], "cannot import"),
     (["check", "--fn", "json:no_such_function", "--inputs", "{root}/case/exp.npz"], "has no function"),
     (["check", "--fn", "operator:neg", "--inputs", "{root}/case/exp.npz"], "fails on"),  # positional only
-    (["check", "--fn", "numpy:exp", "--inputs", "{root}/case/exp.npz", "--contract", "2"],
-     "--contract applies to registry ops"),
+    (
+        ["check", "--fn", "numpy:exp", "--inputs", "{root}/case/exp.npz", "--contract", "2"],
+        "--contract applies to registry ops",
+    ),
     # inputs
     (["inputs", "exp", "--save", R + "/x.npz", "--results", R], "inside the results directory"),
     (["inputs", "exp", "--save", R + "/box/x.npz", "--results", R], "inside the results directory"),
@@ -241,27 +298,43 @@ def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys):
 
 
 def _opbench(*args, env=None, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "accuracy", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})), **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "accuracy", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        **kwargs,
+    )
 
 
 def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
     proc = _opbench("info", env={"OPBENCH_BLAS": ":"})
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
-    assert err.strip().splitlines() == ["opbench: error: OPBENCH_BLAS entry ':' names no library file; "
-                                        "write /path/lib.so[:name]"]
+    assert err.strip().splitlines() == [
+        "opbench: error: OPBENCH_BLAS entry ':' names no library file; write /path/lib.so[:name]"
+    ]
 
 
 def test_list_json_into_a_closed_pipe_ends_quietly():
-    proc = subprocess.run(f"{sys.executable} -m accuracy list --json | head -c 100", shell=True, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    proc = subprocess.run(
+        f"{sys.executable} -m accuracy list --json | head -c 100",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
     assert len(proc.stdout) == 100
     assert proc.stderr == ""
 
 
 def test_ctrl_c_while_importing_prints_one_line(monkeypatch, capsys):
     """The imports (torch, pandas) take seconds: an early Ctrl-C lands there, not in a command."""
+
     def interrupted():
         raise KeyboardInterrupt
 

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import numpy as np  # noqa: E402
+import numpy as np
 
-from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions  # noqa: E402
-from benchmarks.common import RUN_DIR_VAR, output_digest  # noqa: E402
+from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions
+from benchmarks.common import RUN_DIR_VAR, output_digest
 
 
 def _values(cls, params):
@@ -80,8 +80,10 @@ def _track(cls, params, method, patch=None):
 def test_output_digest_is_equal_exactly_for_equal_bits():
     """relu is exact in every format: every implementation gives the same bits, so the same digest."""
     size = bench_activations.Relu.params[1][0]
-    digests = {impl: _track(bench_activations.Relu, (impl, size, 1), "track_output_digest")
-               for impl in bench_activations.Relu.params[0]}
+    digests = {
+        impl: _track(bench_activations.Relu, (impl, size, 1), "track_output_digest")
+        for impl in bench_activations.Relu.params[0]
+    }
     assert len(set(digests.values())) == 1
     digest = next(iter(digests.values()))
     assert digest == int(digest) and 0 <= digest < 2**52
@@ -102,6 +104,7 @@ def test_a_case_whose_bits_change_run_to_run_says_so_and_reports_its_worst_run()
                 out = out.copy()
                 out[np.argmax(out)] = np.nextafter(out.max(), np.float32(np.inf))
             return out
+
         bench.case.run = run
 
     assert _track(bench_activations.Relu, params, "track_bits_differ_run_to_run") == 0
@@ -124,6 +127,7 @@ def test_a_one_thread_result_with_other_bits_is_judged_too():
                 out = out.copy()
                 out[np.argmax(out)] = np.nextafter(out.max(), np.float32(np.inf))
             return out
+
         bench.case.run = run
 
     assert _track(bench_activations.Relu, params, "track_max_ulp") == 0
@@ -136,10 +140,10 @@ def test_bound_ratio_track_is_the_verdicts_at_the_compute_precision():
     """A float16 sum that torch computes in float32: float16's own gamma_4095 is vacuous (4095 u >= 1),
     so a storage-precision bound gives NaN; the precision model (float32 algorithm bound + one rounding
     to float16) proves it, and the asv track, explain's column and the verdict report that same ratio."""
-    from accuracy.core.dtypes import get_format
-    from accuracy.workflows.evaluation import Case
-    from accuracy.judge.error_metrics import bound_ratio
     from accuracy.catalog.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.judge.error_metrics import bound_ratio
+    from accuracy.workflows.evaluation import Case
 
     params = ("torch:torch.sum@float16", 4096, "cancelling", 1)
     track = _track(bench_reductions.Sum, params, "track_bound_ratio")
@@ -156,10 +160,10 @@ def test_bound_ratio_track_is_the_verdicts_at_the_compute_precision():
 
 def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
     """Where float16's bound is finite it is loose: the float32 bound + one rounding is ~6000x sharper."""
-    from accuracy.core.dtypes import get_format
-    from accuracy.workflows.evaluation import Case
-    from accuracy.judge.error_metrics import bound_ratio
     from accuracy.catalog.registry import get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.judge.error_metrics import bound_ratio
+    from accuracy.workflows.evaluation import Case
 
     op = get_op("matmul")
     case = Case(op, get_format("float16"), 128)

@@ -69,8 +69,20 @@ def test_scipy_openblas32_wheel_is_named_by_package_and_reports_its_version(disc
 
 def test_info_records_provenance(discovery):
     info = _provider(discovery, "numpy-openblas").info()
-    assert {"name", "path", "vendor", "version", "architecture", "threading_layer", "num_threads",
-            "integer_width", "symbol_prefix", "symbol_suffix", "missing_ops", "kernel_env"} <= info.keys()
+    assert {
+        "name",
+        "path",
+        "vendor",
+        "version",
+        "architecture",
+        "threading_layer",
+        "num_threads",
+        "integer_width",
+        "symbol_prefix",
+        "symbol_suffix",
+        "missing_ops",
+        "kernel_env",
+    } <= info.keys()
     assert all(os.environ[k] == v for k, v in info["kernel_env"].items())
 
 
@@ -112,12 +124,15 @@ def test_env_entry_loads_under_given_name(discovery):
     assert loaded["mine"].path == path and loaded["mine"].vendor == "OpenBLAS"
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("/a/libx.so", [(None, "/a/libx.so")]),
-    ("/a/libx.so:fast", [("fast", "/a/libx.so")]),
-    ("/a/libx.so:fast, /b/liby.so.3", [("fast", "/a/libx.so"), (None, "/b/liby.so.3")]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("/a/libx.so", [(None, "/a/libx.so")]),
+        ("/a/libx.so:fast", [("fast", "/a/libx.so")]),
+        ("/a/libx.so:fast, /b/liby.so.3", [("fast", "/a/libx.so"), (None, "/b/liby.so.3")]),
+        ("", []),
+    ],
+)
 def test_parse_env(value, expected):
     assert parse_env(value) == expected
 

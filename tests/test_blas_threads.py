@@ -56,8 +56,7 @@ double ddot_(const int *n, const double *x, const int *incx, const double *y, co
 
 def probe(opbench_blas: str = "", lib_dirs: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "OPBENCH_BLAS": opbench_blas}
-    proc = subprocess.run([sys.executable, "-c", PROBE, *lib_dirs], env=env, capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run([sys.executable, "-c", PROBE, *lib_dirs], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout)
 
 
@@ -115,28 +114,33 @@ def test_every_pool_is_limited_and_restored(numpy_openblas, tmp_path):
     seen = probe(f"{copy_with_dependencies(numpy_openblas, tmp_path / 'kernels.so')}:odd")
     assert set(seen["before"]) == set(seen["limited"]) == set(seen["after"])
     assert {lib["num_threads"] for lib in seen["limited"].values()} == {1}
-    assert {path: lib["num_threads"] for path, lib in seen["after"].items()} == \
-           {path: lib["num_threads"] for path, lib in seen["before"].items()}
+    assert {path: lib["num_threads"] for path, lib in seen["after"].items()} == {
+        path: lib["num_threads"] for path, lib in seen["before"].items()
+    }
 
 
 def test_serial_library_is_listed_with_one_thread(reference_blas):
     seen = probe(lib_dirs=(str(reference_blas.parent.parent),))
     lib = seen["before"][os.path.realpath(reference_blas)]
     assert seen["providers"]["system-reference-blas"]["vendor"] == "reference"
-    assert (lib["internal_api"], lib["num_threads"], seen["limited"][lib["filepath"]]["num_threads"]) == \
-           ("reference", 1, 1)
+    assert (lib["internal_api"], lib["num_threads"], seen["limited"][lib["filepath"]]["num_threads"]) == (
+        "reference",
+        1,
+        1,
+    )
 
 
 @pytest.mark.parametrize("reference_first", [True, False])
-def test_files_sharing_a_base_name_get_their_own_controllers(reference_blas, numpy_openblas, tmp_path,
-                                                            reference_first):
+def test_files_sharing_a_base_name_get_their_own_controllers(reference_blas, numpy_openblas, tmp_path, reference_first):
     """Debian's alternatives all name their library libblas.so.3; threadpoolctl matches base names."""
     openblas = copy_with_dependencies(numpy_openblas, tmp_path / "openblas-pthread" / "libblas.so.3")
     entries = [f"{reference_blas}:ref", f"{openblas}:fast"]
     seen = probe(",".join(entries if reference_first else entries[::-1]))
     assert not seen["errors"]
-    assert {name: p["vendor"] for name, p in seen["providers"].items() if name in ("ref", "fast")} == \
-           {"ref": "reference", "fast": "OpenBLAS"}
+    assert {name: p["vendor"] for name, p in seen["providers"].items() if name in ("ref", "fast")} == {
+        "ref": "reference",
+        "fast": "OpenBLAS",
+    }
     assert seen["before"][os.path.realpath(openblas)]["num_threads"] == 3
     assert seen["before"][os.path.realpath(reference_blas)]["num_threads"] == 1
 

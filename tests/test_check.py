@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import accuracy
-from accuracy.workflows.array_files import read_arrays, write_arrays
-from accuracy.cli.main import main
-from accuracy.workflows.evaluation import make_case
 from accuracy.catalog.registry import all_ops
-from accuracy.testing import assert_within_rounding
+from accuracy.cli.main import main
 from accuracy.judge.verdicts import WITHIN, correctly_rounded
+from accuracy.testing import assert_within_rounding
+from accuracy.workflows.array_files import read_arrays, write_arrays
+from accuracy.workflows.evaluation import make_case
 
 LINEAR_SIZE = 256  # 32 x 256 @ 256 x 64: the same op, a fraction of the default's time
 
@@ -53,8 +53,18 @@ def test_inputs_are_the_cases_rounded_inputs_by_name(linear_files):
 
 
 def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, capsys):
-    status, out, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy",
-                          "--output", "torch=torch.pt", "--json")
+    status, out, _ = _cli(
+        capsys,
+        "check",
+        "linear",
+        "--inputs",
+        "lin.npz",
+        "--output",
+        "numpy=numpy.npy",
+        "--output",
+        "torch=torch.pt",
+        "--json",
+    )
     report = json.loads(out)
     assert status == 0
     assert set(report) == {"op", "dtype", "inputs", "outputs", "pairs"}
@@ -63,8 +73,9 @@ def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, 
         assert row["verdict"] == WITHIN and row["typical_ratio"] < 1 and row["bound_ratio"] < 1
     assert report["pairs"][0]["class"] == WITHIN
 
-    status, out, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy",
-                          "--output", "biased=biased.npy")
+    status, out, _ = _cli(
+        capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy", "--output", "biased=biased.npy"
+    )
     assert status == 1
     assert re.search(r"^biased +(suspicious|beyond rounding) ", out, re.M)
     assert re.search(r"^numpy +within rounding ", out, re.M)
@@ -77,8 +88,15 @@ def test_every_file_format_gives_the_same_verdict(linear_files, capsys):
     np.savez("biased.npz", y=out)
     save_file({"y": out}, "biased.safetensors")
     torch.save(torch.from_numpy(out), "biased.pt")
-    status, text, _ = _cli(capsys, "check", "linear", "--inputs", "lin.npz", "--json",
-                           *[f"--output={f}=biased.{f}" for f in ("npy", "npz", "safetensors", "pt")])
+    status, text, _ = _cli(
+        capsys,
+        "check",
+        "linear",
+        "--inputs",
+        "lin.npz",
+        "--json",
+        *[f"--output={f}=biased.{f}" for f in ("npy", "npz", "safetensors", "pt")],
+    )
     rows = json.loads(text)["outputs"]
     assert status == 1
     assert len({(r["verdict"], r["max_ulp"], r["typical_ratio"]) for r in rows}) == 1
@@ -115,25 +133,54 @@ def _bad_inputs(d):
     good = np.load(d / "numpy.npy")
     return {
         "missing file": (lambda: None, ["--output", "y=nowhere.npy"], "nowhere.npy: no such file"),
-        "unreadable file": (lambda: (d / "junk.npy").write_bytes(b"not an array"), ["--output", "y=junk.npy"],
-                            "junk.npy: not a .npy file"),
-        "missing input name": (lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"]), ["--output", "y=numpy.npy"],
-                               "missing b"),
-        "extra input name": (lambda: np.savez(d / "in.npz", **z, bias=z["b"]), ["--output", "y=numpy.npy"],
-                             "unexpected bias"),
-        "shape the op cannot take": (lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"][:, :100], b=z["b"]),
-                                     ["--output", "y=numpy.npy"], "cannot take inputs of shapes"),
-        "output of the wrong shape": (lambda: np.save(d / "short.npy", good[:5]), ["--output", "y=short.npy"],
-                                      "short.npy: output has shape (5, 64)"),
-        "unsupported dtype": (lambda: np.save(d / "int.npy", good.astype(np.int32)), ["--output", "y=int.npy"],
-                              "int.npy: unsupported dtype int32"),
-        "inputs not in the output's format": (lambda: np.save(d / "half.npy", good.astype(np.float16)),
-                                              ["--output", "y=half.npy"], "are not float16 numbers"),
+        "unreadable file": (
+            lambda: (d / "junk.npy").write_bytes(b"not an array"),
+            ["--output", "y=junk.npy"],
+            "junk.npy: not a .npy file",
+        ),
+        "missing input name": (
+            lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"]),
+            ["--output", "y=numpy.npy"],
+            "missing b",
+        ),
+        "extra input name": (
+            lambda: np.savez(d / "in.npz", **z, bias=z["b"]),
+            ["--output", "y=numpy.npy"],
+            "unexpected bias",
+        ),
+        "shape the op cannot take": (
+            lambda: np.savez(d / "in.npz", x=z["x"], W=z["W"][:, :100], b=z["b"]),
+            ["--output", "y=numpy.npy"],
+            "cannot take inputs of shapes",
+        ),
+        "output of the wrong shape": (
+            lambda: np.save(d / "short.npy", good[:5]),
+            ["--output", "y=short.npy"],
+            "short.npy: output has shape (5, 64)",
+        ),
+        "unsupported dtype": (
+            lambda: np.save(d / "int.npy", good.astype(np.int32)),
+            ["--output", "y=int.npy"],
+            "int.npy: unsupported dtype int32",
+        ),
+        "inputs not in the output's format": (
+            lambda: np.save(d / "half.npy", good.astype(np.float16)),
+            ["--output", "y=half.npy"],
+            "are not float16 numbers",
+        ),
     }
 
 
-BAD_INPUTS = ("missing file", "unreadable file", "missing input name", "extra input name", "shape the op cannot take",
-              "output of the wrong shape", "unsupported dtype", "inputs not in the output's format")
+BAD_INPUTS = (
+    "missing file",
+    "unreadable file",
+    "missing input name",
+    "extra input name",
+    "shape the op cannot take",
+    "output of the wrong shape",
+    "unsupported dtype",
+    "inputs not in the output's format",
+)
 
 
 @pytest.mark.parametrize("problem", BAD_INPUTS)
@@ -183,7 +230,7 @@ def test_the_correctly_rounded_result_of_every_op_is_within_rounding_on_its_save
     assert report.outputs[0]["max_ulp"] <= 0.5
 
 
-LAYER = '''
+LAYER = """
 import torch
 
 def block(x, W, b):
@@ -192,7 +239,7 @@ def block(x, W, b):
 def block_np(x, W, b):
     import numpy as np
     return np.tanh(x @ W.T + b)
-'''
+"""
 
 
 def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsys):
@@ -200,16 +247,21 @@ def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsy
     z = read_arrays("lin.npz")
     np.save("tf_like.npy", np.tanh(z["x"] @ z["W"].T + z["b"]))
     np.save("wrong.npy", np.tanh(z["x"] @ z["W"].T + z["b"] * np.float32(1.01)))
-    status, out, _ = _cli(capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz",
-                          "--output", "numpy=tf_like.npy", "--json")
+    status, out, _ = _cli(
+        capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output", "numpy=tf_like.npy", "--json"
+    )
     report = json.loads(out)
     assert status == 0, out
     assert report["op"] == "mylayer:block" and [o["label"] for o in report["outputs"]] == ["block@float32", "numpy"]
-    assert all("typical tier, derived as for registry ops: its torch ops with sampled roundings in float32; scale = "
-               "max(RMS error of 64 Monte Carlo runs, its own float32 result's error) against its float64 evaluation, "
-               "flagged above 12x scale + 1 ulp" in o["reason"] for o in report["outputs"])
-    status, out, _ = _cli(capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output",
-                          "wrong=wrong.npy")
+    assert all(
+        "typical tier, derived as for registry ops: its torch ops with sampled roundings in float32; scale = "
+        "max(RMS error of 64 Monte Carlo runs, its own float32 result's error) against its float64 evaluation, "
+        "flagged above 12x scale + 1 ulp" in o["reason"]
+        for o in report["outputs"]
+    )
+    status, out, _ = _cli(
+        capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output", "wrong=wrong.npy"
+    )
     assert status == 1 and re.search(r"^wrong +suspicious", out, re.M)
 
 
@@ -229,8 +281,9 @@ def test_fn_with_numpy_uses_the_emulated_typical_tier(linear_files):
 def test_assert_within_rounding_passes_and_fails_as_it_should():
     case = make_case("linear", "float32", 64)
     x, W, b = (case.inputs[k] for k in ("x", "W", "b"))
-    assert_within_rounding(torch.nn.functional.linear(*map(torch.from_numpy, (x, W, b))), op="linear",
-                           inputs=case.inputs)
+    assert_within_rounding(
+        torch.nn.functional.linear(*map(torch.from_numpy, (x, W, b))), op="linear", inputs=case.inputs
+    )
     with pytest.raises(AssertionError, match=r"actual: (suspicious|beyond rounding): .*worst element \["):
         assert_within_rounding(x @ W.T + b * np.float32(1.01), op="linear", inputs=case.inputs)
 

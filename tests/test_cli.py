@@ -17,19 +17,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def opbench(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "accuracy", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=os.environ.copy(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "accuracy", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=os.environ.copy(),
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["explain", "nosuchop"], "unknown op"),
-    (["explain", "linear", "--dtype", "float8"], "unknown dtype"),
-    (["explain", "linear", "--threads", "0"], "--threads"),
-    (["explain", "linear", "--size", "0"], "size"),
-    (["explain", "erf", "--dtype", "float16", "--size", "-3"], "size"),
-    (["selftest", "nosuchop"], "unknown op"),
-    (["selftest", "sum", "--dtype", "float8"], "unknown dtype"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["explain", "nosuchop"], "unknown op"),
+        (["explain", "linear", "--dtype", "float8"], "unknown dtype"),
+        (["explain", "linear", "--threads", "0"], "--threads"),
+        (["explain", "linear", "--size", "0"], "size"),
+        (["explain", "erf", "--dtype", "float16", "--size", "-3"], "size"),
+        (["selftest", "nosuchop"], "unknown op"),
+        (["selftest", "sum", "--dtype", "float8"], "unknown dtype"),
+    ],
+)
 def test_user_errors_exit_2_with_one_line(args, needle):
     out = opbench(*args)
     assert out.returncode == 2, out
@@ -49,16 +58,41 @@ def listing():
 def test_list_json(listing):
     ops = {o["op"]: o for o in listing}
     assert len(ops) >= 18
-    for name in ("matmul", "linear", "dot", "sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp",
-                 "layer_norm", "exp", "log", "tanh", "sigmoid", "gelu", "erf", "conv1d"):
+    for name in (
+        "matmul",
+        "linear",
+        "dot",
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "layer_norm",
+        "exp",
+        "log",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "erf",
+        "conv1d",
+    ):
         assert name in ops, name
         assert ops[name]["implementations"] and ops[name]["dtypes"]
     frameworks = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")  # tests/test_frameworks.py
     linear = [i["name"] for i in ops["linear"]["implementations"] if i["backend"] not in frameworks]
-    assert sorted(linear) == sorted([
-        "torch:F.linear", "torch:x @ W.T + b", "torch:addmm(b, x, W.T)", "numpy:x @ W.T + b",
-        "numpy:einsum('bi,oi->bo') + b", "torch-compile:F.linear", "torch-compile:x @ W.T + b",
-    ])  # the five spellings, and torch.compile of the two opted in (no CUDA here)
+    assert sorted(linear) == sorted(
+        [
+            "torch:F.linear",
+            "torch:x @ W.T + b",
+            "torch:addmm(b, x, W.T)",
+            "numpy:x @ W.T + b",
+            "numpy:einsum('bi,oi->bo') + b",
+            "torch-compile:F.linear",
+            "torch-compile:x @ W.T + b",
+        ]
+    )  # the five spellings, and torch.compile of the two opted in (no CUDA here)
     assert ops["linear"]["dtypes"] == ["float16", "bfloat16", "float32", "float64"]
     assert "bfloat16" not in next(i for i in ops["exp"]["implementations"] if i["name"] == "numpy:np.exp")["dtypes"]
 
@@ -135,9 +169,9 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
 
     import numpy as np
 
+    from accuracy.catalog.registry import get_op
     from accuracy.core.dtypes import get_format
     from accuracy.workflows.evaluation import Case
-    from accuracy.catalog.registry import get_op
 
     backend = get_backend("torch-cuda")
     for dtype in ("float16", "bfloat16", "float32", "float64"):
@@ -156,8 +190,9 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
 def test_unknown_condition_is_one_line_and_exit_2():
     proc = opbench("explain", "solve", "--condition", "nosuch")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["opbench: error: op 'solve' has no condition 'nosuch'; "
-                                                "choose from random, ill"]
+    assert proc.stderr.strip().splitlines() == [
+        "opbench: error: op 'solve' has no condition 'nosuch'; choose from random, ill"
+    ]
 
 
 def test_listed_conditions(listing):
@@ -176,7 +211,7 @@ def _subparsers():
 
 
 def test_every_subcommand_and_argument_has_help():
-    parser, commands = _subparsers()
+    _parser, commands = _subparsers()
     assert {"list", "info", "explain", "run", "compare", "report"} <= set(commands)
     for name, sub in commands.items():
         assert sub.description, name

@@ -32,8 +32,16 @@ BENCHMARKS = [SyntheticBenchmark("bench_products.Linear.time_op", "time", "secon
     SyntheticBenchmark(f"bench_products.Linear.{m.track}", "track", m.unit, PARAM_NAMES, PARAMS) for m in tracks()
 ]
 # what every case measures unless a test says otherwise: correctly within rounding, reproducible
-BASELINE = {"verdict_tier": 0.0, "max_ulp": 2.0, "max_rel_fp64": 1e-7, "bound_ratio": 0.3, "typical_ratio": 0.2,
-            "nonfinite": 0.0, "bits_differ_run_to_run": 0.0, "bits_differ_1_vs_all_threads": 0.0}
+BASELINE = {
+    "verdict_tier": 0.0,
+    "max_ulp": 2.0,
+    "max_rel_fp64": 1e-7,
+    "bound_ratio": 0.3,
+    "typical_ratio": 0.2,
+    "nonfinite": 0.0,
+    "bits_differ_run_to_run": 0.0,
+    "bits_differ_1_vs_all_threads": 0.0,
+}
 
 F_LINEAR, X_W_B = PARAMS[0]
 SLOW = (F_LINEAR, 256, 1)
@@ -47,8 +55,9 @@ def digest(combo: tuple, version: int = 0) -> float:
     return float(int(hashlib.sha256(f"{combo}{version}".encode()).hexdigest()[:13], 16))
 
 
-def measure(values: dict | None = None, noise: float = 0.002, seed: int = 0, samples: int = 10,
-            time: dict | None = None):
+def measure(
+    values: dict | None = None, noise: float = 0.002, seed: int = 0, samples: int = 10, time: dict | None = None
+):
     """Every case at BASELINE; `values` overrides (metric, combo) -> value, `time` scales time_op."""
     rng = np.random.default_rng(seed)
     values, time = values or {}, time or {}
@@ -67,13 +76,22 @@ def measure(values: dict | None = None, noise: float = 0.002, seed: int = 0, sam
     return fn
 
 
-UPGRADE = measure({("verdict_tier", BEYOND): 2.0, ("bound_ratio", BEYOND): 1.7, ("output_digest", BEYOND): digest(BEYOND, 1),
-                   ("max_ulp", WITHIN): 3.0, ("output_digest", WITHIN): digest(WITHIN, 1)},
-                  seed=2, time={SLOW: 1.5, SAME: 1.05})
+UPGRADE = measure(
+    {
+        ("verdict_tier", BEYOND): 2.0,
+        ("bound_ratio", BEYOND): 1.7,
+        ("output_digest", BEYOND): digest(BEYOND, 1),
+        ("max_ulp", WITHIN): 3.0,
+        ("output_digest", WITHIN): digest(WITHIN, 1),
+    },
+    seed=2,
+    time={SLOW: 1.5, SAME: 1.05},
+)
 
 
-def write_sets(root: Path, new=None, base=None, layout: str = "machines", fingerprints=(None, None),
-               benchmarks=BENCHMARKS) -> Path:
+def write_sets(
+    root: Path, new=None, base=None, layout: str = "machines", fingerprints=(None, None), benchmarks=BENCHMARKS
+) -> Path:
     """BASE and NEW at one commit: as two machines ("box-base", "box-new", env py3.11) or as two
     environments on one machine."""
     results = root / "results"
@@ -82,9 +100,11 @@ def write_sets(root: Path, new=None, base=None, layout: str = "machines", finger
     if layout == "machines":
         sets = [("box-base", "py3.11", base), ("box-new", "py3.11", new)]
     else:
-        sets = [("bench-box", "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1", base),
-                ("bench-box", "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8", new)]
-    for (machine, env, fn), fingerprint in zip(sets, fingerprints):
+        sets = [
+            ("bench-box", "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1", base),
+            ("bench-box", "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8", new),
+        ]
+    for (machine, env, fn), fingerprint in zip(sets, fingerprints, strict=False):
         write_machine(results, machine)
         write_result_file(results, machine, env, COMMITS[0], DATES[0], benchmarks, fn, fingerprint)
     return results
@@ -100,15 +120,22 @@ def by_case(report: dict) -> dict[tuple, dict]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "accuracy", "compare", *args],
-                          cwd=REPO, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "accuracy", "compare", *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
 
 
-@pytest.mark.parametrize(("layout", "base", "new"), [
-    ("machines", "box-base", "box-new"),
-    ("envs", "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1",
-     "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8"),
-])
+@pytest.mark.parametrize(
+    ("layout", "base", "new"),
+    [
+        ("machines", "box-base", "box-new"),
+        (
+            "envs",
+            "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1",
+            "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8",
+        ),
+    ],
+)
 def test_verdicts_and_exit_code(tmp_path, capsys, layout, base, new):
     code, report = run_json(capsys, write_sets(tmp_path, layout=layout), base, new)
     rows = by_case(report)
@@ -117,11 +144,17 @@ def test_verdicts_and_exit_code(tmp_path, capsys, layout, base, new):
     assert rows[SLOW]["verdicts"] == ["slower"] and rows[SLOW]["time_ratio"] == pytest.approx(1.5, rel=0.02)
     assert rows[SAME]["verdicts"] == ["unchanged"] and rows[SAME]["time_change"] == "same"
     assert rows[WITHIN]["verdicts"] == ["changed within rounding"] and rows[WITHIN]["bits"] == "changed within rounding"
-    assert report["summary"][0] == ("NOT SAFE: 1 case left within rounding (1 now beyond rounding), "
-                                    "1 significant slowdown beyond 10%")
-    assert report["summary"][1] == ("bits: 6 bitwise identical, 1 changed beyond rounding, "
-                                    "1 changed within rounding (of 8 cases)")
-    assert [r["verdicts"][0] for r in report["rows"][:3]] == ["now beyond rounding", "slower", "changed within rounding"]
+    assert report["summary"][0] == (
+        "NOT SAFE: 1 case left within rounding (1 now beyond rounding), 1 significant slowdown beyond 10%"
+    )
+    assert report["summary"][1] == (
+        "bits: 6 bitwise identical, 1 changed beyond rounding, 1 changed within rounding (of 8 cases)"
+    )
+    assert [r["verdicts"][0] for r in report["rows"][:3]] == [
+        "now beyond rounding",
+        "slower",
+        "changed within rounding",
+    ]
     # a slowdown comes with the targeted rerun that confirms it: only the slowed class
     slowed = rows[SLOW]["benchmark_class"].replace(".", "\\.")
     assert f"opbench run --bench '^({slowed})\\.' --results DIR2" in report["summary"][3]
@@ -137,19 +170,24 @@ def test_two_identical_runs_compare_safe(tmp_path, capsys):
     assert {r["time_change"] for r in report["rows"]} == {"same"}
 
 
-@pytest.mark.parametrize(("load", "verdict", "change"), [(1.2, "NOT SAFE", "slower"), (11.3, "INCONCLUSIVE", "inconclusive")])
+@pytest.mark.parametrize(
+    ("load", "verdict", "change"), [(1.2, "NOT SAFE", "slower"), (11.3, "INCONCLUSIVE", "inconclusive")]
+)
 def test_a_busy_machine_makes_time_differences_inconclusive(tmp_path, capsys, load, verdict, change):
     """The same software, NEW timed 1.5x slower: real on an idle 2-CPU machine, unattributable when
     a load average of 11 says other work competed (two identical runs under load measured 2.5x)."""
     fingerprint = {"packages": {"numpy": "2.4.6"}, "load": {"max_1min": load, "cpus": 2}}
     new = measure(seed=7, time={SLOW: 1.5})
-    code, report = run_json(capsys, write_sets(tmp_path, new=new, fingerprints=(fingerprint, fingerprint)),
-                            "box-base", "box-new")
+    code, report = run_json(
+        capsys, write_sets(tmp_path, new=new, fingerprints=(fingerprint, fingerprint)), "box-base", "box-new"
+    )
     assert report["verdict"] == verdict and code == {"NOT SAFE": 1, "INCONCLUSIVE": 3}[verdict]
     assert by_case(report)[SLOW]["time_change"] == change
     if load > 3:
-        assert report["busy"] == ["load average up to 11.3 on 2 CPUs during BASE",
-                                  "load average up to 11.3 on 2 CPUs during NEW"]
+        assert report["busy"] == [
+            "load average up to 11.3 on 2 CPUs during BASE",
+            "load average up to 11.3 on 2 CPUs during NEW",
+        ]
         assert "the machine was busy" in report["summary"][0] and "rerun on an idle machine" in report["summary"][0]
     else:
         assert report["busy"] == []
@@ -157,8 +195,10 @@ def test_a_busy_machine_makes_time_differences_inconclusive(tmp_path, capsys, lo
 
 def test_time_is_time_op_alone_when_a_class_times_more(tmp_path, capsys):
     """bench_references' classes time two things each (time_dgemm, time_exact_gemm): neither is an op's time."""
-    references = [SyntheticBenchmark(f"bench_references.ExactGemm.{m}", "time", "seconds", PARAM_NAMES, PARAMS)
-                  for m in ("time_dgemm", "time_exact_gemm")]
+    references = [
+        SyntheticBenchmark(f"bench_references.ExactGemm.{m}", "time", "seconds", PARAM_NAMES, PARAMS)
+        for m in ("time_dgemm", "time_exact_gemm")
+    ]
     results = write_sets(tmp_path, new=measure(seed=7), benchmarks=[*BENCHMARKS, *references])
     code, report = run_json(capsys, results, "box-base", "box-new")
     assert code == 0 and report["verdict"] == "SAFE" and len(report["rows"]) == 8
@@ -205,8 +245,10 @@ def test_wide_intervals_and_single_samples_are_inconclusive_never_slower(tmp_pat
     assert rows[SAME]["time_samples_new"] == 1 and rows[SAME]["time_ratio"] == pytest.approx(2.0, rel=0.01)
     assert not any("slower" in r["verdicts"] for r in report["rows"])
     assert code == 3 and report["verdict"] == "INCONCLUSIVE"
-    assert report["summary"][0].startswith("INCONCLUSIVE: no case left within rounding, no significant slowdown "
-                                           "beyond 10%; but the speed of 8 of 8 timed cases is undecided")
+    assert report["summary"][0].startswith(
+        "INCONCLUSIVE: no case left within rounding, no significant slowdown "
+        "beyond 10%; but the speed of 8 of 8 timed cases is undecided"
+    )
 
 
 def test_mann_whitney_decides_where_there_are_enough_samples(tmp_path, capsys):
@@ -222,21 +264,26 @@ def test_non_reproducible_case_is_compared_as_what_it_is(tmp_path, capsys):
     """torch.linalg.lstsq-like: bits and errors differ run to run; never a regression."""
     flaky = {("bits_differ_run_to_run", SAME): 1.0}
     base = measure(flaky, seed=1)
-    new = measure({**flaky, ("max_ulp", SAME): 5.0, ("typical_ratio", SAME): 0.4,
-                   ("output_digest", SAME): digest(SAME, 3)}, seed=4)
+    new = measure(
+        {**flaky, ("max_ulp", SAME): 5.0, ("typical_ratio", SAME): 0.4, ("output_digest", SAME): digest(SAME, 3)},
+        seed=4,
+    )
     code, report = run_json(capsys, write_sets(tmp_path, base=base, new=new), "box-base", "box-new")
     row = by_case(report)[SAME]
     assert row["verdicts"] == ["not reproducible"] and row["bits"] == "not reproducible"
     assert code == 0 and report["bits"] == {"bitwise identical": 7, "not reproducible": 1}
 
 
-@pytest.mark.parametrize(("tiers", "verdict", "code"), [
-    ((1.0, 2.0), "now beyond rounding", 1),  # suspicious -> beyond
-    ((0.0, 1.0), "now suspicious", 1),
-    ((0.0, 3.0), "now undetermined", 1),
-    ((2.0, 0.0), "now within rounding", 0),
-    ((2.0, 2.0), "changed, still not within rounding", 0),
-])
+@pytest.mark.parametrize(
+    ("tiers", "verdict", "code"),
+    [
+        ((1.0, 2.0), "now beyond rounding", 1),  # suspicious -> beyond
+        ((0.0, 1.0), "now suspicious", 1),
+        ((0.0, 3.0), "now undetermined", 1),
+        ((2.0, 0.0), "now within rounding", 0),
+        ((2.0, 2.0), "changed, still not within rounding", 0),
+    ],
+)
 def test_tier_moves(tmp_path, capsys, tiers, verdict, code):
     base = measure({("verdict_tier", SAME): tiers[0]}, seed=1)
     new = measure({("verdict_tier", SAME): tiers[1], ("output_digest", SAME): digest(SAME, 1)}, seed=1)
@@ -263,14 +310,34 @@ def test_results_without_tier_or_digest_use_the_bound_ratio_rule(tmp_path, capsy
 FINGERPRINT = {
     "python": "3.11.7",
     "versions": {"numpy": "2.3.5", "torch": "2.13.0+cpu"},
-    "blas_providers": {"loaded": [{"name": "scipy-openblas32", "vendor": "OpenBLAS", "version": "0.3.27",
-                                   "architecture": "Cooperlake", "threading_layer": "pthreads", "num_threads": 2}]},
+    "blas_providers": {
+        "loaded": [
+            {
+                "name": "scipy-openblas32",
+                "vendor": "OpenBLAS",
+                "version": "0.3.27",
+                "architecture": "Cooperlake",
+                "threading_layer": "pthreads",
+                "num_threads": 2,
+            }
+        ]
+    },
     "env": {},
 }
 UPGRADED = FINGERPRINT | {
     "versions": {"numpy": "2.4.6", "torch": "2.13.0+cpu"},
-    "blas_providers": {"loaded": [{"name": "scipy-openblas32", "vendor": "OpenBLAS", "version": "0.3.30",
-                                   "architecture": "SkylakeX", "threading_layer": "pthreads", "num_threads": 2}]},
+    "blas_providers": {
+        "loaded": [
+            {
+                "name": "scipy-openblas32",
+                "vendor": "OpenBLAS",
+                "version": "0.3.30",
+                "architecture": "SkylakeX",
+                "threading_layer": "pthreads",
+                "num_threads": 2,
+            }
+        ]
+    },
     "env": {"OPENBLAS_CORETYPE": "SkylakeX"},
 }
 
@@ -279,10 +346,24 @@ def test_header_shows_the_stack_difference_and_parameters_as_given(tmp_path, cap
     results = write_sets(tmp_path, fingerprints=(FINGERPRINT, UPGRADED))
     assert cli.main(["compare", "box-base", "box-new", "--results", str(results)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    stack = lines[lines.index(next(line for line in lines if line.startswith("stack "))):][:5]
+    stack = lines[lines.index(next(line for line in lines if line.startswith("stack "))) :][:5]
     assert [line.split() for line in stack[2:]] == [
-        ["blas", "scipy-openblas32", "OpenBLAS", "0.3.27", "Cooperlake,", "pthreads,", "2", "threads",
-         "OpenBLAS", "0.3.30", "SkylakeX,", "pthreads,", "2", "threads"],
+        [
+            "blas",
+            "scipy-openblas32",
+            "OpenBLAS",
+            "0.3.27",
+            "Cooperlake,",
+            "pthreads,",
+            "2",
+            "threads",
+            "OpenBLAS",
+            "0.3.30",
+            "SkylakeX,",
+            "pthreads,",
+            "2",
+            "threads",
+        ],
         ["knob", "OPENBLAS_CORETYPE", "-", "SkylakeX"],
         ["package", "numpy", "2.3.5", "2.4.6"],
     ]
@@ -304,11 +385,14 @@ def test_names_by_prefix_and_by_package_version(tmp_path, capsys):
     assert run_json(capsys, fingerprinted, "numpy==2.3", "numpy==2.4.6")[1]["new"]["machines"] == ["box-new"]
 
 
-@pytest.mark.parametrize(("base", "message"), [
-    ("virtualenv-py3.11-numpy2", "BASE 'virtualenv-py3.11-numpy2' is ambiguous: it matches 2 environments"),
-    ("scipy-openblas32==0.3", "BASE 'scipy-openblas32==0.3' is ambiguous: it matches 2 environments"),
-    ("numpy==9.9", "BASE 'numpy==9.9' names no result set"),
-])
+@pytest.mark.parametrize(
+    ("base", "message"),
+    [
+        ("virtualenv-py3.11-numpy2", "BASE 'virtualenv-py3.11-numpy2' is ambiguous: it matches 2 environments"),
+        ("scipy-openblas32==0.3", "BASE 'scipy-openblas32==0.3' is ambiguous: it matches 2 environments"),
+        ("numpy==9.9", "BASE 'numpy==9.9' names no result set"),
+    ],
+)
 def test_ambiguous_or_unknown_names_exit_2(tmp_path, capsys, base, message):
     results = write_sets(tmp_path, layout="envs")
     assert cli.main(["compare", base, "numpy==2.4.6", "--results", str(results)]) == 2
@@ -356,10 +440,13 @@ def test_unknown_name_is_one_line_exit_2(tmp_path):
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("args", [
-    ("box-base", "box-new", "--time-threshold", "0.9"),  # threshold must be above 1
-    ("box-base", "box-new", "--results", "{tmp}/missing"),  # no results directory
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("box-base", "box-new", "--time-threshold", "0.9"),  # threshold must be above 1
+        ("box-base", "box-new", "--results", "{tmp}/missing"),  # no results directory
+    ],
+)
 def test_bad_input_exits_2(tmp_path, capsys, args):
     write_sets(tmp_path)
     args = [a.format(tmp=tmp_path) for a in args]
@@ -375,7 +462,7 @@ def test_ambiguous_machine_and_commit_names_exit_2(tmp_path, capsys):
     write_benchmarks(results, BENCHMARKS)
     write_machine(results, "py3.11")  # a machine named like the environment
     commits = ["abcd" + "1" * 36, "abcd" + "2" * 36]
-    for commit, date in zip(commits, DATES):
+    for commit, date in zip(commits, DATES, strict=False):
         write_result_file(results, "py3.11", "py3.11", commit, date, BENCHMARKS, measure(seed=1))
     assert cli.main(["compare", "py3.11", "abcd1", "--results", str(results)]) == 2
     err = capsys.readouterr().err

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.evaluation import Case
-from accuracy.catalog.registry import all_ops, get_op
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
-from accuracy.workflows.evaluation import Case, make_case
 from accuracy.core.errors import OpbenchError
 from accuracy.reference.exact import Exact
+from accuracy.workflows.evaluation import Case, make_case
 from accuracy.workflows.explain import explain
-from accuracy.catalog.registry import get_op
 
 # one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
 pytestmark = pytest.mark.xdist_group("explain")
@@ -121,12 +121,15 @@ def test_explain_rejects_bad_arguments():
         make_case("erf", "float16").op.impl("numpy:np.erf")
 
 
-@pytest.mark.parametrize("op_name,dtype,impl", [
-    ("linear", "float32", "torch:F.linear"),
-    ("sum", "float16", "torch:torch.sum"),
-    ("softmax", "bfloat16", "torch:torch.softmax"),
-    ("std", "float64", "numpy:np.std(x)"),
-])
+@pytest.mark.parametrize(
+    "op_name,dtype,impl",
+    [
+        ("linear", "float32", "torch:F.linear"),
+        ("sum", "float16", "torch:torch.sum"),
+        ("softmax", "bfloat16", "torch:torch.softmax"),
+        ("std", "float64", "numpy:np.std(x)"),
+    ],
+)
 def test_measure_is_bitwise_deterministic(op_name, dtype, impl):
     op = get_op(op_name)
     size = 64 if op_name != "linear" else 256

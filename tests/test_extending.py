@@ -57,7 +57,8 @@ def plugin_path(tmp_path_factory) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opbench-cube\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[opbench.ops]\ncube = opbench_cube\n\n[opbench.backends]\nupcast = opbench_cube\n")
+        "[opbench.ops]\ncube = opbench_cube\n\n[opbench.backends]\nupcast = opbench_cube\n"
+    )
     return root
 
 
@@ -89,8 +90,18 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
     np.savez(tmp_path / "in.npz", x=x)
     np.save(tmp_path / "upcast.npy", (x.astype(np.float64) ** 3).astype(np.float32))  # rounded once
     np.save(tmp_path / "off.npy", x**3 * np.float32(1.001))
-    out = _run(plugin_path, "-m", "accuracy", "check", "cube", "--inputs", str(tmp_path / "in.npz"), "--json",
-               f"--output=upcast={tmp_path / 'upcast.npy'}", f"--output=off={tmp_path / 'off.npy'}")
+    out = _run(
+        plugin_path,
+        "-m",
+        "accuracy",
+        "check",
+        "cube",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "--json",
+        f"--output=upcast={tmp_path / 'upcast.npy'}",
+        f"--output=off={tmp_path / 'off.npy'}",
+    )
     assert out.returncode == 1, out.stderr
     rows = {r["label"]: r for r in json.loads(out.stdout)["outputs"]}
     assert rows["upcast"]["verdict"] == "within rounding" and rows["upcast"]["max_ulp"] <= 0.5
@@ -119,11 +130,14 @@ def test_the_catalog_is_complete_whichever_op_module_is_imported_first():
     from accuracy.catalog.registry import OP_MODULES, all_ops
 
     expected = len(all_ops())
-    code = ("import importlib, sys; importlib.import_module('accuracy.catalog.ops.' + sys.argv[1]); "
-            "from accuracy.catalog.registry import all_ops; print(len(all_ops()))")
+    code = (
+        "import importlib, sys; importlib.import_module('accuracy.catalog.ops.' + sys.argv[1]); "
+        "from accuracy.catalog.registry import all_ops; print(len(all_ops()))"
+    )
     for subject in OP_MODULES:
-        out = subprocess.run([sys.executable, "-c", code, subject], capture_output=True, text=True, cwd=ROOT,
-                             timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", code, subject], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         assert int(out.stdout) == expected, subject
 
@@ -133,7 +147,10 @@ def test_every_op_family_is_the_subject_module_that_declares_it():
 
     from accuracy.catalog.registry import OP_MODULES, all_ops
 
-    declared = {op.name: subject for subject in OP_MODULES
-                for op in importlib.import_module(f"accuracy.catalog.ops.{subject}").OPS}
+    declared = {
+        op.name: subject
+        for subject in OP_MODULES
+        for op in importlib.import_module(f"accuracy.catalog.ops.{subject}").OPS
+    }
     assert {op.name: op.family for op in all_ops() if op.family in OP_MODULES} == declared
     assert all(declared.values())

@@ -10,15 +10,21 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from exact_rounding import exact_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exact_rounding import exact_round
 from accuracy.core.dtypes import get_format
+from accuracy.judge.verdicts import correctly_rounded as round_exact
+from accuracy.reference.correctly_rounded import (
+    FP64_ERROR_ULPS,
+    TORCH_TWINS,
+    correctly_rounded,
+    undecided,
+    wide_evaluator,
+)
 from accuracy.reference.exact import dot2_matmul
 from accuracy.reference.exact_gemm import exact_matmul, slice_bits
-from accuracy.reference.correctly_rounded import FP64_ERROR_ULPS, TORCH_TWINS, correctly_rounded, undecided, wide_evaluator
-from accuracy.judge.verdicts import correctly_rounded as round_exact
 
 FUNCS = {
     "exp": (np.exp, mpmath.exp, (-80.0, 80.0)),
@@ -54,8 +60,12 @@ def _near_midpoints(name: str, dtype: str, count: int) -> np.ndarray:
     x = fmt.round(rng.uniform(lo, hi, 400_000)).astype(np.float64)
     wide = np_fn(x.astype(np.longdouble))
     nearest = wide.astype(np.float64).astype(fmt.np_dtype).astype(np.longdouble)
-    spacing = np.abs(np.nextafter(nearest.astype(fmt.np_dtype), np.copysign(np.inf, wide - nearest).astype(fmt.np_dtype))
-                     .astype(np.longdouble) - nearest)
+    spacing = np.abs(
+        np.nextafter(nearest.astype(fmt.np_dtype), np.copysign(np.inf, wide - nearest).astype(fmt.np_dtype)).astype(
+            np.longdouble
+        )
+        - nearest
+    )
     off_midpoint = np.abs(np.abs(wide - nearest) / spacing - 0.5)
     return x[np.argsort(off_midpoint)[:count]]
 
@@ -68,7 +78,7 @@ def test_hard_inputs_near_midpoints_round_correctly(name, dtype):
     x = _near_midpoints(name, dtype, 24)
     want = _mp_rounded(mp_fn, x, fmt)
     # they really are hard: the exact value is within MIDPOINT_ULPS of a midpoint
-    for v, w in zip(x, want):
+    for v, w in zip(x, want, strict=False):
         q = _mp_value(mp_fn, float(v))
         neighbour = float(np.nextafter(fmt.np_dtype.type(w), fmt.np_dtype.type(np.inf if q > Fraction(w) else -np.inf)))
         gap = abs(Fraction(neighbour) - Fraction(w))
@@ -78,8 +88,11 @@ def test_hard_inputs_near_midpoints_round_correctly(name, dtype):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(sorted(FUNCS)), dtype=st.sampled_from(["float16", "bfloat16", "float32", "float64"]),
-       u=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
+@given(
+    name=st.sampled_from(sorted(FUNCS)),
+    dtype=st.sampled_from(["float16", "bfloat16", "float32", "float64"]),
+    u=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16),
+)
 def test_random_inputs_round_correctly(name, dtype, u):
     np_fn, mp_fn, (lo, hi) = FUNCS[name]
     fmt = get_format(dtype)
@@ -89,7 +102,7 @@ def test_random_inputs_round_correctly(name, dtype, u):
     exact = correctly_rounded(np_fn, mp_fn, x, fmt)
     assert fmt.round(exact.hi).tobytes() == fmt.round(_mp_rounded(mp_fn, x, fmt)).tobytes()
     if dtype == "float64":  # hi + lo is f(x) to the long-double bound
-        for v, h, l in zip(x, exact.hi, exact.lo):
+        for v, h, l in zip(x, exact.hi, exact.lo, strict=False):
             err = abs(Fraction(h) + Fraction(l) - _mp_value(mp_fn, float(v)))
             assert err <= Fraction(2) ** -58 * abs(Fraction(h))
 
@@ -113,7 +126,7 @@ def test_torch_twins_err_within_their_documented_ulp(name):
     assert w.tobytes() == getattr(torch, name)(torch.from_numpy(x)).numpy().tobytes()  # torch's bits
     worst = 0.0
     with mpmath.workprec(300):
-        for v, got in zip(x, w):
+        for v, got in zip(x, w, strict=False):
             exact = mp_fn(mpmath.mpf(float(v)))
             if exact != 0:
                 worst = max(worst, float(abs(mpmath.mpf(float(got)) - exact) / float(np.spacing(abs(float(exact))))))
@@ -151,7 +164,7 @@ def test_torch_twins_give_the_same_bits_whatever_the_threads_and_the_split(name)
         torch.set_num_threads(before)
     pieces = np.empty_like(x)
     for start in range(0, x.size, 999):  # calls that start and end off any vector boundary
-        evaluate(x[start:start + 999], pieces[start:start + 999])
+        evaluate(x[start : start + 999], pieces[start : start + 999])
     assert runs[0].tobytes() == runs[1].tobytes() == pieces.tobytes()
 
 
@@ -160,8 +173,14 @@ NARROW = ["float16", "bfloat16", "float32"]
 
 def _boundaries(fmt) -> list[float]:
     """Where the bit rule changes its mind: the edges of its ranges and the overflow threshold."""
-    return [2.0 ** (fmt.emin - fmt.precision - 1), 2.0 ** (fmt.emin - fmt.precision), 2.0**fmt.emin, fmt.max_finite,
-            (2.0 - 2.0**-fmt.precision) * 2.0**fmt.emax, 2.0 ** (fmt.emax + 1)]
+    return [
+        2.0 ** (fmt.emin - fmt.precision - 1),
+        2.0 ** (fmt.emin - fmt.precision),
+        2.0**fmt.emin,
+        fmt.max_finite,
+        (2.0 - 2.0**-fmt.precision) * 2.0**fmt.emax,
+        2.0 ** (fmt.emax + 1),
+    ]
 
 
 @st.composite
@@ -211,8 +230,9 @@ def test_a_value_a_hair_above_a_midpoint_keeps_the_lo_that_breaks_the_tie():
     """f(x) = (1 + 2**-24) + 2**-80: its float64 is the float32 midpoint itself, which rounds to
     even (1.0); the exact value rounds up. mpmath's lo must survive to say so."""
     fmt, mid = get_format("float32"), 1.0 + 2.0**-24
-    exact = correctly_rounded(lambda x: np.full_like(x, mid), lambda x: mpmath.mpf(mid) + mpmath.mpf(2) ** -80,
-                              np.array([0.5]), fmt)
+    exact = correctly_rounded(
+        lambda x: np.full_like(x, mid), lambda x: mpmath.mpf(mid) + mpmath.mpf(2) ** -80, np.array([0.5]), fmt
+    )
     assert exact.hi[0] == mid and exact.lo[0] == 2.0**-80
     assert round_exact(exact, fmt)[0] == 1.0 + 2.0**-23
 
@@ -221,8 +241,14 @@ def test_float32_logs_whose_float64_value_is_a_midpoint_round_by_the_exact_value
     """The 8 positive float32 x whose float64 log(x) is exactly a float32 midpoint (found by a
     scan of all of them): rounding that float64 to even would be wrong for 5 of them."""
     fmt = get_format("float32")
-    x = np.array([0x1F116AB8, 0x3C413D3A, 0x41178FEB, 0x4C5D65A5, 0x4D604EBE, 0x65D890D3, 0x66A8C860, 0x6F31A8EC],
-                 dtype=np.uint32).view(np.float32).astype(np.float64)
+    x = (
+        np.array(
+            [0x1F116AB8, 0x3C413D3A, 0x41178FEB, 0x4C5D65A5, 0x4D604EBE, 0x65D890D3, 0x66A8C860, 0x6F31A8EC],
+            dtype=np.uint32,
+        )
+        .view(np.float32)
+        .astype(np.float64)
+    )
     exact = correctly_rounded(np.log, mpmath.log, x, fmt)
     midpoint_rounding = fmt.round(exact.hi)
     want = _mp_rounded(mpmath.log, x, fmt).astype(np.float32)
@@ -231,13 +257,23 @@ def test_float32_logs_whose_float64_value_is_a_midpoint_round_by_the_exact_value
 
 
 def _exact_product(a, b) -> list[list[Fraction]]:
-    return [[sum((Fraction(a[i, l]) * Fraction(b[l, j]) for l in range(a.shape[1])), Fraction(0))
-             for j in range(b.shape[1])] for i in range(a.shape[0])]
+    return [
+        [
+            sum((Fraction(a[i, l]) * Fraction(b[l, j]) for l in range(a.shape[1])), Fraction(0))
+            for j in range(b.shape[1])
+        ]
+        for i in range(a.shape[0])
+    ]
 
 
 @settings(max_examples=30, deadline=None)
-@given(m=st.integers(1, 5), k=st.integers(1, 7), n=st.integers(1, 5), seed=st.integers(0, 2**32 - 1),
-       spread=st.integers(0, 200))
+@given(
+    m=st.integers(1, 5),
+    k=st.integers(1, 7),
+    n=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    spread=st.integers(0, 200),
+)
 def test_ozaki_matches_exact_rational_product(m, k, n, seed, spread):
     """Entries spread over 2**spread in magnitude force many slices; cancellation included."""
     rng = np.random.Generator(np.random.PCG64(seed))

@@ -15,18 +15,22 @@ import pytest
 from accuracy.backends import get_backend
 from accuracy.backends import jax as jax_backend
 from accuracy.backends import tensorflow as tf_backend
-from accuracy.workflows.evaluation import Case
-from accuracy.core.dtypes import get_format
-from accuracy.workflows.explain import explain
 from accuracy.catalog.registry import all_ops
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.evaluation import Case
+from accuracy.workflows.explain import explain
 
 FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
 # Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.
 
 
 def _framework_impls(dtype="float32"):
-    return [pytest.param(op, impl, id=f"{op.name}-{impl.name}") for op in all_ops()
-            for impl in op.available_impls(dtype) if impl.backend in FRAMEWORKS]
+    return [
+        pytest.param(op, impl, id=f"{op.name}-{impl.name}")
+        for op in all_ops()
+        for impl in op.available_impls(dtype)
+        if impl.backend in FRAMEWORKS
+    ]
 
 
 def test_every_framework_is_available_here():
@@ -48,14 +52,24 @@ def test_small_size_against_exact(op, impl):
         assert summary.verdict == "within rounding", (impl.name, summary)
 
 
-@pytest.mark.parametrize("op,impl", [pytest.param(op, impl, id=f"{op.name}-{impl.name}") for op in all_ops()
-                                     for impl in op.concrete_impls() if impl.finding and get_backend(impl.backend).available()])
+@pytest.mark.parametrize(
+    "op,impl",
+    [
+        pytest.param(op, impl, id=f"{op.name}-{impl.name}")
+        for op in all_ops()
+        for impl in op.concrete_impls()
+        if impl.finding and get_backend(impl.backend).available()
+    ],
+)
 def test_every_declared_finding_reproduces(op, impl):
     """A finding is a claim about a library: at explain's default size or the asv suite's first size, it
     must still break the worst-case bound at one of its float32/float64 dtypes (else it is stale)."""
-    ratios = {(dtype, size): Case(op, get_format(dtype), size).measure(impl).bound_ratio
-              for dtype in ("float32", "float64") if dtype in impl.dtypes
-              for size in (op.default_size, op.bench_sizes[0])}
+    ratios = {
+        (dtype, size): Case(op, get_format(dtype), size).measure(impl).bound_ratio
+        for dtype in ("float32", "float64")
+        if dtype in impl.dtypes
+        for size in (op.default_size, op.bench_sizes[0])
+    }
     assert max(ratios.values()) > 1, (impl.name, impl.finding, ratios)
 
 
@@ -87,8 +101,11 @@ def test_onnxruntime_sessions_take_the_thread_count():
     case = Case(op, get_format("float32"), 64)
     for n in (1, 2):
         case.run(impl, n)
-    counts = {key[-1]: s.get_session_options().intra_op_num_threads for key, s in backend._sessions.items()
-              if key[0] == impl.fn}
+    counts = {
+        key[-1]: s.get_session_options().intra_op_num_threads
+        for key, s in backend._sessions.items()
+        if key[0] == impl.fn
+    }
     assert counts == {1: 1, 2: 2}
 
 
@@ -99,8 +116,9 @@ def test_libtorch_sees_the_thread_count_in_cpp():
             assert backend.namespace.num_threads() == n
 
 
-@pytest.mark.parametrize("name,probe", [("tensorflow", tf_backend.intra_op_threads),
-                                        ("jax", jax_backend.eigen_pool_threads)])
+@pytest.mark.parametrize(
+    "name,probe", [("tensorflow", tf_backend.intra_op_threads), ("jax", jax_backend.eigen_pool_threads)]
+)
 def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
     """The runtime starts at the first count asked for; another count gets a worker process
     whose framework reports that count."""
@@ -119,12 +137,15 @@ def _hide(monkeypatch, modules=(), commands=()):
     monkeypatch.setattr(shutil, "which", lambda c, *a: None if c in commands else real_which(c, *a))
 
 
-@pytest.mark.parametrize("backend,hidden", [
-    ("tensorflow", {"modules": ("tensorflow",)}),
-    ("onnxruntime", {"modules": ("onnxruntime",)}),
-    ("libtorch", {"commands": ("c++",)}),  # torch is always here; without a compiler there is no LibTorch
-    ("jax", {"modules": ("jaxlib",)}),
-])
+@pytest.mark.parametrize(
+    "backend,hidden",
+    [
+        ("tensorflow", {"modules": ("tensorflow",)}),
+        ("onnxruntime", {"modules": ("onnxruntime",)}),
+        ("libtorch", {"commands": ("c++",)}),  # torch is always here; without a compiler there is no LibTorch
+        ("jax", {"modules": ("jaxlib",)}),
+    ],
+)
 def test_a_missing_framework_makes_its_implementations_absent(monkeypatch, backend, hidden):
     _hide(monkeypatch, **hidden)
     assert not get_backend(backend).available()

@@ -8,17 +8,16 @@ import json
 import os
 import subprocess
 import sys
-from fractions import Fraction
 
 import mpmath
 import numpy as np
 import pytest
 
 from accuracy.backends import get_backend
-from accuracy.core.dtypes import ALL_DTYPES, get_format
-from accuracy.workflows.evaluation import Case
-from accuracy.reference.inputs import as_float64, make_inputs, rng_for, seed_for
 from accuracy.catalog.registry import all_ops, get_op
+from accuracy.core.dtypes import ALL_DTYPES, get_format
+from accuracy.reference.inputs import as_float64, make_inputs, rng_for, seed_for
+from accuracy.workflows.evaluation import Case
 
 
 def _digest(inputs: dict) -> str:
@@ -34,8 +33,21 @@ def test_inputs_cross_the_torch_backend_bit_for_bit(dtype):
     torch = pytest.importorskip("torch")
     fmt = get_format(dtype)
     backend = get_backend("torch")
-    specials = fmt.round(np.array([0.0, -0.0, fmt.smallest_subnormal, -fmt.smallest_subnormal,
-                                   fmt.max_finite, -fmt.max_finite, np.inf, -np.inf, 1 / 3]))
+    specials = fmt.round(
+        np.array(
+            [
+                0.0,
+                -0.0,
+                fmt.smallest_subnormal,
+                -fmt.smallest_subnormal,
+                fmt.max_finite,
+                -fmt.max_finite,
+                np.inf,
+                -np.inf,
+                1 / 3,
+            ]
+        )
+    )
     for op in all_ops():
         if dtype not in op.dtypes():
             continue
@@ -54,7 +66,7 @@ def test_inputs_cross_the_torch_backend_bit_for_bit(dtype):
 
 
 def test_to_native_copies():
-    fmt = get_format("float32")
+    get_format("float32")
     a = np.arange(4, dtype=np.float32)
     for name in ("numpy", "torch"):
         native = get_backend(name).to_native(a)
@@ -77,8 +89,9 @@ def test_seed_is_stable_across_processes():
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different hash() salt must not matter
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
-                         check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True, timeout=120
+    )
     there = json.loads(out.stdout)
     assert there["seed"] == seed_for("exp", 64)
     assert there["digests"] == here
@@ -107,6 +120,7 @@ def test_inputs_are_rounded_once_from_float64(dtype):
             # each rounded value is the nearest value of fmt to the float64 one
             err = np.abs(got[name].astype(np.float64) - raw[name])
             from accuracy.core.dtypes import ulp
+
             assert np.all(err <= ulp(raw[name], fmt) / 2), (op.name, name)
 
 

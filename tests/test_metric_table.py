@@ -35,7 +35,7 @@ def test_every_track_reads_a_field_the_suite_measures_and_compare_and_cli_read_t
                 assert metric.field in measured
     finally:
         bench.teardown("numpy:np.dot@float32", 64, 1)
-    assert ACCURACY_SLOTS == tuple(m.name for m in compared(ACCURACY))
+    assert tuple(m.name for m in compared(ACCURACY)) == ACCURACY_SLOTS
     assert [m.label for m in cli_columns()] == ["max ulp", "max rel", "bound ratio", "typical ratio", "flags >= ulp"]
 
 
@@ -46,8 +46,9 @@ def test_a_new_entry_becomes_an_asv_track(monkeypatch):
     import accuracy.judge.metric_table as table
     from accuracy.judge.metric_table import Metric
 
-    extra = Metric("p99_ulp", "ulp", "99th percentile of the ulp error.", ACCURACY, column="p99 ulp", field="p99_ulp",
-                   explain=True)
+    extra = Metric(
+        "p99_ulp", "ulp", "99th percentile of the ulp error.", ACCURACY, column="p99 ulp", field="p99_ulp", explain=True
+    )
     monkeypatch.setattr(table, "METRICS", (*table.METRICS, extra))
     monkeypatch.setattr(table, "BY_TRACK", {**table.BY_TRACK, extra.track: extra})
     import benchmarks.common as common
@@ -74,9 +75,7 @@ def test_timing_change_never_calls_an_unconfirmed_change_slower(old, new, spread
     overlap = not (after.ci[0] > before.ci[1] or after.ci[1] < before.ci[0])
     if change == "slower":
         assert new / old >= DEFAULT_THRESHOLD and not overlap and repeat >= 2
-    if repeat < 2:
-        assert change == "inconclusive"
-    elif overlap and not 1 / DEFAULT_THRESHOLD < new / old < DEFAULT_THRESHOLD:
+    if repeat < 2 or (overlap and not 1 / DEFAULT_THRESHOLD < new / old < DEFAULT_THRESHOLD):
         assert change == "inconclusive"
 
 

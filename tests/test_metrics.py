@@ -13,12 +13,11 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from exact_rounding import exact_round
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from exact_rounding import exact_round
 from accuracy.core.dtypes import FORMATS, get_format
-from accuracy.reference.exact import Exact
 from accuracy.judge.error_metrics import (
     ErrorSummary,
     bound_ratio,
@@ -30,6 +29,7 @@ from accuracy.judge.error_metrics import (
     ulp,
     ulp_error,
 )
+from accuracy.reference.exact import Exact
 
 FMT_NAMES = ("float16", "bfloat16", "float32", "float64")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -69,21 +69,23 @@ def values_of(fmt, *, finite=True, nonzero=False, normal=False):
             return False
         if nonzero and f == 0:
             return False
-        if normal and not (2.0**fmt.emin <= abs(f) <= fmt.max_finite):
-            return False
-        return True
+        return not (normal and not 2.0**fmt.emin <= abs(f) <= fmt.max_finite)
 
     p = fmt.precision
 
     def compose(sign, e, m):  # exact in float64 for every format here
         return np.asarray(sign * (2 ** (p - 1) + m) * 2.0 ** (e - p + 1)).astype(fmt.np_dtype)
 
-    normals = st.builds(compose, st.sampled_from([1, -1]), st.integers(fmt.emin, fmt.emax),
-                        st.integers(0, 2 ** (p - 1) - 1))
+    normals = st.builds(
+        compose, st.sampled_from([1, -1]), st.integers(fmt.emin, fmt.emax), st.integers(0, 2 ** (p - 1) - 1)
+    )
     if normal:
         return normals
-    subnormals = st.builds(lambda sign, m: np.asarray(sign * m * fmt.smallest_subnormal).astype(fmt.np_dtype),
-                           st.sampled_from([1, -1]), st.integers(0, 2 ** (p - 1) - 1))
+    subnormals = st.builds(
+        lambda sign, m: np.asarray(sign * m * fmt.smallest_subnormal).astype(fmt.np_dtype),
+        st.sampled_from([1, -1]),
+        st.integers(0, 2 ** (p - 1) - 1),
+    )
     raw = st.integers(0, 2**n_bits - 1).map(lambda b: from_bits(fmt, b))
     return st.one_of(normals, normals, subnormals, raw).filter(ok)
 
@@ -247,10 +249,12 @@ def test_round_is_correct_rounding_and_within_half_ulp(name, data):
     (float64 -> float32 -> bfloat16) gets them wrong.
     """
     fmt = get_format(name)
-    x = data.draw(st.one_of(
-        st.floats(-fmt.max_finite, fmt.max_finite, allow_nan=False),
-        _near_midpoints(fmt),
-    ))
+    x = data.draw(
+        st.one_of(
+            st.floats(-fmt.max_finite, fmt.max_finite, allow_nan=False),
+            _near_midpoints(fmt),
+        )
+    )
     r = fmt.round(np.float64(x))
     assert r.dtype == fmt.np_dtype
     assert float(r) == exact_round(fmt, Fraction(x))
@@ -258,8 +262,7 @@ def test_round_is_correct_rounding_and_within_half_ulp(name, data):
 
 
 @SETTINGS
-@given(hi=st.floats(-(2.0**1000), 2.0**1000, allow_nan=False, allow_subnormal=False),
-       frac=st.floats(-0.5, 0.5))
+@given(hi=st.floats(-(2.0**1000), 2.0**1000, allow_nan=False, allow_subnormal=False), frac=st.floats(-0.5, 0.5))
 def test_correctly_rounded_float64_is_within_half_ulp_of_double_double(hi, frac):
     fmt = get_format("float64")
     assume(abs(hi) >= 2.0**-900)
@@ -291,14 +294,14 @@ SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5, 1e-300, 1e300]
 
 
 def _all_metrics(result, reference, bound):
-    return dict(
-        ulp=ulp_error(result, reference),
-        rel=relative_error(result, reference),
-        norm=normwise_relative_error(result, reference),
-        ratio=bound_ratio(result, reference, bound),
-        nonfinite=nonfinite_count(result, reference),
-        summary=summarize(result, reference, reference, bound),
-    )
+    return {
+        "ulp": ulp_error(result, reference),
+        "rel": relative_error(result, reference),
+        "norm": normwise_relative_error(result, reference),
+        "ratio": bound_ratio(result, reference, bound),
+        "nonfinite": nonfinite_count(result, reference),
+        "summary": summarize(result, reference, reference, bound),
+    }
 
 
 @pytest.mark.parametrize("name", FMT_NAMES)
@@ -404,10 +407,10 @@ def test_bound_ratio_at_most_one_iff_error_within_bound(data):
         errs.append(err)
     res = np.array(res, dtype=np.float32)
     ratio = bound_ratio(res, np.array(his), np.array(bounds))
-    within = all(e <= b for e, b in zip(errs, bounds))
+    within = all(e <= b for e, b in zip(errs, bounds, strict=False))
     assert (ratio <= 1.0) == within
     if within:
-        assert ratio == max((e / b if e else 0.0) for e, b in zip(errs, bounds))
+        assert ratio == max((e / b if e else 0.0) for e, b in zip(errs, bounds, strict=False))
     s = summarize(res, np.array(his), np.array(his), np.array(bounds))
     assert (s.verdict == "within rounding") == within
 
@@ -452,7 +455,8 @@ def test_relative_error_conventions():
     assert normwise_relative_error(np.zeros(3), np.zeros(3)) == 0.0
     assert normwise_relative_error(np.ones(2), np.zeros(2)) == math.inf
     assert normwise_relative_error(np.array([3.0, 4.0]), np.array([3.0, 4.0 + 5e-3])) == pytest.approx(
-        5e-3 / math.hypot(3, 4 + 5e-3), rel=1e-12)
+        5e-3 / math.hypot(3, 4 + 5e-3), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("magnitude", [1e-300, 1e-200, 1.0, 1e200, 1e300])
@@ -482,7 +486,7 @@ def test_gamma():
     assert gamma(2047, 2.0**-11) == 2047.0
     assert gamma(2048, 2.0**-11) == math.inf
     assert gamma(5000, 2.0**-11) == math.inf
-    values = [gamma(n, 2.0**-8) for n in range(0, 256)]
+    values = [gamma(n, 2.0**-8) for n in range(256)]
     assert values == sorted(values) and len(set(values)) == len(values)
     for name in FMT_NAMES:
         fmt = FORMATS[name]
@@ -492,8 +496,17 @@ def test_gamma():
 def test_error_summary_dict_roundtrip_and_verdicts():
     s = ErrorSummary(1, 0.5, 1, 1e-7, 1e-7, 1e-7, 1e-7, 0.25, 0)
     d = s.as_dict()
-    assert list(d) == ["max_ulp", "mean_ulp", "p99_ulp", "max_abs", "max_rel_exact", "max_rel_fp64",
-                       "normwise_rel", "bound_ratio", "nonfinite"]
+    assert list(d) == [
+        "max_ulp",
+        "mean_ulp",
+        "p99_ulp",
+        "max_abs",
+        "max_rel_exact",
+        "max_rel_fp64",
+        "normwise_rel",
+        "bound_ratio",
+        "nonfinite",
+    ]
     assert ErrorSummary(**d) == s
     assert s.verdict == "within rounding"
     assert ErrorSummary(**{**d, "bound_ratio": 1.0}).verdict == "within rounding"

@@ -12,11 +12,11 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-
 from exact_rounding import exact_round
+
+from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.inputs import as_float64, make_inputs
-from accuracy.catalog.registry import all_ops, get_op
 
 ORACLE_BITS = 200
 REL_TOL = Fraction(2) ** -60  # float64: per element, relative to the oracle's value and to the largest |oracle|
@@ -38,7 +38,7 @@ def oracle_and_exact(op, inputs64, fmt) -> tuple[list[Fraction], list[Fraction]]
     exact = op.exact(inputs64, fmt)
     with mpmath.workprec(ORACLE_BITS):
         want = [mpmath.mpf(w) for w in op.oracle(inputs64)]
-    got = [Fraction(float(h)) + Fraction(float(lo)) for h, lo in zip(exact.hi.ravel(), exact.lo.ravel())]
+    got = [Fraction(float(h)) + Fraction(float(lo)) for h, lo in zip(exact.hi.ravel(), exact.lo.ravel(), strict=False)]
     assert len(want) == exact.hi.size, "the oracle gives one value per output element"
     return [_frac(w) for w in want], got
 
@@ -51,8 +51,12 @@ def test_every_op_declares_an_oracle_and_a_test_size(op_name):
 
 
 def _cases():
-    return [pytest.param(op.name, condition, dtype, id=f"{op.name}@{condition}-{dtype}")
-            for op in all_ops() for condition in op.condition_names() for dtype in op.dtypes()]
+    return [
+        pytest.param(op.name, condition, dtype, id=f"{op.name}@{condition}-{dtype}")
+        for op in all_ops()
+        for condition in op.condition_names()
+        for dtype in op.dtypes()
+    ]
 
 
 @pytest.mark.parametrize("op_name,condition,dtype", _cases())
@@ -63,7 +67,7 @@ def test_exact_reference_agrees_with_oracle(op_name, condition, dtype):
     want, got = oracle_and_exact(op, inputs64, fmt)
     scale = max(abs(w) for w in want)
     tol = REL_TOL if op.family in CORRECTLY_ROUNDED_FAMILIES else DOUBLE_DOUBLE_TOL
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
         assert exact_round(fmt, g) == exact_round(fmt, w), (i, float(g), float(w))
         if fmt.precision >= 53:
             assert abs(g - w) <= tol * scale, (i, float(g), float(w))
@@ -90,7 +94,7 @@ def test_exact_products_match_mpmath_to_1e_30(op_name):
         want = op.oracle(inputs64)
         mags = op.oracle({k: np.abs(v) for k, v in inputs64.items()})
         rel, rel_mag, n_conditioned = mpmath.mpf(0), mpmath.mpf(0), 0
-        for h, lo, w, m in zip(exact.hi.ravel(), exact.lo.ravel(), want, mags):
+        for h, lo, w, m in zip(exact.hi.ravel(), exact.lo.ravel(), want, mags, strict=False):
             err = abs(mpmath.mpf(float(h)) + mpmath.mpf(float(lo)) - w)
             rel_mag = max(rel_mag, err / m)
             if m <= 16 * abs(w):

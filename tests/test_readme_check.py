@@ -41,7 +41,7 @@ public class Linear {
 
 def _section() -> str:
     text = (ROOT / "README.md").read_text()
-    return text[text.index(SECTION):].split("\n## ", 1)[0]
+    return text[text.index(SECTION) :].split("\n## ", 1)[0]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,23 @@ def test_the_readme_java_npy_class_round_trips_a_linear_layer(example_dir):
         npz.extractall(example_dir)
     subprocess.run(["javac", "Npy.java", "Linear.java"], cwd=example_dir, check=True, timeout=300)
     subprocess.run(["java", "Linear"], cwd=example_dir, check=True, timeout=300)
-    out = subprocess.run([sys.executable, "-m", "accuracy", "check", "linear", "--inputs", "linear_in.npz",
-                          "--output", "java=y_java.npy"], cwd=example_dir, capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accuracy",
+            "check",
+            "linear",
+            "--inputs",
+            "linear_in.npz",
+            "--output",
+            "java=y_java.npy",
+        ],
+        cwd=example_dir,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"^java +within rounding ", out.stdout, re.M)

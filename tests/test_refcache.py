@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from accuracy.reference import cache as refcache
-from accuracy.core.dtypes import get_format
-from accuracy.workflows.evaluation import Case
-from accuracy.reference.exact import Exact
 from accuracy.catalog.registry import get_op
+from accuracy.core.dtypes import get_format
+from accuracy.reference import cache as refcache
+from accuracy.reference.exact import Exact
+from accuracy.workflows.evaluation import Case
 
 
 class Counter:
@@ -45,8 +45,7 @@ def _corruptions(data: bytes):
     mid = len(data) // 2
     flipped = bytearray(data)
     flipped[mid] ^= 0xFF
-    return {"truncated": data[:mid], "empty": b"", "flipped": bytes(flipped),
-            "garbage": b"PK\x03\x04" + b"\x00" * 64}
+    return {"truncated": data[:mid], "empty": b"", "flipped": bytes(flipped), "garbage": b"PK\x03\x04" + b"\x00" * 64}
 
 
 @pytest.mark.parametrize("kind", ["truncated", "empty", "flipped", "garbage"])

@@ -3,17 +3,16 @@ including at the midpoints between target values where the float64 libm value is
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import mpmath
 import numpy as np
 import pytest
-
 from exact_rounding import exact_round
+
 from accuracy.core.dtypes import get_format
-from accuracy.reference.exact import Exact, fsum_rows, mp_map, mp_rows, two_prod, two_sum
 from accuracy.reference.correctly_rounded import correctly_rounded
+from accuracy.reference.exact import Exact, fsum_rows, mp_map, mp_rows, two_prod, two_sum
 
 FUNCS = {
     "exp": (np.exp, mpmath.exp, (-10.0, 10.0)),
@@ -21,7 +20,6 @@ FUNCS = {
     "tanh": (np.tanh, mpmath.tanh, (-5.0, 5.0)),
     "sin": (np.sin, mpmath.sin, (-10.0, 10.0)),
 }
-
 
 
 def _mp_rounded(mp_fn, x, fmt):
@@ -60,6 +58,7 @@ def test_midpoint_cases_go_through_mpmath():
     v = np.exp(x)
     nearest = fmt.round(v).astype(np.float64)
     from accuracy.core.dtypes import ulp
+
     distance = np.abs(v - nearest) / ulp(v, fmt)
     risky = x[0.5 - distance < 1e-9]
     exact = correctly_rounded(np.exp, mpmath.exp, risky, fmt)
@@ -73,7 +72,7 @@ def test_float64_target_carries_the_long_double_remainder():
     x = np.array([0.5, 1.0, 2.0, -3.25])
     e = correctly_rounded(np.exp, mpmath.exp, x, fmt)
     with mpmath.workprec(200):
-        for xi, h, lo in zip(x, e.hi, e.lo):
+        for xi, h, lo in zip(x, e.hi, e.lo, strict=False):
             assert abs(mpmath.mpf(h) + mpmath.mpf(lo) - mpmath.exp(xi)) < mpmath.mpf(2) ** -59 * abs(h)
     assert np.any(e.lo != 0)
 
@@ -94,8 +93,8 @@ def test_fsum_rows_and_mp_rows_shapes():
     x = np.array([[1e16, 1.0, -1e16, 3.0], [1.0, 2.0, 3.0, 4.0]])
     e = fsum_rows(x)
     assert e.hi.tolist() == [4.0, 10.0] and e.lo.tolist() == [0.0, 0.0]
-    e = fsum_rows(np.array([1.0, 2.0 ** -60]))
-    assert e.hi == 1.0 and e.lo == 2.0 ** -60
+    e = fsum_rows(np.array([1.0, 2.0**-60]))
+    assert e.hi == 1.0 and e.lo == 2.0**-60
     r = mp_rows(lambda row: [mpmath.fsum(row)], x)
     assert r.hi.shape == (2,) and r.hi.tolist() == [4.0, 10.0]
     r = mp_rows(lambda row: [v * 2 for v in row], x)

@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from accuracy.core.dtypes import get_format
-from accuracy.workflows.evaluation import Case
-from accuracy.judge.error_metrics import bound_ratio
 from accuracy.catalog.registry import all_ops, get_op
+from accuracy.core.dtypes import get_format
+from accuracy.judge.error_metrics import bound_ratio
+from accuracy.workflows.evaluation import Case
 
 SAME_SHAPE_FAMILIES = ("elementwise", "activations", "norms")  # the output has x's shape
 
@@ -40,8 +40,26 @@ def _expected_shape(op, inputs) -> tuple | None:
 
 def test_catalog_records_are_well_formed():
     names = {op.name for op in all_ops()}
-    assert {"matmul", "linear", "dot", "sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp",
-            "layer_norm", "exp", "log", "tanh", "sigmoid", "gelu", "erf", "conv1d"} <= names
+    assert {
+        "matmul",
+        "linear",
+        "dot",
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "layer_norm",
+        "exp",
+        "log",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "erf",
+        "conv1d",
+    } <= names
     assert len(names) == len(all_ops()) >= 40  # names are unique
     for op in all_ops():
         assert op.impls and op.dtypes()
@@ -51,8 +69,12 @@ def test_catalog_records_are_well_formed():
 
 
 def _cases():
-    return [pytest.param(op.name, condition, dtype, id=f"{op.name}@{condition}-{dtype}")
-            for op in all_ops() for condition in op.condition_names() for dtype in op.dtypes()]
+    return [
+        pytest.param(op.name, condition, dtype, id=f"{op.name}@{condition}-{dtype}")
+        for op in all_ops()
+        for condition in op.condition_names()
+        for dtype in op.dtypes()
+    ]
 
 
 @pytest.mark.parametrize("op_name,condition,dtype", _cases())

@@ -7,7 +7,16 @@ import re
 
 import pytest
 from fixtures_answers import (
-    ADDMM, COMMITS, F_LINEAR, NP_VAR, NUMPY_FORMULA, ORT_SIGMOID, OPS, SLOWER, TORCH_FORMULA, TORCH_VAR,
+    ADDMM,
+    COMMITS,
+    F_LINEAR,
+    NP_VAR,
+    NUMPY_FORMULA,
+    OPS,
+    ORT_SIGMOID,
+    SLOWER,
+    TORCH_FORMULA,
+    TORCH_VAR,
     suite_results,  # noqa: F401
 )
 
@@ -36,7 +45,7 @@ def test_cases_are_the_newest_commit_one_row_each(answers):
 
 def test_verdicts_list_exactly_the_implementations_not_within_rounding(answers):
     table = answers.verdicts
-    assert list(zip(table["op"], table["implementation"], table["verdict"])) == [
+    assert list(zip(table["op"], table["implementation"], table["verdict"], strict=False)) == [
         ("sigmoid", ORT_SIGMOID, "beyond rounding"),  # bound ratio 5.8e4 sorts before 16
         ("var", NP_VAR, "beyond rounding (semantics: ddof=0)"),
     ]
@@ -53,23 +62,31 @@ def test_discrepancies_group_identical_bits_and_judge_each_group(answers):
     linear = rows["linear"]
     assert (linear["size"], linear["threads"], linear["implementations"], linear["distinct_outputs"]) == (2048, 2, 4, 3)
     groups = {tuple(g["implementations"]): g["verdict"] for g in linear["groups"]}
-    assert groups == {(F_LINEAR, ADDMM): "within rounding", (TORCH_FORMULA,): "within rounding",
-                      (NUMPY_FORMULA,): "within rounding"}
+    assert groups == {
+        (F_LINEAR, ADDMM): "within rounding",
+        (TORCH_FORMULA,): "within rounding",
+        (NUMPY_FORMULA,): "within rounding",
+    }
     assert linear["answer"] == "3 different outputs, all within rounding: the differences are rounding, not bugs"
-    assert rows["var"]["answer"] == f"2 different outputs; not within rounding: {NP_VAR}: beyond rounding (semantics: ddof=0)"
+    assert (
+        rows["var"]["answer"]
+        == f"2 different outputs; not within rounding: {NP_VAR}: beyond rounding (semantics: ddof=0)"
+    )
     var_groups = {g["implementations"][0]: g["varies_run_to_run"] for g in rows["var"]["groups"]}
     assert var_groups == {NP_VAR: False, TORCH_VAR: True}
     assert list(answers.discrepancies["op"]) == ["sigmoid", "var", "linear"]  # outputs not within rounding first
     assert answer_tables.pair_answer(answers.discrepancies) == (
         f"{F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, both within rounding: "
-        "rounding, not a bug")
+        "rounding, not a bug"
+    )
     assert answer_tables.pair_answer(answers.discrepancies, "linear", "F.linear", "addmm(b, x, W.T)").startswith(
-        f"{F_LINEAR} vs {ADDMM} (linear, float32, size 2048): bitwise identical, both within rounding")
+        f"{F_LINEAR} vs {ADDMM} (linear, float32, size 2048): bitwise identical, both within rounding"
+    )
 
 
 def test_reproducibility_lists_thread_and_run_to_run_changes(answers):
     table = answers.reproducibility
-    assert sorted(zip(table["op"], table["implementation"], table["size"], table["changes_with"])) == [
+    assert sorted(zip(table["op"], table["implementation"], table["size"], table["changes_with"], strict=False)) == [
         ("linear", NUMPY_FORMULA, 512, "thread count (1 vs all cores)"),
         ("linear", NUMPY_FORMULA, 2048, "thread count (1 vs all cores)"),
         ("var", TORCH_VAR, 1024, "run to run (same threads)"),
@@ -111,8 +128,9 @@ def test_run_summary_counts_cases_by_verdict(suite_results):
     files = [p for p in suite_results.glob("*/*.json") if p.name != "machine.json"]
     newest = [p for p in files if p.name.startswith(COMMITS[1][:8])]
     # 24 cases; np.var and ORT's Sigmoid, one size and two thread counts each, are beyond rounding
-    assert summarize(newest) == ["accuracy cases by verdict: 20 within rounding, 0 suspicious, 4 beyond rounding, "
-                                 "0 undetermined"]
+    assert summarize(newest) == [
+        "accuracy cases by verdict: 20 within rounding, 0 suspicious, 4 beyond rounding, 0 undetermined"
+    ]
 
 
 def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp_path):
@@ -120,15 +138,22 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
     headings = re.findall(r'<h2 id="([\w-]+)">', page)
     assert headings[:6] == ["verdicts", "discrepancies", "reproducibility", "speed", "changes", "self-test"]
     # the first lines answer the three questions
-    assert (f"<b>Bug or rounding?</b> {F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, "
-            f"both within rounding: rounding, not a bug. 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
-            "In 1 of 3 op/dtype cases where implementations give different bits, every one is within rounding") in page
-    assert re.search(r"best large GEMM 2\d\.\d GFLOP/s \(linear torch:F.linear at size 2048, float32, 2 thread\(s\)\), "
-                     r"2\d% of the theoretical 128 GFLOP/s", page)
-    assert (f"<b>Not reproducible?</b> 3 cases change bits with the thread count or from run to run: "
-            f"{NUMPY_FORMULA} (linear), {TORCH_VAR} (var).") in page
+    assert (
+        f"<b>Bug or rounding?</b> {F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, "
+        f"both within rounding: rounding, not a bug. 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
+        "In 1 of 3 op/dtype cases where implementations give different bits, every one is within rounding"
+    ) in page
+    assert re.search(
+        r"best large GEMM 2\d\.\d GFLOP/s \(linear torch:F.linear at size 2048, float32, 2 thread\(s\)\), "
+        r"2\d% of the theoretical 128 GFLOP/s",
+        page,
+    )
+    assert (
+        f"<b>Not reproducible?</b> 3 cases change bits with the thread count or from run to run: "
+        f"{NUMPY_FORMULA} (linear), {TORCH_VAR} (var)."
+    ) in page
     assert re.findall(r'<h3 id="op-(\w+)">', page) == ["linear", "sigmoid", "var"]
-    assert f"<code>{F_LINEAR}</code> = <code>{ADDMM}</code>: <span class=\"within\">within rounding</span>" in page
+    assert f'<code>{F_LINEAR}</code> = <code>{ADDMM}</code>: <span class="within">within rounding</span>' in page
     assert page.count('href="#op-var"') >= 3  # verdicts, discrepancies, reproducibility link to the detail
     assert '<span class="beyond">beyond rounding (semantics: ddof=0)</span>' in page
     markdown = (tmp_path / "r" / "report.md").read_text()
@@ -144,10 +169,20 @@ def test_selftest_summary_from_the_results_else_the_kept_copy(tmp_path):
     ops = {case["op"] for case in kept.cases}
     assert ops <= {op.name for op in all_ops()} and len(ops) >= 50  # ops added since it was saved are absent
     assert kept.summary["false_alarms"] == 0 and kept.summary["catch_rate"] > 0.99
-    summary = {"cases": 2, "correct_judgements": 9, "false_alarms": 1, "confirmed_alarms": 0, "undetermined": 0,
-               "must_catch": 8, "caught": 6, "catch_rate": 0.75}
+    summary = {
+        "cases": 2,
+        "correct_judgements": 9,
+        "false_alarms": 1,
+        "confirmed_alarms": 0,
+        "undetermined": 0,
+        "must_catch": 8,
+        "caught": 6,
+        "catch_rate": 0.75,
+    }
     (tmp_path / "selftest.json").write_text(json.dumps({"summary": summary, "cases": []}))
     own = find_selftest(tmp_path)
     assert own.path == tmp_path / "selftest.json" and own.commit == ""
-    assert own.headline() == ("1 false alarms in 9 judgements of correct implementations; 6 of 8 must-catch mutants "
-                              "caught (75.0%); 0 confirmed alarms (library findings); 2 op/dtype/condition cases")
+    assert own.headline() == (
+        "1 false alarms in 9 judgements of correct implementations; 6 of 8 must-catch mutants "
+        "caught (75.0%); 0 confirmed alarms (library findings); 2 op/dtype/condition cases"
+    )

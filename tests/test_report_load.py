@@ -60,7 +60,8 @@ def test_kind_unit_stats_and_fingerprint(shared_results):
     tracks = frame.loc[frame["kind"] == "track"]
     assert tracks["ci_99_a"].isna().all()
     rates = frame.loc[frame["metric"] == "gflops"].merge(
-        time_rows, on=["env_name", "commit_hash", "params"], suffixes=("", "_time"))
+        time_rows, on=["env_name", "commit_hash", "params"], suffixes=("", "_time")
+    )
     assert set(rates["unit"]) == {"GFLOP/s"} and len(rates) == len(time_rows)
     flops = 2.0 * 32 * rates["size"] * (rates["size"] // 4)  # the linear op's flop count
     assert np.allclose(rates["value"], flops / rates["value_time"] / 1e9)
@@ -77,7 +78,10 @@ def test_failed_benchmark_is_a_nan_row(shared_results):
     assert len(failed) == 1
     row = failed.iloc[0]
     assert (row["benchmark"], row["env_name"], row["params"], row["commit_hash"]) == (
-        name, env, params_label(combo), COMMITS[commit]
+        name,
+        env,
+        params_label(combo),
+        COMMITS[commit],
     )
     assert np.isnan(row["value"])
 

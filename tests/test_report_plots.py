@@ -12,10 +12,16 @@ PNG_MAGIC = b"\x89PNG"
 
 
 def _cases(times, threads, sizes):
-    return pd.DataFrame({
-        "implementation": [f"impl{i}" for i in range(len(times))], "dtype": "float32", "condition": None,
-        "time": times, "threads": pd.array(threads, dtype="Int64"), "size": pd.array(sizes, dtype="Int64"),
-    })
+    return pd.DataFrame(
+        {
+            "implementation": [f"impl{i}" for i in range(len(times))],
+            "dtype": "float32",
+            "condition": None,
+            "time": times,
+            "threads": pd.array(threads, dtype="Int64"),
+            "size": pd.array(sizes, dtype="Int64"),
+        }
+    )
 
 
 def test_speed_bars_for_a_benchmark_without_threads_or_size():

@@ -27,8 +27,14 @@ def test_columns_are_split_and_typed(shared_results):
     assert not frame.loc[frame["metric"] != "gflops", "higher_is_better"].any()
     timings = frame.loc[(frame["metric"] == "time") & ~frame["failed"]]
     assert (timings["n_samples"].dropna() == 10).all() and (timings["ci_low"] <= timings["value"]).all()
-    row = frame.loc[(frame["metric"] == "max_ulp") & (frame["env_name"] == MKL) & (frame["commit_hash"] == COMMITS[0])
-                    & (frame["implementation"] == "matmul") & (frame["dtype"] == "float32") & (frame["size"] == 64)]
+    row = frame.loc[
+        (frame["metric"] == "max_ulp")
+        & (frame["env_name"] == MKL)
+        & (frame["commit_hash"] == COMMITS[0])
+        & (frame["implementation"] == "matmul")
+        & (frame["dtype"] == "float32")
+        & (frame["size"] == 64)
+    ]
     assert row["value"].tolist() == [3.0] and row["unit"].tolist() == ["ulp"] and row["op"].tolist() == ["linear"]
 
 

@@ -11,8 +11,16 @@ from accuracy.run.progress import ClassProgress
 FINGERPRINT = {
     "python": "3.11.7",
     "packages": {"numpy": "2.4.6", "scipy": "1.16.2", "torch": "2.13.0"},
-    "blas": [{"internal_api": "openblas", "version": "0.3.31", "architecture": "Haswell", "num_threads": 2,
-              "threading_layer": "pthreads", "filepath": "/v/numpy.libs/libscipy_openblas64_-32a4b2a6.so"}],
+    "blas": [
+        {
+            "internal_api": "openblas",
+            "version": "0.3.31",
+            "architecture": "Haswell",
+            "num_threads": 2,
+            "threading_layer": "pthreads",
+            "filepath": "/v/numpy.libs/libscipy_openblas64_-32a4b2a6.so",
+        }
+    ],
     "blas_providers": {"loaded": []},
     "env": {},
 }
@@ -69,16 +77,26 @@ BATCH_2 = """\
 
 def test_progress_prints_one_line_per_class_across_batches():
     out = io.StringIO()
-    progress = ClassProgress(["bench_products.Dot", "bench_products.Gemv", "bench_reductions.Sum",
-                              "bench_attention.ScaledDotProductAttention"], out=out)
+    progress = ClassProgress(
+        [
+            "bench_products.Dot",
+            "bench_products.Gemv",
+            "bench_reductions.Sum",
+            "bench_attention.ScaledDotProductAttention",
+        ],
+        out=out,
+    )
     for batch in (BATCH_1, BATCH_2):  # one asv run per batch; the count and the clock go on
         for line in batch.splitlines(keepends=True):
             progress.feed(line)
         progress.finish()
     lines = out.getvalue().splitlines()
     assert [line.split(" (")[0] for line in lines] == [  # asv shortens long names to "...<end of name>"
-        "[1/4] bench_products.Dot", "[2/4] bench_products.Gemv", "[3/4] bench_reductions.Sum",
-        "[4/4] bench_attention.ScaledDotProductAttention"]
+        "[1/4] bench_products.Dot",
+        "[2/4] bench_products.Gemv",
+        "[3/4] bench_reductions.Sum",
+        "[4/4] bench_attention.ScaledDotProductAttention",
+    ]
     assert all("elapsed" in line for line in lines)
     assert "ETA" in lines[0] and lines[-1].endswith("done")
 
@@ -87,9 +105,23 @@ def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     """Each batch is one asv start-up (~15 s with the frameworks' preload): 12 per run cost 3 minutes."""
     from accuracy.run.batches import BATCHES, group_modules
 
-    suite = {f"bench_{name}": {f"bench_{name}.C{i}" for i in range(n)} for name, n in
-             [("activations", 7), ("attention", 1), ("conv", 3), ("elementwise", 11), ("fft", 2), ("grads", 6),
-              ("linalg", 8), ("losses", 2), ("norms", 3), ("products", 6), ("reductions", 8), ("references", 2)]}
+    suite = {
+        f"bench_{name}": {f"bench_{name}.C{i}" for i in range(n)}
+        for name, n in [
+            ("activations", 7),
+            ("attention", 1),
+            ("conv", 3),
+            ("elementwise", 11),
+            ("fft", 2),
+            ("grads", 6),
+            ("linalg", 8),
+            ("losses", 2),
+            ("norms", 3),
+            ("products", 6),
+            ("reductions", 8),
+            ("references", 2),
+        ]
+    }
     batches = group_modules(suite)
     assert len(batches) <= BATCHES == 4
     assert [m for b in batches for m in b.modules] == sorted(suite)  # every module once, in order
@@ -97,7 +129,9 @@ def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     assert batches[0].modules == ("bench_activations", "bench_attention", "bench_conv", "bench_elementwise")
     # two one-class modules (the interrupt test's project) stay two batches
     assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}})] == [
-        ("bench_a",), ("bench_b",)]
+        ("bench_a",),
+        ("bench_b",),
+    ]
 
 
 def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_path):
@@ -118,7 +152,9 @@ def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_pa
     assert graph_branches(config) == ["main"]
     git("checkout", "-q", "-b", "feature/fast-refs")
     assert graph_branches(config) == ["feature/fast-refs", "main"]  # asv's pages open on the first
-    private = write_private_config(config, tmp_path / "r", tmp_path / "h", tmp_path / "w", branches=graph_branches(config))
+    private = write_private_config(
+        config, tmp_path / "r", tmp_path / "h", tmp_path / "w", branches=graph_branches(config)
+    )
     assert json.loads(private.read_text())["branches"] == ["feature/fast-refs", "main"]
     git("checkout", "-q", "--detach")
     assert graph_branches(config) == ["main"]

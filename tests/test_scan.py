@@ -10,12 +10,21 @@ import mpmath
 import numpy as np
 import pytest
 
+from accuracy.catalog.registry import all_ops, get_op
 from accuracy.cli.main import main
 from accuracy.core.dtypes import get_format
 from accuracy.reference.hard_inputs import HARD_TO_ROUND, hard_inputs
-from accuracy.catalog.registry import all_ops, get_op
-from accuracy.workflows.scan import (all_inputs, as_rows, hex_of, rows_from_tracks, sample_float64, scan, scan_class_name,
-                           scannable, zimmermann_table)
+from accuracy.workflows.scan import (
+    all_inputs,
+    as_rows,
+    hex_of,
+    rows_from_tracks,
+    sample_float64,
+    scan,
+    scan_class_name,
+    scannable,
+    zimmermann_table,
+)
 
 
 def test_all_inputs_cover_every_bit_pattern_once():
@@ -37,6 +46,7 @@ def test_sqrt_float16_is_correctly_rounded_everywhere_and_keeps_its_contract():
 
 def test_a_result_one_ulp_off_is_counted_and_its_input_reported():
     op, fmt = get_op("sqrt"), get_format("float16")
+
     def bumped(ns, x):  # sqrt(4) = 2 exactly: the one result bumped up by one ulp
         y = ns.sqrt(x)
         return np.where(x == 4, np.nextafter(np.float16(2), np.float16(3)), y)
@@ -69,8 +79,10 @@ def test_float64_sample_is_deterministic_and_spans_the_binades():
 
 
 def test_zimmermann_table_is_function_by_implementation():
-    rows = [{"op": "exp", "dtype": "float32", "impl": "numpy:np.exp", "max_ulp": 2.4, "not_correctly_rounded": 3},
-            {"op": "exp", "dtype": "float32", "impl": "torch:torch.exp", "max_ulp": 0.0, "not_correctly_rounded": 0}]
+    rows = [
+        {"op": "exp", "dtype": "float32", "impl": "numpy:np.exp", "max_ulp": 2.4, "not_correctly_rounded": 3},
+        {"op": "exp", "dtype": "float32", "impl": "torch:torch.exp", "max_ulp": 0.0, "not_correctly_rounded": 0},
+    ]
     rows.append({"op": "log", "dtype": "float32", "impl": "numpy:np.log", "max_ulp": 1.5, "not_correctly_rounded": 9})
     header, body = zimmermann_table(rows)
     assert header == ["function", "dtype", "numpy", "torch"]
@@ -79,12 +91,14 @@ def test_zimmermann_table_is_function_by_implementation():
 
 def test_zimmermann_table_from_the_full_profiles_asv_tracks():
     """The report reads the scan tracks back from asv results by benchmark name and impl."""
-    tracks = {("bench_references.ScanExpFloat32.track_max_ulp", "numpy:np.exp"): 2.4,
-              ("bench_references.ScanExpFloat32.track_not_correctly_rounded", "numpy:np.exp"): 3.0,
-              ("bench_references.ScanLogBfloat16.track_max_ulp", "torch:torch.log"): 0.9,
-              ("bench_references.ScanLogBfloat16.track_not_correctly_rounded", "torch:torch.log"): 7.0,
-              ("bench_references.ScanSinFloat32.track_max_ulp", "numpy:np.sin"): 1.0,  # its count is missing
-              ("bench_elementwise.Exp.track_max_ulp", "numpy:np.exp"): 9.0}
+    tracks = {
+        ("bench_references.ScanExpFloat32.track_max_ulp", "numpy:np.exp"): 2.4,
+        ("bench_references.ScanExpFloat32.track_not_correctly_rounded", "numpy:np.exp"): 3.0,
+        ("bench_references.ScanLogBfloat16.track_max_ulp", "torch:torch.log"): 0.9,
+        ("bench_references.ScanLogBfloat16.track_not_correctly_rounded", "torch:torch.log"): 7.0,
+        ("bench_references.ScanSinFloat32.track_max_ulp", "numpy:np.sin"): 1.0,  # its count is missing
+        ("bench_elementwise.Exp.track_max_ulp", "numpy:np.exp"): 9.0,
+    }
     header, body = zimmermann_table(rows_from_tracks(tracks))
     assert header == ["function", "dtype", "numpy", "torch"]
     assert body == [["exp", "float32", "2.4", ""], ["log", "bfloat16", "", "0.9"]]
@@ -96,8 +110,12 @@ def test_cli_scan_json_and_bad_input(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["inputs"] == out["total"] == 1 << 16 and not out["interrupted"]
     assert {r["impl"] for r in out["implementations"]} == {i.name for i in get_op("sin").available_impls("float16")}
-    for argv in (["scan", "exp", "--dtype", "float64"], ["scan", "matmul", "--dtype", "float16"],
-                 ["scan", "exp", "--dtype", "float16", "--sample", "10"], ["scan", "exp", "--impl", "numpy:nope"]):
+    for argv in (
+        ["scan", "exp", "--dtype", "float64"],
+        ["scan", "matmul", "--dtype", "float16"],
+        ["scan", "exp", "--dtype", "float16", "--sample", "10"],
+        ["scan", "exp", "--impl", "numpy:nope"],
+    ):
         assert main(argv) == 2
         assert capsys.readouterr().err.startswith("opbench: error: ")
 
@@ -137,7 +155,7 @@ def _midpoint_distance_ulps(fn, x: float) -> float:
 @pytest.mark.parametrize("name", sorted(HARD_TO_ROUND))
 def test_hard_to_round_inputs_really_lie_within_2_to_minus_40_ulp_of_a_midpoint(name):
     fn = getattr(mpmath, name)
-    for x in hard_inputs(name)[:len(HARD_TO_ROUND[name])]:
+    for x in hard_inputs(name)[: len(HARD_TO_ROUND[name])]:
         assert _midpoint_distance_ulps(fn, float(x)) < 2.0**-40, float(x).hex()
 
 

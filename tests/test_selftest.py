@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accuracy.core.dtypes import get_format
-from accuracy.workflows.evaluation import make_case
 from accuracy.catalog.registry import all_ops
-from accuracy.workflows.selftest import ALARMS, MUST_CATCH, _shifted, selftest_case, summary
+from accuracy.core.dtypes import get_format
 from accuracy.judge.error_metrics import ulps_apart
 from accuracy.judge.verdicts import Evidence
+from accuracy.workflows.evaluation import make_case
+from accuracy.workflows.selftest import ALARMS, MUST_CATCH, _shifted, selftest_case, summary
 
 # one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
 pytestmark = pytest.mark.xdist_group("selftest")

@@ -11,14 +11,23 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FORMATS, get_format
 from accuracy.judge.emulation import emulate
-from accuracy.workflows.evaluation import make_case
-from accuracy.reference.exact import Exact
 from accuracy.judge.error_metrics import ulps_apart
-from accuracy.catalog.registry import get_op
-from accuracy.judge.verdicts import (BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN, Evidence, correctly_rounded, judge,
-                               rounding_error)
+from accuracy.judge.verdicts import (
+    BEYOND,
+    SUSPICIOUS,
+    UNDETERMINED,
+    VERDICTS,
+    WITHIN,
+    Evidence,
+    correctly_rounded,
+    judge,
+    rounding_error,
+)
+from accuracy.reference.exact import Exact
+from accuracy.workflows.evaluation import make_case
 
 SETTINGS = settings(max_examples=200, deadline=None)
 ALARMS = (SUSPICIOUS, BEYOND)
@@ -28,7 +37,7 @@ def _mp_round(value: mpmath.mpf, fmt) -> float:
     """Round-to-nearest-even of an mpmath value to `fmt`, overflow to inf: independent of numpy."""
     if value == 0:
         return 0.0
-    m, e = mpmath.frexp(value)  # value = m 2**e, 0.5 <= |m| < 1
+    _m, e = mpmath.frexp(value)  # value = m 2**e, 0.5 <= |m| < 1
     e = max(int(e), fmt.emin + 1)  # below the normal range the spacing stays fixed
     scaled = mpmath.ldexp(value, fmt.precision - e)
     r = mpmath.nint(scaled)  # mpmath rounds half to even
@@ -67,7 +76,7 @@ def test_overflow_to_inf_is_the_correct_rounding_not_an_error(name):
         assert _mp_round(mpmath.mpf(top) + mpmath.mpf(half_ulp), fmt) == math.inf
     j = judge(get_op("sum"), {"x": x}, np.array(np.inf).astype(fmt.np_dtype), fmt)
     assert j.verdict == WITHIN, j
-    assert judge(get_op("sum"), {"x": x}, np.array(top).astype(fmt.np_dtype), fmt).verdict in ALARMS + (UNDETERMINED,)
+    assert judge(get_op("sum"), {"x": x}, np.array(top).astype(fmt.np_dtype), fmt).verdict in (*ALARMS, UNDETERMINED)
 
 
 @SETTINGS
@@ -96,7 +105,8 @@ def test_judge_takes_any_inputs_and_outputs_against_mpmath():
     j = judge(op, {"x": x}, good, fmt)
     assert j.verdict == WITHIN and j.worst["exact"] == pytest.approx(float(exact), rel=1e-15)
     assert j.worst["error_ulp"] * abs(float(np.spacing(np.float32(exact)))) == pytest.approx(
-        abs(float(good) - float(exact)), rel=1e-6)
+        abs(float(good) - float(exact)), rel=1e-6
+    )
     dropped = np.array(np.sum(x) - x[100])  # one term lost
     assert judge(op, {"x": x}, dropped, fmt).verdict in ALARMS
 
@@ -191,9 +201,9 @@ def test_judgements_are_deterministic_and_use_the_vocabulary():
 def test_tf32_mode_computes_every_float32_product_in_tf32_even_a_declared_formula():
     """On a GPU, `x @ W.T + b` under torch-cuda-tf32 showed 9e7 ulps judged as float32
     (suspicious) while F.linear beside it was judged as TF32: the mode, not the formula, decides."""
+    from accuracy.catalog.registry import get_op
     from accuracy.core.dtypes import get_format
     from accuracy.judge.precision import TF32, compute_format
-    from accuracy.catalog.registry import get_op
 
     formula = next(i for i in get_op("linear").impls if i.variant == "x @ W.T + b" and i.backend == "torch")
     assert formula.compute  # the formula declares that it rounds to storage between ops

@@ -17,7 +17,7 @@ from accuracy.backends.pytorch import TORCH_VARIANTS
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
 
-__all__ = ["BACKEND_MODULES", "Backend", "TORCH_VARIANTS", "backends_for", "blas_discovery", "get_backend"]
+__all__ = ["BACKEND_MODULES", "TORCH_VARIANTS", "Backend", "backends_for", "blas_discovery", "get_backend"]
 
 BACKEND_MODULES = ("base", "pytorch", "tensorflow", "onnxruntime", "libtorch", "jax")
 PLUGIN_GROUP = "opbench.backends"
@@ -25,7 +25,9 @@ PLUGIN_GROUP = "opbench.backends"
 
 @cache
 def _catalog() -> dict[str, Backend]:
-    backends = [b for module in BACKEND_MODULES for b in importlib.import_module(f"accuracy.backends.{module}").BACKENDS]
+    backends = [
+        b for module in BACKEND_MODULES for b in importlib.import_module(f"accuracy.backends.{module}").BACKENDS
+    ]
     return {b.name: b for b in [*backends, *load_plugins(PLUGIN_GROUP, "BACKENDS", Backend)]}
 
 

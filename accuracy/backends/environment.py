@@ -121,12 +121,26 @@ def fingerprint() -> dict:
         "machine": platform.machine(),
         "cpu_count": len(os.sched_getaffinity(0)),
         "cpu": _cpu_info(),
-        "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))},
+        "env": {
+            k: os.environ[k]
+            for k in sorted(os.environ)
+            if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))
+        },
         "versions": _versions(),
         "packages": _installed_packages(),
         "blas": [
-            {k: lib.get(k) for k in ("user_api", "internal_api", "version", "architecture",
-                                     "threading_layer", "num_threads", "filepath")}
+            {
+                k: lib.get(k)
+                for k in (
+                    "user_api",
+                    "internal_api",
+                    "version",
+                    "architecture",
+                    "threading_layer",
+                    "num_threads",
+                    "filepath",
+                )
+            }
             for lib in threadpool_info()
         ],
         "blas_providers": blas_providers,

@@ -11,8 +11,8 @@ restored right after; the pool keeps its size. float64 needs jax_enable_x64, set
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from functools import cached_property, partial
+from pathlib import Path
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
 
@@ -76,6 +76,7 @@ def eigen_pool_threads(jax):
 
 # Implementations that need more than one call; transposes and reshapes never round.
 
+
 def conv(jax, x, w, b):
     """conv1d/conv2d: lax.conv_general_dilated's default layout is torch's (NCH[W], OIH[W])."""
     y = jax.lax.conv_general_dilated(x, w, (1,) * (x.ndim - 2), "VALID")
@@ -84,6 +85,7 @@ def conv(jax, x, w, b):
 
 def dot_product_attention(jax, q, k, v):
     """jax.nn.dot_product_attention on (heads, n, d) inputs, as its (batch, n, heads, d) layout."""
+
     def bnhd(t):
         return t.transpose(1, 0, 2)[None]
 

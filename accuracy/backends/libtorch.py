@@ -30,8 +30,11 @@ class LibTorchBackend(Backend):
 
     def available(self) -> bool:
         """torch installed and a C++ compiler and ninja to build against it; checked without building."""
-        return (importlib.util.find_spec("torch") is not None and shutil.which("c++") is not None
-                and shutil.which("ninja") is not None)
+        return (
+            importlib.util.find_spec("torch") is not None
+            and shutil.which("c++") is not None
+            and shutil.which("ninja") is not None
+        )
 
     @cached_property
     def torch(self):

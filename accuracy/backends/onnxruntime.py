@@ -104,8 +104,10 @@ class OnnxRuntimeBackend(ThreadsPerCall):
         ]
         model = helper.make_model(
             helper.make_graph(
-                [helper.make_node(n.op_type, list(n.inputs), [n.output], domain=n.domain, **dict(n.attrs))
-                 for n in g.nodes],
+                [
+                    helper.make_node(n.op_type, list(n.inputs), [n.output], domain=n.domain, **dict(n.attrs))
+                    for n in g.nodes
+                ],
                 "opbench",
                 [helper.make_tensor_value_info(k, elem, v.shape) for k, v in inputs.items()],
                 [helper.make_tensor_value_info("y", elem, None)],
@@ -118,7 +120,8 @@ class OnnxRuntimeBackend(ThreadsPerCall):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if self.optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if self.optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     def info(self) -> dict:
@@ -131,26 +134,45 @@ class OnnxRuntimeBackend(ThreadsPerCall):
             "build": ort.get_build_info() if hasattr(ort, "get_build_info") else None,
             "providers": ort.get_available_providers(),
             "math_libraries": "MLAS (bundled in onnxruntime); Eigen for some kernels",
-            "knobs": {"graph_optimization_level": "ORT_ENABLE_ALL (onnxruntime), ORT_DISABLE_ALL (onnxruntime-noopt)",
-                      "intra_op_num_threads": "per session, set in-process", "inter_op_num_threads": 1},
+            "knobs": {
+                "graph_optimization_level": "ORT_ENABLE_ALL (onnxruntime), ORT_DISABLE_ALL (onnxruntime-noopt)",
+                "intra_op_num_threads": "per session, set in-process",
+                "inter_op_num_threads": 1,
+            },
         }
 
 
 # Graphs of several nodes, as exporters write them (ORT's optimizer fuses the first two).
-LINEAR_MATMUL_ADD = graph(node("Transpose", "W", output="Wt", perm=(1, 0)), node("MatMul", "x", "Wt", output="xW"),
-                          node("Add", "xW", "b"))
-GELU_ERF_FORMULA = graph(node("Div", "x", "sqrt2", output="s"), node("Erf", "s", output="e"),
-                         node("Add", "e", "one", output="p"), node("Mul", "x", "p", output="xp"),
-                         node("Mul", "xp", "half"), sqrt2=math.sqrt(2.0), one=1.0, half=0.5)
+LINEAR_MATMUL_ADD = graph(
+    node("Transpose", "W", output="Wt", perm=(1, 0)), node("MatMul", "x", "Wt", output="xW"), node("Add", "xW", "b")
+)
+GELU_ERF_FORMULA = graph(
+    node("Div", "x", "sqrt2", output="s"),
+    node("Erf", "s", output="e"),
+    node("Add", "e", "one", output="p"),
+    node("Mul", "x", "p", output="xp"),
+    node("Mul", "xp", "half"),
+    sqrt2=math.sqrt(2.0),
+    one=1.0,
+    half=0.5,
+)
 # Attention takes (batch, heads, n, d): the op's (heads, n, d) gets a batch axis and loses it after.
-ATTENTION = graph(*(node("Unsqueeze", t, "batch", output=f"{t}4") for t in "qkv"),
-                  node("Attention", "q4", "k4", "v4", output="y4"), node("Squeeze", "y4", "batch"), batch=(0,))
+ATTENTION = graph(
+    *(node("Unsqueeze", t, "batch", output=f"{t}4") for t in "qkv"),
+    node("Attention", "q4", "k4", "v4", output="y4"),
+    node("Squeeze", "y4", "batch"),
+    batch=(0,),
+)
 
 
 def dft(onesided: int) -> Graph:
     """DFT of real rows: a trailing axis of 1 makes them complex; the output is (..., bins, 2)."""
-    return graph(node("Unsqueeze", "x", "last", output="xc"), node("DFT", "xc", "", "axis", onesided=onesided),
-                 last=(-1,), axis=-2)
+    return graph(
+        node("Unsqueeze", "x", "last", output="xc"),
+        node("DFT", "xc", "", "axis", onesided=onesided),
+        last=(-1,),
+        axis=-2,
+    )
 
 
 BACKENDS = [OnnxRuntimeBackend(), OnnxRuntimeBackend("onnxruntime-noopt", optimize=False)]

@@ -124,10 +124,13 @@ BACKENDS = [
     TorchBackend("cuda"),
     TorchCompileBackend(),
     TorchCudaModeBackend("torch-cuda-tf32", {"cuda.matmul.allow_tf32": True, "cudnn.allow_tf32": True}),
-    TorchCudaModeBackend("torch-cuda-reduced-reduction", {
-        "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
-        "cuda.matmul.allow_bf16_reduced_precision_reduction": True,
-    }),
+    TorchCudaModeBackend(
+        "torch-cuda-reduced-reduction",
+        {
+            "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+            "cuda.matmul.allow_bf16_reduced_precision_reduction": True,
+        },
+    ),
 ]
 # Extra backends a torch implementation may opt into with Impl(also=...): compiled, and the
 # tensor-core math modes (TF32 for float32, reduced-precision reductions for float16/bfloat16).

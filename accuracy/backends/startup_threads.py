@@ -186,7 +186,10 @@ class _Zygote:
                     return
                 try:
                     with np.errstate(all="ignore"):
-                        reply = (True, np.asarray(backend.call(_resolve(key), {k: Deferred(v) for k, v in arrays.items()})))
+                        reply = (
+                            True,
+                            np.asarray(backend.call(_resolve(key), {k: Deferred(v) for k, v in arrays.items()})),
+                        )
                 except Exception as exc:  # reported in the parent, which has the context
                     reply = (False, f"{type(exc).__name__}: {exc}")
                 channel.send(reply)

@@ -41,8 +41,10 @@ class TensorFlowBackend(StartupThreadsBackend):
             "keras": _version("keras"),
             "math_libraries": "Eigen (bundled), oneDNN (bundled)",
             "onednn_enabled": bool(_pywrap_util_port.IsMklEnabled()),  # TF's own answer, knob applied
-            "knobs": {ONEDNN_VAR: os.environ.get(ONEDNN_VAR, "unset (TF decides per CPU)"),
-                      "threads": "intra/inter-op fixed at runtime start; other counts in a worker process"},
+            "knobs": {
+                ONEDNN_VAR: os.environ.get(ONEDNN_VAR, "unset (TF decides per CPU)"),
+                "threads": "intra/inter-op fixed at runtime start; other counts in a worker process",
+            },
             "build": dict(tf.sysconfig.get_build_info()),
         }
 
@@ -58,6 +60,7 @@ def _version(dist: str):
 
 # Implementations that need more than one call: the layouts TF users write (Keras Dense keeps its
 # kernel as W.T, convolutions are channels-last); transposes move values, they never round them.
+
 
 def dense(tf, x, W, b):
     """keras.layers.Dense's math: matmul(x, kernel) + bias, kernel = W.T."""

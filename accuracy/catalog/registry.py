@@ -11,23 +11,33 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from accuracy.backends import backends_for, get_backend
 from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.core.errors import OpbenchError
+from accuracy.core.plugins import load_plugins
 from accuracy.reference.exact import Exact
 from accuracy.reference.inputs import DEFAULT_CONDITION
-from accuracy.core.plugins import load_plugins
-
 
 # The op modules, by subject; an op's family is the subject of the module that declares it.
-OP_MODULES = ("products", "reductions", "elementwise", "activations", "norms", "conv", "attention",
-              "losses", "linalg", "fft", "grads")
+OP_MODULES = (
+    "products",
+    "reductions",
+    "elementwise",
+    "activations",
+    "norms",
+    "conv",
+    "attention",
+    "losses",
+    "linalg",
+    "fft",
+    "grads",
+)
 PLUGIN_GROUP = "opbench.ops"  # entry points naming a module with OPS, or a list of OpInfo
 PLUGIN_FAMILY = "plugins"  # the family of a plugin op that declares none
 
@@ -144,8 +154,10 @@ def _catalog() -> dict[str, OpInfo]:
             catalog[op.name] = replace(op, family=subject)
     for op in load_plugins(PLUGIN_GROUP, "OPS", OpInfo):
         if op.name in catalog:
-            print(f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
-                  file=sys.stderr)
+            print(
+                f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
+                file=sys.stderr,
+            )
             continue
         catalog[op.name] = replace(op, family=op.family or PLUGIN_FAMILY)
     return catalog

@@ -21,8 +21,9 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 
 def add_results(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", type=Path, default=Path("results"),
-                        help="asv results directory (default: results)")
+    parser.add_argument(
+        "--results", type=Path, default=Path("results"), help="asv results directory (default: results)"
+    )
 
 
 def add_case(parser: argparse.ArgumentParser, *, threads_help: str | None) -> None:
@@ -31,8 +32,10 @@ def add_case(parser: argparse.ArgumentParser, *, threads_help: str | None) -> No
     parser.add_argument("op", help="an op name (`opbench list` shows them)")
     parser.add_argument("--dtype", default="float32", help="float16, bfloat16, float32 or float64 (default: float32)")
     parser.add_argument("--size", type=int, default=None, help="the op's size knob (default: the op's own)")
-    parser.add_argument("--condition", default=DEFAULT_CONDITION,
-                        help=f"input regime, for ops that have several, e.g. solve --condition ill "
-                        f"(default: {DEFAULT_CONDITION})")
+    parser.add_argument(
+        "--condition",
+        default=DEFAULT_CONDITION,
+        help=f"input regime, for ops that have several, e.g. solve --condition ill (default: {DEFAULT_CONDITION})",
+    )
     if threads_help is not None:
         parser.add_argument("--threads", type=int, default=None, help=threads_help)

@@ -11,15 +11,17 @@ from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError
-from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
-from accuracy.run.results_store import check_output_file
 from accuracy.core.formatting import format_table
+from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
+from accuracy.run.results_store import check_output_file
 
 
 def register(sub) -> None:
     p = add_command(
-        sub, "compare", run,
+        sub,
+        "compare",
+        run,
         help="compare two asv result sets (machines, environments, commits or package versions): is the upgrade safe?",
         description="BASE and NEW each name a result set: a machine or asv environment name (or a unique "
         "prefix of one), a commit hash prefix, or package versions such as numpy==2.4.6 (several joined "
@@ -34,9 +36,13 @@ def register(sub) -> None:
     p.add_argument("base", metavar="BASE", help="the result set before the change")
     p.add_argument("new", metavar="NEW", help="the result set after the change")
     add_results(p)
-    p.add_argument("--time-threshold", type=float, default=DEFAULT_TIME_THRESHOLD,
-                   help="smallest ratio of median times that counts as a change, when asv's test also finds "
-                   f"the samples different (default: {DEFAULT_TIME_THRESHOLD})")
+    p.add_argument(
+        "--time-threshold",
+        type=float,
+        default=DEFAULT_TIME_THRESHOLD,
+        help="smallest ratio of median times that counts as a change, when asv's test also finds "
+        f"the samples different (default: {DEFAULT_TIME_THRESHOLD})",
+    )
     add_json(p)
     p.add_argument("--csv", type=Path, metavar="PATH", help="also write one CSV row per case")
 
@@ -75,32 +81,61 @@ def render(comparison: Comparison) -> list[str]:
     key_dims = comparison.key_dims
     has_condition = any(r["condition"] is not None for r in comparison.rows)
     accuracy = [m for m in compared(ACCURACY) if m.asv_track and m.column]
-    header = ["op", "impl", "dtype", "size", *(["condition"] if has_condition else []), "threads",
-              *(_DIM_HEADERS[d] for d in key_dims), "time BASE", "time NEW", "ratio", BY_NAME["gflops"].column,
-              "verdict BASE -> NEW", *(m.column for m in accuracy), "bits", "change"]
+    header = [
+        "op",
+        "impl",
+        "dtype",
+        "size",
+        *(["condition"] if has_condition else []),
+        "threads",
+        *(_DIM_HEADERS[d] for d in key_dims),
+        "time BASE",
+        "time NEW",
+        "ratio",
+        BY_NAME["gflops"].column,
+        "verdict BASE -> NEW",
+        *(m.column for m in accuracy),
+        "bits",
+        "change",
+    ]
     rows = []
     for r in comparison.rows:
-        rows.append([
-            r["op"], _text(r["impl"]), _text(r["dtype"]), _text(r["size"]),
-            *([_text(r["condition"])] if has_condition else []), _text(r["threads"]),
-            *(str(r[d]) for d in key_dims),
-            _time(r["time_base"]), _time(r["time_new"]), _ratio(r["time_ratio"], r["time_change"]),
-            _pair(r["gflops_base"], r["gflops_new"]), _pair(r["verdict_base"], r["verdict_new"], text=True),
-            *(_pair(r[f"{m.name}_base"], r[f"{m.name}_new"]) for m in accuracy), r["bits"], r["verdict"],
-        ])
+        rows.append(
+            [
+                r["op"],
+                _text(r["impl"]),
+                _text(r["dtype"]),
+                _text(r["size"]),
+                *([_text(r["condition"])] if has_condition else []),
+                _text(r["threads"]),
+                *(str(r[d]) for d in key_dims),
+                _time(r["time_base"]),
+                _time(r["time_new"]),
+                _ratio(r["time_ratio"], r["time_change"]),
+                _pair(r["gflops_base"], r["gflops_new"]),
+                _pair(r["verdict_base"], r["verdict_new"], text=True),
+                *(_pair(r[f"{m.name}_base"], r[f"{m.name}_new"]) for m in accuracy),
+                r["bits"],
+                r["verdict"],
+            ]
+        )
     lines += format_table(header, rows)
     notes = ["ratio marks: ! significantly slower, + significantly faster, ? inconclusive"]
     if comparison.only_in_base or comparison.only_in_new:
-        notes.append(f"not compared: {comparison.only_in_base} cases only in BASE, {comparison.only_in_new} only in NEW")
-    return lines + [""] + notes + comparison.summary()
+        notes.append(
+            f"not compared: {comparison.only_in_base} cases only in BASE, {comparison.only_in_new} only in NEW"
+        )
+    return [*lines, "", *notes, *comparison.summary()]
 
 
 _DIM_HEADERS = {"machine": "machine", "env_name": "env"}
 
 
 def _set_line(info: dict) -> str:
-    return (f"{info['spec']!r} ({info['matched_on']}): commit {info['commit_hash'][:8]}, "
-            f"machine {', '.join(info['machines'])}, env {', '.join(info['env_names'])}")
+    return (
+        f"{info['spec']!r} ({info['matched_on']}): commit {info['commit_hash'][:8]}, "
+        f"machine {', '.join(info['machines'])}, env {', '.join(info['env_names'])}"
+    )
 
 
 def _stack_lines(comparison: Comparison) -> list[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from accuracy.cli.arguments import add_case, add_command, add_json
-from accuracy.core.limits import check_threads
-from accuracy.workflows.explain import explain
-from accuracy.judge.metric_table import cli_columns
 from accuracy.core.formatting import format_table
+from accuracy.core.limits import check_threads
+from accuracy.judge.metric_table import cli_columns
+from accuracy.workflows.explain import explain
 
 
 def register(sub) -> None:
@@ -29,9 +29,11 @@ def _why(r: dict) -> list[str]:
     if w:
         at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())
         where = f"[{', '.join(map(str, w['index']))}]" if w["index"] else "(the single output)"
-        lines.append(f"      element nearest its limit {where}{' (' + at + ')' if at else ''}: "
-                     f"result {w['result']:.9g}, exact {w['exact']:.9g}, error {_num(w['error_ulp'])} ulp, "
-                     f"allowed there {_num(w['allowed_ulp'])} ulp")
+        lines.append(
+            f"      element nearest its limit {where}{' (' + at + ')' if at else ''}: "
+            f"result {w['result']:.9g}, exact {w['exact']:.9g}, error {_num(w['error_ulp'])} ulp, "
+            f"allowed there {_num(w['allowed_ulp'])} ulp"
+        )
     return lines
 
 
@@ -44,27 +46,52 @@ def render(report: dict) -> str:
     ]
     columns = cli_columns()
     rows = [
-        [r["impl"], r.get("compute", "-"), *(_num(r.get(m.field)) for m in columns),
-         r["label"] if r["verdict"] != "error" else f"error: {r['error']}"]
+        [
+            r["impl"],
+            r.get("compute", "-"),
+            *(_num(r.get(m.field)) for m in columns),
+            r["label"] if r["verdict"] != "error" else f"error: {r['error']}",
+        ]
         for r in report["implementations"]
     ]
     lines += format_table(["implementation", "computes in", *(m.label for m in columns), "verdict"], rows)
     lines += ["", "why:"] + [line for r in report["implementations"] if r["verdict"] != "error" for line in _why(r)]
     notes = [f"  {r['impl']}: {r['note']}" for r in report["implementations"] if r.get("note")]
     if notes:
-        lines += ["", "notes:"] + notes
+        lines += ["", "notes:", *notes]
     lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
     lines += format_table(
         ["a", "b", "max ulp apart", "elements differing", "class", "failing side"],
-        [[p["a"], p["b"], _num(p["max_ulp_apart"]), str(p["differing_elements"]), p["class"],
-          ", ".join(p["failing"]) or "-"] for p in report["pairs"]])
+        [
+            [
+                p["a"],
+                p["b"],
+                _num(p["max_ulp_apart"]),
+                str(p["differing_elements"]),
+                p["class"],
+                ", ".join(p["failing"]) or "-",
+            ]
+            for p in report["pairs"]
+        ],
+    )
     cores = report["all_cores"]
-    lines += ["", f"bitwise reproducibility (run to run at {report['threads']} thread(s); 1 vs {cores} threads, "
-              "each judged):"]
+    lines += [
+        "",
+        f"bitwise reproducibility (run to run at {report['threads']} thread(s); 1 vs {cores} threads, each judged):",
+    ]
     lines += format_table(
         ["implementation", "run to run", f"1 vs {cores} threads", "verdict at 1 thread", f"verdict at {cores} threads"],
-        [[r["impl"], "yes" if r["run_to_run"] else "NO", "yes" if r["one_vs_all_threads"] else "NO",
-          r["verdict_1_thread"], r[f"verdict_{cores}_threads"]] for r in report["reproducibility"]])
+        [
+            [
+                r["impl"],
+                "yes" if r["run_to_run"] else "NO",
+                "yes" if r["one_vs_all_threads"] else "NO",
+                r["verdict_1_thread"],
+                r[f"verdict_{cores}_threads"],
+            ]
+            for r in report["reproducibility"]
+        ],
+    )
     by_note: dict[str, list[str]] = {}
     for r in report["reproducibility"]:
         if r.get("threads_note"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from accuracy.cli.arguments import add_command, add_json
 from accuracy.backends.environment import fingerprint
+from accuracy.cli.arguments import add_command, add_json
 
 
 def register(sub) -> None:
@@ -23,18 +23,24 @@ def run(args) -> int:
     print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val))
     print("threading/BLAS libraries (threadpoolctl):")
     for lib in info["blas"]:
-        print(f"  {lib['internal_api']} {lib['version'] or ''} arch={lib['architecture']} "
-              f"layer={lib['threading_layer']} threads={lib['num_threads']}  {lib['filepath']}")
+        print(
+            f"  {lib['internal_api']} {lib['version'] or ''} arch={lib['architecture']} "
+            f"layer={lib['threading_layer']} threads={lib['num_threads']}  {lib['filepath']}"
+        )
     print("BLAS libraries loaded by path (the blas backend):")
     for p in info["blas_providers"]["loaded"]:
-        print(f"  blas-{p['name']}: {p['vendor']} {p['version'] or ''} arch={p['architecture']} "
-              f"layer={p['threading_layer']} threads={p['num_threads']} {p['integer_width']}  {p['path']}")
+        print(
+            f"  blas-{p['name']}: {p['vendor']} {p['version'] or ''} arch={p['architecture']} "
+            f"layer={p['threading_layer']} threads={p['num_threads']} {p['integer_width']}  {p['path']}"
+        )
     for error in info["blas_providers"]["load_errors"]:
         print(f"  not loaded: {error}")
     t = info["torch"]
     if t.get("available"):
-        print(f"torch {t['version']}: cpu capability {t['cpu_capability']}, mkl={t['mkl']}, "
-              f"oneDNN={t['mkldnn']}, threads={t['num_threads']}, cuda={t['cuda_available']}")
+        print(
+            f"torch {t['version']}: cpu capability {t['cpu_capability']}, mkl={t['mkl']}, "
+            f"oneDNN={t['mkldnn']}, threads={t['num_threads']}, cuda={t['cuda_available']}"
+        )
     for name, fw in info["frameworks"].items():
         if not fw.get("available"):
             print(f"{name}: not available{' (' + fw['error'] + ')' if fw.get('error') else ''}")

@@ -4,21 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accuracy.workflows.array_files import write_arrays
 from accuracy.cli.arguments import add_case, add_command, add_results
 from accuracy.core.errors import OpbenchError
+from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.evaluation import make_case
 
 RESULTS_MARKER = "benchmarks.json"  # asv writes it at the top of every results directory
 
 
 def register(sub) -> None:
-    p = add_command(sub, "inputs", run, help="save an op's rounded inputs to run through another framework",
-                    description="Save the op's rounded inputs, keyed by its input names, and print the call each "
-                    "framework makes on them. Run them anywhere, save the outputs, then `opbench check`.")
+    p = add_command(
+        sub,
+        "inputs",
+        run,
+        help="save an op's rounded inputs to run through another framework",
+        description="Save the op's rounded inputs, keyed by its input names, and print the call each "
+        "framework makes on them. Run them anywhere, save the outputs, then `opbench check`.",
+    )
     add_case(p, threads_help=None)
-    p.add_argument("--save", type=Path, required=True, metavar="FILE",
-                   help="where to write them: FILE.npz, or FILE.safetensors (needed for bfloat16)")
+    p.add_argument(
+        "--save",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="where to write them: FILE.npz, or FILE.safetensors (needed for bfloat16)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     add_results(p)
 

@@ -7,15 +7,17 @@ import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
-from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
 from accuracy.report.changes import DEFAULT_THRESHOLD
+from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
 from accuracy.run.results_store import check_name, check_output_dir
 
 
 def register(subparsers) -> None:
     parser = add_command(
-        subparsers, "report", run,
+        subparsers,
+        "report",
+        run,
         help="write an HTML/Markdown trend report from asv results",
         description="Load every asv result, flag regressions between commits, compare "
         "environments, and write <out>/<name>/index.html, report.md and CSV/Parquet data.",
@@ -23,14 +25,25 @@ def register(subparsers) -> None:
     add_results(parser)
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where reports go (default: reports)")
     parser.add_argument("--name", default="latest", help="report subdirectory name (default: latest)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"smallest timing ratio reported as a step (default: {DEFAULT_THRESHOLD})")
-    parser.add_argument("--nondeterministic", action="append", metavar="PATTERN",
-                        help="glob of track benchmarks whose values are noisy, judged like timings "
-                        "(repeatable; timings and GFLOP/s always are)")
-    parser.add_argument("--max-plots", type=int, default=DEFAULT_MAX_PLOTS,
-                        help="history figures of the largest steps (default: %(default)s); every op run "
-                        "always gets its own section")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"smallest timing ratio reported as a step (default: {DEFAULT_THRESHOLD})",
+    )
+    parser.add_argument(
+        "--nondeterministic",
+        action="append",
+        metavar="PATTERN",
+        help="glob of track benchmarks whose values are noisy, judged like timings "
+        "(repeatable; timings and GFLOP/s always are)",
+    )
+    parser.add_argument(
+        "--max-plots",
+        type=int,
+        default=DEFAULT_MAX_PLOTS,
+        help="history figures of the largest steps (default: %(default)s); every op run always gets its own section",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

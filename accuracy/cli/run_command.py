@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accuracy.run.driver import default_machine_name, run_suite
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import OpbenchError
+from accuracy.run.driver import default_machine_name, run_suite
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
 
@@ -15,19 +15,37 @@ def register(sub) -> None:
     p = add_command(sub, "run", run, help="run the asv suite, publish HTML history and write the report")
     p.add_argument("--quick", action="store_true", help="one sample per benchmark and the quick grid (<= 3 min)")
     p.add_argument("--bench", help="only benchmarks matching this regex (asv --bench)")
-    p.add_argument("--machine", default=None,
-                   help="asv machine name (default: this host's name); runs in this environment add "
-                   "the environment digest to it, e.g. ci-3f2a9c1b")
+    p.add_argument(
+        "--machine",
+        default=None,
+        help="asv machine name (default: this host's name); runs in this environment add "
+        "the environment digest to it, e.g. ci-3f2a9c1b",
+    )
     add_results(p)
-    p.add_argument("--html", type=Path, default=None,
-                   help="asv HTML directory, emptied by every publish (default: html beside results)")
+    p.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="asv HTML directory, emptied by every publish (default: html beside results)",
+    )
     p.add_argument("--commits", help="a commit range (e.g. HEAD~3..HEAD) run in asv-built virtualenvs")
-    p.add_argument("--config", type=Path, default=Path("asv.conf.json"), help="asv configuration (default: asv.conf.json)")
-    p.add_argument("--profile", choices=("quick", "default", "full"), default=None,
-                   help="parameter grid (default: quick with --quick, else default)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="a process-start knob (e.g. OPENBLAS_CORETYPE=SkylakeX); it is part of the "
-                        "environment digest, so results with and without it are kept side by side")
+    p.add_argument(
+        "--config", type=Path, default=Path("asv.conf.json"), help="asv configuration (default: asv.conf.json)"
+    )
+    p.add_argument(
+        "--profile",
+        choices=("quick", "default", "full"),
+        default=None,
+        help="parameter grid (default: quick with --quick, else default)",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a process-start knob (e.g. OPENBLAS_CORETYPE=SkylakeX); it is part of the "
+        "environment digest, so results with and without it are kept side by side",
+    )
     p.add_argument("--report", type=Path, default=Path("reports"), help="where the trend report goes")
     p.add_argument("--no-report", action="store_true", help="skip the trend report")
     p.add_argument("-v", "--verbose", action="store_true", help="show asv's own output (it always goes to the log)")
@@ -56,20 +74,30 @@ def check_bench_regex(pattern: str | None) -> None:
 
 def run(args) -> int:
     results = check_results_dir(args.results)
-    html = check_output_dir("--html", args.html or results.resolve().parent / "html", results,
-                            owned_marker=ASV_HTML_MARKERS)
+    html = check_output_dir(
+        "--html", args.html or results.resolve().parent / "html", results, owned_marker=ASV_HTML_MARKERS
+    )
     if not args.no_report:
         check_output_dir("--report", args.report / "latest", results)
     knobs = parse_knobs(args.env)
     machine = check_name("--machine", default_machine_name() if args.machine is None else args.machine)
     check_bench_regex(args.bench)
     outcome = run_suite(
-        config=args.config, results=results, html=html, machine=machine, quick=args.quick,
-        bench=args.bench, commits=args.commits, profile=args.profile, knobs=knobs, verbose=args.verbose,
+        config=args.config,
+        results=results,
+        html=html,
+        machine=machine,
+        quick=args.quick,
+        bench=args.bench,
+        commits=args.commits,
+        profile=args.profile,
+        knobs=knobs,
+        verbose=args.verbose,
     )
     if not outcome.written:
-        raise OpbenchError(f"asv wrote no results (no benchmark matched, or the run failed before saving); "
-                           f"see {outcome.log}")
+        raise OpbenchError(
+            f"asv wrote no results (no benchmark matched, or the run failed before saving); see {outcome.log}"
+        )
     print(f"opbench: results in {results / outcome.machine}, HTML in {html}, asv's log in {outcome.log}")
     for line in outcome.page_warnings:
         print(f"opbench: warning: {line}")
@@ -94,7 +122,7 @@ def summarize(paths: list[Path]) -> list[str]:
         data = json.loads(path.read_text())
         columns = data["result_columns"]
         for name, row in data["results"].items():
-            values = dict(zip(columns, row))["result"]
+            values = dict(zip(columns, row, strict=False))["result"]
             if values is None or all(v is None for v in values):
                 failed.append(name)
             elif name.endswith(f".{tier_track}"):

@@ -5,28 +5,38 @@ from __future__ import annotations
 import json
 import sys
 
+from accuracy.catalog.registry import get_op
 from accuracy.cli.arguments import add_command, add_json
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
-from accuracy.catalog.registry import get_op
-from accuracy.workflows.scan import HISTOGRAM_EDGES, as_rows, scan, select_impls
 from accuracy.core.formatting import format_table
+from accuracy.workflows.scan import HISTOGRAM_EDGES, as_rows, scan, select_impls
 
 INTERRUPTED_EXIT = 2
 
 
 def register(sub) -> None:
-    p = add_command(sub, "scan", run, help="run an elementwise function on every input of a format",
-                    description="Run every implementation of an elementwise function on all 2**32 float32 "
-                    "(2**16 float16/bfloat16) inputs, or a float64 sample, against the correctly rounded "
-                    "result: max ulp error with its worst inputs, results not correctly rounded, a histogram "
-                    "and the library's published contract. Ctrl-C prints what was scanned so far.")
+    p = add_command(
+        sub,
+        "scan",
+        run,
+        help="run an elementwise function on every input of a format",
+        description="Run every implementation of an elementwise function on all 2**32 float32 "
+        "(2**16 float16/bfloat16) inputs, or a float64 sample, against the correctly rounded "
+        "result: max ulp error with its worst inputs, results not correctly rounded, a histogram "
+        "and the library's published contract. Ctrl-C prints what was scanned so far.",
+    )
     p.add_argument("op", help="an elementwise op, e.g. exp (`opbench list` shows them)")
     p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, or float64 with --sample")
-    p.add_argument("--impl", action="append", default=None,
-                   help="an implementation, e.g. numpy:np.exp (repeatable; default: every one available)")
-    p.add_argument("--sample", type=int, default=None,
-                   help="float64 only: N inputs, random in every binade, plus special values")
+    p.add_argument(
+        "--impl",
+        action="append",
+        default=None,
+        help="an implementation, e.g. numpy:np.exp (repeatable; default: every one available)",
+    )
+    p.add_argument(
+        "--sample", type=int, default=None, help="float64 only: N inputs, random in every binade, plus special values"
+    )
     add_json(p)
 
 
@@ -46,8 +56,12 @@ class _Progress:
         eta = seconds * (total - done) / done if done else float("nan")
         bar = "#" * (30 * done // total)
         end = "\n" if not self.tty else ""
-        print(f"\r{self.label} [{bar:<30}] {100 * done / total:5.1f}%  {seconds:6.0f} s, ETA {eta:5.0f} s",
-              end=end, file=sys.stderr, flush=True)
+        print(
+            f"\r{self.label} [{bar:<30}] {100 * done / total:5.1f}%  {seconds:6.0f} s, ETA {eta:5.0f} s",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
 
     def finish(self) -> None:
         if self.tty:
@@ -61,22 +75,44 @@ def _num(v) -> str:
 def render(rows: list[dict], result) -> str:
     fmt = result.fmt
     state = "interrupted: partial" if result.interrupted else "complete"
-    lines = [f"scan {result.op} {fmt.name}: {result.done} of {result.total} inputs ({state}), "
-             f"{result.seconds:.0f} s", ""]
+    lines = [
+        f"scan {result.op} {fmt.name}: {result.done} of {result.total} inputs ({state}), {result.seconds:.0f} s",
+        "",
+    ]
     table = []
     for r in rows:
         holds = {None: "no contract declared", True: "holds", False: "BROKEN"}[r["contract_holds"]]
         contract = "-" if r["contract_max_ulp"] is None else f"{r['contract_max_ulp']} ulp ({r['contract_source']})"
-        table.append([r["impl"], str(r["checked"]), f"{r['max_ulp']:.6g}" if r["not_correctly_rounded"] else "<= 0.5",
-                      str(r["not_correctly_rounded"]), _num(r["max_ulp_from_correctly_rounded"]),
-                      contract, holds])
-    lines += format_table(["implementation", "inputs", "max ulp", "not correctly rounded", "ulps from CR", "contract",
-                           "contract everywhere"], table)
+        table.append(
+            [
+                r["impl"],
+                str(r["checked"]),
+                f"{r['max_ulp']:.6g}" if r["not_correctly_rounded"] else "<= 0.5",
+                str(r["not_correctly_rounded"]),
+                _num(r["max_ulp_from_correctly_rounded"]),
+                contract,
+                holds,
+            ]
+        )
+    lines += format_table(
+        [
+            "implementation",
+            "inputs",
+            "max ulp",
+            "not correctly rounded",
+            "ulps from CR",
+            "contract",
+            "contract everywhere",
+        ],
+        table,
+    )
     lines.append("")
     for r in rows:
         if r["worst"]:
-            worst = ", ".join(f"x={w['x']} ({w['x_value']:.9g}) -> {w['result']}, exact {w['exact']:.12g}, "
-                              f"{w['ulp']:.6g} ulp" for w in r["worst"])
+            worst = ", ".join(
+                f"x={w['x']} ({w['x_value']:.9g}) -> {w['result']}, exact {w['exact']:.12g}, {w['ulp']:.6g} ulp"
+                for w in r["worst"]
+            )
             lines.append(f"  {r['impl']} worst: {worst}")
         hist = "  ".join(f"{k}: {v}" for k, v in r["histogram"].items() if v)
         lines.append(f"  {r['impl']} ulp-error histogram: {hist}")
@@ -95,9 +131,20 @@ def run(args) -> int:
     progress.finish()
     rows = as_rows(result)
     if args.json:
-        print(json.dumps({"op": op.name, "dtype": fmt.name, "inputs": result.done, "total": result.total,
-                          "seconds": result.seconds, "interrupted": result.interrupted, "implementations": rows},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "op": op.name,
+                    "dtype": fmt.name,
+                    "inputs": result.done,
+                    "total": result.total,
+                    "seconds": result.seconds,
+                    "interrupted": result.interrupted,
+                    "implementations": rows,
+                },
+                indent=2,
+            )
+        )
     else:
         print(render(rows, result))
     if result.interrupted:

@@ -23,7 +23,7 @@ class FloatFormat:
     @property
     def u(self) -> float:
         """Unit roundoff: the relative error bound of one correctly rounded operation."""
-        return 2.0 ** -self.precision
+        return 2.0**-self.precision
 
     @property
     def smallest_subnormal(self) -> float:

@@ -17,7 +17,7 @@ def load_plugins(group: str, attribute: str, kind: type) -> list:
             records = list(getattr(loaded, attribute, loaded))
             if not all(isinstance(r, kind) for r in records):
                 raise TypeError(f"expected a list of {kind.__name__}")
-        except Exception as exc:  # noqa: BLE001 - any failure of foreign code
+        except Exception as exc:
             print(f"opbench: warning: plugin {ep.name!r} ({ep.value}) of {group} left out: {exc}", file=sys.stderr)
             continue
         found += records

@@ -82,14 +82,18 @@ def _spectrum(inputs, x, exact, eps):
 
 RATIOS = {"solve": _solve, "inv": _inv, "cholesky": _cholesky, "lstsq": _lstsq, "eigh": _spectrum, "svd": _spectrum}
 RATIO_DOCS = {
-    "solve": "dget02 ||b - Ax||/(||A|| ||x|| eps)", "inv": "dget03 ||I - XA||/(n ||A|| ||X|| eps)",
-    "cholesky": "dpot01 ||LL^T - A||/(n ||A|| eps)", "lstsq": "dqrt17 ||A^T r||/(max(m,n) ||A|| ||r|| eps)",
-    "eigh": "|dlambda|/(n ||A||_2 eps)", "svd": "|dsigma|/(n ||A||_2 eps)",
+    "solve": "dget02 ||b - Ax||/(||A|| ||x|| eps)",
+    "inv": "dget03 ||I - XA||/(n ||A|| ||X|| eps)",
+    "cholesky": "dpot01 ||LL^T - A||/(n ||A|| eps)",
+    "lstsq": "dqrt17 ||A^T r||/(max(m,n) ||A|| ||r|| eps)",
+    "eigh": "|dlambda|/(n ||A||_2 eps)",
+    "svd": "|dsigma|/(n ||A||_2 eps)",
 }
 
 
-def lapack_ratio(op_name: str, inputs64: dict, result: np.ndarray, exact, eps: float,
-                 growth: float = 1.0) -> float | None:
+def lapack_ratio(
+    op_name: str, inputs64: dict, result: np.ndarray, exact, eps: float, growth: float = 1.0
+) -> float | None:
     """LAPACK's test ratio for this result, or None where the op has none (qr, det, ...);
     `growth` (GEPP's, for LU-based ops) scales ||A|| to || |L||U| ||."""
     fn = RATIOS.get(op_name)
@@ -104,6 +108,6 @@ def lapack_ratio(op_name: str, inputs64: dict, result: np.ndarray, exact, eps: f
 def lu_growth(a: np.ndarray) -> float:
     """|| |L||U| ||_inf / ||A||_inf of GEPP on `a` (>= 1): the factor by which pivot growth
     widens the backward error gamma_3n |L||U| beyond gamma_3n |A|."""
-    p, low, up = scipy.linalg.lu(np.asarray(a, dtype=np.float64))
+    _p, low, up = scipy.linalg.lu(np.asarray(a, dtype=np.float64))
     norm_a = np.linalg.norm(a, np.inf)
     return max(1.0, float(np.linalg.norm(np.abs(low) @ np.abs(up), np.inf) / norm_a)) if norm_a > 0 else 1.0

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accuracy.core.dtypes import FloatFormat
-from accuracy.core.dtypes import ulp
+from accuracy.core.dtypes import FloatFormat, ulp
 
 _NUMPY_TABLE = "numpy umath-validation-set-{}.csv"
 # function -> {dtype: max ulp}, transcribed from the `ulperror` column of numpy's files
@@ -66,4 +65,3 @@ def ulps_from_correctly_rounded(result: np.ndarray, rounded: np.ndarray, fmt: Fl
         spacing = np.minimum(ulp(r, fmt), ulp(c, fmt))
         steps = np.abs(r - c) / spacing
     return np.where(same, 0.0, np.where(np.isfinite(steps), np.round(steps), np.inf))
-

@@ -25,20 +25,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accuracy.core.dtypes import FloatFormat
-from accuracy.core.dtypes import ulp
+from accuracy.core.dtypes import FloatFormat, ulp
 
 CARRIER = np.longdouble
 # functions a correctly rounded IEEE 754 operation computes; every other float ufunc is a libm call
 _IEEE_UFUNCS = {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.sqrt, np.square, np.reciprocal}
 # results that are exact in any format: no rounding error to add
-_EXACT_UFUNCS = {np.negative, np.positive, np.absolute, np.fabs, np.maximum, np.minimum, np.fmax, np.fmin,
-                 np.sign, np.copysign, np.floor, np.ceil, np.trunc, np.rint}
+_EXACT_UFUNCS = {
+    np.negative,
+    np.positive,
+    np.absolute,
+    np.fabs,
+    np.maximum,
+    np.minimum,
+    np.fmax,
+    np.fmin,
+    np.sign,
+    np.copysign,
+    np.floor,
+    np.ceil,
+    np.trunc,
+    np.rint,
+}
 # longer sums are emulated pairwise (vectorised): a Python loop per term would take seconds
 RECURSIVE_LIMIT = 1 << 16
 LIBM_ULPS = 2.0
 # E[ulp(s)**2] / 12 / (u s)**2 for significands log-uniform on [1, 2): 4 * (3 / 8 / ln 2) / 12
-ROUNDING_VARIANCE = 4 * (3 / 8 / np.log(2)) / 12  # half-width of a libm function's emulated error: vectorised libms promise 1-4 ulp
+ROUNDING_VARIANCE = (
+    4 * (3 / 8 / np.log(2)) / 12
+)  # half-width of a libm function's emulated error: vectorised libms promise 1-4 ulp
 # functions that are compositions of ufuncs in numpy itself (safe to run on the emulated array)
 _OPAQUE_MODULES = ("numpy.linalg", "numpy.fft")
 # functions that only copy values, yet return a base ndarray: their result stays emulated
@@ -107,7 +122,7 @@ class _Context:
             return total + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         if self.order == "pairwise" or x.shape[-1] > RECURSIVE_LIMIT:
             while x.shape[-1] > 1:
-                head, tail = x[..., : x.shape[-1] // 2 * 2], x[..., x.shape[-1] // 2 * 2:]
+                head, tail = x[..., : x.shape[-1] // 2 * 2], x[..., x.shape[-1] // 2 * 2 :]
                 x = np.concatenate([self.round(head[..., 0::2] + head[..., 1::2]), tail], axis=-1)
             return x[..., 0]
         s = x[..., 0].copy()
@@ -136,16 +151,22 @@ class _Context:
         a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
         inputs, output = subscripts.replace(" ", "").split("->")
         left, right = inputs.split(",")
-        sizes = dict(zip(left, a.shape)) | dict(zip(right, b.shape))
+        sizes = dict(zip(left, a.shape, strict=False)) | dict(zip(right, b.shape, strict=False))
         n = int(np.prod([sizes[i] for i in set(left + right) - set(output)], dtype=np.int64))
         if self.mode == "nearest":  # products rounded, then the rounded sum of n terms, recursive
-            terms = self.round(np.einsum(f"{left},{right}->{output}{''.join(sorted(set(left + right) - set(output)))}",
-                                         a, b))
-            return self.sum(terms.reshape(*terms.shape[:len(output)], -1))
-        exact = np.einsum(subscripts, a.astype(np.float64), b.astype(np.float64)).astype(CARRIER) \
-            if self.fmt.precision < 53 else np.einsum(subscripts, a, b)
+            terms = self.round(
+                np.einsum(f"{left},{right}->{output}{''.join(sorted(set(left + right) - set(output)))}", a, b)
+            )
+            return self.sum(terms.reshape(*terms.shape[: len(output)], -1))
+        exact = (
+            np.einsum(subscripts, a.astype(np.float64), b.astype(np.float64)).astype(CARRIER)
+            if self.fmt.precision < 53
+            else np.einsum(subscripts, a, b)
+        )
         squares = np.einsum(subscripts, np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
-        sigma = np.sqrt(recursive_sum_variance(exact, squares, n, self.fmt) + ROUNDING_VARIANCE * self.fmt.u**2 * squares)
+        sigma = np.sqrt(
+            recursive_sum_variance(exact, squares, n, self.fmt) + ROUNDING_VARIANCE * self.fmt.u**2 * squares
+        )
         return exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
 
     def _exact_matmul(self, a, b):
@@ -168,9 +189,9 @@ class _Context:
             sigma = np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
             out = exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         else:
-            out = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype=CARRIER)
+            out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
             for k in range(a.shape[-1]):
-                term = self.round(a[..., :, k:k + 1] * b[..., k:k + 1, :])
+                term = self.round(a[..., :, k : k + 1] * b[..., k : k + 1, :])
                 out = term if k == 0 else self.round(out + term)
         if vec_a and vec_b:
             return out[..., 0, 0]
@@ -195,8 +216,9 @@ def _call_wide(ufunc, args, kwargs):
     try:
         return ufunc(*wide, **kwargs)
     except TypeError:
-        return ufunc(*[np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "f" else x for x in args],
-                     **kwargs).astype(CARRIER)
+        return ufunc(
+            *[np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "f" else x for x in args], **kwargs
+        ).astype(CARRIER)
 
 
 def _plain(value):
@@ -266,9 +288,16 @@ def stored(values) -> np.ndarray:
     return values if ctx is None else _wrap(ctx.round(np.asarray(values, dtype=CARRIER)))
 
 
-def emulate(fn, inputs64: dict[str, np.ndarray], fmt: FloatFormat, mode: str = "nearest",
-            order: str = "recursive", rng: np.random.Generator | None = None,
-            memo: dict | None = None, store: FloatFormat | None = None) -> np.ndarray | None:
+def emulate(
+    fn,
+    inputs64: dict[str, np.ndarray],
+    fmt: FloatFormat,
+    mode: str = "nearest",
+    order: str = "recursive",
+    rng: np.random.Generator | None = None,
+    memo: dict | None = None,
+    store: FloatFormat | None = None,
+) -> np.ndarray | None:
     """`fn(**inputs)` evaluated in emulated `fmt` arithmetic, each operation's result stored in
     `store` (default fmt); None where fn is not emulable. Random runs on the same inputs may
     share `memo` (exact products)."""

@@ -44,35 +44,114 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("time", "seconds", "Time of one call of the implementation on the case's inputs.", TIME,
-           deterministic=False, asv_track=False),
-    Metric("gflops", "GFLOP/s", "The op's flop count over time_op's samples.", DERIVED,
-           column="GFLOP/s", deterministic=False, higher_is_better=True, asv_track=False),
-    Metric("verdict_tier", "tier", "The verdict as a number, lower is better: 0 within rounding, 1 suspicious, "
-           "2 beyond rounding, 3 undetermined (accuracy.judge.verdicts).", ACCURACY, column="tier", field="verdict_tier"),
-    Metric("max_ulp", "ulp", "Max error in ulps of the result dtype against the exact reference.", ACCURACY,
-           column="max ulp", explain=True, field="max_ulp"),
-    Metric("max_rel_exact", "relative", "Max relative error against the exact reference.", ACCURACY,
-           column="max rel", explain=True, field="max_rel_exact", asv_track=False),
-    Metric("max_rel_fp64", "relative", "Max relative error against the op evaluated in float64 on the same "
-           "rounded inputs.", ACCURACY, field="max_rel_fp64"),
-    Metric("bound_ratio", "ratio", "Max error over its worst-case rounding bound: <= 1 proves the error is "
-           "within rounding; NaN where the bound is vacuous (asv stores that like a failure).", ACCURACY,
-           column="bound ratio", explain=True, field="bound_ratio"),
-    Metric("typical_ratio", "ratio", "Max error over the typical tier's threshold (what a correct algorithm at "
-           "the compute precision errs on these inputs): > 1 is suspicious. NaN where an elementwise contract or "
-           "LAPACK's backward-error test judges instead.", ACCURACY, column="typical ratio", explain=True, field="typical_ratio"),
-    Metric("threshold_ulp", "ulp", "The smallest error the typical tier flags here, in ulps.", ACCURACY,
-           column="flags >= ulp", explain=True, field="threshold_ulp", asv_track=False),
+    Metric(
+        "time",
+        "seconds",
+        "Time of one call of the implementation on the case's inputs.",
+        TIME,
+        deterministic=False,
+        asv_track=False,
+    ),
+    Metric(
+        "gflops",
+        "GFLOP/s",
+        "The op's flop count over time_op's samples.",
+        DERIVED,
+        column="GFLOP/s",
+        deterministic=False,
+        higher_is_better=True,
+        asv_track=False,
+    ),
+    Metric(
+        "verdict_tier",
+        "tier",
+        "The verdict as a number, lower is better: 0 within rounding, 1 suspicious, "
+        "2 beyond rounding, 3 undetermined (accuracy.judge.verdicts).",
+        ACCURACY,
+        column="tier",
+        field="verdict_tier",
+    ),
+    Metric(
+        "max_ulp",
+        "ulp",
+        "Max error in ulps of the result dtype against the exact reference.",
+        ACCURACY,
+        column="max ulp",
+        explain=True,
+        field="max_ulp",
+    ),
+    Metric(
+        "max_rel_exact",
+        "relative",
+        "Max relative error against the exact reference.",
+        ACCURACY,
+        column="max rel",
+        explain=True,
+        field="max_rel_exact",
+        asv_track=False,
+    ),
+    Metric(
+        "max_rel_fp64",
+        "relative",
+        "Max relative error against the op evaluated in float64 on the same rounded inputs.",
+        ACCURACY,
+        field="max_rel_fp64",
+    ),
+    Metric(
+        "bound_ratio",
+        "ratio",
+        "Max error over its worst-case rounding bound: <= 1 proves the error is "
+        "within rounding; NaN where the bound is vacuous (asv stores that like a failure).",
+        ACCURACY,
+        column="bound ratio",
+        explain=True,
+        field="bound_ratio",
+    ),
+    Metric(
+        "typical_ratio",
+        "ratio",
+        "Max error over the typical tier's threshold (what a correct algorithm at "
+        "the compute precision errs on these inputs): > 1 is suspicious. NaN where an elementwise contract or "
+        "LAPACK's backward-error test judges instead.",
+        ACCURACY,
+        column="typical ratio",
+        explain=True,
+        field="typical_ratio",
+    ),
+    Metric(
+        "threshold_ulp",
+        "ulp",
+        "The smallest error the typical tier flags here, in ulps.",
+        ACCURACY,
+        column="flags >= ulp",
+        explain=True,
+        field="threshold_ulp",
+        asv_track=False,
+    ),
     Metric("nonfinite", "count", "NaN/Inf outputs where the exact value is finite.", ACCURACY, field="nonfinite"),
-    Metric("bits_differ_run_to_run", "bool", "1 if repeated runs of the same call give different bits (the "
-           "accuracy tracks then report the worst run), 0 if bitwise reproducible.", REPRODUCIBILITY,
-           field="bits_differ_run_to_run"),
-    Metric("output_digest", "digest", "52 bits of the SHA-256 of the output: equal values mean bitwise identical "
-           "outputs. An identity, not a quality: read a change as 'the bits changed', never as better or worse.",
-           IDENTITY, field="output_digest"),
-    Metric("bits_differ_1_vs_all_threads", "bool", "1 if one thread and every core give different bits, "
-           "0 if bitwise identical.", REPRODUCIBILITY, field="bits_differ_1_vs_all_threads"),
+    Metric(
+        "bits_differ_run_to_run",
+        "bool",
+        "1 if repeated runs of the same call give different bits (the "
+        "accuracy tracks then report the worst run), 0 if bitwise reproducible.",
+        REPRODUCIBILITY,
+        field="bits_differ_run_to_run",
+    ),
+    Metric(
+        "output_digest",
+        "digest",
+        "52 bits of the SHA-256 of the output: equal values mean bitwise identical "
+        "outputs. An identity, not a quality: read a change as 'the bits changed', never as better or worse.",
+        IDENTITY,
+        field="output_digest",
+    ),
+    Metric(
+        "bits_differ_1_vs_all_threads",
+        "bool",
+        "1 if one thread and every core give different bits, 0 if bitwise identical.",
+        REPRODUCIBILITY,
+        field="bits_differ_1_vs_all_threads",
+    ),
 )
 
 BY_NAME = {m.name: m for m in METRICS}

@@ -46,9 +46,8 @@ def compute_format(impl, fmt: FloatFormat, family: str = "") -> FloatFormat:
     declared = dict(getattr(impl, "compute", None) or {}) if impl is not None else {}
     if declared:
         return format_named(declared.get(fmt.name, fmt.name))
-    if backend.startswith("torch"):
-        if fmt.name in LOW_PRECISION and backend not in REDUCED_PRECISION_BACKENDS:
-            return FORMATS["float32"]
+    if backend.startswith("torch") and fmt.name in LOW_PRECISION and backend not in REDUCED_PRECISION_BACKENDS:
+        return FORMATS["float32"]
     if backend == "numpy":
         if fmt.name in LOW_PRECISION and family in UFUNC_FAMILIES:
             return FORMATS["float32"]

@@ -26,21 +26,73 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from accuracy.core.dtypes import FORMATS, FloatFormat
+from accuracy.core.dtypes import FORMATS, FloatFormat, ulp
 from accuracy.judge.emulation import LIBM_ULPS, ROUNDING_VARIANCE, recursive_sum_variance
-from accuracy.core.dtypes import ulp
 from accuracy.judge.precision import LOW_PRECISION
 
 IEEE_OPS = {"add", "sub", "rsub", "mul", "div", "sqrt", "reciprocal", "square", "addcmul", "addcdiv"}
-EXACT_OPS = {"neg", "abs", "relu", "clone", "copy", "copy_", "_to_copy", "maximum", "minimum", "clamp", "clamp_min",
-             "clamp_max", "where", "sign", "fill", "fill_", "zero_", "zeros_like", "ones_like", "empty_like",
-             "masked_fill", "alias", "lift_fresh", "detach"}
+EXACT_OPS = {
+    "neg",
+    "abs",
+    "relu",
+    "clone",
+    "copy",
+    "copy_",
+    "_to_copy",
+    "maximum",
+    "minimum",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "where",
+    "sign",
+    "fill",
+    "fill_",
+    "zero_",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "masked_fill",
+    "alias",
+    "lift_fresh",
+    "detach",
+}
 SUMS = {"sum", "mean"}
 CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "convolution", "_convolution"}
-MOVING_OPS = {"cat", "stack", "contiguous", "index_select", "gather", "select", "slice", "expand", "repeat",
-              "_unsafe_view", "reshape", "flatten", "t", "transpose", "permute", "split", "split_with_sizes",
-              "unbind", "chunk", "narrow", "constant_pad_nd", "zeros", "ones", "empty", "full", "arange",
-              "new_zeros", "new_ones", "new_empty", "new_full", "scalar_tensor", "_local_scalar_dense"}
+MOVING_OPS = {
+    "cat",
+    "stack",
+    "contiguous",
+    "index_select",
+    "gather",
+    "select",
+    "slice",
+    "expand",
+    "repeat",
+    "_unsafe_view",
+    "reshape",
+    "flatten",
+    "t",
+    "transpose",
+    "permute",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "narrow",
+    "constant_pad_nd",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "new_zeros",
+    "new_ones",
+    "new_empty",
+    "new_full",
+    "scalar_tensor",
+    "_local_scalar_dense",
+}
 
 
 def _floats(value, fn):

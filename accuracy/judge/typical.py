@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accuracy.reference import cache as refcache
-from accuracy.core.dtypes import FloatFormat
+from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.judge.emulation import emulate
+from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
-from accuracy.core.dtypes import ulp
 
 TYPICAL_Z = 12.0
 RANDOM_RUNS = 64
@@ -66,8 +65,14 @@ def _error(result, exact: Exact) -> np.ndarray:
     return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
 
 
-def model_from_runs(random_runs: list, deterministic, exact: Exact, storage: FloatFormat, compute: str,
-                    normwise_axes: tuple[int, ...] = ()) -> TypicalModel:
+def model_from_runs(
+    random_runs: list,
+    deterministic,
+    exact: Exact,
+    storage: FloatFormat,
+    compute: str,
+    normwise_axes: tuple[int, ...] = (),
+) -> TypicalModel:
     """The tier from a correct working-precision algorithm's runs on these inputs: the scale is
     the larger of the Monte Carlo runs' RMS error and the deterministic run's error (None: none),
     pooled (RMS) over `normwise_axes`; TYPICAL_Z of it plus one ulp of storage is flagged."""
@@ -81,15 +86,22 @@ def model_from_runs(random_runs: list, deterministic, exact: Exact, storage: Flo
     return TypicalModel(scale, threshold, compute)
 
 
-def typical_model(fp64_formula, inputs64: dict, exact: Exact, storage: FloatFormat,
-                  compute: FloatFormat, normwise_axes: tuple[int, ...] = ()) -> TypicalModel | None:
+def typical_model(
+    fp64_formula,
+    inputs64: dict,
+    exact: Exact,
+    storage: FloatFormat,
+    compute: FloatFormat,
+    normwise_axes: tuple[int, ...] = (),
+) -> TypicalModel | None:
     """The tier on these inputs from the op's formula emulated at `compute`, or None where the
     formula cannot be emulated."""
     memo: dict = {}
     runs = []
     for i in range(RANDOM_RUNS):
-        out = emulate(fp64_formula, inputs64, compute, "random", rng=np.random.default_rng([SEED, i]), memo=memo,
-                      store=storage)
+        out = emulate(
+            fp64_formula, inputs64, compute, "random", rng=np.random.default_rng([SEED, i]), memo=memo, store=storage
+        )
         if out is None or np.shape(out) != exact.shape:
             return None
         runs.append(out)
@@ -101,10 +113,12 @@ class _NotEmulable(Exception):
     pass
 
 
-def cached_typical_model(op, inputs64: dict, exact: Exact, storage: FloatFormat,
-                         compute: FloatFormat) -> TypicalModel | None:
+def cached_typical_model(
+    op, inputs64: dict, exact: Exact, storage: FloatFormat, compute: FloatFormat
+) -> TypicalModel | None:
     """typical_model through the reference cache: asv measures each implementation in its own
     process, and the model (64 emulated runs) is the same for all of them."""
+
     def compute_model() -> Exact:
         model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
         if model is None:

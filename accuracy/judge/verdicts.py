@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from accuracy.judge import backward_error as backward, contracts
-from accuracy.core.dtypes import FloatFormat
-from accuracy.reference.exact import Exact
+from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge import backward_error as backward
+from accuracy.judge import contracts
 from accuracy.judge.error_metrics import correctly_rounded, error_over_bound, rounding_error
-from accuracy.core.dtypes import ulp
 from accuracy.judge.precision import compute_format, model_bound, scaled_unit_roundoff
 from accuracy.judge.typical import TypicalModel, cached_typical_model
+from accuracy.reference.exact import Exact
 
 WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = "within rounding", "suspicious", "beyond rounding", "undetermined"
 VERDICTS = (WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED)  # the index is the asv tier (lower is better)
@@ -86,7 +86,9 @@ class Evidence:
         """GEPP's growth for LU-based ops (1 elsewhere)."""
         if "growth" not in self._bounds:
             a = self.inputs64.get("a")
-            self._bounds["growth"] = backward.lu_growth(a) if self.op.name in backward.LU_BASED and a is not None else 1.0
+            self._bounds["growth"] = (
+                backward.lu_growth(a) if self.op.name in backward.LU_BASED and a is not None else 1.0
+            )
         return self._bounds["growth"]
 
     def bound(self, compute: FloatFormat) -> np.ndarray:
@@ -143,27 +145,48 @@ class Evidence:
         nonfinite = int(np.count_nonzero(np.isinf(err)))
 
         if semantics:
-            return Judgement(BEYOND, f"semantics: {semantics}: a different quantity than the reference computes, "
-                             "whatever the size of the difference", worst=self.worst(output, err, bound), **common)
+            return Judgement(
+                BEYOND,
+                f"semantics: {semantics}: a different quantity than the reference computes, "
+                "whatever the size of the difference",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
         if nonfinite:
-            return Judgement(BEYOND, f"{nonfinite} non-finite result(s) where the correctly rounded value is finite",
-                             worst=self.worst(output, err, bound), **common)
+            return Judgement(
+                BEYOND,
+                f"{nonfinite} non-finite result(s) where the correctly rounded value is finite",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
 
         contract = contract or contracts.contract_for(self.op.name, impl, self.fmt, compute)
         if contract is not None:
             return self._by_contract(output, err, contract, common)
         if not np.any(err):  # error 0 everywhere: every ratio is 0, whatever the bounds
-            return Judgement(WITHIN, "correctly rounded: every element is the exact value rounded to "
-                             f"{self.fmt.name}", **common, typical_ratio=0.0)
+            return Judgement(
+                WITHIN,
+                f"correctly rounded: every element is the exact value rounded to {self.fmt.name}",
+                **common,
+                typical_ratio=0.0,
+            )
         if not vacuous and ratio_to_bound > 1:
-            return Judgement(BEYOND, f"error {ratio_to_bound:.3g}x the worst-case bound at {compute.name} "
-                             f"({self.op.bound_doc})", worst=self.worst(output, err, bound), **common)
+            return Judgement(
+                BEYOND,
+                f"error {ratio_to_bound:.3g}x the worst-case bound at {compute.name} ({self.op.bound_doc})",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
         ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
         if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too
             return self._by_backward_error(output, err, bound, ratio, vacuous, common)
         if vacuous:
-            return Judgement(UNDETERMINED, f"no valid worst-case bound at {compute.name} for this size "
-                             f"({self.op.bound_doc} is infinite: n*u >= 1 or kappa*eta >= 1)", **common)
+            return Judgement(
+                UNDETERMINED,
+                f"no valid worst-case bound at {compute.name} for this size "
+                f"({self.op.bound_doc} is infinite: n*u >= 1 or kappa*eta >= 1)",
+                **common,
+            )
         return self._by_typical(output, err, bound, compute, common)
 
     def _by_contract(self, output, err, contract, common) -> Judgement:
@@ -173,8 +196,11 @@ class Evidence:
         limit = (contract.max_ulp + 0.5) * self.ulp
         fields = {**common, "contract": text, "worst": self.worst(output, err, limit)}
         if worst_steps > contract.max_ulp:
-            return Judgement(BEYOND, f"{worst_steps:.0f} ulp from the correctly rounded value, outside its contract of "
-                             f"{text}", **fields)
+            return Judgement(
+                BEYOND,
+                f"{worst_steps:.0f} ulp from the correctly rounded value, outside its contract of {text}",
+                **fields,
+            )
         return Judgement(WITHIN, f"within its contract of {text}", **fields)
 
     def _by_backward_error(self, output, err, bound, ratio, vacuous, common) -> Judgement:
@@ -182,27 +208,47 @@ class Evidence:
         fields = {**common, "lapack_ratio": ratio, "worst": self.worst(output, err, bound)}
         forward = "the forward bound is vacuous here (kappa*eta >= 1)" if vacuous else "inside the worst-case bound"
         if ratio > backward.LAPACK_THRESHOLD:
-            return Judgement(SUSPICIOUS, f"LAPACK test ratio {ratio:.3g} > {backward.LAPACK_THRESHOLD:g} ({doc}): "
-                             f"not what a backward-stable algorithm gives; {forward}", **fields)
-        return Judgement(WITHIN, f"backward stable: LAPACK test ratio {ratio:.3g} <= {backward.LAPACK_THRESHOLD:g} "
-                         f"({doc}); {forward}", **fields)
+            return Judgement(
+                SUSPICIOUS,
+                f"LAPACK test ratio {ratio:.3g} > {backward.LAPACK_THRESHOLD:g} ({doc}): "
+                f"not what a backward-stable algorithm gives; {forward}",
+                **fields,
+            )
+        return Judgement(
+            WITHIN,
+            f"backward stable: LAPACK test ratio {ratio:.3g} <= {backward.LAPACK_THRESHOLD:g} ({doc}); {forward}",
+            **fields,
+        )
 
     def _by_typical(self, output, err, bound, compute, common) -> Judgement:
         model = self.typical(compute)
         if model is None:
-            return Judgement(WITHIN, "inside the worst-case bound (typical tier not modelled: the op's formula "
-                             "leaves numpy's ufuncs)", worst=self.worst(output, err, bound), **common)
+            return Judgement(
+                WITHIN,
+                "inside the worst-case bound (typical tier not modelled: the op's formula leaves numpy's ufuncs)",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
         ratio = model.ratio(err)
         median, sharpest = model.threshold_ulps(self.exact, self.fmt)
-        fields = {**common, "typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest,
-                  "worst": self.worst(output, err, model.threshold)}
+        fields = {
+            **common,
+            "typical_ratio": ratio,
+            "threshold_ulp": median,
+            "sharpest_threshold_ulp": sharpest,
+            "worst": self.worst(output, err, model.threshold),
+        }
         flags = f"flags errors >= {_fmt_ulps(median)} here"
         if ratio > 1:
-            return Judgement(SUSPICIOUS, f"inside the worst-case bound but {ratio:.3g}x the typical threshold: "
-                             f"a plain recursive {compute.name} algorithm errs far less on these inputs ({flags})",
-                             **fields)
-        return Judgement(WITHIN, f"inside the worst-case bound and typical of a correct {compute.name} algorithm "
-                         f"({flags})", **fields)
+            return Judgement(
+                SUSPICIOUS,
+                f"inside the worst-case bound but {ratio:.3g}x the typical threshold: "
+                f"a plain recursive {compute.name} algorithm errs far less on these inputs ({flags})",
+                **fields,
+            )
+        return Judgement(
+            WITHIN, f"inside the worst-case bound and typical of a correct {compute.name} algorithm ({flags})", **fields
+        )
 
 
 def pair_verdict(a: Judgement, b: Judgement) -> str:
@@ -212,8 +258,9 @@ def pair_verdict(a: Judgement, b: Judgement) -> str:
     return max(a.verdict, b.verdict, key=tier)
 
 
-def judge(op, inputs: dict[str, np.ndarray], output: np.ndarray, fmt: FloatFormat, impl=None,
-          exact: Exact | None = None) -> Judgement:
+def judge(
+    op, inputs: dict[str, np.ndarray], output: np.ndarray, fmt: FloatFormat, impl=None, exact: Exact | None = None
+) -> Judgement:
     """The verdict on any output of `op` for any inputs (rounded to `fmt`, fed to both the op
     and the reference); `impl` supplies the precision model, semantics and contract."""
     return Evidence(op, inputs, fmt, exact).judge(output, impl)

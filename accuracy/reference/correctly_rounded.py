@@ -43,9 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accuracy.core.dtypes import FloatFormat
+from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.reference.exact import Exact, mp_map
-from accuracy.core.dtypes import ulp
 
 FP64_ERROR_ULPS = 64  # E for the narrow targets, in float64 ulps
 LONGDOUBLE_ERROR = 16 * 2.0**-63  # E for float64 targets, relative to |w|
@@ -112,7 +111,7 @@ class WideEvaluator:
     own_threads: bool
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def wide_evaluator(np_fn) -> WideEvaluator:
     """torch's vectorised twin of a numpy ufunc named in TORCH_TWINS (module doc), else `np_fn`."""
     name = getattr(np_fn, "__name__", "")
@@ -160,7 +159,7 @@ class _BitRule:
     beyond_span: np.uint64  # max_finite < |v| < 2**(emax+1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bit_rule(fmt: FloatFormat) -> _BitRule:
     def bits(v):
         return int(np.float64(v).view(np.uint64))
@@ -168,10 +167,15 @@ def _bit_rule(fmt: FloatFormat) -> _BitRule:
     drop, m = 53 - fmt.precision, FP64_ERROR_ULPS
     low, top = bits(2.0**fmt.emin), bits(fmt.max_finite)
     return _BitRule(
-        offset=np.uint64((m - (1 << (drop - 1))) % (1 << drop)), mask=np.uint64((1 << drop) - 1),
-        window=np.uint64(2 * m), normal_low=np.uint64(low), normal_span=np.uint64(top - low),
+        offset=np.uint64((m - (1 << (drop - 1))) % (1 << drop)),
+        mask=np.uint64((1 << drop) - 1),
+        window=np.uint64(2 * m),
+        normal_low=np.uint64(low),
+        normal_span=np.uint64(top - low),
         below_normal=np.uint64((bits(2.0 ** (fmt.emin - fmt.precision - 1)) - low) % (1 << 64)),
-        beyond=np.uint64(top + 1 - low), beyond_span=np.uint64(bits(2.0 ** (fmt.emax + 1)) - top - 1))
+        beyond=np.uint64(top + 1 - low),
+        beyond_span=np.uint64(bits(2.0 ** (fmt.emax + 1)) - top - 1),
+    )
 
 
 def undecided(bits: np.ndarray, fmt: FloatFormat, scratch: _Scratch | None = None) -> np.ndarray:
@@ -226,7 +230,7 @@ def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> tuple[np.
     finite = np.isfinite(v)
     # beyond the largest finite number the one boundary left is the overflow threshold
     beyond = finite & (np.abs(v) > fmt.max_finite)
-    threshold = (2.0 - 2.0 ** -fmt.precision) * 2.0**fmt.emax
+    threshold = (2.0 - 2.0**-fmt.precision) * 2.0**fmt.emax
     near_threshold = np.abs(np.abs(v) - threshold) <= FP64_ERROR_ULPS * 2.0**-52 * np.abs(v)
     risky = np.where(beyond, near_threshold, finite & (0.5 - distance <= margin))
     lo = np.zeros_like(v)

@@ -23,12 +23,12 @@ class Exact:
     lo: np.ndarray
 
     @classmethod
-    def from_float64(cls, values) -> "Exact":
+    def from_float64(cls, values) -> Exact:
         hi = np.asarray(values, dtype=np.float64)
         return cls(hi, np.zeros_like(hi))
 
     @classmethod
-    def from_mpf(cls, values, shape) -> "Exact":
+    def from_mpf(cls, values, shape) -> Exact:
         """Split arbitrary-precision values into double-double pairs."""
         hi = np.empty(len(values))
         lo = np.empty(len(values))
@@ -42,7 +42,7 @@ class Exact:
     def shape(self):
         return self.hi.shape
 
-    def map(self, fn) -> "Exact":
+    def map(self, fn) -> Exact:
         """The same values rearranged: `fn` (a reshape, transpose, ...) applied to hi and lo alike."""
         return Exact(fn(self.hi), fn(self.lo))
 
@@ -92,7 +92,7 @@ def fsum_rows(x: np.ndarray) -> Exact:
     x = np.asarray(x, dtype=np.float64)
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
     hi = np.array([math.fsum(r) for r in rows])
-    lo = np.array([math.fsum(np.append(r, -h)) if math.isfinite(h) else 0.0 for r, h in zip(rows, hi)])
+    lo = np.array([math.fsum(np.append(r, -h)) if math.isfinite(h) else 0.0 for r, h in zip(rows, hi, strict=False)])
     return Exact(hi.reshape(x.shape[:-1]), lo.reshape(x.shape[:-1]))
 
 
@@ -106,7 +106,7 @@ def mp_rows(fn, *arrays: np.ndarray) -> Exact:
     rows = [a.reshape(-1, a.shape[-1]) for a in arrays]
     out = []
     with mpmath.workprec(MP_PRECISION_BITS):
-        for parts in zip(*rows):
+        for parts in zip(*rows, strict=False):
             out.extend(fn(*[[mpmath.mpf(float(v)) for v in p] for p in parts]))
     per_row = len(out) // rows[0].shape[0]
     shape = first.shape if per_row == first.shape[-1] else first.shape[:-1]

@@ -136,6 +136,6 @@ def exact_matmul(a: np.ndarray, b: np.ndarray) -> Exact:
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, *a.shape[-2:])
     b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, *b.shape[-2:])
-    parts = [ozaki_matmul(x, y) for x, y in zip(a, b)]
-    shape = batch + (a.shape[-2], b.shape[-1])
+    parts = [ozaki_matmul(x, y) for x, y in zip(a, b, strict=False)]
+    shape = (*batch, a.shape[-2], b.shape[-1])
     return Exact(np.stack([p.hi for p in parts]).reshape(shape), np.stack([p.lo for p in parts]).reshape(shape))

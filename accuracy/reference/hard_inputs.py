@@ -23,18 +23,62 @@ import numpy as np
 NEIGHBOURS = 3  # float64 steps either side of each threshold
 
 HARD_TO_ROUND = {
-    "exp": ("-0x1.ffffffffffe06p-55", "-0x1.780000000000ap-49", "-0x1.81a0000000245p-43", "-0x1.475d8000068a8p-37",
-            "-0x1.a5907e02b6349p-31", "0x1.ccae9e60beffbp-25", "0x1.96341f0ea7844p-19", "-0x1.ad7dbf90c4b25p-13",
-            "0x1.8ecc8e9f799afp-7", "0x1.6f62306ce4423p-2", "-0x1.dbe8fad998ce2p+3", "0x1.554e75ba4d44bp+9"),
-    "log": ("0x1.e2af89e8730c5p-1021", "0x1.4fd559a5314d0p-855", "0x1.0e7502c560aedp-665", "0x1.0c1a5fb2a3a0fp-465",
-            "0x1.62d7e666bd3bbp-283", "0x1.83a8ca7077fdcp-122", "0x1.be09c6acf8d44p+58", "0x1.3f351fc43612cp+253",
-            "0x1.365ea40c58fe6p+452", "0x1.2402926170284p+641", "0x1.ffc94d2e4a6d9p+833", "0x1.c27f5de361788p+1023"),
-    "sin": ("0x1.7137449123f1dp-26", "0x1.2ea64bf5eb0c4p-22", "0x1.c47e6f5cc273cp-19", "0x1.0ebb00905e61fp-15",
-            "0x1.6d8fdfc2ac9c8p-12", "0x1.b1feea0f64537p-9", "0x1.f9921c329dbbep-6", "0x1.299bf9c5c6b7ep-2",
-            "0x1.ab50df063af5fp+1", "0x1.20f0bcf84216bp+5", "0x1.56899b11e3eaep+8", "0x1.f5961912b5ca1p+1023"),
-    "tanh": ("0x1.d12ed0af1a291p-27", "0x1.daadd3a1416bep-25", "0x1.ab2f0ea7ad2a9p-22", "0x1.c74661fca1267p-19",
-             "0x1.af31618b0a087p-16", "0x1.78af8d6e40acep-13", "0x1.226ee752a7470p-10", "0x1.0c6ff1bafa227p-7",
-             "0x1.421fcca3fe560p-4", "0x1.ef6b11c6f067cp-2", "0x1.ae35aab7435abp+1", "0x1.30fc1931f09cbp+4"),
+    "exp": (
+        "-0x1.ffffffffffe06p-55",
+        "-0x1.780000000000ap-49",
+        "-0x1.81a0000000245p-43",
+        "-0x1.475d8000068a8p-37",
+        "-0x1.a5907e02b6349p-31",
+        "0x1.ccae9e60beffbp-25",
+        "0x1.96341f0ea7844p-19",
+        "-0x1.ad7dbf90c4b25p-13",
+        "0x1.8ecc8e9f799afp-7",
+        "0x1.6f62306ce4423p-2",
+        "-0x1.dbe8fad998ce2p+3",
+        "0x1.554e75ba4d44bp+9",
+    ),
+    "log": (
+        "0x1.e2af89e8730c5p-1021",
+        "0x1.4fd559a5314d0p-855",
+        "0x1.0e7502c560aedp-665",
+        "0x1.0c1a5fb2a3a0fp-465",
+        "0x1.62d7e666bd3bbp-283",
+        "0x1.83a8ca7077fdcp-122",
+        "0x1.be09c6acf8d44p+58",
+        "0x1.3f351fc43612cp+253",
+        "0x1.365ea40c58fe6p+452",
+        "0x1.2402926170284p+641",
+        "0x1.ffc94d2e4a6d9p+833",
+        "0x1.c27f5de361788p+1023",
+    ),
+    "sin": (
+        "0x1.7137449123f1dp-26",
+        "0x1.2ea64bf5eb0c4p-22",
+        "0x1.c47e6f5cc273cp-19",
+        "0x1.0ebb00905e61fp-15",
+        "0x1.6d8fdfc2ac9c8p-12",
+        "0x1.b1feea0f64537p-9",
+        "0x1.f9921c329dbbep-6",
+        "0x1.299bf9c5c6b7ep-2",
+        "0x1.ab50df063af5fp+1",
+        "0x1.20f0bcf84216bp+5",
+        "0x1.56899b11e3eaep+8",
+        "0x1.f5961912b5ca1p+1023",
+    ),
+    "tanh": (
+        "0x1.d12ed0af1a291p-27",
+        "0x1.daadd3a1416bep-25",
+        "0x1.ab2f0ea7ad2a9p-22",
+        "0x1.c74661fca1267p-19",
+        "0x1.af31618b0a087p-16",
+        "0x1.78af8d6e40acep-13",
+        "0x1.226ee752a7470p-10",
+        "0x1.0c6ff1bafa227p-7",
+        "0x1.421fcca3fe560p-4",
+        "0x1.ef6b11c6f067cp-2",
+        "0x1.ae35aab7435abp+1",
+        "0x1.30fc1931f09cbp+4",
+    ),
 }
 
 
@@ -55,7 +99,7 @@ def _pi_half_multiples() -> list[float]:
     ks = [*range(1, 17), 2**20 + 1, 2**30 + 3, 2**52 + 1, 2**100 + 1]
     with mpmath.workprec(4000):  # k*pi/2 to well below an ulp for k up to 2**100
         near = [float(k * mpmath.pi / 2) for k in ks]
-    return near + [math.ldexp(6381956970095103, 797)]
+    return [*near, math.ldexp(6381956970095103, 797)]
 
 
 def hard_inputs(name: str) -> np.ndarray:

@@ -38,6 +38,7 @@ def as_float64(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 # Generators: each returns float64 arrays; the op declaration picks shapes and ranges.
 
+
 def normal(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
     return rng.standard_normal(shape) * scale
 

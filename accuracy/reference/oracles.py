@@ -25,7 +25,7 @@ def mp_list(a) -> list:
 def elementwise(fn, *keys: str):
     """Oracle of an elementwise op: fn(mpf, ...) on the inputs `keys` (default "x") element by element."""
     keys = keys or ("x",)
-    return lambda inputs: [fn(*args) for args in zip(*(mp_list(inputs[k]) for k in keys))]
+    return lambda inputs: [fn(*args) for args in zip(*(mp_list(inputs[k]) for k in keys), strict=False)]
 
 
 def rowwise(fn, *keys: str):
@@ -36,14 +36,14 @@ def rowwise(fn, *keys: str):
     def oracle(inputs):
         shape = np.shape(inputs[keys[0]])
         rows = [np.broadcast_to(inputs[k], shape).reshape(-1, shape[-1]) for k in keys]
-        return [v for parts in zip(*rows) for v in fn(*(mp_list(p) for p in parts))]
+        return [v for parts in zip(*rows, strict=False) for v in fn(*(mp_list(p) for p in parts))]
 
     return oracle
 
 
 def mp_dot(xs, ys) -> mpmath.mpf:
     """sum x*y in mpmath: each product of two float64 is exact at 200 bits, the sum nearly so."""
-    return mpmath.fsum(mp(x) * mp(y) for x, y in zip(np.ravel(xs), np.ravel(ys)))
+    return mpmath.fsum(mp(x) * mp(y) for x, y in zip(np.ravel(xs), np.ravel(ys), strict=False))
 
 
 def mp_matmul(a, b) -> list:
@@ -51,7 +51,7 @@ def mp_matmul(a, b) -> list:
     a, b = np.broadcast_arrays(np.asarray(a)[..., :, :, None], np.asarray(b)[..., None, :, :])
     # a[..., i, k, j] = A[..., i, k], b[..., i, k, j] = B[..., k, j]: sum over k
     a, b = np.moveaxis(a, -2, -1), np.moveaxis(b, -2, -1)
-    return [mp_dot(x, y) for x, y in zip(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))]
+    return [mp_dot(x, y) for x, y in zip(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), strict=False)]
 
 
 def one_pass_var(row, ddof=0) -> mpmath.mpf:
@@ -64,4 +64,3 @@ def one_pass_var(row, ddof=0) -> mpmath.mpf:
 
 def mp_matrix(a) -> mpmath.matrix:
     return mpmath.matrix(np.asarray(a, dtype=np.float64).tolist())
-

@@ -24,11 +24,11 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
 from accuracy.report.compare import UNCHANGED, compare_sets
 from accuracy.report.fingerprint import fingerprint_path
 from accuracy.report.resultsets import file_stacks, resolve
 from accuracy.report.tidy import op_of_class, tidy
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
 
 ENV_KEYS = ["machine", "env_name"]
 CASE_KEYS = [*ENV_KEYS, "op", "implementation", "dtype", "condition", "size", "threads"]
@@ -65,13 +65,17 @@ def _impls() -> dict[tuple[str, str], object]:
     """(op, implementation name) -> its registry Impl, under every backend it runs on."""
     from accuracy.catalog.registry import all_ops
 
-    return {(op.name, f"{backend}:{impl.variant}"): impl
-            for op in all_ops() for impl in op.impls for backend in (impl.backend, *impl.also)}
+    return {
+        (op.name, f"{backend}:{impl.variant}"): impl
+        for op in all_ops()
+        for impl in op.impls
+        for backend in (impl.backend, *impl.also)
+    }
 
 
 def verdict_label(op: str, implementation: str, tier: float) -> str:
     """The verdict as `explain` prints it: a semantic variant names its semantics."""
-    if not tier == tier:  # NaN: the tier track failed, or the results predate it
+    if tier != tier:  # NaN: the tier track failed, or the results predate it
         return "no verdict"
     impl = _impls().get((op, implementation))
     semantics = getattr(impl, "semantics", "")
@@ -94,9 +98,12 @@ def verdict_reason(row: dict) -> str:
     elif verdict == BEYOND and not parts:
         parts.append(_inside_bound_reason(row, impl))
     if verdict == SUSPICIOUS:
-        parts.append(f"inside the bound (ratio {bound:.3g}) but {typical:.3g}x the error a correct algorithm "
-                     "makes on these inputs" if typical == typical and typical is not None
-                     else f"inside the bound (ratio {bound:.3g}) but atypically large")
+        parts.append(
+            f"inside the bound (ratio {bound:.3g}) but {typical:.3g}x the error a correct algorithm "
+            "makes on these inputs"
+            if typical == typical and typical is not None
+            else f"inside the bound (ratio {bound:.3g}) but atypically large"
+        )
     if getattr(impl, "finding", ""):
         parts.append(f"known finding: {impl.finding}")
     if impl is not None and not impl.stable:
@@ -107,8 +114,8 @@ def verdict_reason(row: dict) -> str:
 def _inside_bound_reason(row: dict, impl) -> str:
     """Beyond rounding inside the worst-case bound: a published contract broken, else a tier the
     tracks do not record (`opbench explain` prints it)."""
-    from accuracy.judge.contracts import contract_for
     from accuracy.core.dtypes import get_format
+    from accuracy.judge.contracts import contract_for
     from accuracy.judge.precision import compute_format
 
     inside = f"inside the worst-case bound (ratio {row['bound_ratio']:.3g}), max error {row['max_ulp']:.3g} ulp"
@@ -140,10 +147,20 @@ def verdicts(cases: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (env, op, implementation, dtype, condition), group in groups:
         worst = group.iloc[0].to_dict()
-        rows.append({"env": env, "op": op, "implementation": implementation, "dtype": dtype, "condition": condition,
-                     "verdict": verdict_label(op, implementation, worst["verdict_tier"]),
-                     "reason": verdict_reason(worst), "sizes": _sizes(group["size"]),
-                     "threads": _sizes(group["threads"]), "rank": worst["rank"]})
+        rows.append(
+            {
+                "env": env,
+                "op": op,
+                "implementation": implementation,
+                "dtype": dtype,
+                "condition": condition,
+                "verdict": verdict_label(op, implementation, worst["verdict_tier"]),
+                "reason": verdict_reason(worst),
+                "sizes": _sizes(group["size"]),
+                "threads": _sizes(group["threads"]),
+                "rank": worst["rank"],
+            }
+        )
     return pd.DataFrame(rows).sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
@@ -159,33 +176,63 @@ def _representative(cases: pd.DataFrame) -> pd.DataFrame:
 def discrepancies(cases: pd.DataFrame) -> pd.DataFrame:
     """Per op/dtype/condition: the groups of implementations with bitwise identical outputs, and
     the verdict of each group, at the largest size and most threads measured."""
-    columns = ["env", "op", "dtype", "condition", "size", "threads", "implementations", "distinct_outputs",
-               "groups", "answer"]
+    columns = [
+        "env",
+        "op",
+        "dtype",
+        "condition",
+        "size",
+        "threads",
+        "implementations",
+        "distinct_outputs",
+        "groups",
+        "answer",
+    ]
     chosen = _representative(cases.loc[cases["output_digest"].notna()])
     rows = []
     for (env, op, dtype, condition), group in chosen.groupby(["env", "op", "dtype", "condition"], dropna=False):
         outputs = []
         for _, same in group.groupby("output_digest", sort=False):
             same = same.sort_values("implementation")
-            labels = [verdict_label(op, i, t) for i, t in zip(same["implementation"], same["verdict_tier"])]
-            outputs.append({"implementations": list(same["implementation"]), "verdict": max(labels, key=_severity),
-                            "varies_run_to_run": bool((same["bits_differ_run_to_run"] == 1).any())})
+            labels = [
+                verdict_label(op, i, t) for i, t in zip(same["implementation"], same["verdict_tier"], strict=False)
+            ]
+            outputs.append(
+                {
+                    "implementations": list(same["implementation"]),
+                    "verdict": max(labels, key=_severity),
+                    "varies_run_to_run": bool((same["bits_differ_run_to_run"] == 1).any()),
+                }
+            )
         outputs.sort(key=lambda g: (_severity(g["verdict"]), -len(g["implementations"])))
-        rows.append({"env": env, "op": op, "dtype": dtype, "condition": condition,
-                     "size": group["size"].iloc[0], "threads": group["threads"].iloc[0],
-                     "implementations": len(group), "distinct_outputs": len(outputs), "groups": outputs,
-                     "answer": _discrepancy_answer(outputs)})
+        rows.append(
+            {
+                "env": env,
+                "op": op,
+                "dtype": dtype,
+                "condition": condition,
+                "size": group["size"].iloc[0],
+                "threads": group["threads"].iloc[0],
+                "implementations": len(group),
+                "distinct_outputs": len(outputs),
+                "groups": outputs,
+                "answer": _discrepancy_answer(outputs),
+            }
+        )
     table = pd.DataFrame(rows, columns=columns)
     # outputs not within rounding first, then the ops with the most different outputs
-    rank = [(not a.startswith(("one implementation", "all bitwise", f"{n} different outputs, all within")), n)
-            for a, n in zip(table["answer"], table["distinct_outputs"])]
+    rank = [
+        (not a.startswith(("one implementation", "all bitwise", f"{n} different outputs, all within")), n)
+        for a, n in zip(table["answer"], table["distinct_outputs"], strict=False)
+    ]
     order = sorted(range(len(table)), key=lambda i: (not rank[i][0], -rank[i][1], table["op"].iloc[i]))
     return table.iloc[order].reset_index(drop=True)
 
 
-def pair_answer(discrepancies: pd.DataFrame, op: str = SEED_PAIR[0], first: str = SEED_PAIR[1],
-                second: str = SEED_PAIR[2]) -> str | None:
-    """"first vs second": same bits or not, and both verdicts, for the first backend that has
+def pair_answer(
+    discrepancies: pd.DataFrame, op: str = SEED_PAIR[0], first: str = SEED_PAIR[1], second: str = SEED_PAIR[2]
+) -> str | None:
+    """ "first vs second": same bits or not, and both verdicts, for the first backend that has
     both (float32 first); None where no backend ran both."""
     rows = discrepancies.loc[discrepancies["op"] == op]
     rows = rows.iloc[sorted(range(len(rows)), key=lambda i: rows["dtype"].iloc[i] != "float32")]
@@ -198,9 +245,11 @@ def pair_answer(discrepancies: pd.DataFrame, op: str = SEED_PAIR[0], first: str 
                 same = group_of[a] == group_of[b]
                 both = verdicts[0] if verdicts[0] == verdicts[1] else " and ".join(verdicts)
                 tail = ": rounding, not a bug" if not same and all(v == WITHIN for v in verdicts) else ""
-                return (f"{a} vs {b} ({op}, {row.dtype}, size {int(row.size)}): "
-                        f"{'bitwise identical' if same else 'different bits'}, {'both ' if both == verdicts[0] else ''}"
-                        f"{both}{tail}")
+                return (
+                    f"{a} vs {b} ({op}, {row.dtype}, size {int(row.size)}): "
+                    f"{'bitwise identical' if same else 'different bits'}, {'both ' if both == verdicts[0] else ''}"
+                    f"{both}{tail}"
+                )
     return None
 
 
@@ -232,11 +281,19 @@ def reproducibility(cases: pd.DataFrame) -> pd.DataFrame:
     flagged = cases.assign(run_to_run=run_to_run, threads=threads | across).loc[run_to_run | threads | across]
     rows = []
     for key, group in flagged.groupby(keys, dropna=False, sort=True):
-        reasons = [what for what, hit in (("thread count (1 vs all cores)", group["threads"].any()),
-                                          ("run to run (same threads)", group["run_to_run"].any())) if hit]
+        reasons = [
+            what
+            for what, hit in (
+                ("thread count (1 vs all cores)", group["threads"].any()),
+                ("run to run (same threads)", group["run_to_run"].any()),
+            )
+            if hit
+        ]
         worst = group.loc[group["verdict_tier"].idxmax()] if group["verdict_tier"].notna().any() else group.iloc[0]
-        rows.append(dict(zip(keys, key)) | {"changes_with": " and ".join(reasons),
-                                             "verdict": verdict_label(key[1], key[2], worst["verdict_tier"])})
+        rows.append(
+            dict(zip(keys, key, strict=False))
+            | {"changes_with": " and ".join(reasons), "verdict": verdict_label(key[1], key[2], worst["verdict_tier"])}
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -267,9 +324,13 @@ def peaks(cases: pd.DataFrame, results_dir: Path) -> Peak:
             for threads in cases.loc[cases["env"] == env, "threads"].dropna().unique():
                 per_cycle = width // bits * (2 if fma else 1) * FMA_UNITS
                 peak.theoretical[(env, dtype, int(threads))] = min(int(threads), cores) * mhz / 1e3 * per_cycle
-        bases.append(f"{model}: {cores} cores x {mhz:.0f} MHz x {width}-bit vectors"
-                     f"{' with FMA' if fma else ''} x {FMA_UNITS} vector units (assumed)")
-    peak.basis = "; ".join(dict.fromkeys(bases)) or "the CPU's clock or vector width is not in the results' fingerprints"
+        bases.append(
+            f"{model}: {cores} cores x {mhz:.0f} MHz x {width}-bit vectors"
+            f"{' with FMA' if fma else ''} x {FMA_UNITS} vector units (assumed)"
+        )
+    peak.basis = (
+        "; ".join(dict.fromkeys(bases)) or "the CPU's clock or vector width is not in the results' fingerprints"
+    )
     return peak
 
 
@@ -288,8 +349,20 @@ def _cpu(results_file: Path) -> tuple[float, int, int, bool, str] | None:
 
 def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
     """The fastest implementation per op, dtype and thread count, at the largest size timed."""
-    columns = ["env", "op", "dtype", "threads", "size", "fastest", "time", "gflops", "pct_measured_peak",
-               "pct_theoretical_peak", "runner_up", "runner_up_slower"]
+    columns = [
+        "env",
+        "op",
+        "dtype",
+        "threads",
+        "size",
+        "fastest",
+        "time",
+        "gflops",
+        "pct_measured_peak",
+        "pct_theoretical_peak",
+        "runner_up",
+        "runner_up_slower",
+    ]
     timed = cases.loc[cases["time"].notna()]
     keys = ["env", "op", "dtype", "threads"]
     timed = timed.loc[timed["size"].fillna(0) == timed.groupby(keys, dropna=False)["size"].transform("max").fillna(0)]
@@ -300,12 +373,22 @@ def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
         measured = peak.measured.get((env, dtype, threads), (math.nan, ""))[0]
         theoretical = peak.theoretical.get((env, dtype, threads), math.nan)
         second = group.iloc[1] if len(group) > 1 else None
-        rows.append({"env": env, "op": op, "dtype": dtype, "threads": threads, "size": best["size"],
-                     "fastest": best["implementation"], "time": best["time"], "gflops": best["gflops"],
-                     "pct_measured_peak": 100 * best["gflops"] / measured,
-                     "pct_theoretical_peak": 100 * best["gflops"] / theoretical,
-                     "runner_up": "" if second is None else second["implementation"],
-                     "runner_up_slower": math.nan if second is None else second["time"] / best["time"]})
+        rows.append(
+            {
+                "env": env,
+                "op": op,
+                "dtype": dtype,
+                "threads": threads,
+                "size": best["size"],
+                "fastest": best["implementation"],
+                "time": best["time"],
+                "gflops": best["gflops"],
+                "pct_measured_peak": 100 * best["gflops"] / measured,
+                "pct_theoretical_peak": 100 * best["gflops"] / theoretical,
+                "runner_up": "" if second is None else second["implementation"],
+                "runner_up_slower": math.nan if second is None else second["time"] / best["time"],
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -320,8 +403,19 @@ class Changes:
     note: str = ""  # why nothing was compared
 
 
-CHANGE_COLUMNS = ["op", "impl", "dtype", "size", "condition", "threads", "verdict", "time_ratio", "bits",
-                  "verdict_base", "verdict_new"]
+CHANGE_COLUMNS = [
+    "op",
+    "impl",
+    "dtype",
+    "size",
+    "condition",
+    "threads",
+    "verdict",
+    "time_ratio",
+    "bits",
+    "verdict_base",
+    "verdict_new",
+]
 
 
 def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
@@ -338,7 +432,11 @@ def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
         if len(others) < 2:
             return Changes(note="nothing to compare: one commit in one environment in these results")
         base, new = others.iloc[-2], newest
-        specs = (base["env_name"], new["env_name"]) if base["env_name"] != new["env_name"] else (base["machine"], new["machine"])
+        specs = (
+            (base["env_name"], new["env_name"])
+            if base["env_name"] != new["env_name"]
+            else (base["machine"], new["machine"])
+        )
         scope = frame.loc[frame["commit_hash"] == newest["commit_hash"]]
         names = specs
     try:
@@ -367,5 +465,12 @@ class Answers:
 def answer(frame: pd.DataFrame, results_dir: Path) -> Answers:
     cases = latest_cases(frame)
     peak = peaks(cases, results_dir)
-    return Answers(cases, verdicts(cases), discrepancies(cases), reproducibility(cases), speed(cases, peak), peak,
-                   changes(frame, results_dir))
+    return Answers(
+        cases,
+        verdicts(cases),
+        discrepancies(cases),
+        reproducibility(cases),
+        speed(cases, peak),
+        peak,
+        changes(frame, results_dir),
+    )

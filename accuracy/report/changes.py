@@ -33,12 +33,17 @@ class Timing:
     @classmethod
     def of(cls, value, ci_99_a=None, ci_99_b=None, repeat=None, samples=None) -> Timing:
         """From asv's stored statistics, where a missing one may be None or NaN."""
+
         def number(v):
             return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
         repeat = number(repeat)
-        return cls(float(value), (number(ci_99_a), number(ci_99_b)), None if repeat is None else int(repeat),
-                   tuple(samples) if isinstance(samples, (tuple, list)) else None)
+        return cls(
+            float(value),
+            (number(ci_99_a), number(ci_99_b)),
+            None if repeat is None else int(repeat),
+            tuple(samples) if isinstance(samples, (tuple, list)) else None,
+        )
 
     @property
     def usable(self) -> bool:

@@ -26,12 +26,12 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
+from accuracy.judge.verdicts import VERDICTS, WITHIN
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
 from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
 from accuracy.report.stack import read_load, stack_difference
-from accuracy.judge.verdicts import VERDICTS, WITHIN
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
 SAFE, NOT_SAFE, INCONCLUSIVE = "SAFE", "NOT SAFE", "INCONCLUSIVE"
@@ -54,8 +54,18 @@ LEFT_WITHIN = tuple(f"now {v}" for v in VERDICTS if v != WITHIN)  # now suspicio
 TIME_INCONCLUSIVE, NOW_WITHIN, FASTER = "speed inconclusive", f"now {WITHIN}", "faster"
 CHANGED_WITHIN, STILL_OUTSIDE, UNCHANGED = CHANGED_BITS[0], f"changed, still not {WITHIN}", "unchanged"
 BAD = frozenset({*LEFT_WITHIN, FAILING, SLOWER})
-VERDICT_ORDER = (*LEFT_WITHIN, FAILING, SLOWER, TIME_INCONCLUSIVE, STILL_OUTSIDE, CHANGED_WITHIN, NOW_WITHIN,
-                 FASTER, NOT_REPRODUCIBLE, UNCHANGED)
+VERDICT_ORDER = (
+    *LEFT_WITHIN,
+    FAILING,
+    SLOWER,
+    TIME_INCONCLUSIVE,
+    STILL_OUTSIDE,
+    CHANGED_WITHIN,
+    NOW_WITHIN,
+    FASTER,
+    NOT_REPRODUCIBLE,
+    UNCHANGED,
+)
 
 
 @dataclass
@@ -103,8 +113,15 @@ class Comparison:
         verdict = self.verdict
         if verdict == NOT_SAFE:
             left = sum(counts[v] for v in LEFT_WITHIN)
-            parts = [f"{_n(left, 'case')} left within rounding ("
-                     + ", ".join(f"{counts[v]} {v}" for v in LEFT_WITHIN if counts[v]) + ")"] if left else []
+            parts = (
+                [
+                    f"{_n(left, 'case')} left within rounding ("
+                    + ", ".join(f"{counts[v]} {v}" for v in LEFT_WITHIN if counts[v])
+                    + ")"
+                ]
+                if left
+                else []
+            )
             if counts[SLOWER]:
                 parts.append(f"{_n(counts[SLOWER], 'significant slowdown')} beyond {pct}")
             if counts[FAILING]:
@@ -113,12 +130,16 @@ class Comparison:
         else:
             head = f"{verdict}: no case left within rounding, no significant slowdown beyond {pct}"
             if verdict == INCONCLUSIVE and self.busy:
-                head += (f"; but the speed of {undecided} of {timed} timed cases is undecided: the machine was "
-                         f"busy ({'; '.join(self.busy)}), so no time difference is taken as real: rerun on an "
-                         "idle machine")
+                head += (
+                    f"; but the speed of {undecided} of {timed} timed cases is undecided: the machine was "
+                    f"busy ({'; '.join(self.busy)}), so no time difference is taken as real: rerun on an "
+                    "idle machine"
+                )
             elif verdict == INCONCLUSIVE:
-                head += (f"; but the speed of {undecided} of {timed} timed cases is undecided (fewer than 2 "
-                         "samples, or a change asv's test does not confirm): rerun with more samples")
+                head += (
+                    f"; but the speed of {undecided} of {timed} timed cases is undecided (fewer than 2 "
+                    "samples, or a change asv's test does not confirm): rerun with more samples"
+                )
         bits = "bits: " + ", ".join(f"{count} {what}" for what, count in self.bits().items())
         speed = [f"{counts[v]} {v}" for v in (SLOWER, FASTER) if counts[v]]
         speed.append(f"{timed - counts[SLOWER] - counts[FASTER] - undecided} same")
@@ -136,9 +157,11 @@ class Comparison:
         A second run of just those classes, compared on its own, tells which are real."""
         classes = sorted({row["benchmark_class"] for row in self.rows if SLOWER in row["verdicts"]})
         pattern = "|".join(c.replace(".", r"\.") for c in classes)
-        return (f"confirm the slowdowns with a second run of their classes in another results directory, "
-                f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
-                f"--config and --commits), then opbench compare --results DIR2 BASE NEW")
+        return (
+            f"confirm the slowdowns with a second run of their classes in another results directory, "
+            f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
+            f"--config and --commits), then opbench compare --results DIR2 BASE NEW"
+        )
 
     def to_json(self) -> dict:
         return {
@@ -160,9 +183,7 @@ class Comparison:
         }
 
 
-def compare_results(
-    results_dir, base: str, new: str, time_threshold: float = DEFAULT_TIME_THRESHOLD
-) -> Comparison:
+def compare_results(results_dir, base: str, new: str, time_threshold: float = DEFAULT_TIME_THRESHOLD) -> Comparison:
     """Load `results_dir` and compare result set `new` against `base`."""
     if not (time_threshold > 1 and math.isfinite(time_threshold)):
         raise OpbenchError(f"--time-threshold must be a ratio above 1 (e.g. 1.10), not {time_threshold}")
@@ -176,14 +197,17 @@ def compare_results(
     return comparison
 
 
-def compare_sets(base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD,
-                 busy: list[str] = ()) -> Comparison:
+def compare_sets(
+    base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD, busy: list[str] = ()
+) -> Comparison:
     """One row per case present in both sets, worst first. `busy` says when the machine was busy
     (`busy_machine`): a timing change is then inconclusive, never slower or faster."""
     # Machine / env name are part of the row key when both sets share a value: comparing two
     # machines that both ran env e1 and e2 pairs e1 with e1; comparing env a with env b does not.
     key_dims = [
-        dim for dim in KEY_DIMS if set(base.frame[dim]) & set(new.frame[dim])
+        dim
+        for dim in KEY_DIMS
+        if set(base.frame[dim]) & set(new.frame[dim])
         and (base.frame[dim].nunique() > 1 or new.frame[dim].nunique() > 1)
     ]
     wide_base, wide_new = _wide(base, key_dims), _wide(new, key_dims)
@@ -198,8 +222,14 @@ def compare_sets(base: ResultSet, new: ResultSet, time_threshold: float = DEFAUL
     rows = [_row(record, index, params, time_threshold, bool(busy)) for record in merged.to_dict("records")]
     rows.sort(key=_sort_key)
     return Comparison(
-        base, new, time_threshold, rows, key_dims,
-        only_in_base=len(wide_base) - len(merged), only_in_new=len(wide_new) - len(merged), busy=list(busy),
+        base,
+        new,
+        time_threshold,
+        rows,
+        key_dims,
+        only_in_base=len(wide_base) - len(merged),
+        only_in_new=len(wide_new) - len(merged),
+        busy=list(busy),
     )
 
 
@@ -230,8 +260,10 @@ def _wide(result_set: ResultSet, key_dims: list[str]) -> pd.DataFrame:
         dims = [d for d in KEY_DIMS if d not in key_dims and frame[d].nunique() > 1]
         what = " and ".join(d.replace("env_name", "environment") for d in dims) or "benchmark of the same metric"
         listed = ", ".join(sorted(frame[dims[0]].unique())) if dims else "duplicate rows"
-        raise OpbenchError(f"{result_set.role} {result_set.spec!r} covers more than one {what} ({listed}) "
-                           "that the other set cannot be matched against; name a narrower set")
+        raise OpbenchError(
+            f"{result_set.role} {result_set.spec!r} covers more than one {what} ({listed}) "
+            "that the other set cannot be matched against; name a narrower set"
+        )
     stats = [s for s in _STATS if s in frame.columns]
     wide = frame.pivot(index=index, columns="slot", values=stats)
     wide.columns = [slot if stat == "value" else f"{slot}_{stat}" for stat, slot in wide.columns]
@@ -268,8 +300,11 @@ def _row(record: dict, index: list[str], params: dict, threshold: float, busy: b
     for slot in _SLOTS:
         row[f"{slot}_base"], row[f"{slot}_new"] = get(slot, "base"), get(slot, "new")
     verdicts: list[str] = []
-    row["newly_failing"] = [s for s in _FAILURE_SLOTS if get(s, "base") is not None and get(s, "new") is None
-                            and _flag(record.get(f"{s}_failed_new"))]
+    row["newly_failing"] = [
+        s
+        for s in _FAILURE_SLOTS
+        if get(s, "base") is not None and get(s, "new") is None and _flag(record.get(f"{s}_failed_new"))
+    ]
     if row["newly_failing"]:
         verdicts.append(FAILING)
     verdicts += _speed(row, record, threshold, busy)
@@ -293,13 +328,22 @@ def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
     row["time_change"] = timing_change(*timings, threshold)
     if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
         row["time_change"] = changes.INCONCLUSIVE
-    return [{changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}.get(
-        row["time_change"])] if row["time_change"] != changes.SAME else []
+    return (
+        [
+            {changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}.get(
+                row["time_change"]
+            )
+        ]
+        if row["time_change"] != changes.SAME
+        else []
+    )
 
 
 def _timing(record: dict, side: str) -> Timing:
-    return Timing.of(record[f"time_{side}"], *(record.get(f"time_{stat}_{side}")
-                                              for stat in ("ci_99_a", "ci_99_b", "repeat", "samples")))
+    return Timing.of(
+        record[f"time_{side}"],
+        *(record.get(f"time_{stat}_{side}") for stat in ("ci_99_a", "ci_99_b", "repeat", "samples")),
+    )
 
 
 def _accuracy(row: dict) -> list[str]:

@@ -9,9 +9,28 @@ import pandas as pd
 NOT_EXPORTED = ("samples",)  # raw timing samples: the exported frame keeps asv's statistics of them
 DATE_COLUMNS = ("commit_date", "started_at", "prev_commit_date")
 # Text that can look numeric ("8" threads, version "1", an all-digit hash): never let CSV guess.
-TEXT_COLUMNS = ("op", "backend", "implementation", "dtype", "condition", "machine", "env_name", "commit_hash",
-                "prev_commit_hash", "file", "blas", "blas_threads", "torch_version", "numpy_version", "benchmark",
-                "params", "version", "kind", "unit", "metric")
+TEXT_COLUMNS = (
+    "op",
+    "backend",
+    "implementation",
+    "dtype",
+    "condition",
+    "machine",
+    "env_name",
+    "commit_hash",
+    "prev_commit_hash",
+    "file",
+    "blas",
+    "blas_threads",
+    "torch_version",
+    "numpy_version",
+    "benchmark",
+    "params",
+    "version",
+    "kind",
+    "unit",
+    "metric",
+)
 
 
 def export_frame(frame: pd.DataFrame, stem: Path) -> tuple[Path, Path]:

@@ -31,8 +31,25 @@ MACHINE_FILE = "machine.json"
 STAT_NAMES = ("ci_99_a", "ci_99_b", "q_25", "q_75", "number", "repeat")
 SERIES_KEYS = ["machine", "env_name", "benchmark", "params"]
 BASE_COLUMNS = frozenset(
-    ["machine", "env_name", "commit_hash", "commit_date", "file", *FINGERPRINT_COLUMNS, "benchmark", "params",
-     "value", "started_at", "version", *STAT_NAMES, "samples", "failed", "kind", "unit", "metric"]
+    [
+        "machine",
+        "env_name",
+        "commit_hash",
+        "commit_date",
+        "file",
+        *FINGERPRINT_COLUMNS,
+        "benchmark",
+        "params",
+        "value",
+        "started_at",
+        "version",
+        *STAT_NAMES,
+        "samples",
+        "failed",
+        "kind",
+        "unit",
+        "metric",
+    ]
 )
 # Errors asv (or json) raises on a truncated, corrupt or partial results file.
 _UNREADABLE = (util.UserError, OSError, ValueError, TypeError, AttributeError, KeyError)
@@ -136,7 +153,7 @@ class _RowBuilder:
             params = result.get_result_params(name) or []
             labels, _ = self._combinations(name, params)
             # asv pads a short value list with None; a mismatch means the file was cut short.
-            raw = result._results[name]  # noqa: SLF001 - asv has no public "raw length" accessor
+            raw = result._results[name]
             if raw is not None and len(raw) != len(labels):
                 self._warnings.append(
                     f"{path}: skipped {name}, {len(raw)} values for {len(labels)} parameter combinations"
@@ -168,7 +185,7 @@ class _RowBuilder:
         if key not in self._combos:
             names = self._param_names(name, len(params))
             combos = [
-                dict(zip(names, (_readable(v) for v in combo))) for combo in itertools.product(*params)
+                dict(zip(names, (_readable(v) for v in combo), strict=False)) for combo in itertools.product(*params)
             ]
             labels = [", ".join(f"{k}={v}" for k, v in combo.items()) for combo in combos]
             self._combos[key] = (labels, combos)
@@ -201,7 +218,7 @@ class _RowBuilder:
         )
         frame["metric"] = metric_column(frame)
         frame = with_gflops(frame.merge(self._param_table(), on=["benchmark", "params"], how="left"))
-        return frame.sort_values(SERIES_KEYS + ["commit_date"], ignore_index=True)
+        return frame.sort_values([*SERIES_KEYS, "commit_date"], ignore_index=True)
 
     def _param_table(self) -> pd.DataFrame:
         """One column per parameter name, numeric where every value is a number."""
@@ -209,7 +226,7 @@ class _RowBuilder:
             [
                 {"benchmark": name, "params": label} | combo
                 for (name, _), (labels, combos) in self._combos.items()
-                for label, combo in zip(labels, combos)
+                for label, combo in zip(labels, combos, strict=False)
             ]
         ).drop_duplicates(["benchmark", "params"])
         for column in table.columns.difference(["benchmark", "params"]):

@@ -63,7 +63,7 @@ def with_gflops(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     times = frame.loc[(frame["metric"] == "time") & ~frame["failed"]]  # a failure is reported once, as a time
     keys = times[["benchmark", "size"]].drop_duplicates()
-    keys["flops"] = [flop_count(b, s) for b, s in zip(keys["benchmark"], keys["size"])]
+    keys["flops"] = [flop_count(b, s) for b, s in zip(keys["benchmark"], keys["size"], strict=False)]
     rates = times.merge(keys, on=["benchmark", "size"], how="left")
     rates = rates.loc[rates["flops"].notna()].copy()
     if rates.empty:

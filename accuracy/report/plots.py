@@ -71,15 +71,27 @@ def _figure(height: float, labels, right: float = 0.98) -> Figure:
     longest = max((len(str(label)) for label in labels), default=10)
     fig = Figure(figsize=(WIDTH, height))
     inches = lambda points: points / 72  # noqa: E731
-    fig.subplots_adjust(left=min(0.6, (inches(longest * 5.6) + 0.15) / WIDTH), right=right,
-                        bottom=inches(34) / height, top=1 - inches(22) / height, wspace=0.14)
+    fig.subplots_adjust(
+        left=min(0.6, (inches(longest * 5.6) + 0.15) / WIDTH),
+        right=right,
+        bottom=inches(34) / height,
+        top=1 - inches(22) / height,
+        wspace=0.14,
+    )
     return fig
 
 
 def _bars(ax, y, widths, styles: list[dict], left=0.0) -> None:
     """One horizontal bar per row, each in its series' colour and hatch (one call: fast)."""
-    ax.barh(y, widths, left=left, color=[s["color"] for s in styles], hatch=[s["hatch"] for s in styles],
-            edgecolor="#333", linewidth=0.3)
+    ax.barh(
+        y,
+        widths,
+        left=left,
+        color=[s["color"] for s in styles],
+        hatch=[s["hatch"] for s in styles],
+        edgecolor="#333",
+        linewidth=0.3,
+    )
 
 
 def _log_x(ax) -> None:
@@ -94,14 +106,16 @@ def accuracy_figure(cases: pd.DataFrame) -> str | None:
     present = [panel for panel in ACCURACY_PANELS if panel[0] in cases and cases[panel[0]].notna().any()]
     if not present:
         return None
-    worst = cases.groupby("label")[[p[0] for p in present] + (["verdict_tier"] if "verdict_tier" in cases else [])].max()
+    worst = cases.groupby("label")[
+        [p[0] for p in present] + (["verdict_tier"] if "verdict_tier" in cases else [])
+    ].max()
     order = "bound_ratio" if "bound_ratio" in worst else present[0][0]
     worst = worst.sort_values(order, na_position="first")  # the largest error at the top
     styles = _styles(list(worst.index))
     fig = _figure(_height(len(worst)), worst.index, right=0.93)
     axes = fig.subplots(1, len(present), sharey=True, squeeze=False)[0]
     y = np.arange(len(worst))
-    for ax, (metric, title, line) in zip(axes, present):
+    for ax, (metric, title, line) in zip(axes, present, strict=False):
         values = worst[metric].to_numpy(dtype=float)
         positive = values[np.isfinite(values) & (values > 0)]
         floor = positive.min() / 10 if positive.size else 1e-3
@@ -120,9 +134,17 @@ def accuracy_figure(cases: pd.DataFrame) -> str | None:
     if "verdict_tier" in worst:
         for i, tier in enumerate(worst["verdict_tier"]):
             if tier == tier and int(tier) in TIER_MARKS:
-                axes[-1].annotate(TIER_MARKS[int(tier)], (1, y[i]), xycoords=("axes fraction", "data"),
-                                  xytext=(4, 0), textcoords="offset points", va="center", fontsize=8,
-                                  color="tab:red" if tier == 2 else "tab:orange", annotation_clip=False)
+                axes[-1].annotate(
+                    TIER_MARKS[int(tier)],
+                    (1, y[i]),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(4, 0),
+                    textcoords="offset points",
+                    va="center",
+                    fontsize=8,
+                    color="tab:red" if tier == 2 else "tab:orange",
+                    annotation_clip=False,
+                )
     axes[0].set_yticks(y, list(worst.index), fontsize=9)
     return to_png_base64(fig)
 
@@ -149,13 +171,22 @@ def _time_vs_size(timed: pd.DataFrame) -> str:
     thread_counts = sorted(timed["threads"].dropna().unique())
     dashes = {t: ("-" if t == max(thread_counts) else "--" if i == 0 else ":") for i, t in enumerate(thread_counts)}
     legend = [f"{label}, {_threads_label(t)}" for label in timed["label"].unique() for t in thread_counts]
-    fig = _figure(max(3.6, 0.9 + 0.16 * len(legend)), ["1e-3 seconds"],
-                  right=1 - min(0.6, (max(map(len, legend)) * 5.6 / 72 + 0.6) / WIDTH))
+    fig = _figure(
+        max(3.6, 0.9 + 0.16 * len(legend)),
+        ["1e-3 seconds"],
+        right=1 - min(0.6, (max(map(len, legend)) * 5.6 / 72 + 0.6) / WIDTH),
+    )
     ax = fig.subplots()
     for (label, threads), line in timed.groupby(["label", "threads"]):
         line = line.sort_values("size")
-        ax.plot(line["size"], line["time"], marker="o", color=styles[label]["color"], linestyle=dashes[threads],
-                label=f"{label}, {_threads_label(threads)}")
+        ax.plot(
+            line["size"],
+            line["time"],
+            marker="o",
+            color=styles[label]["color"],
+            linestyle=dashes[threads],
+            label=f"{label}, {_threads_label(threads)}",
+        )
     ax.set(xscale="log", yscale="log", xlabel="size", ylabel="seconds per call")
     ax.minorticks_off()
     ax.set_xticks(sorted(timed["size"].unique()), [str(int(s)) for s in sorted(timed["size"].unique())])
@@ -175,16 +206,23 @@ def _sorted_bars(timed: pd.DataFrame) -> str:
     fig = _figure(_height(len(bars)), bars["label"])
     ax = fig.subplots()
     y = np.arange(len(bars))
-    row = dict(zip(bars["label"], y))
+    row = dict(zip(bars["label"], y, strict=False))
     _bars(ax, y, bars["time"].to_numpy(), [styles[label] for label in bars["label"]])
-    for i, (seconds, rate) in enumerate(zip(bars["time"], bars.get("gflops", bars["time"] * math.nan))):
+    for i, (seconds, rate) in enumerate(zip(bars["time"], bars.get("gflops", bars["time"] * math.nan), strict=False)):
         text = f" {seconds * 1e3:.3g} ms" + (f", {rate:.3g} GFLOP/s" if rate == rate else "")
         ax.text(seconds, i, text, va="center", fontsize=8)
     markers = ("o", "s", "^", "D")
     for k, (threads, points) in enumerate(others.groupby("threads")):
         points = points.loc[points["label"].isin(row)]
-        ax.scatter(points["time"], points["label"].map(row), marker=markers[k % len(markers)], facecolor="none",
-                   edgecolor="black", zorder=3, label=_threads_label(threads))
+        ax.scatter(
+            points["time"],
+            points["label"].map(row),
+            marker=markers[k % len(markers)],
+            facecolor="none",
+            edgecolor="black",
+            zorder=3,
+            label=_threads_label(threads),
+        )
     ax.set_yticks(y, list(bars["label"]), fontsize=9)
     _log_x(ax)
     ax.set_xlim(right=bars["time"].max() * 20)

@@ -20,8 +20,7 @@ from accuracy.report.stack import read_stack
 
 KEY_DIMS = ("machine", "env_name")
 _HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
-_WORDS = {"machine": "machine", "env_name": "environment", "commit": "commit hash prefix",
-          "alias": "package versions"}
+_WORDS = {"machine": "machine", "env_name": "environment", "commit": "commit hash prefix", "alias": "package versions"}
 
 
 @dataclass
@@ -51,8 +50,9 @@ def file_stacks(results_dir: Path, frame: pd.DataFrame) -> dict[tuple[str, str],
     return {(m, f): read_stack(Path(results_dir) / m / f) for m, f in pairs}
 
 
-def resolve(frame: pd.DataFrame, spec: str, role: str, stacks: dict[tuple[str, str], dict | None],
-            warnings: list[str] = ()) -> ResultSet:
+def resolve(
+    frame: pd.DataFrame, spec: str, role: str, stacks: dict[tuple[str, str], dict | None], warnings: list[str] = ()
+) -> ResultSet:
     """The rows `spec` names, at their latest commit."""
     matches = _exact(frame, spec, role) or _prefix(frame, spec, role) or _alias(frame, spec, role, stacks)
     if not matches:
@@ -61,7 +61,7 @@ def resolve(frame: pd.DataFrame, spec: str, role: str, stacks: dict[tuple[str, s
     if len(matches) > 1:
         kinds = " and ".join(_WORDS[k] for k in matches)
         raise OpbenchError(f"{role} {spec!r} is ambiguous: it names both a {kinds}; {_available(frame)}")
-    (matched_on, hit), = matches.items()
+    ((matched_on, hit),) = matches.items()
     rows = frame.loc[hit]
     latest = rows.sort_values(["commit_date", "started_at"], na_position="first").iloc[-1]["commit_hash"]
     rows = rows.loc[rows["commit_hash"] == latest]
@@ -96,14 +96,22 @@ def _alias(frame: pd.DataFrame, spec: str, role: str, stacks: dict) -> dict[str,
         return {}
     pins = [(_normal(name), version) for name, _, version in pins]
     files = frame[["machine", "file", "env_name"]].drop_duplicates()
-    chosen = [(m, f) for m, f, env in files.itertuples(index=False)
-              if all(_has(stacks.get((m, f)) or {}, env, name, version) for name, version in pins)]
+    chosen = [
+        (m, f)
+        for m, f, env in files.itertuples(index=False)
+        if all(_has(stacks.get((m, f)) or {}, env, name, version) for name, version in pins)
+    ]
     if not chosen:
         return {}
     keys = pd.MultiIndex.from_frame(frame[["machine", "file"]])
     hit = pd.Series(keys.isin(chosen), index=frame.index)
-    _unique(frame.loc[hit, "env_name"] + " on " + frame.loc[hit, "machine"], spec, role, "environments",
-            "add another package==version, comma-separated")
+    _unique(
+        frame.loc[hit, "env_name"] + " on " + frame.loc[hit, "machine"],
+        spec,
+        role,
+        "environments",
+        "add another package==version, comma-separated",
+    )
     return {"alias": hit}
 
 
@@ -146,8 +154,6 @@ def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
 def _available(frame: pd.DataFrame) -> str:
     machines = ", ".join(sorted(frame["machine"].unique()))
     envs = ", ".join(sorted(frame["env_name"].unique()))
-    commits = (
-        frame.drop_duplicates("commit_hash").sort_values("commit_date", ascending=False)["commit_hash"].str[:8]
-    )
+    commits = frame.drop_duplicates("commit_hash").sort_values("commit_date", ascending=False)["commit_hash"].str[:8]
     more = f" (+{len(commits) - 10} older)" if len(commits) > 10 else ""
     return f"machines: {machines}; environments: {envs}; commits: {', '.join(commits[:10])}{more}"

@@ -24,9 +24,11 @@ class SavedSelftest:
 
     def headline(self) -> str:
         s = self.summary
-        return (f"{s['false_alarms']} false alarms in {s['correct_judgements']} judgements of correct implementations; "
-                f"{s['caught']} of {s['must_catch']} must-catch mutants caught ({100 * s['catch_rate']:.1f}%); "
-                f"{s['confirmed_alarms']} confirmed alarms (library findings); {s['cases']} op/dtype/condition cases")
+        return (
+            f"{s['false_alarms']} false alarms in {s['correct_judgements']} judgements of correct implementations; "
+            f"{s['caught']} of {s['must_catch']} must-catch mutants caught ({100 * s['catch_rate']:.1f}%); "
+            f"{s['confirmed_alarms']} confirmed alarms (library findings); {s['cases']} op/dtype/condition cases"
+        )
 
 
 def find_selftest(results_dir: Path) -> SavedSelftest | None:

@@ -41,7 +41,7 @@ def read_load(result_path: Path) -> tuple[float, int] | None:
 
 
 def flatten(fingerprint: dict) -> dict[str, str]:
-    """"what" -> "which" for every part of the stack the fingerprint names."""
+    """ "what" -> "which" for every part of the stack the fingerprint names."""
     stack: dict[str, str] = {}
     if fingerprint.get("python"):
         stack["python"] = str(fingerprint["python"])
@@ -69,8 +69,11 @@ def flatten(fingerprint: dict) -> dict[str, str]:
 def stack_difference(base: dict[str, str] | None, new: dict[str, str] | None) -> list[tuple[str, str, str]]:
     """(what, BASE's, NEW's) for each part that differs, in name order."""
     base, new = base or {}, new or {}
-    return [(key, base.get(key, MISSING), new.get(key, MISSING))
-            for key in sorted(base.keys() | new.keys()) if base.get(key) != new.get(key)]
+    return [
+        (key, base.get(key, MISSING), new.get(key, MISSING))
+        for key in sorted(base.keys() | new.keys())
+        if base.get(key) != new.get(key)
+    ]
 
 
 def _library(entry: dict, name_key: str) -> str:

@@ -54,26 +54,31 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     impl, dtype = _impl_and_dtype(frame)
     parts = impl.str.partition(":")
     backend, name = parts[0], parts[2]
-    out = pd.DataFrame({
-        "op": frame["benchmark"].map(_op_name),
-        "backend": backend.where(name != "", pd.NA),
-        "implementation": name.where(name != "", impl),
-        "dtype": dtype,
-        "size": _integers(frame, "size"),
-        "threads": _integers(frame, "threads"),
-        "condition": _column(frame, "condition").fillna("random").astype("string"),
-        "metric": frame["metric"].astype("string"),
-        "unit": frame["unit"].astype("string"),
-        "higher_is_better": higher_is_better(frame["metric"]),
-        "value": pd.to_numeric(frame["value"], errors="coerce"),
-        "ci_low": pd.to_numeric(frame["ci_99_a"], errors="coerce"),
-        "ci_high": pd.to_numeric(frame["ci_99_b"], errors="coerce"),
-        "n_samples": pd.to_numeric(frame["repeat"], errors="coerce").astype("Int64").where(frame["metric"] == "time"),
-        "failed": frame["failed"].astype(bool),
-    }, index=frame.index)
+    out = pd.DataFrame(
+        {
+            "op": frame["benchmark"].map(_op_name),
+            "backend": backend.where(name != "", pd.NA),
+            "implementation": name.where(name != "", impl),
+            "dtype": dtype,
+            "size": _integers(frame, "size"),
+            "threads": _integers(frame, "threads"),
+            "condition": _column(frame, "condition").fillna("random").astype("string"),
+            "metric": frame["metric"].astype("string"),
+            "unit": frame["unit"].astype("string"),
+            "higher_is_better": higher_is_better(frame["metric"]),
+            "value": pd.to_numeric(frame["value"], errors="coerce"),
+            "ci_low": pd.to_numeric(frame["ci_99_a"], errors="coerce"),
+            "ci_high": pd.to_numeric(frame["ci_99_b"], errors="coerce"),
+            "n_samples": pd.to_numeric(frame["repeat"], errors="coerce")
+            .astype("Int64")
+            .where(frame["metric"] == "time"),
+            "failed": frame["failed"].astype(bool),
+        },
+        index=frame.index,
+    )
     for column in COLUMNS:  # the rest pass through: commit, machine, environment, fingerprint
         if column not in out:
-            out[column] = frame[column] if column in frame else pd.NA
+            out[column] = frame.get(column, pd.NA)
     for column in ("op", "backend", "implementation", "dtype"):
         out[column] = out[column].astype("string")
     return out[list(COLUMNS)].reset_index(drop=True)
@@ -89,8 +94,9 @@ def write_data_dictionary(directory: Path) -> tuple[Path, Path]:
 
 
 def dictionary_markdown() -> str:
-    return "\n".join(["| column | meaning |", "|---|---|",
-                      *(f"| `{c}` | {DATA_DICTIONARY[c]} |" for c in COLUMNS)]) + "\n"
+    return (
+        "\n".join(["| column | meaning |", "|---|---|", *(f"| `{c}` | {DATA_DICTIONARY[c]} |" for c in COLUMNS)]) + "\n"
+    )
 
 
 def _impl_and_dtype(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -127,4 +133,3 @@ def _op_name(benchmark: str) -> str:
 def op_of_class(cls: str) -> str:
     """`Linear` -> "linear": the op a generated benchmark class measures (else the class name)."""
     return _op_names().get(cls, cls)
-

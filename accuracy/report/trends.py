@@ -24,9 +24,19 @@ DEFAULT_WINDOW = 3
 DEFAULT_NONDETERMINISTIC: tuple[str, ...] = ()
 
 STEP_COLUMNS = [
-    *SERIES_KEYS, "kind", "metric", "unit", "change", "method",
-    "prev_commit_hash", "commit_hash", "prev_commit_date", "commit_date",
-    "old_value", "new_value", "ratio",
+    *SERIES_KEYS,
+    "kind",
+    "metric",
+    "unit",
+    "change",
+    "method",
+    "prev_commit_hash",
+    "commit_hash",
+    "prev_commit_date",
+    "commit_date",
+    "old_value",
+    "new_value",
+    "ratio",
 ]
 
 
@@ -39,7 +49,8 @@ def find_steps(
     """Regressions and improvements, one row per step, with the commit that introduced it."""
     digests = [m.name for m in compared(IDENTITY)]  # bits changing is no regression or improvement
     ordered = frame.loc[~frame["failed"] & ~frame["metric"].isin(digests)].sort_values(
-        [*SERIES_KEYS, "commit_date", "started_at"])
+        [*SERIES_KEYS, "commit_date", "started_at"]
+    )
     timing = [c for c in ("value", "ci_99_a", "ci_99_b", "repeat", "samples") if c in ordered.columns]
     series = ordered.groupby(SERIES_KEYS, sort=False)
     prev = series[[*timing, "commit_hash", "commit_date"]].shift(1)
@@ -61,10 +72,15 @@ def find_steps(
 
     ci = method == "ci"
     if ci.any():
-        is_step[ci] = np.array([
-            timing_change(Timing.of(**before), Timing.of(**after), threshold) in (SLOWER, FASTER)
-            for before, after in zip(prev.loc[ci, timing].to_dict("records"), ordered.loc[ci, timing].to_dict("records"))
-        ], dtype=bool)
+        is_step[ci] = np.array(
+            [
+                timing_change(Timing.of(**before), Timing.of(**after), threshold) in (SLOWER, FASTER)
+                for before, after in zip(
+                    prev.loc[ci, timing].to_dict("records"), ordered.loc[ci, timing].to_dict("records"), strict=False
+                )
+            ],
+            dtype=bool,
+        )
 
     median = method == "median"
     if median.any():

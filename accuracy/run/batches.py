@@ -19,7 +19,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-
 BATCHES = 4  # a Ctrl-C keeps all but the batch it interrupts: about 3/4 of a run or more
 
 

@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from accuracy.run.offline_pages import make_offline
-from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.core.errors import OpbenchError
-from accuracy.run.results_store import merge_benchmarks_json, results_lock, write_atomic
+from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
+from accuracy.run.offline_pages import make_offline
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
+from accuracy.run.results_store import merge_benchmarks_json, results_lock, write_atomic
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
@@ -58,13 +58,22 @@ def graph_branches(config_path: Path) -> list[str]:
     the first), then the configured ones. asv graphs only commits of configured branches, so a run
     on a feature branch would publish empty graphs. A detached HEAD has no branch to add."""
     configured = list(load_asv_config(config_path).get("branches", ["main"]))
-    head = subprocess.run(["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return ([head] if head and head not in configured else []) + configured
 
 
-def write_private_config(config_path: Path, results: Path, html: Path, workdir: Path,
-                         benchmark_dir: Path | None = None, branches: list[str] | None = None) -> Path:
+def write_private_config(
+    config_path: Path,
+    results: Path,
+    html: Path,
+    workdir: Path,
+    benchmark_dir: Path | None = None,
+    branches: list[str] | None = None,
+) -> Path:
     """A copy of the project's asv config with every path absolute and results redirected
     (and the benchmark directory, for a batch; the branches to graph, for a publish)."""
     root = config_path.resolve().parent
@@ -120,8 +129,9 @@ def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, 
 
 def check_commit_range(repo: Path, commits: str) -> None:
     """asv takes git's range syntax; asking git first turns a typo into one clear line."""
-    proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-count=1", commits, "--"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-list", "--max-count=1", commits, "--"], capture_output=True, text=True
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         reason = (proc.stderr.strip().splitlines() or ["it selects no commits"])[0]
         raise OpbenchError(f"--commits {commits!r} is not a commit range of {repo}: {reason}")
@@ -143,7 +153,9 @@ def _stage(results: Path, staging: Path, machine: str) -> None:
         shutil.copytree(results / machine, staging / machine)
 
 
-def _commit(staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]) -> list[Path]:
+def _commit(
+    staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]
+) -> list[Path]:
     """Copy a batch's files into the results directory, each by an atomic rename.
 
     Copies, not moves: the next batch's asv merges into the staged files. Each fingerprint
@@ -152,8 +164,9 @@ def _commit(staging: Path, results: Path, machine: str, changed: list[Path], fin
     """
     target = results / machine
     target.mkdir(parents=True, exist_ok=True)
-    write_atomic(results / "benchmarks.json",
-                 merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json"))
+    write_atomic(
+        results / "benchmarks.json", merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json")
+    )
     write_atomic(target / "machine.json", (staging / machine / "machine.json").read_text(encoding="utf-8"))
     written = []
     for path in changed:
@@ -182,8 +195,19 @@ class RunOutcome:
     page_warnings: list[str]  # where asv's HTML pages still need the internet (accuracy.run.offline_pages)
 
 
-def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: bool, bench: str | None,
-              commits: str | None, profile: str | None, knobs: dict[str, str], verbose: bool) -> RunOutcome:
+def run_suite(
+    *,
+    config: Path,
+    results: Path,
+    html: Path,
+    machine: str,
+    quick: bool,
+    bench: str | None,
+    commits: str | None,
+    profile: str | None,
+    knobs: dict[str, str],
+    verbose: bool,
+) -> RunOutcome:
     """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
 
     `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
@@ -196,15 +220,22 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         check_commit_range(repo, commits)
     batches: list[Batch] = []
     saved: list[Batch] = []
-    with results_lock(results), tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-",
-                                                            dir=results.resolve().parent) as tmp:
+    with (
+        results_lock(results),
+        tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent) as tmp,
+    ):
         try:
             tmp = Path(tmp)
             shared = tmp / "shared"
             shared.mkdir()
             # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
-            env = dict(os.environ, OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
-                       OPBENCH_RUN_DIR=str(shared), PYTHONIOENCODING="utf-8", **knobs)
+            env = dict(
+                os.environ,
+                OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
+                OPBENCH_RUN_DIR=str(shared),
+                PYTHONIOENCODING="utf-8",
+                **knobs,
+            )
             here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
             if here is not None:
                 from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
@@ -227,8 +258,11 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
             if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
             batches = plan_batches(private, bench)
-            modules = {name.split(".", 1)[0] for name in json.loads((staging / "benchmarks.json").read_text())
-                       if name != "version"}
+            modules = {
+                name.split(".", 1)[0]
+                for name in json.loads((staging / "benchmarks.json").read_text())
+                if name != "version"
+            }
             progress = ClassProgress([owner for batch in batches for owner in batch.classes])
             pythons = environment_pythons(private) if here is None else {}
             env_fingerprints: dict[str, str] = {}
@@ -240,13 +274,20 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
                 folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
                 batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
                 before = _result_files(staging, machine)
-                status = max(status, log.call([*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
-                                              env, progress=progress))
+                status = max(
+                    status,
+                    log.call(
+                        [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                        env,
+                        progress=progress,
+                    ),
+                )
                 busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
                 if here is None:
-                    fingerprints = {p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints), busiest)
-                                    for p in changed}
+                    fingerprints = {
+                        p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints), busiest) for p in changed
+                    }
                 else:
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
                 with _sigint_deferred():
@@ -255,8 +296,9 @@ def run_suite(*, config: Path, results: Path, html: Path, machine: str, quick: b
         except KeyboardInterrupt:
             raise OpbenchError(_interrupted(results, machine, batches, saved)) from None
         if written:
-            publish_config = write_private_config(config, results, html, tmp / "publish",
-                                                  branches=graph_branches(config))
+            publish_config = write_private_config(
+                config, results, html, tmp / "publish", branches=graph_branches(config)
+            )
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     page_warnings = make_offline(html) if written else []
@@ -267,8 +309,9 @@ def _with_load(fingerprint: str, busiest: float) -> str:
     """The fingerprint plus how busy the machine was (1-minute load average, sampled as each batch
     starts and ends): `opbench compare` will not call a timing change real when other work was
     competing for the CPUs (accuracy/report/compare.py)."""
-    return json.dumps(json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}},
-                      indent=2)
+    return json.dumps(
+        json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}}, indent=2
+    )
 
 
 def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
@@ -276,8 +319,10 @@ def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[
     if not saved:
         return f"interrupted before any batch finished: nothing was saved; {results} is unchanged"
     left = [module for batch in batches if batch not in saved for module in batch.modules]
-    return (f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
-            f"not run or not finished, so not saved: {', '.join(left)}; HTML not published")
+    return (
+        f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+        f"not run or not finished, so not saved: {', '.join(left)}; HTML not published"
+    )
 
 
 def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str]) -> str:

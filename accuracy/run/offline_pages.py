@@ -61,32 +61,59 @@ class NpmPackage:
 
 _CDNJS_FLOT = "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3"
 PACKAGES: tuple[NpmPackage, ...] = (
-    NpmPackage("jquery", "3.3.1",
-               "sha512-Ubldcmxp5np52/ENotGxlLe6aGMvmF4R8S6tZjsP6Knsaxd/xp3Zrh50cG93lR6nPXyUFwzN3ZSOQI0wRJNdGg==",
-               {"https://code.jquery.com/jquery-3.3.1.min.js": "dist/jquery.min.js"}, ("LICENSE.txt",)),
+    NpmPackage(
+        "jquery",
+        "3.3.1",
+        "sha512-Ubldcmxp5np52/ENotGxlLe6aGMvmF4R8S6tZjsP6Knsaxd/xp3Zrh50cG93lR6nPXyUFwzN3ZSOQI0wRJNdGg==",
+        {"https://code.jquery.com/jquery-3.3.1.min.js": "dist/jquery.min.js"},
+        ("LICENSE.txt",),
+    ),
     # npm's flot 0.8.3 has the unminified sources of cdnjs's minified files
-    NpmPackage("flot", "0.8.3",
-               "sha512-xg2otcTJDvS+ERK+my4wxG/ASq90QURXtoM4LhacCq0jQW2jbyjdttbRNqU2cPykrpMvJ6b2uSp6SAgYAzj9tQ==",
-               {f"{_CDNJS_FLOT}/jquery.flot{part}.min.js": f"jquery.flot{part}.js"
-                for part in ("", ".time", ".selection", ".categories")}, ("LICENSE.txt",), as_cdn=False),
-    NpmPackage("flot-orderbars", "1.0.0",  # MIT, stated in its package.json (it ships no licence file)
-               "sha512-Jv51fvzevUjNXEeozpwEKfPjhiZhfiJddv0WHjduUTCmSF+7T5K7C9c9Y1wIVmUhDBv5fLMjgbwKecT0GIKPZA==",
-               {"https://cdn.jsdelivr.net/npm/flot-orderbars@1.0.0/js/jquery.flot.orderBars.js":
-                "js/jquery.flot.orderBars.js"}),
+    NpmPackage(
+        "flot",
+        "0.8.3",
+        "sha512-xg2otcTJDvS+ERK+my4wxG/ASq90QURXtoM4LhacCq0jQW2jbyjdttbRNqU2cPykrpMvJ6b2uSp6SAgYAzj9tQ==",
+        {
+            f"{_CDNJS_FLOT}/jquery.flot{part}.min.js": f"jquery.flot{part}.js"
+            for part in ("", ".time", ".selection", ".categories")
+        },
+        ("LICENSE.txt",),
+        as_cdn=False,
+    ),
+    NpmPackage(
+        "flot-orderbars",
+        "1.0.0",  # MIT, stated in its package.json (it ships no licence file)
+        "sha512-Jv51fvzevUjNXEeozpwEKfPjhiZhfiJddv0WHjduUTCmSF+7T5K7C9c9Y1wIVmUhDBv5fLMjgbwKecT0GIKPZA==",
+        {
+            "https://cdn.jsdelivr.net/npm/flot-orderbars@1.0.0/js/jquery.flot.orderBars.js": "js/jquery.flot.orderBars.js"
+        },
+    ),
     # cdnjs's stupidtable 1.0.1 is not on npm; 1.1.3 keeps the stupidtable()/stupidsort() asv calls
-    NpmPackage("stupid-table-plugin", "1.1.3",
-               "sha512-2Vk7XouQPxUQPRe9w0Fu7ZZ8kHLK7rDoLMsCgtKxRNJ7f4dSOGvW9CkHsq5wD6QsaEnWoyLBYH3xOEsrK3yWBg==",
-               {"https://cdnjs.cloudflare.com/ajax/libs/stupidtable/1.0.1/stupidtable.min.js": "stupidtable.min.js"},
-               ("LICENSE",), as_cdn=False),
-    NpmPackage("blueimp-md5", "2.19.0",
-               "sha512-DRQrD6gJyy8FbiE4s+bDoXS9hiW3Vbx5uCdwvcCf3zLHL+Iv7LtGHLpr+GZV8rHG8tK766FGYBwRbu8pELTt+w==",
-               {"https://cdnjs.cloudflare.com/ajax/libs/blueimp-md5/2.19.0/js/md5.min.js": "js/md5.min.js"},
-               ("LICENSE.txt",)),
-    NpmPackage("bootstrap", "3.1.1",
-               "sha512-TAzqS8E/ISpVHP29gYhy+1NSV+FJwApDVQhDfgLYsIuUDJiqJzH2DfORN5tiu+Ie2iBLrzEG34t4Rf465cigqg==",
-               {"https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/js/bootstrap.min.js": "dist/js/bootstrap.min.js",
-                "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css": "dist/css/bootstrap.min.css"},
-               ("LICENSE", *(f"dist/fonts/glyphicons-halflings-regular.{ext}" for ext in ("eot", "svg", "ttf", "woff")))),
+    NpmPackage(
+        "stupid-table-plugin",
+        "1.1.3",
+        "sha512-2Vk7XouQPxUQPRe9w0Fu7ZZ8kHLK7rDoLMsCgtKxRNJ7f4dSOGvW9CkHsq5wD6QsaEnWoyLBYH3xOEsrK3yWBg==",
+        {"https://cdnjs.cloudflare.com/ajax/libs/stupidtable/1.0.1/stupidtable.min.js": "stupidtable.min.js"},
+        ("LICENSE",),
+        as_cdn=False,
+    ),
+    NpmPackage(
+        "blueimp-md5",
+        "2.19.0",
+        "sha512-DRQrD6gJyy8FbiE4s+bDoXS9hiW3Vbx5uCdwvcCf3zLHL+Iv7LtGHLpr+GZV8rHG8tK766FGYBwRbu8pELTt+w==",
+        {"https://cdnjs.cloudflare.com/ajax/libs/blueimp-md5/2.19.0/js/md5.min.js": "js/md5.min.js"},
+        ("LICENSE.txt",),
+    ),
+    NpmPackage(
+        "bootstrap",
+        "3.1.1",
+        "sha512-TAzqS8E/ISpVHP29gYhy+1NSV+FJwApDVQhDfgLYsIuUDJiqJzH2DfORN5tiu+Ie2iBLrzEG34t4Rf465cigqg==",
+        {
+            "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/js/bootstrap.min.js": "dist/js/bootstrap.min.js",
+            "https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css": "dist/css/bootstrap.min.css",
+        },
+        ("LICENSE", *(f"dist/fonts/glyphicons-halflings-regular.{ext}" for ext in ("eot", "svg", "ttf", "woff"))),
+    ),
 )
 BY_URL = {url: (package, path) for package in PACKAGES for url, path in package.urls.items()}
 

@@ -20,7 +20,7 @@ _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
@@ -59,7 +59,7 @@ class ClassProgress:
         owner = match.group(0).rsplit(".", 1)[0]
         if owner in self._classes:
             return owner
-        if line[max(match.start() - 3, 0):match.start()] != "...":
+        if line[max(match.start() - 3, 0) : match.start()] != "...":
             return None
         ends = [name for name in self._classes if name.endswith(owner)]
         return ends[0] if len(ends) == 1 else None
@@ -78,8 +78,12 @@ class ClassProgress:
         elapsed = now - self._started
         left = max(self.total - self.done, 0)
         eta = f"ETA {_duration(elapsed / self.done * left)}" if left else "done"
-        print(f"[{self.done}/{self.total}] {self._current} ({_duration(now - self._class_started)}), "
-              f"elapsed {_duration(elapsed)}, {eta}", file=self._out, flush=True)
+        print(
+            f"[{self.done}/{self.total}] {self._current} ({_duration(now - self._class_started)}), "
+            f"elapsed {_duration(elapsed)}, {eta}",
+            file=self._out,
+            flush=True,
+        )
 
     def finish(self) -> None:
         self._finish_class()
@@ -100,8 +104,15 @@ class AsvLog:
         then re-raise."""
         with open(self.path, "a", encoding="utf-8") as log:
             log.write(f"$ asv {' '.join(args)}\n")
-            proc = subprocess.Popen([sys.executable, "-m", "asv", *args], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "asv", *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+            )
             try:
                 for line in proc.stdout:
                     log.write(line)

@@ -87,7 +87,9 @@ def results_lock(results: Path):
                 raise
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            raise OpbenchError(f"{results} is in use by another opbench run ({holder}); wait for it to finish") from None
+            raise OpbenchError(
+                f"{results} is in use by another opbench run ({holder}); wait for it to finish"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")

@@ -24,7 +24,7 @@ def as_array(value, where: str) -> np.ndarray:
         return _from_torch(where, value)
     try:
         return np.asarray(value)
-    except Exception as exc:  # noqa: BLE001 - anything numpy cannot turn into an array
+    except Exception as exc:
         raise OpbenchError(f"{where}: not an array ({type(value).__name__}: {exc})") from None
 
 
@@ -79,7 +79,7 @@ def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
         return loaded
     except OpbenchError:
         raise
-    except Exception as exc:  # noqa: BLE001 - each reader fails its own way on a foreign file
+    except Exception as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise OpbenchError(f"{path}: cannot read it as {suffix}: {detail}") from None
 
@@ -99,8 +99,9 @@ def read_array(path: Path | str) -> np.ndarray:
     loaded = _load(path)
     if isinstance(loaded, dict):
         if len(loaded) != 1:
-            raise OpbenchError(f"{path}: holds {len(loaded)} arrays ({', '.join(loaded) or 'none'}); an output "
-                               "file needs exactly one")
+            raise OpbenchError(
+                f"{path}: holds {len(loaded)} arrays ({', '.join(loaded) or 'none'}); an output file needs exactly one"
+            )
         loaded = next(iter(loaded.values()))
     return loaded
 

@@ -20,26 +20,26 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 
-from accuracy.judge import contracts
-from accuracy.workflows.array_files import as_array, read_array, read_arrays
 from accuracy.backends import get_backend
+from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
-from accuracy.reference.exact import Exact
-from accuracy.workflows.explain import pairwise
-from accuracy.judge.metric_table import BY_NAME
-from accuracy.judge.error_metrics import rounding_error, ulp_error
-from accuracy.judge.precision import compute_format
-from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.formatting import format_table
+from accuracy.judge import contracts
+from accuracy.judge.error_metrics import rounding_error, ulp_error
+from accuracy.judge.metric_table import BY_NAME
+from accuracy.judge.precision import compute_format
 from accuracy.judge.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
+from accuracy.reference.exact import Exact
+from accuracy.workflows.array_files import as_array, read_array, read_arrays
+from accuracy.workflows.explain import pairwise
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
@@ -62,13 +62,17 @@ class CheckReport:
 
     def as_dict(self) -> dict:
         """Plain JSON: a ratio that does not apply (NaN) is null, which every JSON parser reads."""
-        return _json_safe({"op": self.op, "dtype": self.dtype, "inputs": self.inputs, "outputs": self.outputs,
-                           "pairs": self.pairs})
+        return _json_safe(
+            {"op": self.op, "dtype": self.dtype, "inputs": self.inputs, "outputs": self.outputs, "pairs": self.pairs}
+        )
 
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
-        return "\n".join(f"{o['label']}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
-                         for o in self.outputs if o["verdict"] != WITHIN)
+        return "\n".join(
+            f"{o['label']}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
+            for o in self.outputs
+            if o["verdict"] != WITHIN
+        )
 
     def render(self) -> str:
         shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
@@ -76,15 +80,28 @@ class CheckReport:
         columns = [BY_NAME[name] for name in CHECK_COLUMNS]
         lines += format_table(
             ["output", "verdict", *(m.label for m in columns), "worst element"],
-            [[o["label"], o["verdict"], *(_num(o[m.field]) for m in columns), _worst_text(o["worst"])]
-             for o in self.outputs])
+            [
+                [o["label"], o["verdict"], *(_num(o[m.field]) for m in columns), _worst_text(o["worst"])]
+                for o in self.outputs
+            ],
+        )
         lines += ["", "why:"] + [f"  {o['label']}: {o['reason']}" for o in self.outputs]
         if self.pairs:
             lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
             lines += format_table(
                 ["a", "b", "max ulp apart", "elements differing", "class", "failing side"],
-                [[p["a"], p["b"], _num(p["max_ulp_apart"]), str(p["differing_elements"]), p["class"],
-                  ", ".join(p["failing"]) or "-"] for p in self.pairs])
+                [
+                    [
+                        p["a"],
+                        p["b"],
+                        _num(p["max_ulp_apart"]),
+                        str(p["differing_elements"]),
+                        p["class"],
+                        ", ".join(p["failing"]) or "-",
+                    ]
+                    for p in self.pairs
+                ],
+            )
         return "\n".join(lines)
 
 
@@ -103,21 +120,32 @@ def _num(v) -> str:
 def _worst_text(worst: dict) -> str:
     if not worst:
         return "-"
-    return (f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
-            f"({_num(worst['error_ulp'])} ulp)")
+    return (
+        f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
+        f"({_num(worst['error_ulp'])} ulp)"
+    )
 
 
 def _row(label: str, output: np.ndarray, exact: Exact, judgement: Judgement) -> dict:
     ulps = ulp_error(output, exact)
     finite = ulps[np.isfinite(ulps)]
-    return {"label": label, "verdict": judgement.verdict, "reason": judgement.reason, "compute": judgement.compute,
-            "contract": judgement.contract, "max_ulp": float(finite.max()) if finite.size else 0.0,
-            "typical_ratio": judgement.typical_ratio, "bound_ratio": judgement.bound_ratio,
-            "threshold_ulp": judgement.threshold_ulp, "lapack_ratio": judgement.lapack_ratio,
-            "worst": judgement.worst}
+    return {
+        "label": label,
+        "verdict": judgement.verdict,
+        "reason": judgement.reason,
+        "compute": judgement.compute,
+        "contract": judgement.contract,
+        "max_ulp": float(finite.max()) if finite.size else 0.0,
+        "typical_ratio": judgement.typical_ratio,
+        "bound_ratio": judgement.bound_ratio,
+        "threshold_ulp": judgement.threshold_ulp,
+        "lapack_ratio": judgement.lapack_ratio,
+        "worst": judgement.worst,
+    }
 
 
 # --- reading and validating what the user brings -------------------------------------------
+
 
 def _named_arrays(inputs, source: str) -> dict[str, np.ndarray]:
     if isinstance(inputs, (str, Path)):
@@ -140,8 +168,7 @@ def _format_of(array: np.ndarray, where: str) -> FloatFormat:
     try:
         return format_of(array)
     except OpbenchError:
-        raise OpbenchError(f"{where}: unsupported dtype {array.dtype}; opbench judges "
-                           f"{', '.join(FORMATS)}") from None
+        raise OpbenchError(f"{where}: unsupported dtype {array.dtype}; opbench judges {', '.join(FORMATS)}") from None
 
 
 def _decide_format(inputs: dict, outputs: dict, source: str) -> FloatFormat:
@@ -153,14 +180,18 @@ def _decide_format(inputs: dict, outputs: dict, source: str) -> FloatFormat:
         raise OpbenchError(f"{source}: no elements in {', '.join(empty)}; nothing to judge")
     formats = {_format_of(a, where).name: where for a, where in outputs.values()}
     if len(formats) > 1:
-        raise OpbenchError(f"{', '.join(formats.values())}: outputs in several dtypes ({', '.join(formats)}); "
-                           "check each dtype on its own")
+        raise OpbenchError(
+            f"{', '.join(formats.values())}: outputs in several dtypes ({', '.join(formats)}); "
+            "check each dtype on its own"
+        )
     if formats:
         return FORMATS[next(iter(formats))]
     named = {format_of(a).name for a in inputs.values()}
     if len(named) != 1:
-        raise OpbenchError(f"{source}: inputs in several dtypes ({', '.join(sorted(named))}); give an output "
-                           "to say which format to judge")
+        raise OpbenchError(
+            f"{source}: inputs in several dtypes ({', '.join(sorted(named))}); give an output "
+            "to say which format to judge"
+        )
     return FORMATS[named.pop()]
 
 
@@ -173,9 +204,11 @@ def _rounded_inputs(inputs: dict, fmt: FloatFormat, source: str) -> dict[str, np
         r = fmt.round(wide)
         same = (r.astype(np.float64) == wide) | (np.isnan(wide))
         if not np.all(same):
-            raise OpbenchError(f"{source}: input {name!r} holds {a.dtype} values that are not {fmt.name} numbers; "
-                               f"round the inputs to {fmt.name}, the outputs' dtype (opbench inputs --dtype "
-                               f"{fmt.name})")
+            raise OpbenchError(
+                f"{source}: input {name!r} holds {a.dtype} values that are not {fmt.name} numbers; "
+                f"round the inputs to {fmt.name}, the outputs' dtype (opbench inputs --dtype "
+                f"{fmt.name})"
+            )
         rounded[name] = r
     return rounded
 
@@ -186,7 +219,8 @@ def _check_names(op: OpInfo, inputs: dict, source: str) -> None:
     extra = [n for n in inputs if n not in expected]
     if missing or extra:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"unexpected {', '.join(extra)}"] if extra else [])
+            [f"unexpected {', '.join(extra)}"] if extra else []
+        )
         raise OpbenchError(f"{source}: {'; '.join(problems)}: {op.name} takes inputs {', '.join(expected)}")
 
 
@@ -206,11 +240,16 @@ def _check_shapes(outputs: dict, shape: tuple, what: str) -> None:
 
 # --- registry ops --------------------------------------------------------------------------
 
+
 def generic_contract(op: OpInfo, fmt: FloatFormat) -> contracts.Contract | None:
     """The loosest ulp contract any of the op's implementations publishes for `fmt`: what an
     output of unknown origin may claim (None where no library publishes one)."""
-    published = [c for impl in op.impls if fmt.name in impl.dtypes
-                 if (c := contracts.contract_for(op.name, impl, fmt, compute_format(impl, fmt, op.family)))]
+    published = [
+        c
+        for impl in op.impls
+        if fmt.name in impl.dtypes
+        if (c := contracts.contract_for(op.name, impl, fmt, compute_format(impl, fmt, op.family)))
+    ]
     if not published:
         return None
     loosest = max(published, key=lambda c: c.max_ulp)
@@ -222,9 +261,11 @@ def _op_fp64_shape(op: OpInfo, inputs: dict, source: str) -> tuple:
     try:
         with np.errstate(all="ignore"):
             return np.shape(op.fp64(**{k: a.astype(np.float64) for k, a in inputs.items()}))
-    except Exception as exc:  # noqa: BLE001 - whatever numpy says about impossible shapes
-        raise OpbenchError(f"{source}: {op.name} cannot take inputs of shapes {_shapes(inputs)} "
-                           f"({_first_line(exc) or type(exc).__name__})") from None
+    except Exception as exc:
+        raise OpbenchError(
+            f"{source}: {op.name} cannot take inputs of shapes {_shapes(inputs)} "
+            f"({_first_line(exc) or type(exc).__name__})"
+        ) from None
 
 
 def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None) -> CheckReport:
@@ -240,17 +281,23 @@ def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None
     _check_shapes(given, _op_fp64_shape(op, rounded, source), f"{op.name} on {source}")
     if contract_ulps is not None and contract_ulps < 0:
         raise OpbenchError(f"--contract must be a number of ulps >= 0, got {contract_ulps}")
-    contract = (contracts.Contract(contract_ulps, "--contract") if contract_ulps is not None
-                else generic_contract(op, fmt))
+    contract = (
+        contracts.Contract(contract_ulps, "--contract") if contract_ulps is not None else generic_contract(op, fmt)
+    )
     evidence = Evidence(op, rounded, fmt)
     arrays = {label: a for label, (a, _) in given.items()}
     judgements = {label: evidence.judge(a, None, contract) for label, a in arrays.items()}
-    return CheckReport(op.name, fmt.name, {k: list(a.shape) for k, a in rounded.items()},
-                       [_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
-                       pairwise(arrays, judgements))
+    return CheckReport(
+        op.name,
+        fmt.name,
+        {k: list(a.shape) for k, a in rounded.items()},
+        [_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
+        pairwise(arrays, judgements),
+    )
 
 
 # --- user functions ------------------------------------------------------------------------
+
 
 def load_function(spec: str) -> Callable:
     """MODULE:FUNCTION, importable from the current directory as `python -m` would."""
@@ -261,7 +308,7 @@ def load_function(spec: str) -> Callable:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - a user's module fails its own way
+    except Exception as exc:
         raise OpbenchError(f"--fn {spec!r}: cannot import {module_name}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
@@ -284,7 +331,7 @@ def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple
     for backend_name in FUNCTION_BACKENDS:
         try:
             return backend_name, _call(fn, inputs, fmt, backend_name)
-        except Exception as exc:  # noqa: BLE001 - the user's function fails its own way
+        except Exception as exc:
             failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {_first_line(exc)}")
     raise OpbenchError(f"{name} fails on {_shapes(inputs)} in {fmt.name} " + "; ".join(failures))
 
@@ -292,9 +339,10 @@ def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple
 def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_name: str) -> np.ndarray:
     try:
         return _call(fn, inputs, fmt, backend_name)
-    except Exception as exc:  # noqa: BLE001 - the user's function fails its own way
-        raise OpbenchError(f"{name} failed on {_shapes(inputs)} in {fmt.name}: "
-                           f"{type(exc).__name__}: {_first_line(exc)}") from None
+    except Exception as exc:
+        raise OpbenchError(
+            f"{name} failed on {_shapes(inputs)} in {fmt.name}: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
 
 
 def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[TypicalModel | None, str]:
@@ -305,30 +353,38 @@ def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[Typica
     formula emulated (accuracy.judge.emulation, deterministic run: round-to-nearest recursive sums); a
     torch function's are its ATen ops with sampled roundings (accuracy.judge.torch_emulation,
     deterministic run: its own `fmt` result). None where the formula cannot be followed."""
+
     def how(runs: str, deterministic: str) -> str:
-        return (f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max(RMS error of "
-                f"{RANDOM_RUNS} Monte Carlo runs, {deterministic}'s error) against its float64 evaluation, flagged "
-                f"above {TYPICAL_Z:g}x scale + 1 ulp")
+        return (
+            f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max(RMS error of "
+            f"{RANDOM_RUNS} Monte Carlo runs, {deterministic}'s error) against its float64 evaluation, flagged "
+            f"above {TYPICAL_Z:g}x scale + 1 ulp"
+        )
 
     if backend_name == "numpy":
         try:
             model = typical_model(fn, inputs64, exact, fmt, fmt)
-        except Exception:  # noqa: BLE001 - a formula emulation cannot follow is not an error
+        except Exception:
             model = None
-        return model, (how("its formula emulated", "a round-to-nearest recursive run") if model else
-                       "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)")
+        return model, (
+            how("its formula emulated", "a round-to-nearest recursive run")
+            if model
+            else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
+        )
     from accuracy.judge.torch_emulation import monte_carlo_runs  # torch only where a torch function is checked
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:
         runs, unmodelled = monte_carlo_runs(fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)])
-    except Exception:  # noqa: BLE001 - an op the Monte Carlo mode cannot run is not the user's error
+    except Exception:
         return None, failed
     if any(np.shape(run) != exact.shape for run in runs):
         return None, failed
     rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
-    return (model_from_runs(runs, own, exact, fmt, fmt.name),
-            how("its torch ops with sampled roundings", f"its own {fmt.name} result") + rounded_once)
+    return (
+        model_from_runs(runs, own, exact, fmt, fmt.name),
+        how("its torch ops with sampled roundings", f"its own {fmt.name} result") + rounded_once,
+    )
 
 
 def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basis: str) -> Judgement:
@@ -337,8 +393,11 @@ def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basi
     fields = {"compute": fmt.name, "worst": evidence.worst(output, err, np.nan if model is None else model.threshold)}
     no_bound = "no worst-case bound exists for an arbitrary function"
     if fmt.name == FLOAT64.name:
-        return Judgement(UNDETERMINED, "the reference is the function evaluated in float64: no more precise than "
-                         f"a float64 result ({no_bound})", **fields)
+        return Judgement(
+            UNDETERMINED,
+            f"the reference is the function evaluated in float64: no more precise than a float64 result ({no_bound})",
+            **fields,
+        )
     nonfinite = int(np.count_nonzero(np.isinf(err)))
     if nonfinite:
         return Judgement(BEYOND, f"{nonfinite} non-finite result(s) where the float64 evaluation is finite", **fields)
@@ -369,13 +428,23 @@ def check_function(fn: Callable | str, inputs, outputs=None) -> CheckReport:
     model, basis = _function_model(fn, backend_name, evidence.inputs64, exact, fmt, own)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
     judgements = {label: _judge_function(evidence, a, model, basis) for label, a in arrays.items()}
-    return CheckReport(name, fmt.name, {k: list(a.shape) for k, a in rounded.items()},
-                       [_row(label, arrays[label], exact, j) for label, j in judgements.items()],
-                       pairwise(arrays, judgements))
+    return CheckReport(
+        name,
+        fmt.name,
+        {k: list(a.shape) for k, a in rounded.items()},
+        [_row(label, arrays[label], exact, j) for label, j in judgements.items()],
+        pairwise(arrays, judgements),
+    )
 
 
-def check(*, op: OpInfo | str | None = None, fn: Callable | str | None = None,
-          inputs: Mapping | str | Path, outputs: Mapping | None = None, contract: int | None = None) -> CheckReport:
+def check(
+    *,
+    op: OpInfo | str | None = None,
+    fn: Callable | str | None = None,
+    inputs: Mapping | str | Path,
+    outputs: Mapping | None = None,
+    contract: int | None = None,
+) -> CheckReport:
     """Judge `outputs` (label -> array or file) of `op` or of the function `fn` on `inputs`
     (name -> array, or a file): the report `opbench check` prints."""
     if (op is None) == (fn is None):

@@ -12,17 +12,16 @@ from functools import cached_property
 
 import numpy as np
 
-from accuracy.reference import cache as refcache
 from accuracy.backends import get_backend
+from accuracy.catalog.registry import Impl, OpInfo, get_op
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.limits import check_size
-from accuracy.reference.exact import Exact
-from accuracy.reference.inputs import as_float64, make_inputs
 from accuracy.judge.error_metrics import ErrorSummary, summarize
-from accuracy.catalog.registry import Impl, OpInfo, get_op
-from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.judge.verdicts import Evidence, Judgement
+from accuracy.reference import cache as refcache
+from accuracy.reference.exact import Exact
+from accuracy.reference.inputs import DEFAULT_CONDITION, as_float64, make_inputs
 
 
 @dataclass
@@ -58,7 +57,7 @@ class Case:
         """
         backend = get_backend(impl.backend)
         native = {name: backend.to_native(v) for name, v in (self.inputs if inputs is None else inputs).items()}
-        with np.errstate(all="ignore"), (backend.thread_limit(threads) if threads else nullcontext()):
+        with np.errstate(all="ignore"), backend.thread_limit(threads) if threads else nullcontext():
             out = backend.call(impl.fn, native)
             backend.synchronize()
         return backend.to_numpy(out, self.fmt)
@@ -76,8 +75,10 @@ class Case:
         """The error metrics; the bound ratio is the verdict's (at the implementation's compute precision)."""
         result = self.run(impl) if result is None else result
         if result.shape != self.exact.shape:  # metrics would broadcast and measure nonsense
-            raise ValueError(f"{impl.name} returned shape {result.shape} but the {self.op.name} reference has "
-                             f"{self.exact.shape} (a changed reference needs a new op version)")
+            raise ValueError(
+                f"{impl.name} returned shape {result.shape} but the {self.op.name} reference has "
+                f"{self.exact.shape} (a changed reference needs a new op version)"
+            )
         return summarize(result, self.exact, self.fp64, self.evidence.bound_for(impl)[1])
 
 

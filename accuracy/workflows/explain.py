@@ -13,11 +13,11 @@ from itertools import combinations
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.workflows.evaluation import Case, make_case
-from accuracy.judge.error_metrics import ulps_apart
-from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.core.threads import all_cores
+from accuracy.judge.error_metrics import ulps_apart
 from accuracy.judge.verdicts import WITHIN, Evidence, Judgement, pair_verdict
+from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.workflows.evaluation import Case, make_case
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
@@ -48,14 +48,17 @@ def pairwise(outputs: dict[str, np.ndarray], judgements: dict[str, Judgement]) -
         apart = ulps_apart(outputs[a], outputs[b])
         finite = apart[np.isfinite(apart)]
         identical = _bitwise_equal(outputs[a], outputs[b])
-        pairs.append({
-            "a": a, "b": b,
-            "max_ulp_apart": float(finite.max()) if finite.size else 0.0,
-            "nonfinite_apart": int(np.count_nonzero(~np.isfinite(apart))),
-            "differing_elements": int(np.count_nonzero(apart)),
-            "class": "identical" if identical else pair_verdict(judgements[a], judgements[b]),
-            "failing": [] if identical else [s for s in (a, b) if judgements[s].verdict != WITHIN],
-        })
+        pairs.append(
+            {
+                "a": a,
+                "b": b,
+                "max_ulp_apart": float(finite.max()) if finite.size else 0.0,
+                "nonfinite_apart": int(np.count_nonzero(~np.isfinite(apart))),
+                "differing_elements": int(np.count_nonzero(apart)),
+                "class": "identical" if identical else pair_verdict(judgements[a], judgements[b]),
+                "failing": [] if identical else [s for s in (a, b) if judgements[s].verdict != WITHIN],
+            }
+        )
     return pairs
 
 
@@ -70,19 +73,26 @@ def _reproducibility(case: Case, evidence: Evidence, outputs: dict[str, np.ndarr
         again = case.run(impl, threads)
         single = outputs[impl.name] if threads == 1 else case.run(impl, 1)
         full = outputs[impl.name] if threads == cores else case.run(impl, cores)
-        out.append({
-            "impl": impl.name,
-            "run_to_run": _bitwise_equal(outputs[impl.name], again),
-            "one_vs_all_threads": _bitwise_equal(single, full),
-            "verdict_1_thread": evidence.judge(single, impl).label,
-            f"verdict_{cores}_threads": evidence.judge(full, impl).label,
-            "threads_note": get_backend(impl.backend).threads_note,
-        })
+        out.append(
+            {
+                "impl": impl.name,
+                "run_to_run": _bitwise_equal(outputs[impl.name], again),
+                "one_vs_all_threads": _bitwise_equal(single, full),
+                "verdict_1_thread": evidence.judge(single, impl).label,
+                f"verdict_{cores}_threads": evidence.judge(full, impl).label,
+                "threads_note": get_backend(impl.backend).threads_note,
+            }
+        )
     return out
 
 
-def explain(op_name: str, dtype: str = "float32", size: int | None = None, threads: int | None = None,
-            condition: str = DEFAULT_CONDITION) -> dict:
+def explain(
+    op_name: str,
+    dtype: str = "float32",
+    size: int | None = None,
+    threads: int | None = None,
+    condition: str = DEFAULT_CONDITION,
+) -> dict:
     case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
     evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.judge.contracts import contract_for, ulps_from_correctly_rounded
+from accuracy.catalog.registry import Impl, OpInfo, all_ops
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
-from accuracy.reference.hard_inputs import hard_inputs
-from accuracy.reference.exact import Exact
+from accuracy.judge.contracts import contract_for, ulps_from_correctly_rounded
 from accuracy.judge.error_metrics import ulp_error
-from accuracy.reference.correctly_rounded import cores
-from accuracy.catalog.registry import Impl, OpInfo, all_ops
 from accuracy.judge.verdicts import correctly_rounded
+from accuracy.reference.correctly_rounded import cores
+from accuracy.reference.exact import Exact
+from accuracy.reference.hard_inputs import hard_inputs
 
 SCAN_DTYPES = ("float32", "float16", "bfloat16")
 CHUNK = 1 << 18  # inputs per task: ~15 MB of working arrays; a few tasks are in flight at a time
@@ -64,19 +64,30 @@ class ImplScan:
             part.not_correctly_rounded = differs.size
             errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
             part.max_steps = _max_steps(result[differs], rounded[differs], fmt)
-            part.histogram = [h + c for h, c in zip(part.histogram, _bin_counts(errors))]
-            top = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT] if errors.size > WORST_KEPT else np.arange(errors.size)
+            part.histogram = [h + c for h, c in zip(part.histogram, _bin_counts(errors), strict=False)]
+            top = (
+                np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT]
+                if errors.size > WORST_KEPT
+                else np.arange(errors.size)
+            )
             order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
-            part.worst = [(float(errors[i]), float(x[differs[i]]), float(result[differs[i]]),
-                           float(exact.hi[differs[i]] + exact.lo[differs[i]])) for i in order]
+            part.worst = [
+                (
+                    float(errors[i]),
+                    float(x[differs[i]]),
+                    float(result[differs[i]]),
+                    float(exact.hi[differs[i]] + exact.lo[differs[i]]),
+                )
+                for i in order
+            ]
         self.merge(part)
 
-    def merge(self, part: "ImplScan") -> None:
+    def merge(self, part: ImplScan) -> None:
         """Take in a scan of further inputs (the earlier input first among equal errors)."""
         self.checked += part.checked
         self.not_correctly_rounded += part.not_correctly_rounded
         self.max_steps = max(self.max_steps, part.max_steps)
-        self.histogram = [h + c for h, c in zip(self.histogram, part.histogram)]
+        self.histogram = [h + c for h, c in zip(self.histogram, part.histogram, strict=False)]
         self.worst = sorted(self.worst + part.worst, key=lambda w: -w[0])[:WORST_KEPT]
         self.max_ulp = self.worst[0][0] if self.worst else 0.0
 
@@ -147,15 +158,38 @@ def sample_float64(n: int, seed: int = 0, name: str | None = None) -> np.ndarray
     (accuracy/reference/hard_inputs.py) first, then random significands in binades drawn uniformly (both
     signs, subnormals as one binade), so every magnitude is covered, not just [0, 1)."""
     info = np.finfo(np.float64)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, info.tiny, info.smallest_subnormal,
-                        info.tiny - info.smallest_subnormal, -info.smallest_subnormal, info.max, -info.max,
-                        np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), np.pi, -np.pi, 0.5, 2.0])
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1.0,
+            -1.0,
+            info.tiny,
+            info.smallest_subnormal,
+            info.tiny - info.smallest_subnormal,
+            -info.smallest_subnormal,
+            info.max,
+            -info.max,
+            np.nextafter(1.0, 2.0),
+            np.nextafter(1.0, 0.0),
+            np.pi,
+            -np.pi,
+            0.5,
+            2.0,
+        ]
+    )
     known = np.concatenate([special, hard_inputs(name) if name else []])
     rng = np.random.Generator(np.random.PCG64(seed))
     count = max(0, n - known.size)
     exponent = rng.integers(0, 2047, count, dtype=np.uint64)  # biased exponent 0 .. 2046 (0: subnormal)
-    bits = (rng.integers(0, 2, count, dtype=np.uint64) << np.uint64(63)) | (exponent << np.uint64(52)) \
+    bits = (
+        (rng.integers(0, 2, count, dtype=np.uint64) << np.uint64(63))
+        | (exponent << np.uint64(52))
         | rng.integers(0, 1 << 52, count, dtype=np.uint64)
+    )
     return np.concatenate([known, bits.view(np.float64)])[:n]
 
 
@@ -167,8 +201,16 @@ def _run(impl: Impl, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     return backend.to_numpy(out, fmt)
 
 
-def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None = None, chunk: int | None = None,
-         progress=None, threads: int | None = None) -> ScanResult:
+def scan(
+    op: OpInfo,
+    fmt: FloatFormat,
+    impls: list[Impl],
+    *,
+    sample: int | None = None,
+    chunk: int | None = None,
+    progress=None,
+    threads: int | None = None,
+) -> ScanResult:
     """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
 
     Chunks of inputs go to `threads` workers (default: every core; numpy's and torch's kernels
@@ -178,8 +220,9 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
     so far, with `interrupted` set.
     """
     if not scannable(op):
-        raise OpbenchError(f"op {op.name!r} is not an elementwise function of one input; scan covers "
-                           "elementwise and activation ops")
+        raise OpbenchError(
+            f"op {op.name!r} is not an elementwise function of one input; scan covers elementwise and activation ops"
+        )
     if fmt.name == "float64":
         if not sample:
             raise OpbenchError("float64 has 2**64 inputs: give --sample N")
@@ -191,8 +234,10 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
         inputs, total = None, 1 << (8 * fmt.np_dtype.itemsize)
     else:
         raise OpbenchError(f"scan covers {', '.join(SCAN_DTYPES)} whole and float64 by --sample")
-    scans = [ImplScan(impl, contract_for(op.name, impl, fmt, get_format(impl.compute.get(fmt.name, fmt.name))))
-             for impl in impls]
+    scans = [
+        ImplScan(impl, contract_for(op.name, impl, fmt, get_format(impl.compute.get(fmt.name, fmt.name))))
+        for impl in impls
+    ]
     result = ScanResult(op.name, fmt, total, scans)
     threads, chunk = threads or cores(), chunk or CHUNK
 
@@ -213,7 +258,7 @@ def scan(op: OpInfo, fmt: FloatFormat, impls: list[Impl], *, sample: int | None 
                     in_flight.append(pool.submit(part, start))
                 while in_flight and (start is None or len(in_flight) > 2 * threads):
                     size, parts = in_flight.popleft().result()
-                    for s, p in zip(scans, parts):
+                    for s, p in zip(scans, parts, strict=False):
                         s.merge(p)
                     result.done += size
                     result.seconds = time.perf_counter() - start_time
@@ -266,18 +311,26 @@ def as_rows(result: ScanResult) -> list[dict]:
     fmt = result.fmt
     rows = []
     for s in result.impls:
-        rows.append({
-            "op": result.op, "dtype": fmt.name, "impl": s.impl.name, "checked": s.checked,
-            "max_ulp": s.max_ulp, "not_correctly_rounded": s.not_correctly_rounded,
-            "max_ulp_from_correctly_rounded": s.max_steps,
-            "worst": [{"x": hex_of(x, fmt), "x_value": x, "result": hex_of(r, fmt), "exact": e, "ulp": u}
-                      for u, x, r, e in s.worst],
-            "histogram": {_bin_label(i): c for i, c in enumerate(s.histogram)},
-            "contract_max_ulp": None if s.contract is None else s.contract.max_ulp,
-            "contract_source": None if s.contract is None else s.contract.source,
-            "contract_holds": s.contract_holds(),
-            "complete": not result.interrupted and result.done == result.total,
-        })
+        rows.append(
+            {
+                "op": result.op,
+                "dtype": fmt.name,
+                "impl": s.impl.name,
+                "checked": s.checked,
+                "max_ulp": s.max_ulp,
+                "not_correctly_rounded": s.not_correctly_rounded,
+                "max_ulp_from_correctly_rounded": s.max_steps,
+                "worst": [
+                    {"x": hex_of(x, fmt), "x_value": x, "result": hex_of(r, fmt), "exact": e, "ulp": u}
+                    for u, x, r, e in s.worst
+                ],
+                "histogram": {_bin_label(i): c for i, c in enumerate(s.histogram)},
+                "contract_max_ulp": None if s.contract is None else s.contract.max_ulp,
+                "contract_source": None if s.contract is None else s.contract.source,
+                "contract_holds": s.contract_holds(),
+                "complete": not result.interrupted and result.done == result.total,
+            }
+        )
     return rows
 
 
@@ -298,7 +351,9 @@ def rows_from_tracks(tracks: dict[tuple[str, str], float]) -> list[dict]:
     """`zimmermann_table` rows from asv results of the scan tracks: {(benchmark, impl): value},
     the benchmark as asv names it ("bench_references.ScanExpFloat32.track_max_ulp"); other
     benchmarks are ignored. A scan with one of its two tracks missing is left out."""
-    classes = {scan_class_name(op.name, dtype): (op.name, dtype) for op in all_ops() for dtype in (*SCAN_DTYPES, "float64")}
+    classes = {
+        scan_class_name(op.name, dtype): (op.name, dtype) for op in all_ops() for dtype in (*SCAN_DTYPES, "float64")
+    }
     found: dict[tuple[str, str, str], dict] = {}
     for (benchmark, impl), value in tracks.items():
         *_, cls, track = benchmark.split(".")
@@ -314,8 +369,11 @@ def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     (numpy, torch, ...); a second implementation of one function on one backend gets its own."""
 
     def column(r):
-        same_backend = [o for o in rows if (o["op"], o["dtype"]) == (r["op"], r["dtype"])
-                        and o["impl"].split(":")[0] == r["impl"].split(":")[0]]
+        same_backend = [
+            o
+            for o in rows
+            if (o["op"], o["dtype"]) == (r["op"], r["dtype"]) and o["impl"].split(":")[0] == r["impl"].split(":")[0]
+        ]
         return r["impl"].split(":")[0] if same_backend[0] is r else r["impl"]
 
     columns = list(dict.fromkeys(column(r) for r in rows))

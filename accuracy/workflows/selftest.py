@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accuracy.core.dtypes import ALL_DTYPES, FORMATS, FloatFormat
-from accuracy.judge.emulation import emulate
-from accuracy.workflows.evaluation import Case
-from accuracy.judge.precision import TF32, compute_format
 from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
-from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.core.dtypes import ALL_DTYPES, FORMATS, FloatFormat, ulp
+from accuracy.judge.emulation import emulate
 from accuracy.judge.error_metrics import rounding_error
-from accuracy.core.dtypes import ulp
+from accuracy.judge.precision import TF32, compute_format
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence
+from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.workflows.evaluation import Case
 
 MUST_CATCH = 16.0  # the issue's target: catch every mutant at >= 16x the least accurate correct error
 HALF_ULP = 0.5  # no algorithm can promise less: E_least is at least a correct rounding's error
@@ -63,8 +62,11 @@ class CaseReport:
 
     @property
     def in_scope(self) -> list[Mutant]:
-        return [m for m in self.mutants if m.error_ulp >= MUST_CATCH * self.least_ulp and np.isfinite(m.error_ulp)
-                or np.isinf(m.error_ulp)]
+        return [
+            m
+            for m in self.mutants
+            if (m.error_ulp >= MUST_CATCH * self.least_ulp and np.isfinite(m.error_ulp)) or np.isinf(m.error_ulp)
+        ]
 
     @property
     def caught(self) -> list[Mutant]:
@@ -77,14 +79,26 @@ class CaseReport:
     def as_dict(self) -> dict:
         smallest = self.smallest_caught()
         return {
-            "op": self.op, "dtype": self.dtype, "condition": self.condition, "size": self.size,
-            "correct_impls": self.correct, "alarms": self.alarms, "false_alarms": self.false_alarms,
-            "undetermined": self.undetermined, "least_accurate_correct_ulp": self.least_ulp,
-            "mutants": len(self.mutants), "must_catch": len(self.in_scope), "caught": len(self.caught),
+            "op": self.op,
+            "dtype": self.dtype,
+            "condition": self.condition,
+            "size": self.size,
+            "correct_impls": self.correct,
+            "alarms": self.alarms,
+            "false_alarms": self.false_alarms,
+            "undetermined": self.undetermined,
+            "least_accurate_correct_ulp": self.least_ulp,
+            "mutants": len(self.mutants),
+            "must_catch": len(self.in_scope),
+            "caught": len(self.caught),
             "missed": [m.name for m in self.in_scope if m.verdict not in ALARMS],
-            "smallest_caught": None if smallest is None else {
-                "mutant": smallest.name, "error_ulp": smallest.error_ulp,
-                "x_least": smallest.error_ulp / self.least_ulp if self.least_ulp else float("inf")},
+            "smallest_caught": None
+            if smallest is None
+            else {
+                "mutant": smallest.name,
+                "error_ulp": smallest.error_ulp,
+                "x_least": smallest.error_ulp / self.least_ulp if self.least_ulp else float("inf"),
+            },
         }
 
 
@@ -126,7 +140,7 @@ def _run(case: Case, impl: Impl, inputs=None) -> np.ndarray | None:
     """A mutant's output, or None where the mutation makes the op fail (a singular matrix)."""
     try:
         return case.run(impl, inputs=inputs)
-    except Exception:  # noqa: BLE001 - whatever the library raises on inputs it rejects
+    except Exception:
         return None
 
 
@@ -152,8 +166,12 @@ def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence)
                 out.append(Mutant(f"accumulation in {low}", fmt.round(acc.astype(np.float64))))
     for narrow in (TF32, FORMATS["bfloat16"]):
         if narrow.precision < fmt.precision:
-            inputs = {k: fmt.round(narrow.round(v.astype(np.float64)).astype(np.float64)) if k in BIAS_INPUTS or
-                      v.dtype.kind == "f" else v for k, v in case.inputs.items()}
+            inputs = {
+                k: fmt.round(narrow.round(v.astype(np.float64)).astype(np.float64))
+                if k in BIAS_INPUTS or v.dtype.kind == "f"
+                else v
+                for k, v in case.inputs.items()
+            }
             out.append(Mutant(f"inputs truncated to {narrow.name}", _run(case, base, inputs)))
     for steps in (1, 2, 4, 16, 64, 256):
         out.append(Mutant(f"results shifted {steps} ulp", _shifted(base_output, steps, fmt)))
@@ -164,8 +182,11 @@ def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence)
 
 
 def _correct(op: OpInfo, dtype: str, everything: bool) -> list[Impl]:
-    return [i for i in op.available_impls(dtype)
-            if i.stable and not i.semantics and not i.finding and (everything or i.backend not in SLOW_BACKENDS)]
+    return [
+        i
+        for i in op.available_impls(dtype)
+        if i.stable and not i.semantics and not i.finding and (everything or i.backend not in SLOW_BACKENDS)
+    ]
 
 
 def _emulated_least(case: Case, evidence: Evidence, impl: Impl) -> float:
@@ -184,8 +205,9 @@ def _emulated_least(case: Case, evidence: Evidence, impl: Impl) -> float:
     return max(emulated, default=0.0)
 
 
-def selftest_case(op: OpInfo, dtype: str, size: int | None = None, condition: str = DEFAULT_CONDITION,
-                  everything: bool = False) -> CaseReport | None:
+def selftest_case(
+    op: OpInfo, dtype: str, size: int | None = None, condition: str = DEFAULT_CONDITION, everything: bool = False
+) -> CaseReport | None:
     correct = _correct(op, dtype, everything)
     if not correct:
         return None
@@ -216,8 +238,14 @@ def selftest_case(op: OpInfo, dtype: str, size: int | None = None, condition: st
     return report
 
 
-def selftest(op_names: list[str] | None = None, dtypes: tuple[str, ...] = ALL_DTYPES, size: int | None = None,
-             small: bool = False, everything: bool = False, progress=None) -> list[CaseReport]:
+def selftest(
+    op_names: list[str] | None = None,
+    dtypes: tuple[str, ...] = ALL_DTYPES,
+    size: int | None = None,
+    small: bool = False,
+    everything: bool = False,
+    progress=None,
+) -> list[CaseReport]:
     """Every op (or `op_names`), dtype and condition; `small` runs each at its test size."""
     ops = [get_op(n) for n in op_names] if op_names else all_ops()
     reports = []

@@ -17,7 +17,14 @@ from .providers import (
 from .reproducibility import ThreadReproducibility, gemm_thread_reproducibility
 
 __all__ = [
-    "ENV_VAR", "Discovery", "MissingOpError", "Provider", "ProviderLoadError",
-    "ThreadReproducibility", "discover_providers", "gemm_thread_reproducibility",
-    "load_provider", "requested_in_env",
+    "ENV_VAR",
+    "Discovery",
+    "MissingOpError",
+    "Provider",
+    "ProviderLoadError",
+    "ThreadReproducibility",
+    "discover_providers",
+    "gemm_thread_reproducibility",
+    "load_provider",
+    "requested_in_env",
 ]

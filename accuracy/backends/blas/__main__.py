@@ -17,14 +17,18 @@ def main(argv: list[str]) -> int:
     providers = list(discovery.providers.values())
     print(f"{'provider':26} {'vendor':9} {'version':16} {'int':5} {'threads':14} architecture")
     for p in providers:
-        print(f"{p.name:26} {p.vendor:9} {p.version or '?':16} {p.abi.integer_width:5} "
-              f"{p.threading_layer or '?'}x{p.num_threads:<6} {p.architecture}")
+        print(
+            f"{p.name:26} {p.vendor:9} {p.version or '?':16} {p.abi.integer_width:5} "
+            f"{p.threading_layer or '?'}x{p.num_threads:<6} {p.architecture}"
+        )
     print("\n1 thread vs all threads, bitwise:")
     for p in providers:
         for dtype in (np.float32, np.float64):
             r = gemm_thread_reproducibility(p, n=n, dtype=dtype)
-            print(f"{p.name:26} {r.dtype:8} 1 vs {r.threads}: identical={r.bitwise_identical} "
-                  f"max|diff|={r.max_abs_diff:.3g}")
+            print(
+                f"{p.name:26} {r.dtype:8} 1 vs {r.threads}: identical={r.bitwise_identical} "
+                f"max|diff|={r.max_abs_diff:.3g}"
+            )
     print("\naccuracy and speed of each library against the exact reference: opbench explain matmul")
     return 0
 

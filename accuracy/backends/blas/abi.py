@@ -57,4 +57,3 @@ def detect_abi(lib: ctypes.CDLL) -> SymbolABI | None:
         if any(hasattr(lib, name) for name in names):
             return SymbolABI(prefix, suffix, ilp64=suffix in _ILP64_SUFFIXES)
     return None
-

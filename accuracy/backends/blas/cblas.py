@@ -38,8 +38,22 @@ def _gemm(fn, dtype: np.dtype) -> Kernel:
         if k != k2:
             raise ValueError(f"gemm shapes {a.shape} and {b.shape} do not align")
         c = np.empty((m, n), dtype)
-        fn(ROW_MAJOR, NO_TRANS, NO_TRANS, m, n, k, 1.0, _pointer(a), max(1, k),
-           _pointer(b), max(1, n), 0.0, _pointer(c), max(1, n))
+        fn(
+            ROW_MAJOR,
+            NO_TRANS,
+            NO_TRANS,
+            m,
+            n,
+            k,
+            1.0,
+            _pointer(a),
+            max(1, k),
+            _pointer(b),
+            max(1, n),
+            0.0,
+            _pointer(c),
+            max(1, n),
+        )
         return c
 
     return gemm

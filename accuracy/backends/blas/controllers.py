@@ -25,8 +25,15 @@ from threadpoolctl import (
 
 VENDOR_NAMES = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS", "flexiblas": "FlexiBLAS", "atlas": "ATLAS"}
 # Environment variables that steer kernel choice; recorded so a result can be explained.
-KERNEL_ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE", "MKL_ENABLE_INSTRUCTIONS",
-                   "MKL_CBWR", "MKL_THREADING_LAYER", "BLIS_ARCH_TYPE")
+KERNEL_ENV_VARS = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "OPENBLAS_VERBOSE",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_CBWR",
+    "MKL_THREADING_LAYER",
+    "BLIS_ARCH_TYPE",
+)
 # threadpoolctl's controllers, tried in this order on a library it could not name by itself.
 _VENDOR_CONTROLLERS = (OpenBLASController, MKLController, BLISController, FlexiBLASController)
 
@@ -34,9 +41,16 @@ _VENDOR_CONTROLLERS = (OpenBLASController, MKLController, BLISController, FlexiB
 class _MKLVersion(ctypes.Structure):
     """MKLVersion from mkl_service.h; ``processor`` names the code path MKL dispatched to."""
 
-    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("update", ctypes.c_int),
-                ("patch", ctypes.c_int), ("status", ctypes.c_char_p), ("build", ctypes.c_char_p),
-                ("processor", ctypes.c_char_p), ("platform", ctypes.c_char_p)]
+    _fields_ = [
+        ("major", ctypes.c_int),
+        ("minor", ctypes.c_int),
+        ("update", ctypes.c_int),
+        ("patch", ctypes.c_int),
+        ("status", ctypes.c_char_p),
+        ("build", ctypes.c_char_p),
+        ("processor", ctypes.c_char_p),
+        ("platform", ctypes.c_char_p),
+    ]
 
 
 def _openblas_config(library: LibController) -> str | None:
@@ -124,8 +138,10 @@ def _serial_vendor(path: str) -> str:
 
 
 def _controller_class(path: str, lib: ctypes.CDLL) -> type[LibController]:
-    base = next((vendor for vendor in _VENDOR_CONTROLLERS
-                 if any(hasattr(lib, symbol) for symbol in vendor.check_symbols)), SerialBLASController)
+    base = next(
+        (vendor for vendor in _VENDOR_CONTROLLERS if any(hasattr(lib, symbol) for symbol in vendor.check_symbols)),
+        SerialBLASController,
+    )
     attributes = {"registered_path": path, "filename_prefixes": (Path(path).name.lower(),)}
     if base is SerialBLASController:
         attributes["internal_api"] = _serial_vendor(path)

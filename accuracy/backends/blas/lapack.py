@@ -61,8 +61,16 @@ def _fortran_gesv(fn, dtype, int_type) -> Kernel:
         n, nrhs = x.shape
         ipiv = np.empty(n, int_type)
         c_n, c_nrhs, c_ld, info = int_type(n), int_type(nrhs), int_type(max(1, n)), int_type(0)
-        fn(ctypes.byref(c_n), ctypes.byref(c_nrhs), a.ctypes.data, ctypes.byref(c_ld), ipiv.ctypes.data,
-           x.ctypes.data, ctypes.byref(c_ld), ctypes.byref(info))
+        fn(
+            ctypes.byref(c_n),
+            ctypes.byref(c_nrhs),
+            a.ctypes.data,
+            ctypes.byref(c_ld),
+            ipiv.ctypes.data,
+            x.ctypes.data,
+            ctypes.byref(c_ld),
+            ctypes.byref(info),
+        )
         _check_info("gesv", info.value, "singular matrix")
         return np.ascontiguousarray(x).reshape(shape)
 

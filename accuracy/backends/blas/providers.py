@@ -20,6 +20,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from accuracy.core.errors import OpbenchError
+
 from .abi import SymbolABI, detect_abi
 from .cblas import Kernel, bind_cblas
 from .controllers import controller_for, describe, kernel_env
@@ -31,8 +32,14 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # Debian's alternatives layout: one directory per implementation and threading flavour.
 SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
 SYSTEM_PATTERNS = (
-    "libopenblas*.so*", "openblas-*/libopenblas*.so*", "openblas-*/libblas.so.3", "libblis.so*",
-    "blis-*/libblis*.so*", "blas/libblas.so.3", "lapack/liblapack.so.3", "atlas/libblas.so.3",
+    "libopenblas*.so*",
+    "openblas-*/libopenblas*.so*",
+    "openblas-*/libblas.so.3",
+    "libblis.so*",
+    "blis-*/libblis*.so*",
+    "blas/libblas.so.3",
+    "lapack/liblapack.so.3",
+    "atlas/libblas.so.3",
     "libmkl_rt.so*",
 )
 
@@ -107,11 +114,18 @@ class Provider:
     def info(self) -> dict:
         """Everything a benchmark result needs to record about where it ran."""
         return {
-            "name": self.name, "path": self.path, "vendor": self.vendor, "version": self.version,
-            "architecture": self.architecture, "threading_layer": self.threading_layer,
+            "name": self.name,
+            "path": self.path,
+            "vendor": self.vendor,
+            "version": self.version,
+            "architecture": self.architecture,
+            "threading_layer": self.threading_layer,
             "num_threads": self.num_threads,
-            "integer_width": self.abi.integer_width, "symbol_prefix": self.abi.prefix,
-            "symbol_suffix": self.abi.suffix, "missing_ops": self.missing_ops, "kernel_env": kernel_env(),
+            "integer_width": self.abi.integer_width,
+            "symbol_prefix": self.abi.prefix,
+            "symbol_suffix": self.abi.suffix,
+            "missing_ops": self.missing_ops,
+            "kernel_env": kernel_env(),
         }
 
 
@@ -206,8 +220,14 @@ def parse_env(value: str) -> list[tuple[str | None, str]]:
 
 def candidates(lib_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> list[tuple[str, str]]:
     """``(name, path)`` for every provider found on this machine, one per real file."""
-    found = (_bundled("numpy", "numpy-openblas") + _bundled("scipy", "scipy-openblas") + _mkl_wheel()
-             + _openblas_wheel("scipy_openblas32") + _openblas_wheel("scipy_openblas64") + _system(lib_dirs))
+    found = (
+        _bundled("numpy", "numpy-openblas")
+        + _bundled("scipy", "scipy-openblas")
+        + _mkl_wheel()
+        + _openblas_wheel("scipy_openblas32")
+        + _openblas_wheel("scipy_openblas64")
+        + _system(lib_dirs)
+    )
     unique, seen = [], set()
     for name, path in found:
         real = os.path.realpath(path)
@@ -243,7 +263,6 @@ def requested_in_env(environ: dict[str, str] | None = None) -> list[tuple[str, s
     return [(name or default_name(path), path) for name, path in parse_env(value)]
 
 
-def discover_providers(environ: dict[str, str] | None = None,
-                       lib_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> Discovery:
+def discover_providers(environ: dict[str, str] | None = None, lib_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> Discovery:
     """Load every provider found here plus those listed in ``OPBENCH_BLAS``; skip, never raise."""
     return _load_all(candidates(lib_dirs) + requested_in_env(environ))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accuracy.core.threads import all_cores
+
 from .providers import Provider
 
 
@@ -22,8 +23,9 @@ class ThreadReproducibility:
     max_abs_diff: float
 
 
-def gemm_thread_reproducibility(provider: Provider, n: int = 512, dtype=np.float64, seed: int = 0,
-                                threads: int | None = None) -> ThreadReproducibility:
+def gemm_thread_reproducibility(
+    provider: Provider, n: int = 512, dtype=np.float64, seed: int = 0, threads: int | None = None
+) -> ThreadReproducibility:
     """Run an ``n x n`` gemm on the same inputs with 1 and with ``threads`` (default all) threads."""
     threads = threads or all_cores()
     rng = np.random.default_rng(seed)
@@ -34,7 +36,10 @@ def gemm_thread_reproducibility(provider: Provider, n: int = 512, dtype=np.float
     with provider.threads(threads):
         parallel = gemm(a, b)
     return ThreadReproducibility(
-        provider=provider.name, dtype=np.dtype(dtype).name, n=n, threads=threads,
+        provider=provider.name,
+        dtype=np.dtype(dtype).name,
+        n=n,
+        threads=threads,
         bitwise_identical=serial.tobytes() == parallel.tobytes(),
         max_abs_diff=float(np.max(np.abs(serial.astype(np.float64) - parallel))),
     )

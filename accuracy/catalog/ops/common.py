@@ -9,13 +9,13 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
+from accuracy.catalog.registry import OpInfo
+from accuracy.judge.error_metrics import gamma
+from accuracy.reference.correctly_rounded import correctly_rounded
 from accuracy.reference.exact import Exact
 from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.reference.inputs import normal, uniform
-from accuracy.judge.error_metrics import gamma
 from accuracy.reference.oracles import elementwise
-from accuracy.reference.correctly_rounded import correctly_rounded
-from accuracy.catalog.registry import OpInfo
 
 # Impl.compute for a formula of several ops, each rounding its result to the stored format:
 # it computes in storage even where its backend's kernels alone compute wider (accuracy.judge.precision)
@@ -30,8 +30,9 @@ def rows_of(scale=1.0, mean=0.0):
     return lambda rng, n: {"x": normal(rng, (ROWS, n), scale) + mean}
 
 
-def elementwise_op(name, *, low, high, np64, mp, oracle, k, impls, doc, scale_with_x=False, accurate64=None,
-                   version=1) -> OpInfo:
+def elementwise_op(
+    name, *, low, high, np64, mp, oracle, k, impls, doc, scale_with_x=False, accurate64=None, version=1
+) -> OpInfo:
     """An elementwise op: x uniform in [low, high], exact = correctly rounded f(x),
     bound k*u*|f(x)| (+ the smallest subnormal, for underflow).
 
@@ -92,7 +93,7 @@ def mp_layer_norm(row, w, b):
     mean = mpmath.fsum(row) / n
     var = mpmath.fsum((v - mean) ** 2 for v in row) / n
     inv = 1 / mpmath.sqrt(var + LAYER_NORM_EPS)
-    return [(v - mean) * inv * wi + bi for v, wi, bi in zip(row, w, b)]
+    return [(v - mean) * inv * wi + bi for v, wi, bi in zip(row, w, b, strict=False)]
 
 
 def layer_norm_bound(inputs, exact, fmt):
@@ -125,10 +126,10 @@ def conv_transpose1d_exact(x, w, b=None, stride=1) -> Exact:
     """Exact reference of conv_transpose1d (also conv1d's input gradient, at stride 1)."""
     cols, weights = _conv_t_as_conv(x, w, stride)
     if b is not None:
-        cols = np.concatenate([cols, np.ones(cols.shape[:-1] + (1,))], axis=-1)
+        cols = np.concatenate([cols, np.ones((*cols.shape[:-1], 1))], axis=-1)
         weights = np.hstack([weights, b[:, None]])
     e = exact_matmul(cols.reshape(-1, cols.shape[-1]), weights.T)
-    shape = cols.shape[:2] + (weights.shape[0],)
+    shape = (*cols.shape[:2], weights.shape[0])
     return e.map(lambda a: a.reshape(shape).transpose(0, 2, 1))
 
 

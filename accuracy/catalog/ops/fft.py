@@ -16,15 +16,15 @@ import numpy as np
 from accuracy.backends import tensorflow
 from accuracy.backends.jax import fft as jax_fft
 from accuracy.backends.onnxruntime import dft
+from accuracy.catalog.ops.frameworks import JAX_DTYPES, ORT_FLOAT64, TF_DTYPES
+from accuracy.catalog.registry import Impl, OpInfo
 from accuracy.core.dtypes import IEEE_DTYPES, SINGLE_DOUBLE
 from accuracy.judge.emulation import stored
+from accuracy.judge.error_metrics import gamma
 from accuracy.reference.exact import MP_PRECISION_BITS
 from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.reference.inputs import normal
-from accuracy.judge.error_metrics import gamma
-from accuracy.catalog.ops.frameworks import JAX_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.reference.oracles import mp
-from accuracy.catalog.registry import Impl, OpInfo
 
 ROWS = 8
 SINGLE_DOUBLE = SINGLE_DOUBLE  # torch.fft has no float16/bfloat16 on CPU
@@ -49,7 +49,7 @@ def _dft_exact(x, bins):
     idx = np.outer(np.arange(n), np.arange(bins)) % n
     w = np.vstack([np.hstack([ch[idx], -sh[idx]]), np.hstack([cl[idx], -sl[idx]])])  # (2n, 2*bins)
     e = exact_matmul(np.concatenate([x, x], axis=-1), w)
-    shape = x.shape[:-1] + (2, bins)
+    shape = (*x.shape[:-1], 2, bins)
     return e.map(lambda a: np.swapaxes(a.reshape(shape), -1, -2))
 
 
@@ -127,18 +127,25 @@ def _dft_op(name: str, bins, doc: str) -> OpInfo:
         bound=_fft_bound,
         bound_doc="log2(n) eta/(1 - log2(n) eta) * sqrt(n) ||x||_2 per element, eta = u + gamma_4 (sqrt2 + u) (Higham Thm 24.2)",
         impls=(
-            Impl("numpy", f"np.fft.{name}", lambda ns, x: _stack(ns, getattr(ns.fft, name)(x)), IEEE_DTYPES,
-                 compute={"float16": "float32"}, note="float16 is computed in float32 and rounded (pocketfft has no half precision)"),
+            Impl(
+                "numpy",
+                f"np.fft.{name}",
+                lambda ns, x: _stack(ns, getattr(ns.fft, name)(x)),
+                IEEE_DTYPES,
+                compute={"float16": "float32"},
+                note="float16 is computed in float32 and rounded (pocketfft has no half precision)",
+            ),
             Impl("scipy", f"scipy.fft.{name}", lambda ns, x: _stack(np, getattr(ns.fft, name)(x)), SINGLE_DOUBLE),
-            Impl("torch", f"torch.fft.{name}", lambda ns, x: ns.view_as_real(getattr(ns.fft, name)(x)),
-                 SINGLE_DOUBLE),
+            Impl("torch", f"torch.fft.{name}", lambda ns, x: ns.view_as_real(getattr(ns.fft, name)(x)), SINGLE_DOUBLE),
             Impl("tensorflow", f"tf.signal.{name}", getattr(tensorflow, name), TF_DTYPES),
             Impl("onnxruntime", f"DFT(onesided={int(name == 'rfft')})", dft(int(name == "rfft")), ORT_FLOAT64),
             Impl("libtorch", f"torch::fft_{name}", lambda lt, x: getattr(lt, name)(x), SINGLE_DOUBLE),
             Impl("jax", f"jax.numpy.fft.{name}", lambda jax, x: jax_fft(jax, x, real=name == "rfft"), JAX_DTYPES),
         ),
-        default_size=256, bench_sizes=(1024, 1 << 16),
-        oracle=lambda inputs: _dft_by_roots_of_unity(inputs["x"], bins(inputs["x"].shape[-1])), test_size=16,
+        default_size=256,
+        bench_sizes=(1024, 1 << 16),
+        oracle=lambda inputs: _dft_by_roots_of_unity(inputs["x"], bins(inputs["x"].shape[-1])),
+        test_size=16,
         flops=lambda n: 5.0 * ROWS * n * math.log2(n) / 2,
         version=2,  # 2: exact twiddles where they are 0 or +-1 (a sum landing on a midpoint rounds right)
     )

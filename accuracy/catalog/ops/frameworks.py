@@ -12,8 +12,8 @@ from dataclasses import replace
 from functools import reduce
 
 from accuracy.backends.onnxruntime import single
-from accuracy.core.dtypes import ALL_DTYPES, SINGLE_DOUBLE
 from accuracy.catalog.registry import Impl
+from accuracy.core.dtypes import ALL_DTYPES, SINGLE_DOUBLE
 
 TF_DTYPES = SINGLE_DOUBLE
 ORT_DTYPES = ("float32",)  # most ORT CPU kernels are float32 only

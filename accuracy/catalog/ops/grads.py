@@ -13,17 +13,27 @@ import mpmath
 import numpy as np
 import scipy.special
 
+from accuracy.catalog.ops.common import (
+    CONV_BATCH,
+    CONV_CHANNELS,
+    CONV_KERNEL,
+    IN_STORAGE,
+    LAYER_NORM_EPS,
+    ROWS,
+    conv_transpose1d_exact,
+    conv_transpose1d_magnitude,
+    layer_norm_inputs,
+    np_conv_transpose1d,
+    softmax_bound,
+)
+from accuracy.catalog.registry import Impl, OpInfo
 from accuracy.core.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.judge.error_metrics import gamma
 from accuracy.reference.exact import Exact, fsum_rows, mp_rows
 from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.reference.inputs import normal, uniform
-from accuracy.judge.error_metrics import gamma
 from accuracy.reference.oracles import elementwise, mp, mp_dot, mp_list, mp_matmul, rowwise
-from accuracy.catalog.ops.common import (
-    IN_STORAGE, CONV_BATCH, CONV_CHANNELS, CONV_KERNEL, LAYER_NORM_EPS, ROWS, conv_transpose1d_exact, conv_transpose1d_magnitude,
-    layer_norm_inputs, np_conv_transpose1d, softmax_bound,
-)
-from accuracy.catalog.registry import Impl, OpInfo
+
 
 def _backward(out, g, *leaves):
     out.backward(g)
@@ -49,15 +59,19 @@ MATMUL_GRAD = OpInfo(
     generate=lambda rng, n: {"a": normal(rng, (n, n)), "b": normal(rng, (n, n)), "g": normal(rng, (n, n))},
     exact=_matmul_grad_exact,
     fp64=lambda a, b, g: np.stack([g @ b.T, a.T @ g]),
-    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[0], fmt.u) * np.stack(
-        [np.abs(inputs["g"]) @ np.abs(inputs["b"]).T, np.abs(inputs["a"]).T @ np.abs(inputs["g"])]),
+    bound=lambda inputs, exact, fmt: (
+        gamma(inputs["a"].shape[0], fmt.u)
+        * np.stack([np.abs(inputs["g"]) @ np.abs(inputs["b"]).T, np.abs(inputs["a"]).T @ np.abs(inputs["g"])])
+    ),
     bound_doc="gamma_n * (|g||B|^T, |A|^T|g|): each gradient is a matrix product",
     impls=(
         Impl("torch", "autograd (a @ b).backward(g)", _torch_matmul_grad, ALL_DTYPES),
         Impl("numpy", "(g @ b.T, a.T @ g)", lambda ns, a, b, g: ns.stack([g @ b.T, a.T @ g]), IEEE_DTYPES),
     ),
-    default_size=64, bench_sizes=(128, 512),
-    oracle=lambda inputs: mp_matmul(inputs["g"], inputs["b"].T) + mp_matmul(inputs["a"].T, inputs["g"]), test_size=6,
+    default_size=64,
+    bench_sizes=(128, 512),
+    oracle=lambda inputs: mp_matmul(inputs["g"], inputs["b"].T) + mp_matmul(inputs["a"].T, inputs["g"]),
+    test_size=6,
     flops=lambda n: 4.0 * n**3,
 )
 
@@ -67,8 +81,8 @@ def _mp_softmax_grad(row, gs):
     e = [mpmath.exp(v - m) for v in row]
     s = mpmath.fsum(e)
     y = [v / s for v in e]
-    dot = mpmath.fsum(gi * yi for gi, yi in zip(gs, y))
-    return [yi * (gi - dot) for yi, gi in zip(y, gs)]
+    dot = mpmath.fsum(gi * yi for gi, yi in zip(gs, y, strict=False))
+    return [yi * (gi - dot) for yi, gi in zip(y, gs, strict=False)]
 
 
 def _softmax_grad_bound(inputs, exact, fmt):
@@ -100,7 +114,10 @@ def _softmax_grad_by_jacobian(row, gs):
     e = [mpmath.exp(v) for v in row]
     total = mpmath.fsum(e)
     y = [v / total for v in e]
-    return [mpmath.fsum(gj * yj * ((i == j) - yi) for j, (gj, yj) in enumerate(zip(gs, y))) for i, yi in enumerate(y)]
+    return [
+        mpmath.fsum(gj * yj * ((i == j) - yi) for j, (gj, yj) in enumerate(zip(gs, y, strict=False)))
+        for i, yi in enumerate(y)
+    ]
 
 
 SOFTMAX_GRAD = OpInfo(
@@ -115,15 +132,17 @@ SOFTMAX_GRAD = OpInfo(
         Impl("torch", "autograd softmax.backward(g)", _torch_softmax_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "y * (g - sum(g * y))", _np_softmax_grad, IEEE_DTYPES),
     ),
-    default_size=256, bench_sizes=(1024, 1 << 15),
-    oracle=rowwise(_softmax_grad_by_jacobian, "x", "g"), test_size=8,
+    default_size=256,
+    bench_sizes=(1024, 1 << 15),
+    oracle=rowwise(_softmax_grad_by_jacobian, "x", "g"),
+    test_size=8,
     flops=lambda n: 6.0 * ROWS * n,
 )
 
 
 def _mp_gelu_grad(xs, gs):
     out = []
-    for x, g in zip(xs, gs):
+    for x, g in zip(xs, gs, strict=False):
         cdf = (1 + mpmath.erf(x / mpmath.sqrt(2))) / 2
         pdf = mpmath.exp(-x * x / 2) / mpmath.sqrt(2 * mpmath.pi)
         out.append(g * (cdf + x * pdf))
@@ -148,16 +167,25 @@ GELU_GRAD = OpInfo(
     generate=lambda rng, n: {"x": uniform(rng, n, -6.0, 6.0), "g": normal(rng, n)},
     exact=lambda inputs, fmt: mp_rows(_mp_gelu_grad, inputs["x"], inputs["g"]),
     fp64=_gelu_grad64,
-    bound=lambda inputs, exact, fmt: GELU_GRAD_K * fmt.u * (np.abs(exact.hi) + np.abs(inputs["g"]))
-    + fmt.smallest_subnormal,
+    bound=lambda inputs, exact, fmt: (
+        GELU_GRAD_K * fmt.u * (np.abs(exact.hi) + np.abs(inputs["g"])) + fmt.smallest_subnormal
+    ),
     bound_doc=f"{GELU_GRAD_K}*u*(|dx| + |g|): 1 + erf cancels for x << 0, an error of ~u|g| absolute (as for gelu)",
     impls=(
         Impl("torch", "autograd F.gelu.backward(g)", _torch_gelu_grad, ALL_DTYPES),
-        Impl("scipy", "g*(Phi(x) + x phi(x))", lambda ns, x, g: g * (0.5 * (1 + ns.special.erf(x / math.sqrt(2)))
-             + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)), SINGLE_DOUBLE),
+        Impl(
+            "scipy",
+            "g*(Phi(x) + x phi(x))",
+            lambda ns, x, g: (
+                g * (0.5 * (1 + ns.special.erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+            ),
+            SINGLE_DOUBLE,
+        ),
     ),
-    default_size=4096, bench_sizes=(1 << 16, 1 << 20),
-    oracle=elementwise(lambda x, g: g * mpmath.diff(lambda t: t * mpmath.ncdf(t), x), "x", "g"), test_size=32,
+    default_size=4096,
+    bench_sizes=(1 << 16, 1 << 20),
+    oracle=elementwise(lambda x, g: g * mpmath.diff(lambda t: t * mpmath.ncdf(t), x), "x", "g"),
+    test_size=32,
 )
 
 
@@ -179,9 +207,17 @@ def _conv1d_input_grad_by_sum(inputs):
     """dx[n, c, t] = sum_{o, k} g[n, o, t - k] w[o, c, k] over the outputs t - k that input t reached."""
     w, g = inputs["w"], inputs["g"]
     length = g.shape[2] + w.shape[2] - 1
-    return [mpmath.fsum(mp(g[n, o, t - k]) * mp(w[o, c, k]) for o in range(w.shape[0]) for k in range(w.shape[2])
-                        if 0 <= t - k < g.shape[2])
-            for n in range(g.shape[0]) for c in range(w.shape[1]) for t in range(length)]
+    return [
+        mpmath.fsum(
+            mp(g[n, o, t - k]) * mp(w[o, c, k])
+            for o in range(w.shape[0])
+            for k in range(w.shape[2])
+            if 0 <= t - k < g.shape[2]
+        )
+        for n in range(g.shape[0])
+        for c in range(w.shape[1])
+        for t in range(length)
+    ]
 
 
 CONV1D_GRAD = OpInfo(
@@ -191,15 +227,18 @@ CONV1D_GRAD = OpInfo(
     generate=_conv1d_grad_inputs,
     exact=lambda inputs, fmt: conv_transpose1d_exact(inputs["g"], inputs["w"]),
     fp64=lambda x, w, g: np_conv_transpose1d(np, g, w),
-    bound=lambda inputs, exact, fmt: gamma(CONV_CHANNELS * CONV_KERNEL, fmt.u)
-    * conv_transpose1d_magnitude(inputs["g"], inputs["w"]),
+    bound=lambda inputs, exact, fmt: (
+        gamma(CONV_CHANNELS * CONV_KERNEL, fmt.u) * conv_transpose1d_magnitude(inputs["g"], inputs["w"])
+    ),
     bound_doc="gamma_{cout*k} * (|w| *T |g|): each input gradient is one dot product",
     impls=(
         Impl("torch", "autograd F.conv1d.backward(g)", _torch_conv1d_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "scatter-add of g * w per tap", lambda ns, x, w, g: np_conv_transpose1d(ns, g, w), IEEE_DTYPES),
     ),
-    default_size=256, bench_sizes=(256, 4096),
-    oracle=_conv1d_input_grad_by_sum, test_size=6,
+    default_size=256,
+    bench_sizes=(256, 4096),
+    oracle=_conv1d_input_grad_by_sum,
+    test_size=6,
     flops=lambda n: 2.0 * CONV_BATCH * CONV_CHANNELS**2 * CONV_KERNEL * n,
 )
 
@@ -210,8 +249,12 @@ LINEAR_GRAD_BATCH = 8
 def _linear_grad_inputs(rng, n):
     """x (8, n), W (n/4, n), b (n/4) as in `linear` (a smaller batch), upstream g (8, n/4)."""
     out = max(n // 4, 1)
-    return {"x": normal(rng, (LINEAR_GRAD_BATCH, n)), "W": normal(rng, (out, n)), "b": normal(rng, out),
-            "g": normal(rng, (LINEAR_GRAD_BATCH, out))}
+    return {
+        "x": normal(rng, (LINEAR_GRAD_BATCH, n)),
+        "W": normal(rng, (out, n)),
+        "b": normal(rng, out),
+        "g": normal(rng, (LINEAR_GRAD_BATCH, out)),
+    }
 
 
 def _np_linear_grad(ns, x, W, b, g):
@@ -229,15 +272,21 @@ def _linear_grad_exact(inputs, fmt):
     """dx = g @ W and dW = g^T @ x exactly, db = sum_i g_i correctly rounded (fsum)."""
     x, W, g = inputs["x"], inputs["W"], inputs["g"]
     dx, dw, db = exact_matmul(g, W), exact_matmul(g.T, x), fsum_rows(g.T)
-    return Exact(np.concatenate([dx.hi.ravel(), dw.hi.ravel(), db.hi]),
-                 np.concatenate([dx.lo.ravel(), dw.lo.ravel(), db.lo]))
+    return Exact(
+        np.concatenate([dx.hi.ravel(), dw.hi.ravel(), db.hi]), np.concatenate([dx.lo.ravel(), dw.lo.ravel(), db.lo])
+    )
 
 
 def _linear_grad_bound(inputs, exact, fmt):
     x, W, g = np.abs(inputs["x"]), np.abs(inputs["W"]), np.abs(inputs["g"])
     batch, out = g.shape
-    return np.concatenate([(gamma(out, fmt.u) * (g @ W)).ravel(), (gamma(batch, fmt.u) * (g.T @ x)).ravel(),
-                           gamma(batch - 1, fmt.u) * g.sum(axis=0)])
+    return np.concatenate(
+        [
+            (gamma(out, fmt.u) * (g @ W)).ravel(),
+            (gamma(batch, fmt.u) * (g.T @ x)).ravel(),
+            gamma(batch - 1, fmt.u) * g.sum(axis=0),
+        ]
+    )
 
 
 def _linear_grad_by_sums(inputs):
@@ -261,8 +310,10 @@ LINEAR_GRAD = OpInfo(
         Impl("torch", "autograd F.linear(x, W, b).backward(g)", _torch_linear_grad, ALL_DTYPES),
         Impl("numpy", "(g @ W, g.T @ x, g.sum(0))", _np_linear_grad, IEEE_DTYPES),
     ),
-    default_size=64, bench_sizes=(64, 256),
-    oracle=_linear_grad_by_sums, test_size=8,
+    default_size=64,
+    bench_sizes=(64, 256),
+    oracle=_linear_grad_by_sums,
+    test_size=8,
     flops=lambda n: 4.0 * LINEAR_GRAD_BATCH * n * max(n // 4, 1),
 )
 
@@ -278,10 +329,10 @@ def _mp_layer_norm_grad(row, w, g):
     var = mpmath.fsum((v - mean) ** 2 for v in row) / n
     rstd = 1 / mpmath.sqrt(var + LAYER_NORM_EPS)
     xhat = [(v - mean) * rstd for v in row]
-    gh = [gi * wi for gi, wi in zip(g, w)]
+    gh = [gi * wi for gi, wi in zip(g, w, strict=False)]
     mean_gh = mpmath.fsum(gh) / n
-    mean_ghx = mpmath.fsum(a * b for a, b in zip(gh, xhat)) / n
-    return [rstd * (a - mean_gh - xh * mean_ghx) for a, xh in zip(gh, xhat)]
+    mean_ghx = mpmath.fsum(a * b for a, b in zip(gh, xhat, strict=False)) / n
+    return [rstd * (a - mean_gh - xh * mean_ghx) for a, xh in zip(gh, xhat, strict=False)]
 
 
 def _layer_norm_grad_exact(inputs, fmt):
@@ -316,9 +367,9 @@ def _layer_norm_grad_bound(inputs, exact, fmt):
     rel_r = (gamma(n + 3, fmt.u) + gamma(n, fmt.u) ** 2 * kappa2) / 2 + gamma(4, fmt.u)  # as in layer_norm, + 1/sigma
     e_mu = gamma(n + 1, fmt.u) * np.abs(x).mean(axis=-1, keepdims=True)
     big_x = r * (np.abs(x) + np.abs(mu))
-    rounding = (gamma(n + 10, fmt.u) * (np.abs(gh).mean(axis=-1, keepdims=True)
-                                        + np.abs(xhat) * (np.abs(gh) * big_x).mean(axis=-1, keepdims=True))
-                + gamma(5, fmt.u) * (np.abs(gh) + big_x * np.abs(mean_ghx)))
+    rounding = gamma(n + 10, fmt.u) * (
+        np.abs(gh).mean(axis=-1, keepdims=True) + np.abs(xhat) * (np.abs(gh) * big_x).mean(axis=-1, keepdims=True)
+    ) + gamma(5, fmt.u) * (np.abs(gh) + big_x * np.abs(mean_ghx))
     r_err = rel_r * (np.abs(gh) + np.abs(mean_gh) + 3 * np.abs(xhat * mean_ghx))
     mu_err = e_mu * r * (np.abs(mean_ghx) + np.abs(xhat * mean_gh))
     return r * (rounding + r_err + mu_err) + fmt.smallest_subnormal
@@ -340,11 +391,12 @@ def _torch_layer_norm_grad(ns, x, w, b, g):
 
 def _layer_norm_grad_by_diff(inputs):
     """dx_i = d/dx_i sum_j g_j layer_norm(x)_j, by mpmath's numerical derivative of the forward formula."""
+
     def loss(row, w, b, g, i, t):
-        v = row[:i] + [t] + row[i + 1:]
+        v = [*row[:i], t, *row[i + 1 :]]
         mean = mpmath.fsum(v) / len(v)
         rstd = 1 / mpmath.sqrt(mpmath.fsum((a - mean) ** 2 for a in v) / len(v) + LAYER_NORM_EPS)
-        return mpmath.fsum(gj * ((a - mean) * rstd * wj + bj) for a, gj, wj, bj in zip(v, g, w, b))
+        return mpmath.fsum(gj * ((a - mean) * rstd * wj + bj) for a, gj, wj, bj in zip(v, g, w, b, strict=False))
 
     def row_grad(row, w, b, g):
         return [mpmath.diff(lambda t: loss(row, w, b, g, i, t), row[i]) for i in range(len(row))]
@@ -367,8 +419,10 @@ LAYER_NORM_GRAD = OpInfo(
         Impl("torch", "autograd F.layer_norm.backward(g)", _torch_layer_norm_grad, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "r * (gh - mean(gh) - xhat * mean(gh * xhat))", _np_layer_norm_grad, IEEE_DTYPES),
     ),
-    default_size=1024, bench_sizes=(1024, 1 << 14),
-    oracle=_layer_norm_grad_by_diff, test_size=8,
+    default_size=1024,
+    bench_sizes=(1024, 1 << 14),
+    oracle=_layer_norm_grad_by_diff,
+    test_size=8,
     flops=lambda n: 12.0 * ROWS * n,
 )
 

@@ -15,18 +15,19 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
+from accuracy.catalog.registry import Impl, OpInfo
 from accuracy.core.dtypes import SINGLE_DOUBLE
+from accuracy.judge.error_metrics import gamma
 from accuracy.reference.exact import MP_PRECISION_BITS, Exact
 from accuracy.reference.inputs import normal
-from accuracy.judge.error_metrics import gamma
 from accuracy.reference.oracles import mp_matrix
-from accuracy.catalog.registry import Impl, OpInfo
 
 ILL_COND = 1e6
 SIZES = (32, 64)
 
 
 # -- inputs ---------------------------------------------------------------------------------
+
 
 def _orthogonal(rng, n):
     q, r = np.linalg.qr(rng.standard_normal((n, n)))
@@ -51,6 +52,7 @@ def _symmetric(rng, n):
 
 # -- mpmath helpers -------------------------------------------------------------------------
 
+
 def _mp(a):
     a = np.asarray(a, dtype=np.float64)
     return mpmath.matrix(a.tolist()) if a.ndim == 2 else mpmath.matrix([float(v) for v in a])
@@ -71,8 +73,8 @@ def _cond(a, p=2):
     return float(np.linalg.cond(a, p))
 
 
-
 # -- oracles: each by another route than its exact reference ----------------------------------
+
 
 def _inverse_by_columns(inputs):
     """Column j of A^-1 solves A x = e_j, here by QR (the reference inverts by LU)."""
@@ -116,6 +118,7 @@ def _eigenvalues_by_eig(inputs):
 
 # -- solve ----------------------------------------------------------------------------------
 
+
 def _solve_exact(inputs, fmt):
     with mpmath.workprec(MP_PRECISION_BITS):
         return _to_exact(mpmath.lu_solve(_mp(inputs["a"]), _mp(inputs["b"])), inputs["b"].shape)
@@ -158,12 +161,19 @@ SOLVE = OpInfo(
         Impl("numpy", "np.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), SINGLE_DOUBLE),
         Impl("scipy", "linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.solve", lambda ns, a, b: ns.linalg.solve(a, b), SINGLE_DOUBLE),
-        Impl("numpy", "inv(a) @ b", lambda ns, a, b: ns.linalg.inv(a) @ b, SINGLE_DOUBLE,
-             stable=False,
-             note="not backward stable, though its forward error is usually of the same order"),
+        Impl(
+            "numpy",
+            "inv(a) @ b",
+            lambda ns, a, b: ns.linalg.inv(a) @ b,
+            SINGLE_DOUBLE,
+            stable=False,
+            note="not backward stable, though its forward error is usually of the same order",
+        ),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]), test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]),
+    test_size=8,
 )
 
 INV = OpInfo(
@@ -180,12 +190,15 @@ INV = OpInfo(
         Impl("scipy", "linalg.inv", lambda ns, a: ns.linalg.inv(a), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.inv", lambda ns, a: ns.linalg.inv(a), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=_inverse_by_columns, test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=_inverse_by_columns,
+    test_size=8,
 )
 
 
 # -- cholesky, qr ---------------------------------------------------------------------------
+
 
 def _cholesky_exact(inputs, fmt):
     with mpmath.workprec(MP_PRECISION_BITS):
@@ -212,8 +225,10 @@ CHOLESKY = OpInfo(
         Impl("scipy", "linalg.cholesky(lower=True)", lambda ns, a: ns.linalg.cholesky(a, lower=True), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.cholesky", lambda ns, a: ns.linalg.cholesky(a), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=_cholesky_by_minors, test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=_cholesky_by_minors,
+    test_size=8,
 )
 
 
@@ -241,16 +256,27 @@ QR = OpInfo(
     bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||A||_2 on the upper triangle, eta = gamma_{6n} (Householder QR; Sun's R perturbation)",
     impls=(
         Impl("numpy", "abs(np.linalg.qr(a).R)", lambda ns, a: ns.abs(ns.linalg.qr(a)[1]), SINGLE_DOUBLE),
-        Impl("scipy", "abs(linalg.qr(a, mode='r'))", lambda ns, a: ns.absolute(ns.linalg.qr(a, mode="r")[0])
-             if hasattr(ns, "absolute") else abs(ns.linalg.qr(a, mode="r")[0]), SINGLE_DOUBLE),
+        Impl(
+            "scipy",
+            "abs(linalg.qr(a, mode='r'))",
+            lambda ns, a: (
+                ns.absolute(ns.linalg.qr(a, mode="r")[0])
+                if hasattr(ns, "absolute")
+                else abs(ns.linalg.qr(a, mode="r")[0])
+            ),
+            SINGLE_DOUBLE,
+        ),
         Impl("torch", "abs(torch.linalg.qr(a).R)", lambda ns, a: ns.abs(ns.linalg.qr(a).R), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=_r_by_householder, test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=_r_by_householder,
+    test_size=8,
 )
 
 
 # -- spectra: svd, eigh ---------------------------------------------------------------------
+
 
 def _svd_exact(inputs, fmt):
     with mpmath.workprec(MP_PRECISION_BITS):
@@ -279,12 +305,16 @@ SVD = OpInfo(
     bound=_weyl_bound,
     bound_doc="gamma_{4n} * ||A||_2 per value (Weyl: backward-stable SVD, absolute error; small sigmas lose relative accuracy)",
     impls=(
-        Impl("numpy", "np.linalg.svd(compute_uv=False)", lambda ns, a: ns.linalg.svd(a, compute_uv=False), SINGLE_DOUBLE),
+        Impl(
+            "numpy", "np.linalg.svd(compute_uv=False)", lambda ns, a: ns.linalg.svd(a, compute_uv=False), SINGLE_DOUBLE
+        ),
         Impl("scipy", "linalg.svdvals", lambda ns, a: ns.linalg.svdvals(a), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.svdvals", lambda ns, a: ns.linalg.svdvals(a), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=_singular_values_by_eigsy, test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=_singular_values_by_eigsy,
+    test_size=8,
 )
 
 EIGH = OpInfo(
@@ -300,12 +330,15 @@ EIGH = OpInfo(
         Impl("scipy", "linalg.eigvalsh", lambda ns, a: ns.linalg.eigvalsh(a), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.eigvalsh", lambda ns, a: ns.linalg.eigvalsh(a), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=_eigenvalues_by_eig, test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=_eigenvalues_by_eig,
+    test_size=8,
 )
 
 
 # -- lstsq, det -----------------------------------------------------------------------------
+
 
 def _lstsq_exact(inputs, fmt):
     a, b = _mp(inputs["a"]), _mp(inputs["b"])
@@ -340,14 +373,26 @@ LSTSQ = OpInfo(
     impls=(
         Impl("numpy", "np.linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b, rcond=None)[0], SINGLE_DOUBLE),
         Impl("scipy", "linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b)[0], SINGLE_DOUBLE),
-        Impl("torch", "torch.linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b[:, None]).solution[:, 0],
-             SINGLE_DOUBLE, note="CPU default driver gelsy (QR with column pivoting)"),
-        Impl("numpy", "solve(A^T A, A^T b)", lambda ns, a, b: ns.linalg.solve(a.T @ a, a.T @ b), SINGLE_DOUBLE,
-             stable=False,
-             note="normal equations: squares the condition number"),
+        Impl(
+            "torch",
+            "torch.linalg.lstsq",
+            lambda ns, a, b: ns.linalg.lstsq(a, b[:, None]).solution[:, 0],
+            SINGLE_DOUBLE,
+            note="CPU default driver gelsy (QR with column pivoting)",
+        ),
+        Impl(
+            "numpy",
+            "solve(A^T A, A^T b)",
+            lambda ns, a, b: ns.linalg.solve(a.T @ a, a.T @ b),
+            SINGLE_DOUBLE,
+            stable=False,
+            note="normal equations: squares the condition number",
+        ),
     ),
-    default_size=32, bench_sizes=SIZES,
-    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]), test_size=8,
+    default_size=32,
+    bench_sizes=SIZES,
+    oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]),
+    test_size=8,
 )
 
 
@@ -377,7 +422,8 @@ DET = OpInfo(
         Impl("scipy", "linalg.det", lambda ns, a: ns.linalg.det(a), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.det", lambda ns, a: ns.linalg.det(a), SINGLE_DOUBLE),
     ),
-    default_size=32, bench_sizes=SIZES,
+    default_size=32,
+    bench_sizes=SIZES,
     oracle=lambda inputs: [mpmath.re(mpmath.fprod(mpmath.eig(mp_matrix(inputs["a"]), left=False, right=False)))],
     test_size=6,
 )

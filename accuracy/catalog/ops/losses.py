@@ -9,14 +9,13 @@ import mpmath
 import numpy as np
 import scipy.special
 
+from accuracy.catalog.ops.common import IN_STORAGE
+from accuracy.catalog.registry import Impl, OpInfo
 from accuracy.core.dtypes import ALL_DTYPES, IEEE_DTYPES
+from accuracy.judge.error_metrics import gamma
 from accuracy.reference.exact import Exact, mp_rows
 from accuracy.reference.inputs import normal
-from accuracy.judge.error_metrics import gamma
-from accuracy.catalog.ops.common import IN_STORAGE
 from accuracy.reference.oracles import mp, mp_list
-from accuracy.catalog.registry import Impl, OpInfo
-
 
 CE_BATCH = 64
 
@@ -31,7 +30,7 @@ def _ce_exact(inputs, fmt):
     with mpmath.workprec(200):
         total = mpmath.fsum(
             mpmath.log(mpmath.fsum(mpmath.exp(mpmath.mpf(float(v))) for v in row)) - mpmath.mpf(float(row[ti]))
-            for row, ti in zip(x, t)
+            for row, ti in zip(x, t, strict=False)
         )
         return Exact.from_mpf([total / len(t)], ())
 
@@ -56,8 +55,10 @@ def _np_ce(ns, x, target):
 def _ce_oracle(inputs):
     """-mean log(p_t) with p the unshifted softmax probability of the target class."""
     x, t = inputs["x"], inputs["target"].astype(int)
-    logps = [mpmath.log(mpmath.exp(mp(row[ti])) / mpmath.fsum(mpmath.exp(v) for v in mp_list(row)))
-             for row, ti in zip(x, t)]
+    logps = [
+        mpmath.log(mpmath.exp(mp(row[ti])) / mpmath.fsum(mpmath.exp(v) for v in mp_list(row)))
+        for row, ti in zip(x, t, strict=False)
+    ]
     return [-mpmath.fsum(logps) / len(t)]
 
 
@@ -70,27 +71,41 @@ CROSS_ENTROPY = OpInfo(
     bound=_ce_bound,
     bound_doc="mean over rows of gamma_{n+3}(|loss| + max x - min x + 1) + gamma_B * mean|loss|",
     impls=(
-        Impl("torch", "F.cross_entropy", lambda ns, x, target: ns.nn.functional.cross_entropy(x, target.long()),
-             ALL_DTYPES),
-        Impl("torch", "F.nll_loss(F.log_softmax)", lambda ns, x, target: ns.nn.functional.nll_loss(
-            ns.nn.functional.log_softmax(x, -1), target.long()), ALL_DTYPES, compute=IN_STORAGE),
+        Impl(
+            "torch",
+            "F.cross_entropy",
+            lambda ns, x, target: ns.nn.functional.cross_entropy(x, target.long()),
+            ALL_DTYPES,
+        ),
+        Impl(
+            "torch",
+            "F.nll_loss(F.log_softmax)",
+            lambda ns, x, target: ns.nn.functional.nll_loss(ns.nn.functional.log_softmax(x, -1), target.long()),
+            ALL_DTYPES,
+            compute=IN_STORAGE,
+        ),
         Impl("numpy", "-mean(log_softmax[t])", _np_ce, IEEE_DTYPES),
     ),
-    default_size=256, bench_sizes=(128, 256),
-    oracle=_ce_oracle, test_size=8,
+    default_size=256,
+    bench_sizes=(128, 256),
+    oracle=_ce_oracle,
+    test_size=8,
     flops=lambda n: 4.0 * CE_BATCH * n,
 )
 
 
 def _mse_exact(inputs, fmt):
-    return mp_rows(lambda xs, ys: [mpmath.fsum((a - b) ** 2 for a, b in zip(xs, ys)) / len(xs)],
-                   inputs["x"], inputs["y"])
+    return mp_rows(
+        lambda xs, ys: [mpmath.fsum((a - b) ** 2 for a, b in zip(xs, ys, strict=False)) / len(xs)],
+        inputs["x"],
+        inputs["y"],
+    )
 
 
 def _mse_by_moments(inputs):
     """(sum x^2 - 2 sum x y + sum y^2) / n: expanded, unlike the reference's sum of squared differences."""
     x, y = mp_list(inputs["x"]), mp_list(inputs["y"])
-    sq = [mpmath.fsum(a * b for a, b in zip(u, v)) for u, v in ((x, x), (x, y), (y, y))]
+    sq = [mpmath.fsum(a * b for a, b in zip(u, v, strict=False)) for u, v in ((x, x), (x, y), (y, y))]
     return [(sq[0] - 2 * sq[1] + sq[2]) / len(x)]
 
 
@@ -106,8 +121,10 @@ MSE_LOSS = OpInfo(
         Impl("torch", "F.mse_loss", lambda ns, x, y: ns.nn.functional.mse_loss(x, y), ALL_DTYPES),
         Impl("numpy", "mean((x - y)**2)", lambda ns, x, y: ns.mean((x - y) ** 2), IEEE_DTYPES),
     ),
-    default_size=1024, bench_sizes=(1 << 16, 1 << 20),
-    oracle=_mse_by_moments, test_size=64,  # float16's gamma_n is vacuous beyond n = 2048
+    default_size=1024,
+    bench_sizes=(1 << 16, 1 << 20),
+    oracle=_mse_by_moments,
+    test_size=64,  # float16's gamma_n is vacuous beyond n = 2048
     flops=lambda n: 3.0 * n,
 )
 

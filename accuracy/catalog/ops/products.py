@@ -12,14 +12,14 @@ import numpy as np
 from accuracy.backends import TORCH_VARIANTS
 from accuracy.backends.onnxruntime import LINEAR_MATMUL_ADD, ORT_VARIANTS, single
 from accuracy.backends.tensorflow import dense
-from accuracy.core.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
-from accuracy.reference.exact_gemm import exact_matmul
-from accuracy.reference.inputs import normal
-from accuracy.judge.error_metrics import gamma
 from accuracy.catalog.ops.common import IN_STORAGE
 from accuracy.catalog.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES, gpu_note
-from accuracy.reference.oracles import mp, mp_dot, mp_matmul
 from accuracy.catalog.registry import Impl, OpInfo
+from accuracy.core.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.judge.error_metrics import gamma
+from accuracy.reference.exact_gemm import exact_matmul
+from accuracy.reference.inputs import normal
+from accuracy.reference.oracles import mp, mp_dot, mp_matmul
 
 
 def _scipy_gemm(ns, a, b):
@@ -42,20 +42,37 @@ MATMUL = OpInfo(
     bound_doc="gamma_n * |A||B| (Higham, Theorem 3.5)",
     impls=(
         Impl("numpy", "a @ b", lambda ns, a, b: a @ b, IEEE_DTYPES),
-        Impl("numpy", "einsum('ik,kj->ij')", lambda ns, a, b: ns.einsum("ik,kj->ij", a, b), IEEE_DTYPES,
-             note="numpy's own loops unless optimize=True: no BLAS"),
+        Impl(
+            "numpy",
+            "einsum('ik,kj->ij')",
+            lambda ns, a, b: ns.einsum("ik,kj->ij", a, b),
+            IEEE_DTYPES,
+            note="numpy's own loops unless optimize=True: no BLAS",
+        ),
         Impl("scipy", "linalg.blas.?gemm", _scipy_gemm, SINGLE_DOUBLE),
         Impl("torch", "torch.matmul", lambda ns, a, b: ns.matmul(a, b), ALL_DTYPES, also=TORCH_VARIANTS),
-        Impl("tensorflow", "tf.linalg.matmul", lambda tf, a, b: tf.linalg.matmul(a, b), TF_DTYPES,
-             note=gpu_note("tensorflow")),
+        Impl(
+            "tensorflow",
+            "tf.linalg.matmul",
+            lambda tf, a, b: tf.linalg.matmul(a, b),
+            TF_DTYPES,
+            note=gpu_note("tensorflow"),
+        ),
         Impl("onnxruntime", "MatMul", single("MatMul", ("a", "b")), ORT_FLOAT64, note=gpu_note("onnxruntime")),
         Impl("libtorch", "torch::matmul", lambda lt, a, b: lt.matmul(a, b), LIBTORCH_DTYPES, note=gpu_note("libtorch")),
         Impl("jax", "jax.numpy.matmul", lambda jax, a, b: jax.numpy.matmul(a, b), JAX_DTYPES, note=gpu_note("jax")),
-        Impl("blas", "gemm", lambda ns, a, b: ns.call("gemm", a, b), SINGLE_DOUBLE,
-             note="cblas_?gemm called through ctypes, one implementation per BLAS library found"),
+        Impl(
+            "blas",
+            "gemm",
+            lambda ns, a, b: ns.call("gemm", a, b),
+            SINGLE_DOUBLE,
+            note="cblas_?gemm called through ctypes, one implementation per BLAS library found",
+        ),
     ),
-    default_size=128, bench_sizes=(128, 512),
-    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]), test_size=8,
+    default_size=128,
+    bench_sizes=(128, 512),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]),
+    test_size=8,
     flops=lambda n: 2.0 * n**3,
 )
 
@@ -89,22 +106,35 @@ LINEAR = OpInfo(
     bound=_linear_bound,
     bound_doc="gamma_{n+1} * (|x||W.T| + |b|): the bias is one more term of the sum",
     impls=(
-        Impl("torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES,
-             also=TORCH_VARIANTS),
-        Impl("torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS, compute=IN_STORAGE),
+        Impl(
+            "torch", "F.linear", lambda ns, x, W, b: ns.nn.functional.linear(x, W, b), ALL_DTYPES, also=TORCH_VARIANTS
+        ),
+        Impl(
+            "torch", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, ALL_DTYPES, also=TORCH_VARIANTS, compute=IN_STORAGE
+        ),
         Impl("torch", "addmm(b, x, W.T)", lambda ns, x, W, b: ns.addmm(b, x, W.T), ALL_DTYPES),
         Impl("numpy", "x @ W.T + b", lambda ns, x, W, b: x @ W.T + b, IEEE_DTYPES),
         Impl("numpy", "einsum('bi,oi->bo') + b", lambda ns, x, W, b: ns.einsum("bi,oi->bo", x, W) + b, IEEE_DTYPES),
         Impl("tensorflow", "Dense: bias_add(matmul(x, W.T), b)", dense, TF_DTYPES, note=gpu_note("tensorflow")),
         Impl("onnxruntime", "Gemm(transB=1)", single("Gemm", ("x", "W", "b"), transB=1), ORT_FLOAT64),
-        Impl("onnxruntime", "MatMul(x, Transpose(W)) + b graph", LINEAR_MATMUL_ADD, ORT_FLOAT64, also=ORT_VARIANTS,
-             note="what exporters write for a 2-D linear; ORT's optimizer fuses it into Gemm"),
+        Impl(
+            "onnxruntime",
+            "MatMul(x, Transpose(W)) + b graph",
+            LINEAR_MATMUL_ADD,
+            ORT_FLOAT64,
+            also=ORT_VARIANTS,
+            note="what exporters write for a 2-D linear; ORT's optimizer fuses it into Gemm",
+        ),
         Impl("libtorch", "torch::linear", lambda lt, x, W, b: lt.linear(x, W, b), LIBTORCH_DTYPES),
         Impl("jax", "x @ W.T + b (flax Dense)", lambda jax, x, W, b: jax.numpy.dot(x, W.T) + b, JAX_DTYPES),
     ),
-    default_size=2048, bench_sizes=(512, 2048),
-    oracle=lambda inputs: [v + mp(b) for v, b in zip(
-        mp_matmul(inputs["x"], inputs["W"].T), np.tile(inputs["b"], len(inputs["x"])))], test_size=8,
+    default_size=2048,
+    bench_sizes=(512, 2048),
+    oracle=lambda inputs: [
+        v + mp(b)
+        for v, b in zip(mp_matmul(inputs["x"], inputs["W"].T), np.tile(inputs["b"], len(inputs["x"])), strict=False)
+    ],
+    test_size=8,
     flops=lambda n: 2.0 * _LINEAR_BATCH * n * max(n // 4, 1),
 )
 
@@ -121,8 +151,10 @@ GEMV = OpInfo(
         Impl("torch", "torch.mv", lambda ns, a, x: ns.mv(a, x), ALL_DTYPES),
         Impl("blas", "gemv", lambda ns, a, x: ns.call("gemv", a, x), SINGLE_DOUBLE),
     ),
-    default_size=512, bench_sizes=(512, 2048),
-    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["x"][:, None]), test_size=16,
+    default_size=512,
+    bench_sizes=(512, 2048),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["x"][:, None]),
+    test_size=16,
     flops=lambda n: 2.0 * n**2,
     version=2,  # 2: the reference is a vector, as the output is
 )
@@ -142,8 +174,10 @@ DOT = OpInfo(
         Impl("torch", "torch.dot", lambda ns, x, y: ns.dot(x, y), ALL_DTYPES),
         Impl("blas", "dot", lambda ns, x, y: ns.call("dot", x, y), SINGLE_DOUBLE),
     ),
-    default_size=1 << 16, bench_sizes=(1 << 12, 1 << 20),
-    oracle=lambda inputs: [mp_dot(inputs["x"], inputs["y"])], test_size=64,
+    default_size=1 << 16,
+    bench_sizes=(1 << 12, 1 << 20),
+    oracle=lambda inputs: [mp_dot(inputs["x"], inputs["y"])],
+    test_size=64,
     flops=lambda n: 2.0 * n,
     version=2,  # 2: the reference is a scalar, as the output is
 )
@@ -172,8 +206,10 @@ BMM = OpInfo(
         Impl("numpy", "a @ b", lambda ns, a, b: a @ b, IEEE_DTYPES),
         Impl("numpy", "einsum('bik,bkj->bij')", lambda ns, a, b: ns.einsum("bik,bkj->bij", a, b), IEEE_DTYPES),
     ),
-    default_size=64, bench_sizes=(64, 256),
-    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]), test_size=4,
+    default_size=64,
+    bench_sizes=(64, 256),
+    oracle=lambda inputs: mp_matmul(inputs["a"], inputs["b"]),
+    test_size=4,
     flops=lambda n: 2.0 * BATCH * n**3,
 )
 
@@ -191,16 +227,20 @@ BADDBMM = OpInfo(
     generate=lambda rng, n: {**_bmm_inputs(rng, n), "c": normal(rng, (BATCH, n, n))},
     exact=_baddbmm_exact,
     fp64=lambda a, b, c: c + a @ b,
-    bound=lambda inputs, exact, fmt: gamma(inputs["a"].shape[-1] + 1, fmt.u)
-    * (np.abs(inputs["a"]) @ np.abs(inputs["b"]) + np.abs(inputs["c"])),
+    bound=lambda inputs, exact, fmt: (
+        gamma(inputs["a"].shape[-1] + 1, fmt.u) * (np.abs(inputs["a"]) @ np.abs(inputs["b"]) + np.abs(inputs["c"]))
+    ),
     bound_doc="gamma_{n+1} * (|A||B| + |C|): C is one more term of each sum",
     impls=(
         Impl("torch", "torch.baddbmm", lambda ns, a, b, c: ns.baddbmm(c, a, b), ALL_DTYPES),
         Impl("torch", "c + a @ b", lambda ns, a, b, c: c + a @ b, ALL_DTYPES, compute=IN_STORAGE),
         Impl("numpy", "c + a @ b", lambda ns, a, b, c: c + a @ b, IEEE_DTYPES),
     ),
-    default_size=64, bench_sizes=(64, 256),
-    oracle=lambda inputs: [v + mp(c) for v, c in zip(mp_matmul(inputs["a"], inputs["b"]), inputs["c"].ravel())],
+    default_size=64,
+    bench_sizes=(64, 256),
+    oracle=lambda inputs: [
+        v + mp(c) for v, c in zip(mp_matmul(inputs["a"], inputs["b"]), inputs["c"].ravel(), strict=False)
+    ],
     test_size=4,
     flops=lambda n: 2.0 * BATCH * n**3,
 )

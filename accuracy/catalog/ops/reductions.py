@@ -15,14 +15,13 @@ import numpy as np
 
 from accuracy.backends import TORCH_VARIANTS
 from accuracy.backends.onnxruntime import single
+from accuracy.catalog.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
+from accuracy.catalog.registry import Impl, OpInfo
 from accuracy.core.dtypes import ALL_DTYPES, IEEE_DTYPES, SINGLE_DOUBLE
+from accuracy.judge.error_metrics import gamma
 from accuracy.reference.exact import Exact, fsum_rows, mp_rows
 from accuracy.reference.inputs import normal
-from accuracy.judge.error_metrics import gamma
-from accuracy.catalog.ops.frameworks import JAX_DTYPES, LIBTORCH_DTYPES, ORT_FLOAT64, TF_DTYPES
 from accuracy.reference.oracles import mp_list, mp_matrix, one_pass_var, rowwise
-from accuracy.catalog.registry import Impl, OpInfo
-
 
 DDOF = 1  # the reference's explicit ddof for var and std: the unbiased estimator
 
@@ -74,21 +73,34 @@ SUM = OpInfo(
     bound_doc="gamma_{n-1} * sum|x| (Higham 4.3: any summation order)",
     impls=(
         Impl("numpy", "np.sum", lambda ns, x: ns.sum(x), IEEE_DTYPES, note="pairwise summation"),
-        Impl("numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), SINGLE_DOUBLE,
-             note="through BLAS dot"),
+        Impl(
+            "numpy", "np.dot(x, ones)", lambda ns, x: ns.dot(x, ns.ones_like(x)), SINGLE_DOUBLE, note="through BLAS dot"
+        ),
         Impl("torch", "torch.sum", lambda ns, x: ns.sum(x), ALL_DTYPES, also=TORCH_VARIANTS),
-        Impl("torch", "torch.cumsum[-1]", lambda ns, x: ns.cumsum(x, 0)[-1], ALL_DTYPES,
-             note="a running (recursive) sum: the error grows with n"),
-        Impl("numpy", "math.fsum", lambda ns, x: ns.asarray(math.fsum(x.astype(ns.float64))), IEEE_DTYPES,
-             compute={"float16": "float64", "float32": "float64"},
-             note="correctly rounded (computed in float64, rounded once)"),
+        Impl(
+            "torch",
+            "torch.cumsum[-1]",
+            lambda ns, x: ns.cumsum(x, 0)[-1],
+            ALL_DTYPES,
+            note="a running (recursive) sum: the error grows with n",
+        ),
+        Impl(
+            "numpy",
+            "math.fsum",
+            lambda ns, x: ns.asarray(math.fsum(x.astype(ns.float64))),
+            IEEE_DTYPES,
+            compute={"float16": "float64", "float32": "float64"},
+            note="correctly rounded (computed in float64, rounded once)",
+        ),
         Impl("tensorflow", "tf.reduce_sum", lambda tf, x: tf.reduce_sum(x), TF_DTYPES),
         Impl("onnxruntime", "ReduceSum", single("ReduceSum", ("x",), keepdims=0), ORT_FLOAT64),
         Impl("libtorch", "torch::sum", lambda lt, x: lt.sum(x), LIBTORCH_DTYPES),
         Impl("jax", "jax.numpy.sum", lambda jax, x: jax.numpy.sum(x), JAX_DTYPES),
     ),
-    default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
-    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"]))], test_size=64,
+    default_size=1 << 16,
+    bench_sizes=(1 << 16, 1 << 22),
+    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"]))],
+    test_size=64,
     flops=lambda n: n,
 )
 
@@ -98,8 +110,9 @@ MEAN = OpInfo(
     generate=_long_vector(mean=0.5),
     exact=_exact_mean,
     fp64=lambda x: np.mean(x),
-    bound=lambda inputs, exact, fmt: gamma(inputs["x"].size, fmt.u) * _abs_sum(inputs["x"]) / inputs["x"].size
-    + fmt.u * abs(float(exact.hi)),
+    bound=lambda inputs, exact, fmt: (
+        gamma(inputs["x"].size, fmt.u) * _abs_sum(inputs["x"]) / inputs["x"].size + fmt.u * abs(float(exact.hi))
+    ),
     bound_doc="gamma_n * sum|x| / n + u*|mean| (sum bound, then one division)",
     impls=(
         Impl("numpy", "np.mean", lambda ns, x: ns.mean(x), IEEE_DTYPES),
@@ -109,15 +122,23 @@ MEAN = OpInfo(
         Impl("libtorch", "torch::mean", lambda lt, x: lt.mean(x), LIBTORCH_DTYPES),
         Impl("jax", "jax.numpy.mean", lambda jax, x: jax.numpy.mean(x), JAX_DTYPES),
     ),
-    default_size=1 << 16, bench_sizes=(1 << 16, 1 << 22),
-    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"])) / inputs["x"].size], test_size=64,
+    default_size=1 << 16,
+    bench_sizes=(1 << 16, 1 << 22),
+    oracle=lambda inputs: [mpmath.fsum(mp_list(inputs["x"])) / inputs["x"].size],
+    test_size=64,
     flops=lambda n: n,
 )
 
 # ONNX has no variance op; TensorFlow's has no correction argument.
 _FRAMEWORK_VARIANCES = (
-    Impl("tensorflow", "tf.math.reduce_variance", lambda tf, x: tf.math.reduce_variance(x), TF_DTYPES,
-         semantics="ddof=0", note="TF's variance is the biased estimator and takes no correction"),
+    Impl(
+        "tensorflow",
+        "tf.math.reduce_variance",
+        lambda tf, x: tf.math.reduce_variance(x),
+        TF_DTYPES,
+        semantics="ddof=0",
+        note="TF's variance is the biased estimator and takes no correction",
+    ),
     Impl("libtorch", "torch::var", lambda lt, x: lt.var(x), LIBTORCH_DTYPES),
     Impl("jax", "jax.numpy.var(ddof=1)", lambda jax, x: jax.numpy.var(x, ddof=1), JAX_DTYPES),
 )
@@ -144,14 +165,26 @@ def _variance_op(name: str, root: bool) -> OpInfo:
         + ("; halved under sqrt" if root else ""),
         impls=(
             Impl("numpy", f"np.{name}(x, ddof=1)", lambda ns, x: getattr(ns, name)(x, ddof=1), IEEE_DTYPES),
-            Impl("torch", f"torch.{name}(x)", lambda ns, x: getattr(ns, name)(x), ALL_DTYPES,
-                 note="torch's default correction=1"),
-            Impl("numpy", f"np.{name}(x)", lambda ns, x: getattr(ns, name)(x), IEEE_DTYPES, semantics="ddof=0",
-                 note="numpy's default ddof=0: the biased estimator"),
+            Impl(
+                "torch",
+                f"torch.{name}(x)",
+                lambda ns, x: getattr(ns, name)(x),
+                ALL_DTYPES,
+                note="torch's default correction=1",
+            ),
+            Impl(
+                "numpy",
+                f"np.{name}(x)",
+                lambda ns, x: getattr(ns, name)(x),
+                IEEE_DTYPES,
+                semantics="ddof=0",
+                note="numpy's default ddof=0: the biased estimator",
+            ),
             *(_FRAMEWORK_VARIANCES if name == "var" else ()),
         ),
         # n**2 u < 1 keeps the worst-case bound below ddof's 1/n effect in float32
-        default_size=1024, bench_sizes=(1 << 10, 1 << 20),
+        default_size=1024,
+        bench_sizes=(1 << 10, 1 << 20),
         oracle=rowwise(lambda row: [mpmath.sqrt(one_pass_var(row, DDOF)) if root else one_pass_var(row, DDOF)]),
         test_size=64,
         flops=lambda n: 3 * n,
@@ -193,11 +226,19 @@ LOGSUMEXP = OpInfo(
         Impl("onnxruntime", "ReduceLogSumExp", single("ReduceLogSumExp", ("x",), keepdims=0), ORT_FLOAT64),
         Impl("libtorch", "torch::logsumexp", lambda lt, x: lt.logsumexp(x), LIBTORCH_DTYPES),
         Impl("jax", "jax.nn.logsumexp", lambda jax, x: jax.nn.logsumexp(x), JAX_DTYPES),
-        Impl("numpy", "log(sum(exp(x)))", lambda ns, x: ns.log(ns.sum(ns.exp(x))), IEEE_DTYPES,
-             stable=False, note="unshifted: overflows where exp(max x) does"),
+        Impl(
+            "numpy",
+            "log(sum(exp(x)))",
+            lambda ns, x: ns.log(ns.sum(ns.exp(x))),
+            IEEE_DTYPES,
+            stable=False,
+            note="unshifted: overflows where exp(max x) does",
+        ),
     ),
-    default_size=4096, bench_sizes=(1 << 12, 1 << 20),
-    oracle=rowwise(_shifted_logsumexp), test_size=64,
+    default_size=4096,
+    bench_sizes=(1 << 12, 1 << 20),
+    oracle=rowwise(_shifted_logsumexp),
+    test_size=64,
     flops=lambda n: 2 * n,
 )
 
@@ -233,8 +274,10 @@ CUMSUM = OpInfo(
         Impl("numpy", "np.cumsum", lambda ns, x: ns.cumsum(x), IEEE_DTYPES),
         Impl("torch", "torch.cumsum", lambda ns, x: ns.cumsum(x, 0), ALL_DTYPES),
     ),
-    default_size=1024, bench_sizes=(1 << 12, 1 << 14),
-    oracle=lambda inputs: list(itertools.accumulate(mp_list(inputs["x"]))), test_size=64,
+    default_size=1024,
+    bench_sizes=(1 << 12, 1 << 14),
+    oracle=lambda inputs: list(itertools.accumulate(mp_list(inputs["x"]))),
+    test_size=64,
     flops=lambda n: n,
 )
 
@@ -264,10 +307,13 @@ VECTOR_NORM = OpInfo(
         Impl("torch", "torch.linalg.vector_norm", lambda ns, x: ns.linalg.vector_norm(x), ALL_DTYPES),
         Impl("numpy", "sqrt(sum(x*x))", lambda ns, x: ns.sqrt(ns.sum(x * x)), IEEE_DTYPES),
     ),
-    default_size=1024, bench_sizes=(1 << 16, 1 << 20),
-    oracle=lambda inputs: [mpmath.norm(mp_list(inputs["x"]), 2)], test_size=64,
+    default_size=1024,
+    bench_sizes=(1 << 16, 1 << 20),
+    oracle=lambda inputs: [mpmath.norm(mp_list(inputs["x"]), 2)],
+    test_size=64,
     flops=lambda n: 2.0 * n,
 )
+
 
 def _scalar(e: Exact) -> Exact:
     return e.map(np.squeeze)
@@ -286,8 +332,10 @@ MATRIX_NORM = OpInfo(
         Impl("scipy", "linalg.norm", lambda ns, x: ns.linalg.norm(x), SINGLE_DOUBLE),
         Impl("torch", "torch.linalg.matrix_norm", lambda ns, x: ns.linalg.matrix_norm(x), ALL_DTYPES),
     ),
-    default_size=32, bench_sizes=(256, 1024),
-    oracle=lambda inputs: [mpmath.mnorm(mp_matrix(inputs["x"]), "f")], test_size=8,
+    default_size=32,
+    bench_sizes=(256, 1024),
+    oracle=lambda inputs: [mpmath.mnorm(mp_matrix(inputs["x"]), "f")],
+    test_size=8,
     flops=lambda n: 2.0 * n * n,
 )
 
