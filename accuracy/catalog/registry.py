@@ -60,8 +60,9 @@ class Impl:
     # False for a textbook formula known to lose accuracy (no max shift, explicit inverse, ...):
     # it may leave the bound or overflow, and tests expect nothing of it
     stable: bool = True
-    # a measured defect of this library on these inputs (a finding, with its numbers in the
-    # README): it is not counted as a correct implementation, and no test expects it within rounding
+    # a measured defect of this library on these inputs (a finding: measured in docs/frameworks.md,
+    # listed in docs/findings.md): it is not counted as a correct implementation, and no test
+    # expects it within rounding
     finding: str = ""
 
     @property

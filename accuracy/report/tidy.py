@@ -4,7 +4,7 @@
 backend, implementation and dtype). Here each of those becomes its own typed column: op,
 backend, implementation, dtype, size and threads as integers, the metric and its direction from
 the metric table. `DATA_DICTIONARY` says what every column means; it is written beside the
-CSV/Parquet and shown in the README.
+CSV/Parquet and shown in docs/report.md.
 """
 
 from __future__ import annotations
