@@ -265,6 +265,11 @@ CASES = [
     (["inputs", "exp", "--size", "0", "--save", "{root}/x.npz"], "size must be a positive integer"),
     (["inputs", "matmul", "--size", "200000", "--save", "{root}/x.npz"], "GB for inputs"),
     (["inputs", "solve", "--condition", "nosuch", "--save", "{root}/x.npz"], "has no condition"),
+    # issue 22 (paths-a): a path or label holding a newline or an ANSI escape stays on its one line
+    (
+        ["check", "exp", "--inputs", "{root}/case/no\nfile\x1b[2J.npz", "--output", "a={root}/case/exp_out.npy"],
+        "{root}/case/no\\nfile\\x1b[2J.npz: no such file",
+    ),
 ]
 
 
@@ -350,3 +355,25 @@ def test_ctrl_c_in_explain_prints_one_line():
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
     assert err.strip().splitlines() == ["opbench: error: interrupted"]
+
+
+def test_labels_with_a_newline_or_ansi_escapes_are_shown_escaped(tmp_path, capsys):
+    """Issue 22 #19: `--output "x\\nFAKE within rounding=..."` forged a table row and sent raw
+    escapes to the terminal; every user-supplied label now prints on its own row, escaped."""
+    _case_files(tmp_path / "case")
+    forged = "x\nFAKE  within rounding  0.5\x1b[31m"
+    code = cli.main(
+        [
+            "check",
+            "exp",
+            "--inputs",
+            str(tmp_path / "case" / "exp.npz"),
+            "--output",
+            f"{forged}={tmp_path / 'case' / 'exp_out.npy'}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "\x1b" not in out and "\nFAKE" not in out
+    rows = [line for line in out.splitlines() if "FAKE" in line]
+    assert len(rows) == 2 and all(line.lstrip().startswith("x\\nFAKE  within rounding  0.5\\x1b[31m") for line in rows)

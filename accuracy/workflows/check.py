@@ -30,7 +30,7 @@ from accuracy.backends import get_backend
 from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table
+from accuracy.core.formatting import format_table, printable
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.metric_table import BY_NAME
@@ -69,7 +69,7 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{o['label']}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
@@ -85,7 +85,7 @@ class CheckReport:
                 for o in self.outputs
             ],
         )
-        lines += ["", "why:"] + [f"  {o['label']}: {o['reason']}" for o in self.outputs]
+        lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in self.outputs]
         if self.pairs:
             lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
             lines += format_table(
