@@ -79,6 +79,8 @@ def _case_files(folder: Path) -> None:
     np.savez(folder / "empty.npz", a=np.ones((0, 8), np.float32), b=np.ones((8, 8), np.float32))
     np.save(folder / "empty_out.npy", np.ones((0, 8), np.float32))
     np.savez(folder / "matmul_shapes.npz", a=np.ones((8, 8), np.float32), b=np.ones((5, 3), np.float32))
+    np.savez(folder / "std_rows_of_1.npz", x=np.ones((4, 1), np.float32))
+    np.save(folder / "std_rows_of_1_out.npy", np.zeros(4, np.float32))
     (folder / "garbage.npz").write_bytes(b"PK\x03\x04 not really a zip")
     (folder / "garbage.npy").write_bytes(b"not numpy")
 
@@ -270,6 +272,21 @@ CASES = [
         ["check", "exp", "--inputs", "{root}/case/no\nfile\x1b[2J.npz", "--output", "a={root}/case/exp_out.npy"],
         "{root}/case/no\\nfile\\x1b[2J.npz: no such file",
     ),
+    (["compare", "box", "box", "--results", R], "are the same result set (1 results file)"),
+    (["explain", "std", "--size", "1"], "--size 1 is too small: std needs rows of at least 2 elements"),
+    (["explain", "var", "--size", "1"], "--size 1 is too small: var needs rows of at least 2 elements"),
+    (
+        [
+            "check",
+            "std",
+            "--inputs",
+            "{root}/case/std_rows_of_1.npz",
+            "--output",
+            "a={root}/case/std_rows_of_1_out.npy",
+        ],
+        "std_rows_of_1.npz: std needs rows of at least 2 elements, input 'x' has 1",
+    ),
+    (["scan", "exp", "--dtype", "float64", "--sample", "99999999999999"], "choose a smaller --sample"),
 ]
 
 
@@ -377,3 +394,50 @@ def test_labels_with_a_newline_or_ansi_escapes_are_shown_escaped(tmp_path, capsy
     assert "\x1b" not in out and "\nFAKE" not in out
     rows = [line for line in out.splitlines() if "FAKE" in line]
     assert len(rows) == 2 and all(line.lstrip().startswith("x\\nFAKE  within rounding  0.5\\x1b[31m") for line in rows)
+
+
+def _edited(results: Path, edit) -> None:
+    """`edit(data)` applied to the workspace's one results file, as a hand edit or a foreign tool would."""
+    (path,) = (results / "box").glob("*-py3.11.json")
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _text_value(data):
+    for row in data["results"].values():
+        row[0] = ["not a number"]
+
+
+def _text_started_at(data):
+    for row in data["results"].values():
+        row[data["result_columns"].index("started_at")] = "yesterday"
+
+
+def _cut_benchmarks_json(results: Path) -> None:
+    text = (results / "benchmarks.json").read_text()
+    (results / "benchmarks.json").write_text(text[: len(text) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage,named",
+    [
+        (lambda r: _edited(r, _text_value), "holds text where asv stores numbers"),
+        (lambda r: _edited(r, _text_started_at), "holds text where asv stores numbers"),
+        (_cut_benchmarks_json, "benchmarks.json: unreadable"),
+    ],
+    ids=["text value", "text started_at", "truncated benchmarks.json"],
+)
+def test_report_on_damaged_results_warns_naming_the_file(tmp_path, capsys, damage, named):
+    """Issue 22 #16: text in a results file (DateParseError) and a cut-off benchmarks.json
+    (KeyError) were tracebacks in `report`; now a warning names the file and the report is written."""
+    results = _workspace(tmp_path)["results"]
+    damage(results)
+    code = cli.main(["report", "--results", str(results), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert any(
+        line.startswith("opbench: warning: ") and named in line and str(results) in line for line in err.splitlines()
+    ), err
+    assert (tmp_path / "out" / "latest" / "index.html").is_file()

@@ -278,6 +278,7 @@ def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None
     fmt = _decide_format(raw, given, source)
     _check_names(op, raw, source)
     rounded = _rounded_inputs(raw, fmt, source)
+    op.check_min_size(rounded, source)
     _check_shapes(given, _op_fp64_shape(op, rounded, source), f"{op.name} on {source}")
     if contract_ulps is not None and contract_ulps < 0:
         raise OpbenchError(f"--contract must be a number of ulps >= 0, got {contract_ulps}")
