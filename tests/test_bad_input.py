@@ -81,8 +81,27 @@ def _case_files(folder: Path) -> None:
     np.savez(folder / "matmul_shapes.npz", a=np.ones((8, 8), np.float32), b=np.ones((5, 3), np.float32))
     np.savez(folder / "std_rows_of_1.npz", x=np.ones((4, 1), np.float32))
     np.save(folder / "std_rows_of_1_out.npy", np.zeros(4, np.float32))
+    _huge_declared_files(folder)
     (folder / "garbage.npz").write_bytes(b"PK\x03\x04 not really a zip")
     (folder / "garbage.npy").write_bytes(b"not numpy")
+
+
+def _huge_declared_files(folder: Path) -> None:
+    """Files of a few hundred bytes whose headers declare terabytes: refused from the headers,
+    so nothing is decompressed or allocated (issue 22 #15)."""
+    import io
+    import struct
+    import zipfile
+
+    header = {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)}
+    with open(folder / "huge.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+    member = io.BytesIO()
+    np.lib.format.write_array_header_2_0(member, header)
+    with zipfile.ZipFile(folder / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", member.getvalue())
+    tensors = json.dumps({"x": {"dtype": "F32", "shape": [1 << 29], "data_offsets": [0, 1 << 31]}}).encode()
+    (folder / "huge.safetensors").write_bytes(struct.pack("<Q", len(tensors)) + tensors)
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -273,6 +292,18 @@ CASES = [
         "{root}/case/no\\nfile\\x1b[2J.npz: no such file",
     ),
     (["compare", "box", "box", "--results", R], "are the same result set (1 results file)"),
+    (
+        ["check", "exp", "--inputs", "{root}/case/bomb.npz", "--output", "a={root}/case/exp_out.npy"],
+        "bomb.npz: declares 4.1e+03 GiB of array data (x shape (1099511627776,) float32), more than the 1 GiB",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/huge.npy"],
+        "huge.npy: declares 4.1e+03 GiB of array data (shape (1099511627776,) float32), more than the 1 GiB",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/huge.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "huge.safetensors: declares 2 GiB of array data (x shape (536870912,) F32), more than the 1 GiB",
+    ),
     (["explain", "std", "--size", "1"], "--size 1 is too small: std needs rows of at least 2 elements"),
     (["explain", "var", "--size", "1"], "--size 1 is too small: var needs rows of at least 2 elements"),
     (
@@ -441,3 +472,24 @@ def test_report_on_damaged_results_warns_naming_the_file(tmp_path, capsys, damag
         line.startswith("opbench: warning: ") and named in line and str(results) in line for line in err.splitlines()
     ), err
     assert (tmp_path / "out" / "latest" / "index.html").is_file()
+
+
+def test_a_2_gib_output_file_is_refused_before_numpy_reads_it(tmp_path, capsys, monkeypatch):
+    """Issue 22 #15: a real 2 GiB .npy (sparse here: no disk, no memory) reached 2.27 GB RSS before."""
+    _case_files(tmp_path / "case")
+    big = tmp_path / "case" / "big.npy"
+    with open(big, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 29,)})
+        f.truncate(f.tell() + (1 << 31))
+
+    load = np.load
+
+    def refuse(file, *args, **kwargs):
+        assert Path(file) != big, "np.load was called on a file over the limit"
+        return load(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", refuse)
+    code = cli.main(["check", "exp", "--inputs", str(tmp_path / "case" / "exp.npz"), "--output", f"a={big}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "declares 2 GiB of array data (shape (536870912,) float32), more than the 1 GiB" in err
