@@ -327,14 +327,30 @@ def _call(fn: Callable, inputs: dict, fmt: FloatFormat, backend_name: str) -> np
 
 
 def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple[str, np.ndarray]:
-    """The function's result at `fmt` and the array kind it takes: numpy arrays, else torch tensors."""
+    """The function's result at `fmt` and the array kind it computes with: torch tensors where
+    it runs torch ops (whether it takes tensors or converts numpy arrays itself), else numpy."""
     failures = []
     for backend_name in FUNCTION_BACKENDS:
         try:
-            return backend_name, _call(fn, inputs, fmt, backend_name)
+            result = _call(fn, inputs, fmt, backend_name)
         except Exception as exc:
             failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {_first_line(exc)}")
+            continue
+        if backend_name == "numpy" and "torch" in sys.modules and _computes_with_torch(fn, inputs):
+            return "torch", _call(fn, inputs, fmt, "torch")
+        return backend_name, result
     raise OpbenchError(f"{name} fails on {_shapes(inputs)} in {fmt.name} " + "; ".join(failures))
+
+
+def _computes_with_torch(fn: Callable, inputs: dict) -> bool:
+    """Whether `fn`, handed numpy arrays, computes with torch ops (torch is loaded only where the
+    user's module loaded it: a numpy function never pays for it)."""
+    from accuracy.judge.torch_emulation import torch_ops_computed
+
+    try:
+        return bool(torch_ops_computed(fn, inputs))
+    except Exception:
+        return False
 
 
 def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_name: str) -> np.ndarray:
