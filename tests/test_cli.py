@@ -183,8 +183,8 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
     op = get_op("linear")
     impl = dataclasses.replace(op.impl("torch:F.linear"), backend="torch-cuda")
     for dtype in ("float32", "float64"):
-        s = Case(op, get_format(dtype), 256).measure(impl)
-        assert s.verdict == "within rounding", s
+        j = Case(op, get_format(dtype), 256).judge(impl)
+        assert j.verdict == "within rounding", j
 
 
 def test_unknown_condition_is_one_line_and_exit_2():

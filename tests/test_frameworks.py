@@ -45,11 +45,11 @@ def test_small_size_against_exact(op, impl):
     function (semantics); findings are held to `test_every_declared_finding_reproduces`."""
     if not impl.stable:
         pytest.skip("a formula declared to lose accuracy: nothing is promised")
-    summary = Case(op, get_format("float32"), op.test_size).measure(impl)
+    judgement = Case(op, get_format("float32"), op.test_size).judge(impl)
     if impl.semantics:
-        assert summary.verdict == "beyond rounding", (impl.name, impl.semantics, summary)
+        assert judgement.verdict == "beyond rounding", (impl.name, impl.semantics, judgement)
     else:
-        assert summary.verdict == "within rounding", (impl.name, summary)
+        assert judgement.verdict == "within rounding", (impl.name, judgement)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -19,7 +18,7 @@ import numpy as np
 
 from accuracy.backends import backends_for, get_backend
 from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.plugins import load_plugins
 from accuracy.reference.exact import Exact
 from accuracy.reference.inputs import DEFAULT_CONDITION
@@ -154,10 +153,7 @@ def _catalog() -> dict[str, OpInfo]:
             catalog[op.name] = replace(op, family=subject)
     for op in load_plugins(PLUGIN_GROUP, "OPS", OpInfo):
         if op.name in catalog:
-            print(
-                f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
-                file=sys.stderr,
-            )
+            warn(f"plugin op {op.name!r} left out: opbench already has an op of that name")
             continue
         catalog[op.name] = replace(op, family=op.family or PLUGIN_FAMILY)
     return catalog

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.formatting import format_table
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         write_csv(comparison, args.csv)
     for line in comparison.warnings:
-        print(f"opbench: warning: {line}", file=sys.stderr)
+        warn(line)
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     else:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
-from accuracy.judge.verdicts import VERDICTS, WITHIN
+from accuracy.judge.verdicts import VERDICTS, WITHIN, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
@@ -365,18 +365,14 @@ def _accuracy(row: dict) -> list[str]:
 
 
 def _tier(row: dict, side: str) -> int | None:
-    """The verdict tier; for results from before the tier track, the bound-ratio rule."""
+    """The verdict tier; for results from before the tier track, the judge's bound-only rule."""
     tier = row[f"{TIER}_{side}"]
     if tier is not None:
         return int(tier)
     bound, nonfinite = row[f"bound_ratio_{side}"], row[f"nonfinite_{side}"]
     if nonfinite is None and bound is None:
         return None
-    if nonfinite:
-        return VERDICTS.index("beyond rounding")
-    if bound is None:
-        return VERDICTS.index("undetermined")  # NaN: the bound is vacuous here
-    return 0 if bound <= 1 else VERDICTS.index("beyond rounding")
+    return bound_verdict(bound, nonfinite).tier
 
 
 def _bits(row: dict, reproducible: bool, tier_new: int | None) -> str:
