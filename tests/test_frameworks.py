@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from accuracy.backends import get_backend
+from accuracy.backends import framework_backends, get_backend
 from accuracy.backends import jax as jax_backend
 from accuracy.backends import tensorflow as tf_backend
 from accuracy.catalog.registry import all_ops
@@ -20,7 +20,7 @@ from accuracy.core.dtypes import get_format
 from accuracy.workflows.evaluation import Case
 from accuracy.workflows.explain import explain
 
-FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
+FRAMEWORKS = tuple(b.name for b in framework_backends())
 # Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.
 
 

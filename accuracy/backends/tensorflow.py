@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
+from accuracy.core.dtypes import SINGLE_DOUBLE
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 
@@ -19,6 +20,9 @@ class TensorFlowBackend(StartupThreadsBackend):
     name = "tensorflow"
     module = "tensorflow"
     modules = ("tensorflow",)
+    framework = "tensorflow"
+    dtypes = SINGLE_DOUBLE
+    gpu_float32 = "TF32 (tf.config.experimental.enable_tensor_float_32_execution is on by default)"
 
     def start(self, threads: int) -> None:
         tf = self.namespace

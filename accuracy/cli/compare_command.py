@@ -10,7 +10,7 @@ from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError, warn
-from accuracy.core.formatting import format_table
+from accuracy.core.formatting import format_number, format_table
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 from accuracy.run.results_store import check_output_file
@@ -165,13 +165,9 @@ def _ratio(value, change) -> str:
 
 
 def _pair(before, after, text: bool = False) -> str:
-    show = _text if text else _num
+    show = _text if text else format_number
     if before is None and after is None:
         return "-"
     if before == after:
         return show(before)
     return f"{show(before)} -> {show(after)}"
-
-
-def _num(value) -> str:
-    return "-" if value is None else f"{value:.3g}"

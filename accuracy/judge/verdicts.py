@@ -170,6 +170,8 @@ class Evidence:
         output = np.asarray(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
+        if hasattr(impl, "at"):  # a registry Impl: its declarations at this dtype (Impl.per_dtype)
+            impl = impl.at(self.fmt.name)
         compute, bound = self.bound_for(impl)
         semantics = getattr(impl, "semantics", "") or ""
         err = rounding_error(output, self.exact, self.fmt)
