@@ -131,15 +131,42 @@ def test_explain_json():
     assert all(r["verdict"] == "within rounding" for r in report["implementations"])
 
 
-def test_explain_text():
-    out = opbench("explain", "std", "--dtype", "float64", "--threads", "1")
+def test_explain_text_answers_first_and_stderr_is_clean():
+    """The verdicts, then only the pairs whose difference is not rounding (every pair under -v); the
+    header counts what ran; TensorFlow's C++ INFO lines never reach stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = subprocess.run(
+        [sys.executable, "-m", "accuracy", "explain", "std", "--dtype", "float64", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # no absl preamble, no cpu_feature_guard advice
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
     assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
     # --threads 1 runs on one thread; reproducibility still compares 1 thread with all cores
+    from accuracy.cli.explain_command import render
     from accuracy.core.threads import all_cores
+    from accuracy.workflows.explain import explain
 
     assert f"1 vs {all_cores()} threads" in out.stdout
+    report = explain("std", "float64", None, 1)
+    impls, pairs = report["implementations"], report["pairs"]
+    assert out.stdout.splitlines()[1].startswith(f"{len(impls)} implementations; bound: ")
+    matter = [p for p in pairs if p["class"] not in ("identical", "within rounding")]
+    assert matter and len(matter) < len(pairs)  # std has both kinds
+
+    def pair_rows(text: str) -> list[str]:
+        section = text.split("pairwise discrepancy", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+        return [line for line in section if not line.startswith("  (")]
+
+    rows = pair_rows(out.stdout)  # by default, exactly the pairs that matter, in order
+    assert len(rows) == len(matter)
+    assert all(r.startswith(f"{p['a']}  ") and f"  {p['b']}  " in r for r, p in zip(rows, matter, strict=True))
+    assert len(pair_rows(render(report, verbose=True))) == len(pairs)  # -v lists every pair
 
 
 def test_selftest_command_reports_both_targets():
