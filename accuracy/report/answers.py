@@ -24,7 +24,7 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
 from accuracy.report.compare import UNCHANGED, compare_sets
 from accuracy.report.fingerprint import fingerprint_path
 from accuracy.report.resultsets import file_stacks, resolve
@@ -85,13 +85,13 @@ def verdict_label(op: str, implementation: str, tier: float, dtype: str | None =
         return "no verdict"
     impl = _impl(op, implementation, dtype)
     semantics = getattr(impl, "semantics", "")
-    return f"{VERDICTS[int(tier)]} (semantics: {semantics})" if semantics else VERDICTS[int(tier)]
+    return f"{Verdict.of_tier(tier)} (semantics: {semantics})" if semantics else Verdict.of_tier(tier)
 
 
 def verdict_reason(row: dict) -> str:
     """Why a case left `within rounding`, in one line, from its tracked numbers and its declaration."""
     impl = _impl(row["op"], row["implementation"], row.get("dtype"))
-    verdict, bound, typical = VERDICTS[int(row["verdict_tier"])], row.get("bound_ratio"), row.get("typical_ratio")
+    verdict, bound, typical = Verdict.of_tier(row["verdict_tier"]), row.get("bound_ratio"), row.get("typical_ratio")
     parts = []
     if getattr(impl, "semantics", ""):
         parts.append(f"computes something else by design ({impl.semantics})")
