@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accuracy.backends import get_backend
+from accuracy.backends import framework_names, get_backend
 from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.threads import all_cores
@@ -51,7 +51,7 @@ class Profile:
 
 BOTH_THREAD_COUNTS = tuple(sorted({1, all_cores()}))
 # the frameworks add ~90 parameter combinations to the default run even when lean (docs/frameworks.md: suite time)
-FRAMEWORKS = ("tensorflow", "onnxruntime", "libtorch", "jax")
+FRAMEWORKS = framework_names()
 LEAN = {"skip_backends": ("torch-compile", "onnxruntime-noopt"), "lean_backends": FRAMEWORKS}
 # quick and default run at all cores only: every benchmark is its own process, and a 1-thread column
 # would double them (docs/frameworks.md: suite time). The 1-thread result is still run and judged there (see
@@ -96,7 +96,7 @@ class _OpBenchmark:
         impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
         op = get_op(self.op_name)
         self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
-        self.impl = op.impl(impl_name)
+        self.impl = op.impl(impl_name, dtype)
         self.backend = get_backend(self.impl.backend)
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
         self.threads = p["threads"]

@@ -45,13 +45,13 @@ def test_cuda_float32_matmul_is_within_rounding_and_tf32_is_not_more_accurate():
     case = make_case("matmul", "float32", 512)
     plain = case.measure(case.op.impl("torch-cuda:torch.matmul"))
     tf32 = case.measure(case.op.impl("torch-cuda-tf32:torch.matmul"))
-    assert plain.verdict == "within rounding"
+    assert case.judge(case.op.impl("torch-cuda:torch.matmul")).verdict == "within rounding"
     assert tf32.max_abs >= plain.max_abs
 
 
 def test_torch_compile_runs_on_the_same_inputs_and_stays_within_rounding():
     case = make_case("gelu", "float32", 1024)
     compiled = case.measure(case.op.impl("torch-compile:F.gelu"))
-    eager = case.measure(case.op.impl("torch:F.gelu"))
-    assert compiled.verdict == eager.verdict == "within rounding"
+    verdicts = {case.judge(case.op.impl(name)).verdict for name in ("torch-compile:F.gelu", "torch:F.gelu")}
+    assert verdicts == {"within rounding"}
     assert 0 < compiled.bound_ratio <= 1

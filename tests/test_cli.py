@@ -131,15 +131,45 @@ def test_explain_json():
     assert all(r["verdict"] == "within rounding" for r in report["implementations"])
 
 
-def test_explain_text():
+def test_explain_stderr_is_clean_of_tensorflow_logs():
+    """exp runs TensorFlow's tf.math.exp: its C++ INFO lines (absl's preamble, cpu_feature_guard's
+    advice to rebuild) never reach explain's stderr, whatever the environment says."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    args = ["explain", "exp", "--dtype", "float32", "--size", "64", "--threads", "1"]
+    out = subprocess.run(
+        [sys.executable, "-m", "accuracy", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "tensorflow:tf.math.exp" in out.stdout and out.stderr == ""
+
+
+def test_explain_text_answers_first():
+    """The verdicts, then only the pairs whose difference is not rounding (every pair under -v); the
+    header counts what ran."""
     out = opbench("explain", "std", "--dtype", "float64", "--threads", "1")
     assert out.returncode == 0, out.stderr
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
     assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
     # --threads 1 runs on one thread; reproducibility still compares 1 thread with all cores
+    from accuracy.cli.explain_command import render
     from accuracy.core.threads import all_cores
+    from accuracy.workflows.explain import explain
 
     assert f"1 vs {all_cores()} threads" in out.stdout
+    report = explain("std", "float64", None, 1)
+    impls, pairs = report["implementations"], report["pairs"]
+    assert out.stdout.splitlines()[1].startswith(f"{len(impls)} implementations; bound: ")
+    matter = [p for p in pairs if p["class"] not in ("identical", "within rounding")]
+    assert matter and len(matter) < len(pairs)  # std has both kinds
+
+    def pair_rows(text: str) -> list[str]:
+        section = text.split("pairwise discrepancy", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+        return [line for line in section if not line.startswith("  (")]
+
+    rows = pair_rows(out.stdout)  # by default, exactly the pairs that matter, in order
+    assert len(rows) == len(matter)
+    assert all(r.startswith(f"{p['a']}  ") and f"  {p['b']}  " in r for r, p in zip(rows, matter, strict=True))
+    assert len(pair_rows(render(report, verbose=True))) == len(pairs)  # -v lists every pair
 
 
 def test_selftest_command_reports_both_targets():
@@ -183,8 +213,8 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
     op = get_op("linear")
     impl = dataclasses.replace(op.impl("torch:F.linear"), backend="torch-cuda")
     for dtype in ("float32", "float64"):
-        s = Case(op, get_format(dtype), 256).measure(impl)
-        assert s.verdict == "within rounding", s
+        j = Case(op, get_format(dtype), 256).judge(impl)
+        assert j.verdict == "within rounding", j
 
 
 def test_unknown_condition_is_one_line_and_exit_2():

@@ -154,3 +154,201 @@ def test_every_op_family_is_the_subject_module_that_declares_it():
     }
     assert {op.name: op.family for op in all_ops() if op.family in OP_MODULES} == declared
     assert all(declared.values())
+
+
+# ---- the extension contract (docs/architecture.md, "Extension contract"): one test per row ----------
+
+IMPLS_PLUGIN = '''
+"""Implementations added to the built-in op `exp`, one of them another function in float16 only."""
+import numpy as np
+
+from accuracy.catalog.registry import Impl, ImplsFor
+
+
+def exp2_in_half(ns, x):
+    return ns.exp2(x) if x.dtype == np.float16 else ns.exp(x)
+
+
+IMPLS = [ImplsFor("exp", (
+    Impl("numpy", "exp via float64", lambda ns, x: ns.exp(x.astype(np.float64)), ("float32",)),
+    Impl("numpy", "exp2 in float16", exp2_in_half, ("float16", "float32"),
+         per_dtype={"float16": {"semantics": "2**x in float16"}}),
+    Impl("numpy", "np.exp", lambda ns, x: ns.exp(x), ("float32",)),  # a name exp already has: left out
+))]
+'''
+
+FAMILY_PLUGIN = '''
+"""An op in a family of its own."""
+from accuracy.catalog.ops.common import elementwise_op
+from accuracy.catalog.registry import Impl
+from dataclasses import replace
+
+OPS = [replace(elementwise_op(
+    "square", low=-3.0, high=3.0, np64=lambda x: x * x, mp=lambda x: x * x, oracle=lambda x: x**2, k=1,
+    doc="x*x on [-3, 3]", impls=[Impl("numpy", "x * x", lambda ns, x: x * x, ("float32",))],
+), family="polynomials")]
+'''
+
+FRAMEWORK_PLUGIN = '''
+"""A framework backend: numpy standing in for one, declared by its attributes alone."""
+import numpy as np
+
+from accuracy.backends.base import Backend
+
+
+class Tiny(Backend):
+    name = "tinyframe"
+    framework = "tinyframe"
+    dtypes = ("float32",)
+    gpu_float32 = "float32"
+
+    def info(self):
+        return {"version": "0.1"}
+
+
+BACKENDS = [Tiny()]
+'''
+
+
+def _package(root: Path, name: str, source: str, entry_points: str) -> Path:
+    """A throw-away package installed the way pip leaves one: its module and its dist-info."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{name}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return root
+
+
+def test_contract_implementation_joins_a_builtin_op(tmp_path):
+    """Row "implementation": an `opbench.impls` entry point adds implementations to `exp`; they are
+    listed, explained, judged per dtype and timed by asv; a name exp already has is left out."""
+    site = _package(tmp_path, "opbench_exp_more", IMPLS_PLUGIN, "[opbench.impls]\nmore = opbench_exp_more\n")
+    out = _run(site, "-m", "accuracy", "explain", "exp", "--dtype", "float32", "--size", "256", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["impl"]: r for r in json.loads(out.stdout)["implementations"]}
+    assert rows["numpy:exp via float64"]["verdict"] == "within rounding"
+    assert rows["numpy:exp via float64"]["max_ulp"] <= 0.5 + 2**-28  # float64 exp rounded once
+    assert rows["numpy:exp2 in float16"]["verdict"] == "within rounding"  # np.exp at float32
+    assert out.stderr.count("already has one of that name") == 1
+    half = _run(site, "-m", "accuracy", "explain", "exp", "--dtype", "float16", "--size", "256", "--json")
+    assert half.returncode == 0, half.stderr
+    row = next(r for r in json.loads(half.stdout)["implementations"] if r["impl"] == "numpy:exp2 in float16")
+    assert row["label"] == "beyond rounding (semantics: 2**x in float16)"
+    code = "from benchmarks import bench_elementwise as b; print(b.Exp.params[0])"
+    asv = _run(site, "-c", code)
+    assert asv.returncode == 0, asv.stderr
+    assert "numpy:exp via float64@float32" in asv.stdout
+
+
+def test_contract_op_family_gets_asv_classes(tmp_path):
+    """Row "op family": a plugin op in a family of its own is timed by asv (bench_plugins)."""
+    site = _package(tmp_path, "opbench_square", FAMILY_PLUGIN, "[opbench.ops]\nsquare = opbench_square\n")
+    code = (
+        "from accuracy.catalog.registry import families; from benchmarks import bench_plugins as b; "
+        "print(families()[-1], b.Square.op_name, b.Square.params[0])"
+    )
+    out = _run(site, "-c", code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["polynomials", "square"] and "numpy:x * x@float32" in out.stdout
+
+
+def test_contract_backend_framework_lists_derive_from_its_attributes(tmp_path):
+    """Row "backend": a plugin framework backend is one declaration; the fingerprint and the asv
+    profiles' framework lists pick it up from its `framework` attribute."""
+    site = _package(tmp_path, "opbench_tiny", FRAMEWORK_PLUGIN, "[opbench.backends]\ntiny = opbench_tiny\n")
+    code = (
+        "import json; from accuracy.backends import framework_names; from accuracy.backends import environment; "
+        "import benchmarks.common as c; "
+        "print(json.dumps([framework_names(), c.FRAMEWORKS, environment._frameworks()['tinyframe']]))"
+    )
+    out = _run(site, "-c", code)
+    assert out.returncode == 0, out.stderr
+    names, lean, info = json.loads(out.stdout)
+    assert names == lean == ["tensorflow", "onnxruntime", "libtorch", "jax", "tinyframe"]
+    assert info == {"available": True, "version": "0.1"}
+
+
+def test_contract_metric_is_one_table_entry(tmp_path):
+    """Row "metric": one entry in the metric table is an asv track on every op's benchmark and a
+    column of explain (here mean_ulp, a field every measurement already has)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from accuracy.judge import metric_table as t
+        t.METRICS = (*t.METRICS, t.Metric("mean_ulp", "ulp", "Mean error in ulps.", t.ACCURACY, explain=True,
+                                          field="mean_ulp"))
+        from accuracy.cli.explain_command import render
+        from accuracy.workflows.explain import explain
+        from benchmarks import bench_elementwise as b
+        bench = b.Exp()
+        params = [p[0] for p in b.Exp.params]
+        bench.setup(*params)
+        print(bench.track_mean_ulp(*params))
+        report = explain("exp", "float32", 64, 1)
+        print(render(report).splitlines()[3])
+        """
+    )
+    out = _run(tmp_path, "-c", code)
+    assert out.returncode == 0, out.stderr
+    mean, header = out.stdout.splitlines()[:2]
+    assert 0 < float(mean) < 1  # a correct exp errs less than an ulp on average
+    assert "mean ulp" in header
+
+
+def test_contract_every_op_family_is_in_asv():
+    """Row "op family" for built-in families: each has its benchmarks/bench_<family>.py, and every
+    op with cases in the profile has its generated class there (else it silently drops out of asv)."""
+    import importlib
+
+    from accuracy.catalog.registry import OP_MODULES, all_ops
+    from accuracy.judge.metric_table import benchmark_class_name
+    from benchmarks.common import _cases, current_profile
+
+    missing = [f for f in OP_MODULES if not (ROOT / "benchmarks" / f"bench_{f}.py").is_file()]
+    assert not missing, (
+        f"op families {missing} have no asv module: add benchmarks/bench_<family>.py with "
+        "`globals().update(benchmark_classes('<family>'))` (as benchmarks/bench_activations.py)"
+    )
+    profile = current_profile()
+    for family in OP_MODULES:
+        module = importlib.import_module(f"benchmarks.bench_{family}")
+        ops = [op for op in all_ops() if op.family == family and _cases(op, profile)]
+        absent = [op.name for op in ops if getattr(module, benchmark_class_name(op.name), None) is None]
+        assert ops and not absent, (family, absent)
+
+
+def test_per_dtype_declarations_apply_at_their_dtype_only():
+    """A finding, semantics or stability declared for one dtype: the judge, the self-test's set of
+    correct implementations and `Impl.at` see it there and nowhere else."""
+    import dataclasses
+
+    from accuracy.catalog.registry import Impl, get_op
+    from accuracy.core.dtypes import get_format
+    from accuracy.workflows.evaluation import Case
+    from accuracy.workflows.selftest import _correct
+
+    halved = Impl(
+        "numpy",
+        "exp, float16 found off",
+        lambda ns, x: ns.exp(x),
+        ("float16", "float32"),
+        per_dtype={"float16": {"finding": "measured off in float16"}, "float32": {"semantics": "renamed"}},
+    )
+    op = dataclasses.replace(get_op("exp"), impls=(halved,))
+    assert halved.at("float16").finding == "measured off in float16" and halved.at("float16").semantics == ""
+    assert halved.at("float32").semantics == "renamed" and halved.at("float32").finding == ""
+    assert _correct(op, "float16", everything=True) == []  # a finding is not a correct implementation
+    assert _correct(op, "float32", everything=True) == []  # nor is another function
+    plain = dataclasses.replace(halved, per_dtype={"float16": {"stable": False}})
+    assert [i.name for i in _correct(dataclasses.replace(op, impls=(plain,)), "float32", everything=True)] == [
+        plain.name
+    ]
+    case = Case(op, get_format("float32"), 64)
+    judged = case.judge(halved)  # np.exp in float32: rounding, but declared another function here
+    assert judged.verdict == "beyond rounding" and judged.semantics == "renamed"
+    half = Case(op, get_format("float16"), 64).judge(halved)
+    assert half.semantics == "" and half.verdict == "within rounding"
+    with pytest.raises(ValueError, match="per_dtype"):
+        Impl("numpy", "bad", lambda ns, x: x, ("float32",), per_dtype={"float16": {"finding": "x"}})

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from accuracy.backends import get_backend
+from accuracy.backends import framework_backends, get_backend
 from accuracy.backends import jax as jax_backend
 from accuracy.backends import tensorflow as tf_backend
 from accuracy.catalog.registry import all_ops
@@ -20,7 +20,7 @@ from accuracy.core.dtypes import get_format
 from accuracy.workflows.evaluation import Case
 from accuracy.workflows.explain import explain
 
-FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
+FRAMEWORKS = tuple(b.name for b in framework_backends())
 # Real findings (docs/findings.md, generated from the declarations): a framework's own kernel leaves the rounding bound.
 
 
@@ -45,11 +45,11 @@ def test_small_size_against_exact(op, impl):
     function (semantics); findings are held to `test_every_declared_finding_reproduces`."""
     if not impl.stable:
         pytest.skip("a formula declared to lose accuracy: nothing is promised")
-    summary = Case(op, get_format("float32"), op.test_size).measure(impl)
+    judgement = Case(op, get_format("float32"), op.test_size).judge(impl)
     if impl.semantics:
-        assert summary.verdict == "beyond rounding", (impl.name, impl.semantics, summary)
+        assert judgement.verdict == "beyond rounding", (impl.name, impl.semantics, judgement)
     else:
-        assert summary.verdict == "within rounding", (impl.name, summary)
+        assert judgement.verdict == "within rounding", (impl.name, judgement)
 
 
 @pytest.mark.parametrize(

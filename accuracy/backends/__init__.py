@@ -17,7 +17,16 @@ from accuracy.backends.pytorch import TORCH_VARIANTS
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
 
-__all__ = ["BACKEND_MODULES", "TORCH_VARIANTS", "Backend", "backends_for", "blas_discovery", "get_backend"]
+__all__ = [
+    "BACKEND_MODULES",
+    "TORCH_VARIANTS",
+    "Backend",
+    "backends_for",
+    "blas_discovery",
+    "framework_backends",
+    "framework_names",
+    "get_backend",
+]
 
 BACKEND_MODULES = ("base", "pytorch", "tensorflow", "onnxruntime", "libtorch", "jax")
 PLUGIN_GROUP = "opbench.backends"
@@ -29,6 +38,17 @@ def _catalog() -> dict[str, Backend]:
         b for module in BACKEND_MODULES for b in importlib.import_module(f"accuracy.backends.{module}").BACKENDS
     ]
     return {b.name: b for b in [*backends, *load_plugins(PLUGIN_GROUP, "BACKENDS", Backend)]}
+
+
+def framework_backends() -> list[Backend]:
+    """Every backend that runs an ML framework's own kernels (a plugin's too), in catalog order."""
+    return [b for b in _catalog().values() if b.framework]
+
+
+def framework_names() -> tuple[str, ...]:
+    """The frameworks beside torch, each once (ONNX Runtime has two backends), from the backends'
+    `framework` attribute: the one list the fingerprint, the asv profiles and the tests use."""
+    return tuple(dict.fromkeys(b.framework for b in framework_backends()))
 
 
 def backends_for(name: str) -> list[str]:

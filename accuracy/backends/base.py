@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from accuracy.core.dtypes import FloatFormat
+from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.core.threads import thread_limit
 
 
@@ -23,6 +23,13 @@ class Backend:
     device = "cpu"
     module = "numpy"
     threads_note = ""  # how another thread count is reached, where it is not set in this process
+    # The facts the catalog and the fingerprint read from a backend (lists of frameworks, dtypes per
+    # framework) are attributes here, so each is stated once and every list is derived from them.
+    framework = ""  # the ML framework whose own kernels this is, beside torch (e.g. "onnxruntime")
+    dtypes: tuple[str, ...] = ALL_DTYPES  # the dtypes its kernels run on the CPU
+    # the float32 matmul/conv precision it defaults to on an NVIDIA GPU (Ampere or newer); data for
+    # the reader, since every framework here runs on the CPU, where it computes in the storage dtype
+    gpu_float32: str = ""
 
     def available(self) -> bool:
         try:

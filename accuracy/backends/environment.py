@@ -96,10 +96,10 @@ def _blas_providers() -> dict:
 
 def _frameworks() -> dict:
     """Each framework backend's versions, math libraries and knobs; absent ones say so."""
-    from accuracy.backends import get_backend
+    from accuracy.backends import framework_names, get_backend
 
     out = {}
-    for name in ("tensorflow", "onnxruntime", "libtorch", "jax"):
+    for name in framework_names():
         backend = get_backend(name)
         if not backend.available():
             out[name] = {"available": False}

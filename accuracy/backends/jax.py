@@ -15,12 +15,16 @@ from functools import cached_property, partial
 from pathlib import Path
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
+from accuracy.core.dtypes import SINGLE_DOUBLE
 
 
 class JaxBackend(StartupThreadsBackend):
     name = "jax"
     module = "jax"
     modules = ("jax", "jaxlib")
+    framework = "jax"
+    dtypes = SINGLE_DOUBLE
+    gpu_float32 = "TF32/bf16 passes (jax_default_matmul_precision 'default' lets XLA pick the fastest)"
 
     def __init__(self):
         super().__init__()

@@ -103,6 +103,8 @@ class LibTorchBackend(Backend):
 
     name = "libtorch"
     module = "torch"
+    framework = "libtorch"
+    gpu_float32 = "float32 for matmul (allow_tf32 off), TF32 for cuDNN convolutions (cudnn.allow_tf32 on)"
     tensors = TorchBackend("cpu")
 
     def available(self) -> bool:

@@ -18,6 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from accuracy.backends.base import ThreadsPerCall
+from accuracy.core.dtypes import SINGLE_DOUBLE
 from accuracy.core.threads import all_cores
 
 OPSET = 23  # Attention joined the default domain in opset 23
@@ -59,6 +60,10 @@ def single(op_type: str, inputs: tuple[str, ...], domain: str = "", **attrs) -> 
 
 class OnnxRuntimeBackend(ThreadsPerCall):
     module = "onnxruntime"
+    framework = "onnxruntime"
+    dtypes = ("float32",)  # most ORT CPU kernels are float32 only
+    float64_kernel_dtypes = SINGLE_DOUBLE  # the kernels that also have a double version
+    gpu_float32 = "whatever the CUDA provider's use_tf32 option says (its default is not verified here)"
 
     def __init__(self, name: str = "onnxruntime", optimize: bool = True):
         self.name = name

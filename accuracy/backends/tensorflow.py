@@ -8,17 +8,32 @@ TF fixes when its runtime starts (see accuracy.backends.startup_threads).
 
 from __future__ import annotations
 
+import importlib
 import os
+from functools import cached_property
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
+from accuracy.core.dtypes import SINGLE_DOUBLE
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
+LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"  # 1 leaves out INFO, keeps TensorFlow's warnings and errors
 
 
 class TensorFlowBackend(StartupThreadsBackend):
     name = "tensorflow"
     module = "tensorflow"
     modules = ("tensorflow",)
+    framework = "tensorflow"
+    dtypes = SINGLE_DOUBLE
+    gpu_float32 = "TF32 (tf.config.experimental.enable_tensor_float_32_execution is on by default)"
+
+    @cached_property
+    def namespace(self):
+        """TensorFlow, imported without its C++ INFO lines (absl's preamble, cpu_feature_guard's
+        advice to rebuild): they are not opbench's output and would reach the stderr of explain and
+        check. A level the user set is kept."""
+        os.environ.setdefault(LOG_LEVEL_VAR, "1")
+        return importlib.import_module(self.module)
 
     def start(self, threads: int) -> None:
         tf = self.namespace

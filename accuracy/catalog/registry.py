@@ -1,16 +1,16 @@
 """The op registry: one declarative record per op, the single source of truth.
 
-The registry is plain data. Each module `accuracy/ops/<subject>.py` exports `OPS`, a list of
-`OpInfo` records; `all_ops()` concatenates them (plus any plugin package's records, found under
-the `opbench.ops` entry-point group), so the catalog is complete whichever module is imported
-first. The CLI, the asv suite and most tests are views generated from it.
+The registry is plain data. Each module `accuracy/catalog/ops/<subject>.py` exports `OPS`, a list
+of `OpInfo` records; `all_ops()` concatenates them, so the catalog is complete whichever module is
+imported first. Installed packages extend it through entry points: `opbench.ops` (new ops) and
+`opbench.impls` (`ImplsFor` records: implementations added to an op declared elsewhere, a built-in
+one included). The CLI, the asv suite and most tests are views generated from it.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -19,7 +19,7 @@ import numpy as np
 
 from accuracy.backends import backends_for, get_backend
 from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.plugins import load_plugins
 from accuracy.reference.exact import Exact
 from accuracy.reference.inputs import DEFAULT_CONDITION
@@ -39,6 +39,8 @@ OP_MODULES = (
     "grads",
 )
 PLUGIN_GROUP = "opbench.ops"  # entry points naming a module with OPS, or a list of OpInfo
+IMPLS_GROUP = "opbench.impls"  # entry points naming a module with IMPLS, or a list of ImplsFor
+PER_DTYPE_FIELDS = ("semantics", "stable", "finding")  # what an Impl may declare for some dtypes only
 PLUGIN_FAMILY = "plugins"  # the family of a plugin op that declares none
 
 
@@ -64,10 +66,36 @@ class Impl:
     # listed in docs/findings.md): it is not counted as a correct implementation, and no test
     # expects it within rounding
     finding: str = ""
+    # semantics, stable or finding where they hold at some dtypes only: dtype -> {field: value},
+    # e.g. {"float16": {"finding": "..."}}; `at(dtype)` is the implementation as declared there
+    per_dtype: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for dtype, fields in self.per_dtype.items():
+            unknown = set(fields) - set(PER_DTYPE_FIELDS)
+            if dtype not in self.dtypes or unknown:
+                raise ValueError(
+                    f"{self.name}: per_dtype declares {sorted(unknown) or dtype!r}; it takes dtypes of the "
+                    f"implementation ({', '.join(self.dtypes)}) and the fields {', '.join(PER_DTYPE_FIELDS)}"
+                )
 
     @property
     def name(self) -> str:
         return f"{self.backend}:{self.variant}"
+
+    def at(self, dtype: str) -> Impl:
+        """This implementation as declared at `dtype`: its per-dtype semantics, stability and
+        finding in place of the ones declared for every dtype."""
+        overrides = self.per_dtype.get(dtype)
+        return replace(self, **overrides) if overrides else self
+
+
+@dataclass(frozen=True)
+class ImplsFor:
+    """Implementations a plugin package adds to an op it did not declare (`opbench.impls`)."""
+
+    op: str
+    impls: tuple[Impl, ...]
 
 
 @dataclass(frozen=True)
@@ -139,11 +167,12 @@ class OpInfo:
         the extra backends each opted into."""
         return [replace(i, backend=b) for i in self.impls for b in [*backends_for(i.backend), *i.also]]
 
-    def impl(self, name: str) -> Impl:
+    def impl(self, name: str, dtype: str | None = None) -> Impl:
+        """The implementation named `name`; at `dtype`, as declared there (`Impl.at`)."""
         impls = self.concrete_impls()
         for impl in impls:
             if impl.name == name:
-                return impl
+                return impl if dtype is None else impl.at(dtype)
         raise OpbenchError(
             f"op {self.name!r} has no implementation {name!r}; choose from {', '.join(i.name for i in impls)}"
         )
@@ -154,7 +183,7 @@ class OpInfo:
 
     def available_impls(self, dtype: str) -> list[Impl]:
         """Implementations that exist for `dtype` on this machine; others are simply absent."""
-        return [i for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
+        return [i.at(dtype) for i in self.concrete_impls() if dtype in i.dtypes and get_backend(i.backend).available()]
 
 
 @cache
@@ -167,13 +196,30 @@ def _catalog() -> dict[str, OpInfo]:
             catalog[op.name] = replace(op, family=subject)
     for op in load_plugins(PLUGIN_GROUP, "OPS", OpInfo):
         if op.name in catalog:
-            print(
-                f"opbench: warning: plugin op {op.name!r} left out: opbench already has an op of that name",
-                file=sys.stderr,
-            )
+            warn(f"plugin op {op.name!r} left out: opbench already has an op of that name")
             continue
         catalog[op.name] = replace(op, family=op.family or PLUGIN_FAMILY)
+    for added in load_plugins(IMPLS_GROUP, "IMPLS", ImplsFor):
+        _add_impls(catalog, added)
     return catalog
+
+
+def _add_impls(catalog: dict[str, OpInfo], added: ImplsFor) -> None:
+    """A plugin's implementations join their op; one for an unknown op, or one whose name the op
+    already has, is left out with a warning (a plugin never replaces what is declared)."""
+    if added.op not in catalog:
+        warn(f"plugin implementations for op {added.op!r} left out: there is no op of that name")
+        return
+    op = catalog[added.op]
+    names = {i.name for i in op.impls}
+    fresh = []
+    for impl in added.impls:
+        if impl.name in names:
+            warn(f"plugin implementation {impl.name!r} of op {op.name!r} left out: the op already has one of that name")
+            continue
+        names.add(impl.name)
+        fresh.append(impl)
+    catalog[added.op] = replace(op, impls=(*op.impls, *fresh))
 
 
 def all_ops() -> list[OpInfo]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
-from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table, printable
+from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.formatting import format_number, format_table
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 from accuracy.run.results_store import check_output_file
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         write_csv(comparison, args.csv)
     for line in comparison.warnings:
-        print(f"opbench: warning: {printable(line)}", file=sys.stderr)
+        warn(line)
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     else:
@@ -166,13 +165,9 @@ def _ratio(value, change) -> str:
 
 
 def _pair(before, after, text: bool = False) -> str:
-    show = _text if text else _num
+    show = _text if text else format_number
     if before is None and after is None:
         return "-"
     if before == after:
         return show(before)
     return f"{show(before)} -> {show(after)}"
-
-
-def _num(value) -> str:
-    return "-" if value is None else f"{value:.3g}"

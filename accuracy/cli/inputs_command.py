@@ -52,9 +52,8 @@ def run(args) -> int:
     for name, array in case.inputs.items():
         print(f"  {name}: {array.dtype} {tuple(array.shape)}")
     print("the calls opbench's implementations make on them:")
-    for impl in case.op.impls:
-        if case.fmt.name in impl.dtypes:
-            semantics = f"  (semantics: {impl.semantics})" if impl.semantics else ""
-            print(f"  {impl.backend}: {impl.variant}{semantics}")
+    for impl in (i.at(case.fmt.name) for i in case.op.impls if case.fmt.name in i.dtypes):
+        semantics = f"  (semantics: {impl.semantics})" if impl.semantics else ""
+        print(f"  {impl.backend}: {impl.variant}{semantics}")
     print(f"then: opbench check {case.op.name} --inputs {args.save} --output LABEL=FILE.npy")
     return 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
+from accuracy.core.errors import warn
 from accuracy.report.changes import DEFAULT_THRESHOLD
 from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         nondeterministic=args.nondeterministic or DEFAULT_NONDETERMINISTIC,
         max_plots=args.max_plots,
-        on_warning=lambda line: print(f"opbench: warning: {line}", file=sys.stderr),
+        on_warning=warn,
     )
     print(index)
     return 0

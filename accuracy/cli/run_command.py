@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, warn
 from accuracy.run.driver import default_machine_name, run_suite
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
@@ -106,7 +106,7 @@ def run(args) -> int:
         )
     print(f"opbench: results in {results / outcome.machine}, HTML in {html}, asv's log in {outcome.log}")
     for line in outcome.page_warnings:
-        print(f"opbench: warning: {line}")
+        warn(line)
     for line in summarize(outcome.written):
         print(f"opbench: {line}")
     if not args.no_report:

@@ -9,7 +9,7 @@ from accuracy.catalog.registry import get_op
 from accuracy.cli.arguments import add_command, add_json
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table
+from accuracy.core.formatting import format_number, format_table
 from accuracy.workflows.scan import HISTOGRAM_EDGES, as_rows, scan, select_impls
 
 INTERRUPTED_EXIT = 2
@@ -69,7 +69,7 @@ class _Progress:
 
 
 def _num(v) -> str:
-    return "-" if v is None else f"{v:.4g}"
+    return format_number(v, digits=4)
 
 
 def render(rows: list[dict], result) -> str:

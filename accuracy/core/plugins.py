@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from importlib.metadata import entry_points
+
+from accuracy.core.errors import warn
 
 
 def load_plugins(group: str, attribute: str, kind: type) -> list:
@@ -18,7 +19,7 @@ def load_plugins(group: str, attribute: str, kind: type) -> list:
             if not all(isinstance(r, kind) for r in records):
                 raise TypeError(f"expected a list of {kind.__name__}")
         except Exception as exc:
-            print(f"opbench: warning: plugin {ep.name!r} ({ep.value}) of {group} left out: {exc}", file=sys.stderr)
+            warn(f"plugin {ep.name!r} ({ep.value}) of {group} left out: {exc}")
             continue
         found += records
     return found

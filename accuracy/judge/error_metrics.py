@@ -180,16 +180,6 @@ class ErrorSummary:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    @property
-    def verdict(self) -> str:
-        """The bound tier alone, in the verdict vocabulary (accuracy.judge.verdicts adds the precision
-        model, the typical tier and contracts): within rounding is a proof (error <= bound)."""
-        if self.nonfinite:
-            return "beyond rounding"
-        if np.isnan(self.bound_ratio):
-            return "undetermined"
-        return "within rounding" if self.bound_ratio <= 1.0 else "beyond rounding"
-
 
 def _finite_stat(values: np.ndarray, fn) -> float:
     finite = values[np.isfinite(values)]

@@ -15,7 +15,9 @@ arrays are judged by the same code. A result equal to the exact value rounded to
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
@@ -27,20 +29,52 @@ from accuracy.judge.precision import compute_format, model_bound, scaled_unit_ro
 from accuracy.judge.typical import TypicalModel, cached_typical_model
 from accuracy.reference.exact import Exact
 
-WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = "within rounding", "suspicious", "beyond rounding", "undetermined"
-VERDICTS = (WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED)  # the index is the asv tier (lower is better)
+
+class Verdict(StrEnum):
+    """The one verdict type. A StrEnum, so a verdict prints, compares and is saved (JSON, asv
+    results, the report) as exactly the words users read; its position is the asv tier."""
+
+    WITHIN = "within rounding"
+    SUSPICIOUS = "suspicious"
+    BEYOND = "beyond rounding"
+    UNDETERMINED = "undetermined"
+
+    @property
+    def tier(self) -> int:
+        """The asv track's number for this verdict (lower is better)."""
+        return VERDICTS.index(self)
+
+    @classmethod
+    def of_tier(cls, tier: float) -> Verdict:
+        return VERDICTS[int(tier)]
+
+
+WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = Verdict
+VERDICTS = tuple(Verdict)  # the index is the asv tier (lower is better)
 NAN = float("nan")
 
 
 def tier(verdict: str) -> int:
-    return VERDICTS.index(verdict)
+    return Verdict(verdict).tier
+
+
+def bound_verdict(bound_ratio: float | None, nonfinite: int | None) -> Verdict:
+    """What the worst-case bound alone decides, for records that keep nothing else (asv results
+    from before the tier track): a non-finite result or error > bound is beyond rounding, a
+    vacuous bound (NaN or missing ratio) undetermined, error <= bound within rounding. `judge`
+    applies the same rule first; the typical tier and contracts need the output itself."""
+    if nonfinite:
+        return BEYOND
+    if bound_ratio is None or math.isnan(bound_ratio):
+        return UNDETERMINED
+    return WITHIN if bound_ratio <= 1 else BEYOND
 
 
 @dataclass(frozen=True)
 class Judgement:
     """One output's verdict and the numbers behind it (ratios > 1 fail their tier)."""
 
-    verdict: str
+    verdict: Verdict
     reason: str
     compute: str  # the precision the implementation computes in (storage if the same)
     bound_ratio: float = NAN  # max error / worst-case bound at the compute precision; NaN if vacuous
@@ -136,6 +170,8 @@ class Evidence:
         output = np.asarray(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
+        if hasattr(impl, "at"):  # a registry Impl: its declarations at this dtype (Impl.per_dtype)
+            impl = impl.at(self.fmt.name)
         compute, bound = self.bound_for(impl)
         semantics = getattr(impl, "semantics", "") or ""
         err = rounding_error(output, self.exact, self.fmt)
@@ -170,7 +206,8 @@ class Evidence:
                 **common,
                 typical_ratio=0.0,
             )
-        if not vacuous and ratio_to_bound > 1:
+        by_bound = bound_verdict(ratio_to_bound, nonfinite)  # nonfinite is 0 and some error is not here
+        if by_bound == BEYOND:
             return Judgement(
                 BEYOND,
                 f"error {ratio_to_bound:.3g}x the worst-case bound at {compute.name} ({self.op.bound_doc})",
@@ -180,7 +217,7 @@ class Evidence:
         ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
         if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too
             return self._by_backward_error(output, err, bound, ratio, vacuous, common)
-        if vacuous:
+        if by_bound == UNDETERMINED:
             return Judgement(
                 UNDETERMINED,
                 f"no valid worst-case bound at {compute.name} for this size "
@@ -251,7 +288,7 @@ class Evidence:
         )
 
 
-def pair_verdict(a: Judgement, b: Judgement) -> str:
+def pair_verdict(a: Judgement, b: Judgement) -> Verdict:
     """A pair of differing results is as good as its worse side; undetermined if either is."""
     if UNDETERMINED in (a.verdict, b.verdict):
         return UNDETERMINED

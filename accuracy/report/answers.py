@@ -24,7 +24,7 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
 from accuracy.report.compare import UNCHANGED, compare_specs
 from accuracy.report.fingerprint import fingerprint_path
 from accuracy.report.tidy import op_of_class, tidy
@@ -72,19 +72,25 @@ def _impls() -> dict[tuple[str, str], object]:
     }
 
 
-def verdict_label(op: str, implementation: str, tier: float) -> str:
+def _impl(op: str, implementation: str, dtype):
+    """The registry's Impl as declared at `dtype` (its per-dtype findings and semantics); None if unknown."""
+    impl = _impls().get((op, implementation))
+    return impl.at(dtype) if impl is not None and dtype in impl.dtypes else impl
+
+
+def verdict_label(op: str, implementation: str, tier: float, dtype: str | None = None) -> str:
     """The verdict as `explain` prints it: a semantic variant names its semantics."""
     if tier != tier:  # NaN: the tier track failed, or the results predate it
         return "no verdict"
-    impl = _impls().get((op, implementation))
+    impl = _impl(op, implementation, dtype)
     semantics = getattr(impl, "semantics", "")
-    return f"{VERDICTS[int(tier)]} (semantics: {semantics})" if semantics else VERDICTS[int(tier)]
+    return f"{Verdict.of_tier(tier)} (semantics: {semantics})" if semantics else Verdict.of_tier(tier)
 
 
 def verdict_reason(row: dict) -> str:
     """Why a case left `within rounding`, in one line, from its tracked numbers and its declaration."""
-    impl = _impls().get((row["op"], row["implementation"]))
-    verdict, bound, typical = VERDICTS[int(row["verdict_tier"])], row.get("bound_ratio"), row.get("typical_ratio")
+    impl = _impl(row["op"], row["implementation"], row.get("dtype"))
+    verdict, bound, typical = Verdict.of_tier(row["verdict_tier"]), row.get("bound_ratio"), row.get("typical_ratio")
     parts = []
     if getattr(impl, "semantics", ""):
         parts.append(f"computes something else by design ({impl.semantics})")
@@ -156,7 +162,7 @@ def verdicts(cases: pd.DataFrame) -> pd.DataFrame:
                 "implementation": implementation,
                 "dtype": dtype,
                 "condition": condition,
-                "verdict": verdict_label(op, implementation, worst["verdict_tier"]),
+                "verdict": verdict_label(op, implementation, worst["verdict_tier"], dtype),
                 "reason": verdict_reason(worst),
                 "sizes": _sizes(group["size"]),
                 "threads": _sizes(group["threads"]),
@@ -197,7 +203,8 @@ def discrepancies(cases: pd.DataFrame) -> pd.DataFrame:
         for _, same in group.groupby("output_digest", sort=False):
             same = same.sort_values("implementation")
             labels = [
-                verdict_label(op, i, t) for i, t in zip(same["implementation"], same["verdict_tier"], strict=False)
+                verdict_label(op, i, t, dtype)
+                for i, t in zip(same["implementation"], same["verdict_tier"], strict=False)
             ]
             outputs.append(
                 {
@@ -294,7 +301,10 @@ def reproducibility(cases: pd.DataFrame) -> pd.DataFrame:
         worst = group.loc[group["verdict_tier"].idxmax()] if group["verdict_tier"].notna().any() else group.iloc[0]
         rows.append(
             dict(zip(keys, key, strict=False))
-            | {"changes_with": " and ".join(reasons), "verdict": verdict_label(key[1], key[2], worst["verdict_tier"])}
+            | {
+                "changes_with": " and ".join(reasons),
+                "verdict": verdict_label(key[1], key[2], worst["verdict_tier"], key[3]),
+            }
         )
     return pd.DataFrame(rows, columns=columns)
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
-from accuracy.judge.verdicts import VERDICTS, WITHIN
+from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
 from accuracy.report.load import load_results, param_columns
@@ -391,8 +391,8 @@ def _timing(record: dict, side: str) -> Timing:
 def _accuracy(row: dict) -> list[str]:
     """Verdict tiers decide; bits and errors say what changed within a tier."""
     tier_base, tier_new = _tier(row, "base"), _tier(row, "new")
-    row["verdict_base"] = None if tier_base is None else VERDICTS[tier_base]
-    row["verdict_new"] = None if tier_new is None else VERDICTS[tier_new]
+    row["verdict_base"] = None if tier_base is None else Verdict.of_tier(tier_base)
+    row["verdict_new"] = None if tier_new is None else Verdict.of_tier(tier_new)
     reproducible = not (row[f"{RUN_TO_RUN}_base"] == 1 or row[f"{RUN_TO_RUN}_new"] == 1)
     row["bits"] = _bits(row, reproducible, tier_new)
     if tier_base is None or tier_new is None:
@@ -400,25 +400,21 @@ def _accuracy(row: dict) -> list[str]:
     out = [] if reproducible else [NOT_REPRODUCIBLE]
     if tier_base != tier_new and (tier_new == 0 or tier_base == 0 or (tier_base, tier_new) == (1, 2)):
         # leaving within rounding is bad, and so is suspicious -> beyond rounding
-        return [*out, f"now {VERDICTS[tier_new]}"]
+        return [*out, f"now {Verdict.of_tier(tier_new)}"]
     if row["bits"] in (IDENTICAL, NOT_REPRODUCIBLE) or (row["bits"] == NO_DIGEST and _errors_equal(row)):
         return out
     return [*out, CHANGED_WITHIN if tier_new == 0 else STILL_OUTSIDE]
 
 
 def _tier(row: dict, side: str) -> int | None:
-    """The verdict tier; for results from before the tier track, the bound-ratio rule."""
+    """The verdict tier; for results from before the tier track, the judge's bound-only rule."""
     tier = row[f"{TIER}_{side}"]
     if tier is not None:
         return int(tier)
     bound, nonfinite = row[f"bound_ratio_{side}"], row[f"nonfinite_{side}"]
     if nonfinite is None and bound is None:
         return None
-    if nonfinite:
-        return VERDICTS.index("beyond rounding")
-    if bound is None:
-        return VERDICTS.index("undetermined")  # NaN: the bound is vacuous here
-    return 0 if bound <= 1 else VERDICTS.index("beyond rounding")
+    return bound_verdict(bound, nonfinite).tier
 
 
 def _bits(row: dict, reproducible: bool, tier_new: int | None) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.formatting import format_number
 from accuracy.report import plots
 from accuracy.report.answers import Answers, answer, pair_answer
 from accuracy.report.changes import DEFAULT_THRESHOLD
@@ -167,11 +168,7 @@ def _summary(data: ReportData) -> list[tuple[str, object]]:
 
 
 def _number(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, (int,)) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
-        return str(int(value))
-    return f"{value:.3g}"
+    return format_number(value, missing="")
 
 
 def _text(value) -> str:
@@ -498,11 +495,12 @@ def _op_sections_html(answers: Answers) -> str:
 
     cases = answers.cases.assign(
         verdict=[
-            verdict_label(o, i, t)
-            for o, i, t in zip(
+            verdict_label(o, i, t, d)
+            for o, i, t, d in zip(
                 answers.cases["op"],
                 answers.cases["implementation"],
                 answers.cases.get("verdict_tier", math.nan),
+                answers.cases["dtype"],
                 strict=False,
             )
         ]

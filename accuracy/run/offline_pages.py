@@ -25,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from accuracy.core.errors import warn
+
 REGISTRY = "https://registry.npmjs.org"
 VENDOR_DIR = "vendor"  # inside the html directory
 INDEX = "index.html"
@@ -207,7 +209,7 @@ def main() -> int:
     try:
         print(f"asv page assets in {fetch()}")
     except FetchError as exc:
-        print(f"opbench: warning: {exc}; asv's HTML pages will load them from CDNs", file=sys.stderr)
+        warn(f"{exc}; asv's HTML pages will load them from CDNs")
     return 0
 
 

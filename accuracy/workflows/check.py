@@ -30,7 +30,7 @@ from accuracy.backends import get_backend
 from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table, printable
+from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.metric_table import BY_NAME
@@ -39,7 +39,7 @@ from accuracy.judge.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, m
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
-from accuracy.workflows.explain import pairwise
+from accuracy.workflows.explain import pairs_section, pairwise
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
@@ -81,27 +81,12 @@ class CheckReport:
         lines += format_table(
             ["output", "verdict", *(m.label for m in columns), "worst element"],
             [
-                [o["label"], o["verdict"], *(_num(o[m.field]) for m in columns), _worst_text(o["worst"])]
+                [o["label"], o["verdict"], *(format_number(o[m.field]) for m in columns), _worst_text(o["worst"])]
                 for o in self.outputs
             ],
         )
         lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in self.outputs]
-        if self.pairs:
-            lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
-            lines += format_table(
-                ["a", "b", "max ulp apart", "elements differing", "class", "failing side"],
-                [
-                    [
-                        p["a"],
-                        p["b"],
-                        _num(p["max_ulp_apart"]),
-                        str(p["differing_elements"]),
-                        p["class"],
-                        ", ".join(p["failing"]) or "-",
-                    ]
-                    for p in self.pairs
-                ],
-            )
+        lines += pairs_section(self.pairs)
         return "\n".join(lines)
 
 
@@ -113,16 +98,12 @@ def _json_safe(value):
     return None if isinstance(value, float) and value != value else value
 
 
-def _num(v) -> str:
-    return "-" if v is None or v != v else f"{v:.3g}"
-
-
 def _worst_text(worst: dict) -> str:
     if not worst:
         return "-"
     return (
         f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
-        f"({_num(worst['error_ulp'])} ulp)"
+        f"({format_number(worst['error_ulp'])} ulp)"
     )
 
 

@@ -142,7 +142,7 @@ def select_impls(op: OpInfo, fmt: FloatFormat, names: list[str] | None) -> list[
         return available
     chosen = []
     for name in names:
-        impl = op.impl(name)  # one-line error for an unknown name
+        impl = op.impl(name, fmt.name)  # one-line error for an unknown name
         if impl not in available:
             raise OpbenchError(f"{name} is not available for {fmt.name} here")
         chosen.append(impl)

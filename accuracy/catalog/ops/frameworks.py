@@ -1,9 +1,9 @@
 """Declarations shared by the framework implementations (TensorFlow, ONNX Runtime, LibTorch, JAX).
 
-Each op record lists its framework impls next to torch's; this module keeps them one line each:
-the dtypes each framework runs on the CPU, what it promises about precision on a GPU (data for
-the reader: every backend here runs on the CPU, where all of them compute in the storage
-dtype), and a helper for the unary functions all four have.
+Each op record lists its framework impls next to torch's; this module keeps them one line each.
+The facts about each framework (the dtypes it runs on the CPU, what it promises about float32 on
+a GPU) are its backend's attributes (accuracy.backends); the names below only read them, and a
+helper spells the unary functions all four have.
 """
 
 from __future__ import annotations
@@ -11,27 +11,19 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import reduce
 
+from accuracy.backends import get_backend
 from accuracy.backends.onnxruntime import single
 from accuracy.catalog.registry import Impl
-from accuracy.core.dtypes import ALL_DTYPES, SINGLE_DOUBLE
 
-TF_DTYPES = SINGLE_DOUBLE
-ORT_DTYPES = ("float32",)  # most ORT CPU kernels are float32 only
-ORT_FLOAT64 = SINGLE_DOUBLE  # the kernels that also have a double version
-JAX_DTYPES = SINGLE_DOUBLE
-LIBTORCH_DTYPES = ALL_DTYPES
-
-# The float32 matmul/conv precision each framework defaults to on an NVIDIA GPU (Ampere or newer).
-GPU_FLOAT32_DEFAULT = {
-    "tensorflow": "TF32 (tf.config.experimental.enable_tensor_float_32_execution is on by default)",
-    "jax": "TF32/bf16 passes (jax_default_matmul_precision 'default' lets XLA pick the fastest)",
-    "onnxruntime": "whatever the CUDA provider's use_tf32 option says (its default is not verified here)",
-    "libtorch": "float32 for matmul (allow_tf32 off), TF32 for cuDNN convolutions (cudnn.allow_tf32 on)",
-}
+TF_DTYPES = get_backend("tensorflow").dtypes
+ORT_DTYPES = get_backend("onnxruntime").dtypes
+ORT_FLOAT64 = get_backend("onnxruntime").float64_kernel_dtypes
+JAX_DTYPES = get_backend("jax").dtypes
+LIBTORCH_DTYPES = get_backend("libtorch").dtypes
 
 
 def gpu_note(framework: str) -> str:
-    return f"on a GPU, float32 defaults to {GPU_FLOAT32_DEFAULT[framework]}"
+    return f"on a GPU, float32 defaults to {get_backend(framework).gpu_float32}"
 
 
 def attribute(root, path: str):

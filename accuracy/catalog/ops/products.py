@@ -99,7 +99,7 @@ def _linear_bound(inputs, exact, fmt):
 
 LINEAR = OpInfo(
     name="linear",
-    doc="y = x @ W.T + b, the fully connected layer, five ways",
+    doc="y = x @ W.T + b, the fully connected layer",
     generate=_linear_shapes,
     exact=_linear_exact,
     fp64=lambda x, W, b: x @ W.T + b,
