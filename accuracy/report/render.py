@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import atomic_directory
 from accuracy.report import plots
 from accuracy.report.answers import Answers, answer, pair_answer
 from accuracy.report.changes import DEFAULT_THRESHOLD
@@ -125,18 +126,18 @@ def write_report(
         selftest=find_selftest(Path(results_dir)),
     )
     target = Path(out_dir) / name
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        export_frame(tidy(frame), target / "results")
-        write_data_dictionary(target)
-        data.changes("regression").to_csv(target / "regressions.csv", index=False)
-        data.changes("improvement").to_csv(target / "improvements.csv", index=False)
-        data.steps.to_csv(target / "steps.csv", index=False)
-        data.comparisons.to_csv(target / "comparisons.csv", index=False)
-        (target / "report.md").write_text(render_markdown(data), encoding="utf-8")
-        (target / "index.html").write_text(render_html(data, max_plots), encoding="utf-8")
-    except OSError as exc:
-        raise OpbenchError(f"cannot write report to {target}: {exc.strerror or exc}") from exc
+    markdown, page = render_markdown(data), render_html(data, max_plots)
+    # built in a temporary directory that replaces the old report whole: a full disk or a kill
+    # leaves the old report as it was, never the old one mixed with a cut-off index.html
+    with atomic_directory(target) as building:
+        export_frame(tidy(frame), building / "results")
+        write_data_dictionary(building)
+        data.changes("regression").to_csv(building / "regressions.csv", index=False)
+        data.changes("improvement").to_csv(building / "improvements.csv", index=False)
+        data.steps.to_csv(building / "steps.csv", index=False)
+        data.comparisons.to_csv(building / "comparisons.csv", index=False)
+        (building / "report.md").write_text(markdown, encoding="utf-8")
+        (building / "index.html").write_text(page, encoding="utf-8")
     return target / "index.html"
 
 
