@@ -276,6 +276,10 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, sto
         os.kill(proc.pid, getattr(signal, stop))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, out + err
+    for _ in range(30):  # SIGKILLed processes take a moment to be reaped
+        if not _session_processes(proc.pid):
+            break
+        time.sleep(0.5)
     assert _session_processes(proc.pid) == []  # asv and its benchmark processes stopped with it
     assert (results / ".opbench.lock").read_text() == ""  # no stale pid
     [machine_dir] = results.glob("ci-*")

@@ -46,6 +46,7 @@ BASE_COLUMNS = frozenset(
         *STAT_NAMES,
         "samples",
         "failed",
+        "error",
         "kind",
         "unit",
         "metric",
@@ -172,6 +173,7 @@ class _RowBuilder:
         columns["benchmark"].extend([name] * n)
         columns["params"].extend(labels)
         columns["value"].extend(math.nan if v is None else v for v in values)
+        columns["error"].extend(v is None for v in values)  # asv: None failed, NaN skipped or not a number
         columns["started_at"].extend([result.started_at.get(name)] * n)
         columns["version"].extend([result.benchmark_version.get(name)] * n)
         for stat in STAT_NAMES:
