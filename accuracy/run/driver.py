@@ -28,7 +28,7 @@ from pathlib import Path
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, replace_atomic, write_atomic
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
-from accuracy.run.offline_pages import make_offline
+from accuracy.run.offline_pages import finish_pages
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
 from accuracy.run.results_store import (
     check_no_links,
@@ -369,7 +369,7 @@ def run_suite(
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     if written:
-        warnings += make_offline(html)
+        warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
     return RunOutcome(status, machine, list(written), log.path, warnings)
 
 
