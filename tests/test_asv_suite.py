@@ -283,6 +283,8 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, sto
     assert _session_processes(proc.pid) == []  # asv and its benchmark processes stopped with it
     assert (results / ".opbench.lock").read_text() == ""  # no stale pid
     [machine_dir] = results.glob("ci-*")
+    described = json.loads((machine_dir / "machine.json").read_text())
+    assert all(described[field] for field in ("arch", "cpu", "os", "ram")), described  # not [none] in asv's pages
     assert err.strip().splitlines() == [
         f"opbench: error: interrupted{by}: kept 1 of 2 batches in {machine_dir}: bench_a; "
         "not run or not finished, so not saved: bench_b; HTML not published"

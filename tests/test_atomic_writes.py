@@ -273,3 +273,15 @@ def test_safe_path_keeps_pythonpath():
         check=True,
     )
     assert "/opbench-marker" in proc.stdout
+
+
+def test_the_machine_is_recorded_with_arch_cpu_os_and_ram(tmp_path, monkeypatch):
+    """Issue 22 item 8: `asv machine --yes --machine NAME` recorded the name alone: [none] in asv's sidebar."""
+    from asv.machine import MachineCollection
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    driver.register_machine("box-1234abcd")
+    info = MachineCollection.load("box-1234abcd")
+    assert info["machine"] == "box-1234abcd"
+    assert all(info[field] for field in ("arch", "cpu", "os", "ram", "num_cpu")), info
+    assert info["num_cpu"] == str(os.cpu_count())
