@@ -23,6 +23,7 @@ import numpy as np
 from accuracy.backends import framework_names, get_backend
 from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import ALL_DTYPES, get_format
+from accuracy.core.files import write_atomic
 from accuracy.core.threads import all_cores
 from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
@@ -131,9 +132,7 @@ class _OpBenchmark:
         if path.exists():
             return json.loads(path.read_text())
         measured = self._measure_now()
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(measured))
-        tmp.replace(path)  # atomic: a concurrent reader sees all or nothing
+        write_atomic(path, json.dumps(measured))  # a concurrent reader sees all or nothing
         return measured
 
     def _measure_now(self) -> dict:

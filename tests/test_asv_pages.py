@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import shutil
@@ -114,3 +115,23 @@ def test_asv_pages_render_with_the_network_cut_off(published, offline, tmp_path)
     assert 'class="flot-base"' in graph
     ticks = [float(t) for t in re.findall(r'class="flot-tick-label[^>]*>([\d.]+)<', graph)]
     assert len(ticks) >= 4 and max(ticks) >= 4
+
+
+def test_a_plain_asv_publish_keeps_the_pages_offline_and_every_implementation_drawn(published, tmp_path):
+    """Issue 22 items 7 and 8: `asv publish` as a user types it, with the plugin asv.conf.json names."""
+    from asv.util import load_json
+
+    from accuracy.run.offline_pages import GRAPH_SCRIPT
+
+    plugins = load_json(str(Path(__file__).resolve().parents[1] / "asv.conf.json"), js_comments=True)["plugins"]
+    config = json.loads(next(published.parent.glob("asv.conf.json")).read_text())
+    html = tmp_path / "html"
+    (tmp_path / "asv.conf.json").write_text(json.dumps(config | {"html_dir": str(html), "plugins": plugins}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "publish"], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert remote_urls((html / INDEX).read_text()) == []  # no CDN address left
+    assert all((html / VENDOR_DIR / package.folder).is_dir() for package in PACKAGES)
+    script = (html / GRAPH_SCRIPT).read_text()
+    assert "(k == 0 || j == 0 || (j+1)*count <= max_curves)" in script

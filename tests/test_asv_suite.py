@@ -205,8 +205,29 @@ BATCH_BENCHES = {
 }
 
 
-def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
-    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during the second batch."""
+def _session_processes(session: int) -> list[int]:
+    """The processes still alive in a session (field 6 of /proc/PID/stat)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+@pytest.mark.parametrize(
+    "stop,by",
+    [
+        ("SIGINT", ""),  # Ctrl-C: SIGINT to the process group, as a terminal sends it
+        ("SIGTERM", " by SIGTERM"),  # kill, a job scheduler: to opbench alone
+        ("SIGHUP", " by SIGHUP"),  # the terminal closed
+    ],
+)
+def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, stop, by):
+    """Stopped during the second batch: the first is kept, nothing is left behind."""
     import signal
     import time
 
@@ -249,12 +270,23 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path):
     while not list(results.glob("ci-*/*.fingerprint")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
     time.sleep(2)  # into the second batch
-    os.killpg(proc.pid, signal.SIGINT)
+    if stop == "SIGINT":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, getattr(signal, stop))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, out + err
+    for _ in range(30):  # SIGKILLed processes take a moment to be reaped
+        if not _session_processes(proc.pid):
+            break
+        time.sleep(0.5)
+    assert _session_processes(proc.pid) == []  # asv and its benchmark processes stopped with it
+    assert (results / ".opbench.lock").read_text() == ""  # no stale pid
     [machine_dir] = results.glob("ci-*")
+    described = json.loads((machine_dir / "machine.json").read_text())
+    assert all(described[field] for field in ("arch", "cpu", "os", "ram")), described  # not [none] in asv's pages
     assert err.strip().splitlines() == [
-        f"opbench: error: interrupted: kept 1 of 2 batches in {machine_dir}: bench_a; "
+        f"opbench: error: interrupted{by}: kept 1 of 2 batches in {machine_dir}: bench_a; "
         "not run or not finished, so not saved: bench_b; HTML not published"
     ]
     [path] = [p for p in machine_dir.glob("*.json") if p.name != "machine.json"]

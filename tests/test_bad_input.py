@@ -8,6 +8,7 @@ creates anything fails even if its message is right.
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -321,9 +322,89 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args,needle", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
+# Paths of the reliability probe (issue 22 items 11, 16, 18): a workspace prepared by a function
+# (real symbolic links; a full or read-only disk simulated by failing the system call).
+def _link(name: str, to: str):
+    def prepare(root: Path, monkeypatch) -> None:
+        if name != ".opbench.lock":
+            (root / "results" / ".opbench.lock").write_text("")  # as any earlier run leaves it
+        (root / "results" / name).symlink_to(root / to)
+
+    return prepare
+
+
+def _fail(target: str, name: str, code: int, when=lambda *a, **k: True):
+    """Make `target`'s `name` raise OSError(code) when `when(*args)` (then call through)."""
+
+    def prepare(root: Path, monkeypatch) -> None:
+        import importlib
+
+        (root / "results" / ".opbench.lock").write_text("")
+        owner = importlib.import_module(target)
+        real = getattr(owner, name)
+
+        def failing(*args, **kwargs):
+            if when(*args, **kwargs):
+                raise OSError(code, os.strerror(code))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, failing)
+
+    return prepare
+
+
+def _full_disk_at_index_html(root: Path, monkeypatch) -> None:
+    real = Path.write_text
+
+    def write_text(self, data, *args, **kwargs):
+        if self.name == "index.html" and "an earlier report" not in data:
+            real(self, data[: len(data) // 2], *args, **kwargs)  # the disk fills half-way through
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+
+
+HISTORY = ["--commits", "HEAD^!", "--config", str(ROOT / "asv.conf.json"), "--no-report"]
+PROBE_CASES = [
+    # item 11: symbolic links inside the results directory are refused, never followed
+    (["run", "--results", R], "symbolic link", _link(".opbench.lock", "a_file")),
+    (["run", "--results", R], "symbolic link", _link("logs", "mine")),
+    (["run", "--results", R, "--machine", "linked", *HISTORY], "symbolic link", _link("linked", "mine")),
+    (["run", "--results", R, "--machine", "box", *HISTORY], "symbolic link", _link("box/extra.json", "a_file")),
+    # item 16: a read-only results directory; a full disk while staging
+    (
+        ["run", "--results", R],
+        "cannot lock the results directory: cannot write {root}/results/.opbench.lock: Read-only file system",
+        _fail("os", "open", errno.EROFS, lambda path, *a, **k: str(path).endswith(".opbench.lock")),
+    ),
+    (
+        ["run", "--results", R, "--machine", "box", *HISTORY],
+        "No space left on device; nothing was run and {root}/results is unchanged",
+        _fail("shutil", "copytree", errno.ENOSPC),
+    ),
+    # item 16: `inputs --save` onto a full or read-only disk leaves no truncated file
+    (["inputs", "exp", "--save", "{root}/new.npz"], "new.npz: No space left on device", _fail("numpy", "savez", 28)),
+    (
+        ["inputs", "exp", "--save", "{root}/new.npz"],
+        "cannot write {root}/new.npz: Read-only file system",
+        _fail("tempfile", "mkstemp", errno.EROFS),
+    ),
+    # item 18: `report` onto a full disk keeps the old report whole
+    (
+        ["report", "--results", R, "--out", "{root}/reports"],
+        "cannot write {root}/reports/latest: No space left on device",
+        _full_disk_at_index_html,
+    ),
+]
+TABLE = [(args, needle, None) for args, needle in CASES] + PROBE_CASES
+
+
+@pytest.mark.parametrize("args,needle,prepare", TABLE, ids=[" ".join(a)[:60] for a, _, _ in TABLE])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, args, needle, prepare):
     paths = _workspace(tmp_path)
+    if prepare is not None:
+        prepare(tmp_path, monkeypatch)
     before = _checksums(tmp_path)
     argv = [a.format(root=tmp_path, result=paths["file"].name) for a in args]
     code = cli.main(argv)

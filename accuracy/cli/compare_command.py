@@ -10,7 +10,7 @@ from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError, warn
-from accuracy.core.formatting import format_number, format_table
+from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 from accuracy.run.results_store import check_output_file

@@ -105,7 +105,7 @@ def run(args) -> int:
             f"asv wrote no results (no benchmark matched, or the run failed before saving); see {outcome.log}"
         )
     print(f"opbench: results in {results / outcome.machine}, HTML in {html}, asv's log in {outcome.log}")
-    for line in outcome.page_warnings:
+    for line in outcome.warnings:
         warn(line)
     for line in summarize(outcome.written):
         print(f"opbench: {line}")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import write_atomic
 from accuracy.reference.exact import Exact
 
 # 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
@@ -53,10 +54,7 @@ def _read(path: Path, key: str) -> Exact | None:
 
 def _write(path: Path, key: str, exact: Exact) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo)))
-    os.replace(tmp, path)  # atomic: a reader never sees half an entry
+    write_atomic(path, lambda f: np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo))))
 
 
 def cached(key: str, compute) -> Exact:
@@ -65,6 +63,6 @@ def cached(key: str, compute) -> Exact:
     exact = _read(path, key) if path.exists() else None
     if exact is None:
         exact = compute()
-        with contextlib.suppress(OSError):  # a read-only cache only costs time
+        with contextlib.suppress(OSError, OpbenchError):  # a read-only or full cache only costs time
             _write(path, key, exact)
     return exact

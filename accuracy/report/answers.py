@@ -375,7 +375,9 @@ def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
         "runner_up",
         "runner_up_slower",
     ]
-    timed = cases.loc[cases["time"].notna()]
+    # the reference benchmarks (CorrectlyRounded, ExactGemm) time opbench's own references, not
+    # implementations of an op: no fastest to name
+    timed = cases.loc[cases["time"].notna() & cases["implementation"].notna()]
     keys = ["env", "op", "dtype", "threads"]
     timed = timed.loc[timed["size"].fillna(0) == timed.groupby(keys, dropna=False)["size"].transform("max").fillna(0)]
     rows = []

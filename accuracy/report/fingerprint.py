@@ -13,17 +13,56 @@ from pathlib import Path
 FINGERPRINT_COLUMNS = ("blas", "blas_threads", "torch_version", "numpy_version")
 
 
+PENDING_SUFFIX = ".pending"  # `opbench run` writes X.fingerprint.pending, then X.json, then renames
+RESULTS_DIGEST = "results_sha256"  # in each fingerprint: the results file it belongs to
+
+
+def results_digest(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def _belongs(path: Path, digest: str, legacy: bool) -> bool:
+    """Whether the fingerprint at `path` was saved with the results whose digest is `digest`
+    (fingerprints saved before the digest was recorded are trusted when `legacy`)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return legacy  # unreadable: let the reader report it
+    if not isinstance(data, dict) or RESULTS_DIGEST not in data:
+        return legacy
+    return data[RESULTS_DIGEST] == digest
+
+
 def fingerprint_path(result_path: Path) -> Path:
-    return result_path.with_suffix(".fingerprint")
+    """The fingerprint that belongs to the results file as it is now.
+
+    A save interrupted between the results rename and the fingerprint rename leaves the new
+    results beside the old X.fingerprint and the new X.fingerprint.pending: the recorded digest
+    of the results picks the right one, so a results file is never read with another run's stack.
+    """
+    committed = result_path.with_suffix(".fingerprint")
+    pending = committed.with_name(committed.name + PENDING_SUFFIX)
+    if not pending.exists():
+        return committed
+    try:
+        digest = results_digest(result_path.read_bytes())
+    except OSError:
+        return committed
+    if committed.exists() and _belongs(committed, digest, legacy=False):
+        return committed
+    return pending if _belongs(pending, digest, legacy=False) else committed
 
 
 def read_fingerprint(result_path: Path, warnings: list[str]) -> dict[str, object]:
-    """Summary columns for one results file; empty when it has no (readable) fingerprint."""
+    """Summary columns for one results file; empty when it has no (readable, matching) fingerprint."""
     path = fingerprint_path(result_path)
     if not path.exists():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if RESULTS_DIGEST in data and data[RESULTS_DIGEST] != results_digest(result_path.read_bytes()):
+            warnings.append(f"{path}: fingerprint of another save of {result_path.name} (an interrupted run) ignored")
+            return {}
         return summarize_fingerprint(data)
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         warnings.append(f"{path}: unreadable fingerprint ignored ({type(exc).__name__}: {exc})")

@@ -46,6 +46,7 @@ BASE_COLUMNS = frozenset(
         *STAT_NAMES,
         "samples",
         "failed",
+        "error",
         "kind",
         "unit",
         "metric",
@@ -175,6 +176,7 @@ class _RowBuilder:
         columns["benchmark"].extend([name] * n)
         columns["params"].extend(labels)
         columns["value"].extend(v if isinstance(v, float) else math.nan for v in values)
+        columns["error"].extend(v is None for v in values)  # asv: None failed, NaN skipped or not a number
         columns["started_at"].extend([started_at if isinstance(started_at, float) else None] * n)
         columns["version"].extend([result.benchmark_version.get(name)] * n)
         for stat in STAT_NAMES:

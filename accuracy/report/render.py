@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import atomic_directory
 from accuracy.core.formatting import format_number
 from accuracy.report import plots
 from accuracy.report.answers import Answers, answer, pair_answer
@@ -121,23 +122,23 @@ def write_report(
         frame=frame,
         steps=find_steps(frame, threshold=threshold, nondeterministic=nondeterministic),
         comparisons=_comparisons(frame),
-        warnings=loaded.warnings,
+        warnings=[*loaded.warnings, *failure_warnings(frame)],
         answers=answer(frame, Path(results_dir)),
         selftest=find_selftest(Path(results_dir)),
     )
     target = Path(out_dir) / name
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        export_frame(tidy(frame), target / "results")
-        write_data_dictionary(target)
-        data.changes("regression").to_csv(target / "regressions.csv", index=False)
-        data.changes("improvement").to_csv(target / "improvements.csv", index=False)
-        data.steps.to_csv(target / "steps.csv", index=False)
-        data.comparisons.to_csv(target / "comparisons.csv", index=False)
-        (target / "report.md").write_text(render_markdown(data), encoding="utf-8")
-        (target / "index.html").write_text(render_html(data, max_plots), encoding="utf-8")
-    except OSError as exc:
-        raise OpbenchError(f"cannot write report to {target}: {exc.strerror or exc}") from exc
+    markdown, page = render_markdown(data), render_html(data, max_plots)
+    # built in a temporary directory that replaces the old report whole: a full disk or a kill
+    # leaves the old report as it was, never the old one mixed with a cut-off index.html
+    with atomic_directory(target) as building:
+        export_frame(tidy(frame), building / "results")
+        write_data_dictionary(building)
+        data.changes("regression").to_csv(building / "regressions.csv", index=False)
+        data.changes("improvement").to_csv(building / "improvements.csv", index=False)
+        data.steps.to_csv(building / "steps.csv", index=False)
+        data.comparisons.to_csv(building / "comparisons.csv", index=False)
+        (building / "report.md").write_text(markdown, encoding="utf-8")
+        (building / "index.html").write_text(page, encoding="utf-8")
     return target / "index.html"
 
 
@@ -157,10 +158,50 @@ def _summary(data: ReportData) -> list[tuple[str, object]]:
         ("Commits", frame["commit_hash"].nunique()),
         ("Benchmarks", frame["benchmark"].nunique()),
         ("Results", len(frame)),
-        ("Failed results", int(frame["failed"].sum())),
+        ("Results without a value", _without_value_line(frame)),
         ("Regressions", int((data.steps["change"] == "regression").sum())),
         ("Improvements", int((data.steps["change"] == "improvement").sum())),
         ("Skipped files / warnings", len(data.warnings)),
+    ]
+
+
+def without_value(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Results without a value, by why: asv records a benchmark that raised or timed out as None
+    (`error`), a skipped parameter combination as NaN; a bound-ratio track is NaN, too, where the
+    case ran but the worst-case bound is vacuous (infinite) at that size, and the verdict rests on
+    the other tiers."""
+    missing = frame.loc[frame["failed"]]
+    error = missing["error"].astype(bool) if "error" in missing else pd.Series(False, index=missing.index)
+    case = ["machine", "env_name", "commit_hash", "params"]
+    owner = frame["benchmark"].str.rsplit(".", n=1).str[0]
+    ran = frame.loc[(frame["metric"] == "verdict_tier") & ~frame["failed"], case].assign(_owner=owner)
+    ran_keys = set(map(tuple, ran[[*case, "_owner"]].to_numpy().tolist()))
+    keys = missing[case].assign(_owner=owner.loc[missing.index])[[*case, "_owner"]].to_numpy().tolist()
+    vacuous = (
+        (missing["metric"] == "bound_ratio")
+        & ~error
+        & pd.Series([tuple(k) in ran_keys for k in keys], index=missing.index)
+    )
+    return {
+        "failed (an exception or a timeout; asv's log has the traceback)": missing.loc[error],
+        "vacuous bound ratios (no finite worst-case bound; the verdict uses the other tiers)": missing.loc[vacuous],
+        "skipped parameter combinations (not applicable, e.g. a dtype an implementation lacks)": missing.loc[
+            ~error & ~vacuous
+        ],
+    }
+
+
+def _without_value_line(frame: pd.DataFrame) -> str:
+    parts = [f"{len(rows)} {why}" for why, rows in without_value(frame).items() if len(rows)]
+    return f"{int(frame['failed'].sum())}" + (f": {'; '.join(parts)}" if parts else "")
+
+
+def failure_warnings(frame: pd.DataFrame) -> list[str]:
+    """Benchmarks that really failed belong in the warnings, by name."""
+    failed = next(iter(without_value(frame).values()))
+    return [
+        f"{name}: failed for {len(rows)} parameter combinations (see asv's log)"
+        for name, rows in failed.groupby("benchmark")
     ]
 
 
@@ -216,6 +257,46 @@ def _env_cell(frame: pd.DataFrame) -> bool:
     return "env" in frame and frame["env"].astype(str).str.len().gt(0).any()
 
 
+def _env_labels(table: pd.DataFrame) -> tuple[dict[str, str], str]:
+    """Short labels (E1, E2, ...) for the long environment names a table's rows carry, and the
+    legend that spells them out: a second environment must not push a table off the page."""
+    names = sorted(str(e) for e in table["env"].dropna().unique() if str(e))
+    labels = {name: f"E{i}" for i, name in enumerate(names, 1)}
+    legend = "; ".join(f"<b>{label}</b> = {_code(name)}" for name, label in labels.items())
+    return labels, f"<p class=note>Environments: {legend}</p>" if labels else ""
+
+
+def integer_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """Float columns that hold whole numbers only (sizes, threads) print as integers: 65536, not 6.554e+04."""
+    table = table.copy()
+    for column in table.columns:
+        values = table[column]
+        if pd.api.types.is_float_dtype(values) and values.notna().any():
+            finite = values.dropna()
+            if (finite == finite.round()).all() and finite.abs().max() < 2**53:
+                table[column] = values.astype("Int64")
+    return table
+
+
+def backend_tally(speed: pd.DataFrame) -> pd.DataFrame:
+    """Which backend is fastest: per backend, how many op/dtype/thread cases it is fastest in
+    (and second in), over every op, not only GEMM."""
+    backend = speed["fastest"].astype(str).str.split(":").str[0]
+    second = speed["runner_up"].astype(str).str.split(":").str[0]
+    tally = pd.DataFrame(
+        {"fastest": backend.value_counts(), "second": second.loc[speed["runner_up"].astype(bool)].value_counts()}
+    ).fillna(0)
+    tally = tally.astype(int).sort_values(["fastest", "second"], ascending=False)
+    return tally.rename_axis("backend").reset_index()
+
+
+def _tally_line(speed: pd.DataFrame) -> str:
+    if speed.empty:
+        return ""
+    parts = ", ".join(f"{r.backend} {r.fastest}" for r in backend_tally(speed).itertuples() if r.fastest)
+    return f"fastest in {len(speed)} op/dtype/thread cases: {parts}"
+
+
 # ---- answer sections ------------------------------------------------------------------------
 
 
@@ -233,9 +314,10 @@ def _verdicts_html(answers: Answers) -> str:
         "sizes",
         "threads",
     ]
+    labels, legend = _env_labels(table) if env else ({}, "")
     rows = [
         [
-            *([_text(r.env)] if env else []),
+            *([_text(labels.get(str(r.env), r.env))] if env else []),
             _op_link(r.op),
             _code(r.implementation),
             _text(r.dtype),
@@ -252,7 +334,7 @@ def _verdicts_html(answers: Answers) -> str:
         f"<p>{len(table)} of {total} implementation/dtype/condition combinations are not "
         "<em>within rounding</em> somewhere (the worst case is shown).</p>"
     )
-    return lead + _rows_html(headings, rows)
+    return lead + legend + _rows_html(headings, rows)
 
 
 def _groups_html(groups: list[dict]) -> str:
@@ -345,9 +427,10 @@ def _speed_html(answers: Answers) -> str:
         "next fastest",
         "x slower",
     ]
+    labels, legend = _env_labels(table) if env else ({}, "")
     rows = [
         [
-            *([_text(r.env)] if env else []),
+            *([_text(labels.get(str(r.env), r.env))] if env else []),
             _op_link(r.op),
             _text(r.dtype),
             _number(r.threads),
@@ -373,7 +456,14 @@ def _speed_html(answers: Answers) -> str:
         "(CPUs without native half-precision arithmetic compute them in float32).</p>"
     )
     numeric = {i for i, h in enumerate(headings) if h not in ("environment", "op", "dtype", "fastest", "next fastest")}
-    return notes + _rows_html(headings, rows, numeric)
+    tally = backend_tally(table)
+    tally_html = (
+        "<p><b>Which backend is fastest?</b> Cases (op, dtype, threads) each backend is fastest and second in:</p>"
+        + _table_html(tally)
+        if len(tally)
+        else ""
+    )
+    return notes + tally_html + legend + _rows_html(headings, rows, numeric)
 
 
 def _changes_html(answers: Answers) -> str:
@@ -577,7 +667,9 @@ def _table_html(table: pd.DataFrame, css_class: str = "") -> str:
         if len(table) > MAX_TABLE_ROWS
         else ""
     )
-    body = table.head(MAX_TABLE_ROWS).to_html(index=False, na_rep="", float_format="{:.4g}".format, border=0)
+    body = integer_columns(table.head(MAX_TABLE_ROWS)).to_html(
+        index=False, na_rep="", float_format="{:.4g}".format, border=0
+    )
     if css_class:
         body = body.replace("<tr>", f'<tr class="{css_class}">')
     return note + body
@@ -633,6 +725,8 @@ def _lead(data: ReportData) -> str:
         )
     else:
         speed = "<b>Fastest?</b> see Speed (no large GEMM timed here, so no measured peak)."
+    if len(a.speed):
+        speed += f" By backend, {html.escape(_tally_line(a.speed))}."
     flagged = a.reproducibility
     repro = f"<b>Not reproducible?</b> {len(flagged)} cases change bits with the thread count or from run to run" + (
         f": {html.escape(_names(f'{r.implementation} ({r.op})' for r in flagged.itertuples()))}."
@@ -706,7 +800,7 @@ def _table_markdown(table: pd.DataFrame) -> str:
     note = (
         f"\n\nFirst {MAX_TABLE_ROWS} of {len(table)} rows; see the CSV for all." if len(table) > MAX_TABLE_ROWS else ""
     )
-    return table.head(MAX_TABLE_ROWS).to_markdown(index=False, floatfmt=".4g") + note
+    return integer_columns(table.head(MAX_TABLE_ROWS)).to_markdown(index=False, floatfmt=".4g") + note
 
 
 def _groups_markdown(groups: list[dict]) -> str:
@@ -725,7 +819,7 @@ def render_markdown(data: ReportData) -> str:
         f"## Verdicts: not within rounding\n\n{_table_markdown(a.verdicts)}\n\n"
         f"## Discrepancies\n\n{_table_markdown(discrepancies)}\n\n"
         f"## Reproducibility\n\n{_table_markdown(a.reproducibility)}\n\n"
-        f"## Speed\n\n{a.peak.basis}\n\n{_table_markdown(a.speed)}\n\n"
+        f"## Speed\n\n{a.peak.basis}\n\n{_table_markdown(backend_tally(a.speed))}\n\n{_table_markdown(a.speed)}\n\n"
         f"## Changes ({a.changes.base} -> {a.changes.new})\n\n{changes}\n\n{_table_markdown(a.changes.table)}\n\n"
         f"## Self-test\n\n{selftest}\n\n"
         f"## Regressions\n\n{_table_markdown(data.changes('regression'))}\n\n"

@@ -19,18 +19,26 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import os_error_line, replace_atomic, write_atomic
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
-from accuracy.run.offline_pages import make_offline
+from accuracy.run.offline_pages import finish_pages
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
-from accuracy.run.results_store import merge_benchmarks_json, results_lock, write_atomic
+from accuracy.run.results_store import (
+    check_no_links,
+    merge_benchmarks_json,
+    recover_interrupted_saves,
+    results_lock,
+)
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
+SAFE_PATH = ("-P",)  # Python 3.11: the current directory is not put on the import path of a subprocess
 
 
 def load_asv_config(path: Path) -> dict:
@@ -96,6 +104,29 @@ def default_machine_name() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", platform.node() or "machine")
 
 
+def register_machine(machine: str) -> None:
+    """Record this machine for asv under `machine`, with asv's own description of it.
+
+    `asv machine --yes --machine NAME` records the name alone (asv 0.6.6 fills in its defaults
+    only when no field is given), and asv's pages then show [none] for arch, cpu, os and ram.
+    Fields already recorded under the name are kept.
+    """
+    from asv.machine import Machine, MachineCollection
+    from asv.util import UserError
+
+    try:
+        known = MachineCollection.load(machine)
+    except UserError:
+        known = {}
+    info = Machine.get_defaults() | {k: v for k, v in known.items() if v} | {"machine": machine}
+    try:
+        MachineCollection.save(machine, info)
+    except OSError as exc:
+        raise OpbenchError(
+            os_error_line("record the machine in", MachineCollection.get_machine_file_path(), exc)
+        ) from None
+
+
 def head_commit(repo: Path) -> str:
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
@@ -107,12 +138,20 @@ def head_commit(repo: Path) -> str:
 def take_fingerprint(python: str, env: dict) -> dict:
     """`opbench info --json` from a fresh process of `python` with `env`: the stack as it starts.
 
-    A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start.
+    A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start; with
+    -P (safe_path), so that an accuracy.py or asv.py in the current directory is never imported
+    in place of the real one. A fingerprint that cannot be taken is an error, never filed as one.
     """
-    proc = subprocess.run([python, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip()[-500:]}
-    return json.loads(proc.stdout)
+    proc = subprocess.run(
+        [python, *SAFE_PATH, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env
+    )
+    try:
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+    except ValueError:
+        pass
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise OpbenchError(f"cannot fingerprint the environment of {python} (`opbench info --json` failed: {last})")
 
 
 def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
@@ -145,45 +184,88 @@ def _result_files(results: Path, machine: str) -> dict[Path, float]:
 
 
 def _stage(results: Path, staging: Path, machine: str) -> None:
-    """Give asv a private copy of what it merges into: this machine's results and benchmarks.json."""
-    staging.mkdir()
-    if (results / "benchmarks.json").is_file():
-        shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
-    if (results / machine).is_dir():
-        shutil.copytree(results / machine, staging / machine)
+    """Give asv a private copy of what it merges into: this machine's results and benchmarks.json.
+    A full disk here changes nothing in the results directory: one line."""
+    try:
+        staging.mkdir()
+        if (results / "benchmarks.json").is_file():
+            shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+        if (results / machine).is_dir():
+            shutil.copytree(results / machine, staging / machine)
+    except (OSError, shutil.Error) as exc:
+        reason = os_error_line("copy the results to", staging, exc) if isinstance(exc, OSError) else str(exc)
+        raise OpbenchError(f"{reason}; nothing was run and {results} is unchanged") from None
 
 
 def _commit(
     staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]
 ) -> list[Path]:
-    """Copy a batch's files into the results directory, each by an atomic rename.
+    """Copy a batch's files into the results directory, each by an atomic rename; return the
+    results files written and the warnings to show.
 
-    Copies, not moves: the next batch's asv merges into the staged files. Each fingerprint
-    lands before its results file, so a results file is never seen beside another run's
-    fingerprint; files the run did not touch are left alone.
+    Copies, not moves: the next batch's asv merges into the staged files. A results file and
+    its fingerprint are committed as a pair: the fingerprint, holding the digest of its results,
+    goes to X.fingerprint.pending, then X.json is replaced, then the pending file is renamed.
+    A kill between any two steps leaves a state `fingerprint_path` reads right and
+    `recover_interrupted_saves` completes. Files the run did not touch are left alone.
     """
+    from accuracy.report.fingerprint import PENDING_SUFFIX, RESULTS_DIGEST, results_digest
+
     target = results / machine
-    target.mkdir(parents=True, exist_ok=True)
-    write_atomic(
-        results / "benchmarks.json", merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json")
-    )
-    write_atomic(target / "machine.json", (staging / machine / "machine.json").read_text(encoding="utf-8"))
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        merged, warnings = merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json")
+        machine_info = (staging / machine / "machine.json").read_bytes()
+    except OSError as exc:
+        raise OpbenchError(os_error_line("save into", target, exc)) from None
+    write_atomic(results / "benchmarks.json", merged)
+    write_atomic(target / "machine.json", machine_info)
     written = []
     for path in changed:
-        write_atomic(target / path.with_suffix(FINGERPRINT_SUFFIX).name, fingerprints[path])
-        write_atomic(target / path.name, path.read_text(encoding="utf-8"))
+        content = path.read_bytes()
+        fingerprint = json.loads(fingerprints[path]) | {RESULTS_DIGEST: results_digest(content)}
+        final = target / path.with_suffix(FINGERPRINT_SUFFIX).name
+        pending = final.with_name(final.name + PENDING_SUFFIX)
+        write_atomic(pending, json.dumps(fingerprint, indent=2))
+        write_atomic(target / path.name, content)
+        replace_atomic(pending, final)
         written.append(target / path.name)
-    return written
+    return written, warnings
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a run the way Ctrl-C does
 
 
 @contextmanager
-def _sigint_deferred():
-    """Ctrl-C waits until a batch's files are all in place (it is delivered right after)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _stop_deferred():
+    """Ctrl-C, SIGTERM and SIGHUP wait until a batch's files are all in place (delivered right after)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
+
+
+@contextmanager
+def _terminate_as_interrupt(received: list[str]):
+    """SIGTERM and SIGHUP (a closed terminal, a job scheduler, `kill`) raise KeyboardInterrupt as
+    Ctrl-C does, so that they too stop asv, keep every finished batch, remove the staging
+    directory and clear the lock file. `received` gets the signal's name. Python only lets
+    the main thread set handlers; elsewhere the defaults stay."""
+
+    def interrupt(signum: int, _frame) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass
@@ -192,7 +274,7 @@ class RunOutcome:
     machine: str  # the machine name the results are filed under
     written: list[Path]
     log: Path
-    page_warnings: list[str]  # where asv's HTML pages still need the internet (accuracy.run.offline_pages)
+    warnings: list[str]  # files that could not be read, pages that still need the internet, ...
 
 
 def run_suite(
@@ -220,12 +302,12 @@ def run_suite(
         check_commit_range(repo, commits)
     batches: list[Batch] = []
     saved: list[Batch] = []
-    with (
-        results_lock(results),
-        tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent) as tmp,
-    ):
+    signals: list[str] = []
+    warnings: list[str] = []
+    with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
         try:
-            tmp = Path(tmp)
+            check_no_links(results, None if commits is None else machine)
+            warnings += recover_interrupted_saves(results, tmp)
             shared = tmp / "shared"
             shared.mkdir()
             # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
@@ -241,12 +323,12 @@ def run_suite(
                 from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
 
                 machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
+                check_no_links(results, machine)
             staging = tmp / "results"
             _stage(results, staging, machine)
             private = write_private_config(config, staging, html, tmp)
             log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
-            if log.call(["machine", "--yes", "--machine", machine, "--config", str(private)], env) != 0:
-                raise OpbenchError(f"`asv machine` failed; see {log.path}")
+            register_machine(machine)
             # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
             args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
             if commits:
@@ -286,23 +368,42 @@ def run_suite(
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
                 if here is None:
                     fingerprints = {
-                        p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints), busiest) for p in changed
+                        p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints, warnings), busiest)
+                        for p in changed
                     }
                 else:
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
-                with _sigint_deferred():
-                    written.update(dict.fromkeys(_commit(staging, results, machine, changed, fingerprints)))
+                with _stop_deferred():
+                    try:
+                        files, batch_warnings = _commit(staging, results, machine, changed, fingerprints)
+                    except OpbenchError as exc:
+                        raise OpbenchError(f"{exc}; {_kept(results, machine, batches, saved)}") from None
+                    written.update(dict.fromkeys(files))
+                    warnings += batch_warnings
                     saved.append(batch)
         except KeyboardInterrupt:
-            raise OpbenchError(_interrupted(results, machine, batches, saved)) from None
+            by = f" by {signals[0]}" if signals else ""
+            raise OpbenchError(_interrupted(results, machine, batches, saved, by)) from None
         if written:
             publish_config = write_private_config(
                 config, results, html, tmp / "publish", branches=graph_branches(config)
             )
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
-    page_warnings = make_offline(html) if written else []
-    return RunOutcome(status, machine, list(written), log.path, page_warnings)
+    if written:
+        warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
+    return RunOutcome(status, machine, list(written), log.path, warnings)
+
+
+@contextmanager
+def _staging_dir(results: Path):
+    """asv's private working copy, beside the results directory (the same file system)."""
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent)
+    except OSError as exc:
+        raise OpbenchError(f"{os_error_line('create a staging directory beside', results, exc)}") from None
+    with tmp as folder:
+        yield Path(folder)
 
 
 def _with_load(fingerprint: str, busiest: float) -> str:
@@ -314,24 +415,38 @@ def _with_load(fingerprint: str, busiest: float) -> str:
     )
 
 
-def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
-    """The one line after a Ctrl-C: exactly which batches are in the results directory."""
+def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch], by: str = "") -> str:
+    """The one line after a Ctrl-C (or SIGTERM, SIGHUP: `by`): exactly which batches are in the results directory."""
     if not saved:
-        return f"interrupted before any batch finished: nothing was saved; {results} is unchanged"
+        return f"interrupted{by} before any batch finished: nothing was saved; {results} is unchanged"
+    return f"interrupted{by}: {_kept(results, machine, batches, saved)}"
+
+
+def _kept(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
+    """Which batches are in the results directory and which are not."""
+    if not saved:
+        return f"no batch was saved; the results in {results} are as before"
     left = [module for batch in batches if batch not in saved for module in batch.modules]
     return (
-        f"interrupted: kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+        f"kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
         f"not run or not finished, so not saved: {', '.join(left)}; HTML not published"
     )
 
 
-def _env_fingerprint(path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str]) -> str:
+def _env_fingerprint(
+    path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str], warnings: list[str]
+) -> str:
     """The fingerprint of the asv environment that wrote a history run's results file
-    (taken once per environment and run: every batch runs in the same environments)."""
+    (taken once per environment and run: every batch runs in the same environments).
+    One that cannot be taken is recorded as an error and shown as a warning, never silently."""
     env_name = json.loads(path.read_text()).get("env_name")
-    python, extra = pythons.get(env_name, (None, {}))
-    if python is None:
-        return json.dumps({"error": f"no asv environment named {env_name!r} to fingerprint"})
     if env_name not in cache:
-        cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+        python, extra = pythons.get(env_name, (None, {}))
+        try:
+            if python is None:
+                raise OpbenchError(f"no asv environment named {env_name!r} to fingerprint")
+            cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+        except OpbenchError as exc:
+            warnings.append(f"{exc}; its results are saved without a fingerprint of their stack")
+            cache[env_name] = json.dumps({"error": str(exc)})
     return cache[env_name]

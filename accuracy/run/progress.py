@@ -7,6 +7,8 @@ benchmark class with an estimate of the time left; `-v` shows asv's own output a
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -99,19 +101,24 @@ class AsvLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def call(self, args: list[str], env: dict, progress: ClassProgress | None = None) -> int:
-        """`python -m asv ARGS`; returns its exit status. A Ctrl-C at the terminal reaches asv too
-        (same process group); a SIGINT sent to opbench alone is passed on. Wait for asv to stop,
-        then re-raise."""
+        """`python -P -m asv ARGS`; returns its exit status.
+
+        -P: an asv.py in the current directory is never run in asv's place. asv runs in its own
+        process group, so that a Ctrl-C (or a SIGTERM or SIGHUP that the caller turned into
+        KeyboardInterrupt) is passed on to asv and every benchmark process it started. Wait for
+        them to stop (killed after STOP_GRACE seconds), then re-raise.
+        """
         with open(self.path, "a", encoding="utf-8") as log:
             log.write(f"$ asv {' '.join(args)}\n")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "asv", *args],
+                [sys.executable, "-P", "-m", "asv", *args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
                 encoding="utf-8",
                 errors="replace",
+                process_group=0,
             )
             try:
                 for line in proc.stdout:
@@ -121,11 +128,23 @@ class AsvLog:
                     elif progress is not None:
                         progress.feed(line)
             except KeyboardInterrupt:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-                proc.wait()
+                _stop_group(proc)
                 raise
             status = proc.wait()
         if progress is not None and not self.verbose:
             progress.finish()
         return status
+
+
+STOP_GRACE = 30.0  # seconds asv gets to stop its benchmark processes after SIGINT
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT to asv's process group, as a Ctrl-C at the terminal sends; then SIGKILL to what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_GRACE)
+    with contextlib.suppress(ProcessLookupError):  # asv gone: no benchmark process of its outlives it
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

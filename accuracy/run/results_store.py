@@ -12,10 +12,13 @@ import fcntl
 import json
 import os
 import re
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import os_error_line, refuse_symlink, remove_stale_temps, replace_atomic
+from accuracy.run.progress import LOG_DIR
 
 LOCK_FILE = ".opbench.lock"  # not .json: asv and the report loader read every .json they find
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,99}")
@@ -68,6 +71,21 @@ def check_results_dir(results: Path) -> Path:
     return results
 
 
+def _open_lock(results: Path) -> int:
+    """The lock file, never through a symbolic link (O_NOFOLLOW): a link planted there would
+    otherwise have its target truncated; a read-only or foreign directory is one line."""
+    path = results / LOCK_FILE
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OpbenchError(f"{path} is a symbolic link; opbench does not write through links (remove it)") from None
+        raise OpbenchError(
+            f"cannot lock the results directory: {os_error_line('write', path, exc)}; choose a writable --results"
+        ) from None
+
+
 @contextmanager
 def results_lock(results: Path):
     """Hold an exclusive lock on the results directory; a second writer is refused (exit 2).
@@ -77,9 +95,7 @@ def results_lock(results: Path):
     minutes later, against results the user did not expect.
     """
     check_results_dir(results)
-    results.mkdir(parents=True, exist_ok=True)
-    path = results / LOCK_FILE
-    with open(path, "a+", encoding="ascii") as handle:
+    with os.fdopen(_open_lock(results), "r+", encoding="ascii") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -100,15 +116,76 @@ def results_lock(results: Path):
             handle.truncate(0)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader sees the old file or the new, never half."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def check_no_links(results: Path, machine: str | None = None) -> None:
+    """What a run writes inside the results directory must be in it: a symbolic link for the log
+    folder, benchmarks.json, a machine folder or a file in it would send writes elsewhere."""
+    refuse_symlink(results / LOG_DIR)
+    refuse_symlink(results / "benchmarks.json")
+    if machine is None:
+        return
+    folder = results / machine
+    refuse_symlink(folder)
+    if folder.is_dir():
+        for path in folder.iterdir():
+            refuse_symlink(path)
 
 
-def merge_benchmarks_json(staged: Path, target: Path) -> str:
-    """asv rewrites benchmarks.json with only the benchmarks a run selected; keep the others."""
-    merged = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
-    merged.update(json.loads(staged.read_text(encoding="utf-8")))
-    return json.dumps(merged, indent=4, sort_keys=True)
+def merge_benchmarks_json(staged: Path, target: Path) -> tuple[str, list[str]]:
+    """asv rewrites benchmarks.json with only the benchmarks a run selected; keep the others.
+
+    A file that cannot be read never costs the batch that has just finished: an unreadable
+    results/benchmarks.json is kept aside under a new name and rebuilt from this run's (asv
+    rebuilds it the same way on its next run); an unreadable staged one keeps the old one.
+    Returns the merged text and the warnings to show.
+    """
+    warnings = []
+    merged = _read_benchmarks(target) if target.is_file() else {}
+    if merged is None:
+        aside = target.with_name(f"{target.name}.unreadable-{os.getpid()}")
+        replace_atomic(target, aside)
+        warnings.append(f"{target} was unreadable (kept as {aside.name}); rebuilt from this run's benchmarks")
+        merged = {}
+    staged_data = _read_benchmarks(staged)
+    if staged_data is None:
+        warnings.append(f"asv's benchmarks.json for this batch was unreadable; {target} keeps its old entries")
+        staged_data = {}
+    merged.update(staged_data)
+    return json.dumps(merged, indent=4, sort_keys=True), warnings
+
+
+def _read_benchmarks(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def recover_interrupted_saves(results: Path, staging: Path | None = None) -> list[str]:
+    """Finish or undo what a killed run left half-saved (call under the results lock).
+
+    A pending fingerprint whose recorded digest matches its results file was saved with it:
+    it is renamed into place; any other was saved with results that never landed: removed.
+    Temporary files of interrupted writes and staging directories of killed runs (all but this
+    run's `staging`) are deleted.
+    Returns one line per repair, for the user to see.
+    """
+    from accuracy.report.fingerprint import PENDING_SUFFIX, fingerprint_path
+
+    lines = []
+    for folder in [results, *(p for p in results.iterdir() if p.is_dir() and not p.is_symlink())]:
+        for pending in folder.glob(f"*{PENDING_SUFFIX}"):
+            result_file = folder / (pending.name.removesuffix(PENDING_SUFFIX).removesuffix(".fingerprint") + ".json")
+            if result_file.is_file() and fingerprint_path(result_file) == pending:
+                replace_atomic(pending, pending.with_name(pending.name.removesuffix(PENDING_SUFFIX)))
+                lines.append(f"completed the save of {result_file} that an interrupted run left half-done")
+            else:
+                pending.unlink()
+        removed = remove_stale_temps(folder)
+        if removed:
+            lines.append(f"removed {len(removed)} temporary files an interrupted run left in {folder}")
+    for old in results.resolve().parent.glob(f".{results.name}-staging-*"):
+        if old.is_dir() and not old.is_symlink() and old != staging:
+            shutil.rmtree(old, ignore_errors=True)
+            lines.append(f"removed {old}, left by a killed run")
+    return lines

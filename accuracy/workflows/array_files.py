@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import write_atomic
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
@@ -189,10 +190,10 @@ def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool
     if suffix == ".npz":
         if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
             raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")
-        with open(path, "wb") as handle:  # given a name, np.savez appends .npz to any other spelling (.NPZ)
-            np.savez(handle, **arrays)
+        # to a handle: given a name, np.savez appends .npz to any other spelling (.NPZ)
+        write_atomic(path, lambda handle: np.savez(handle, **arrays))
     else:
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save
 
-        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, path)
+        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}))
     return path

@@ -1,0 +1,287 @@
+"""One atomic write for every file opbench saves, and a results save that a kill or an I/O error
+cannot leave half-done (issue 22 items 11, 12, 14, 16, 18; issue 23 "one atomic write")."""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accuracy.core import files
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import atomic_directory, remove_stale_temps, write_atomic
+from accuracy.report.fingerprint import read_fingerprint
+from accuracy.report.load import load_results
+from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+from accuracy.run import driver
+from accuracy.run.progress import AsvLog
+from accuracy.run.results_store import merge_benchmarks_json, recover_interrupted_saves
+
+BENCH = SyntheticBenchmark("bench_x.X.track_v", "track", "ulp", ("n",), ((1,),))
+COMMIT = hashlib.sha1(b"pair").hexdigest()
+DATE = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
+OLD_STACK = {"blas": [{"internal_api": "openblas", "version": "0.3.1"}]}
+NEW_STACK = {"blas": [{"internal_api": "mkl", "version": "2025.1"}]}
+
+
+def _enospc(*_args, **_kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+# --- the helper ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(old=st.binary(max_size=64), new=st.binary(max_size=64))
+def test_write_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path_factory, old, new):
+    folder = tmp_path_factory.mktemp("w")
+    path = folder / "f.bin"
+    path.write_bytes(old)
+    write_atomic(path, new)
+    assert path.read_bytes() == new
+    assert sorted(p.name for p in folder.iterdir()) == ["f.bin"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
+    path = tmp_path / "x.npz"
+    path.write_bytes(b"old")
+
+    def half(handle):
+        handle.write(b"half a file")
+        _enospc()
+
+    with pytest.raises(OpbenchError, match=r"cannot write .*x.npz: No space left on device"):
+        write_atomic(path, half)
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]
+
+
+def test_an_interrupted_write_removes_its_temporary_too(tmp_path):
+    def interrupted(_handle):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(tmp_path / "x", interrupted)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_atomic_never_writes_through_a_symbolic_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (tmp_path / "link").symlink_to(victim)
+    with pytest.raises(OpbenchError, match="symbolic link"):
+        write_atomic(tmp_path / "link", "overwritten")
+    assert victim.read_text() == "keep me"
+
+
+def test_atomic_directory_swaps_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "latest"
+    target.mkdir()
+    (target / "index.html").write_text("old page")
+    (target / "old.csv").write_text("old")
+    with pytest.raises(OpbenchError, match="No space left"), atomic_directory(target) as building:
+        (building / "index.html").write_text("new page, cut o")
+        _enospc()
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "old page", "old.csv": "old"}
+    assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+    with atomic_directory(target) as building:
+        (building / "index.html").write_text("new page")
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "new page"}
+    assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+def test_every_writer_uses_the_one_helper():
+    """Issue 23: atomic writes were coded three times; no module renames a temporary file itself."""
+    root = Path(__file__).resolve().parents[1]
+    own = [
+        str(p.relative_to(root))
+        for folder in ("accuracy", "benchmarks")
+        for p in (root / folder).rglob("*.py")
+        if p != root / "accuracy/core/files.py"
+        and any(s in p.read_text() for s in ("os.replace(", "mkstemp(", ".replace(path)", "tmp.rename("))
+    ]
+    assert own == []
+
+
+def test_saved_inputs_are_never_left_truncated(tmp_path, monkeypatch):
+    """`inputs --save` onto a full disk: one line, exit 2, no 8 KB stub of an .npz."""
+    import numpy as np
+
+    from accuracy.cli import main as cli
+
+    real = np.savez
+
+    def full_disk(handle, **arrays):
+        real(handle, **arrays)  # the bytes are written, then the disk fills before they are safe
+        _enospc()
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    assert cli.main(["inputs", "exp", "--save", str(tmp_path / "x.npz")]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the results save: a results file and its fingerprint as a pair --------------------------------
+
+
+def _saved_once(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """results/box with one results file and its fingerprint (the old stack); a staged new save."""
+    results = tmp_path / "results"
+    write_benchmarks(results, [BENCH])
+    write_machine(results, "box")
+    old = write_result_file(results, "box", "py", COMMIT, DATE, [BENCH], lambda b, c: 1.0, OLD_STACK)
+    staging = tmp_path / "staging"
+    write_benchmarks(staging, [BENCH])
+    write_machine(staging, "box")
+    new = write_result_file(staging, "box", "py", COMMIT, DATE, [BENCH], lambda b, c: 2.0)
+    return results, old, new
+
+
+def _stack_and_value(results: Path) -> tuple[dict, float]:
+    frame = load_results(results).frame
+    [path] = [p for p in (results / "box").glob("*.json") if p.name != "machine.json"]
+    return read_fingerprint(path, []).get("blas"), float(frame["value"].iloc[0])
+
+
+def _commit(results: Path, new: Path) -> None:
+    driver._commit(new.parents[1], results, "box", [new], {new: json.dumps(NEW_STACK)})
+
+
+def test_commit_saves_results_and_fingerprint_as_a_pair(tmp_path):
+    results, _, new = _saved_once(tmp_path)
+    _commit(results, new)
+    assert _stack_and_value(results) == ("mkl 2025.1", 2.0)
+    assert sorted(p.name for p in (results / "box").iterdir()) == sorted(
+        ["machine.json", new.name, new.with_suffix(".fingerprint").name]
+    )
+
+
+def test_an_io_error_on_the_results_rename_leaves_the_old_pair(tmp_path, monkeypatch):
+    """Item 14: EIO on the rename was a traceback, with the new fingerprint beside the old results."""
+    results, _, new = _saved_once(tmp_path)
+    real = os.replace
+
+    def eio_on_results(src, dst):
+        if str(dst).endswith(new.name):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", eio_on_results)
+    with pytest.raises(OpbenchError, match=f"cannot write .*{new.name}: Input/output error"):
+        _commit(results, new)
+    monkeypatch.setattr(os, "replace", real)
+    assert _stack_and_value(results) == ("openblas 0.3.1", 1.0)
+    recover_interrupted_saves(results)
+    assert _stack_and_value(results) == ("openblas 0.3.1", 1.0)
+    assert not [p for p in (results / "box").iterdir() if "pending" in p.name or files.TEMP_MARK in p.name]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs, no handler catches it."""
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_a_kill_between_any_two_renames_is_read_consistently_and_repaired(tmp_path, monkeypatch, step):
+    """Killed before the n-th rename: the loader pairs each results file with its own fingerprint,
+    and the next run (under the lock) completes or undoes the save."""
+    results, _, new = _saved_once(tmp_path)
+    real, calls = os.replace, []
+
+    def killed_at_step(src, dst):
+        if Path(dst).parent == results / "box" and Path(dst).name != "machine.json":
+            calls.append(dst)
+            if len(calls) == step:
+                raise Killed
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_at_step)
+    with pytest.raises(Killed):
+        _commit(results, new)
+    monkeypatch.setattr(os, "replace", real)
+    expected = ("openblas 0.3.1", 1.0) if step <= 2 else ("mkl 2025.1", 2.0)
+    assert _stack_and_value(results) == expected
+    (results / "box" / f".{new.name}{files.TEMP_MARK}killed").write_text("{")  # what a kill mid-write leaves
+    lines = recover_interrupted_saves(results)
+    assert _stack_and_value(results) == expected
+    assert sorted(p.name for p in (results / "box").iterdir()) == sorted(
+        ["machine.json", new.name, new.with_suffix(".fingerprint").name]
+    )
+    assert any("temporary files" in line for line in lines)
+
+
+def test_a_truncated_benchmarks_json_keeps_the_batch(tmp_path):
+    """Item 16: json.loads of a truncated results/benchmarks.json threw the finished batch away."""
+    results, _, new = _saved_once(tmp_path)
+    (results / "benchmarks.json").write_text('{"bench_x.X.track_v": {"code"')
+    merged, warnings = merge_benchmarks_json(new.parents[1] / "benchmarks.json", results / "benchmarks.json")
+    assert "bench_x.X.track_v" in json.loads(merged)
+    [line] = warnings
+    assert "was unreadable" in line and "benchmarks.json.unreadable-" in line
+    assert [p.name for p in results.glob("benchmarks.json.unreadable-*")]
+
+
+def test_remove_stale_temps_takes_only_temporary_names(tmp_path):
+    (tmp_path / ".a.json.tmp-x1").write_text("")
+    (tmp_path / ".latest.tmp-y").mkdir()
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / ".opbench.lock").write_text("")
+    assert len(remove_stale_temps(tmp_path)) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".opbench.lock", "a.json"]
+
+
+# --- subprocesses never import from the current directory (item 12) ------------------------------
+
+
+def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprint(tmp_path, monkeypatch):
+    (tmp_path / "accuracy.py").write_text("raise SystemExit('not opbench')\n")
+    monkeypatch.chdir(tmp_path)
+    fingerprint = driver.take_fingerprint(sys.executable, dict(os.environ))
+    assert "error" not in fingerprint and fingerprint["blas"]
+
+
+def test_a_fingerprint_that_cannot_be_taken_is_an_error_not_a_digest():
+    env = dict(os.environ, OPBENCH_BLAS=":")  # `opbench info` refuses it with exit 2
+    with pytest.raises(OpbenchError, match=r"cannot fingerprint .*OPBENCH_BLAS entry ':' names no library"):
+        driver.take_fingerprint(sys.executable, env)
+
+
+def test_an_asv_py_in_the_current_directory_is_never_run(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    (tmp_path / "asv.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    log = AsvLog(tmp_path / "logs" / "asv.log", verbose=False)
+    assert log.call(["--version"], dict(os.environ)) == 0
+    assert not marker.exists()
+    assert "asv 0.6" in (tmp_path / "logs" / "asv.log").read_text()
+
+
+def test_safe_path_keeps_pythonpath():
+    """-P, not -I: developers and asv's own environments rely on PYTHONPATH."""
+    proc = subprocess.run(
+        [sys.executable, *driver.SAFE_PATH, "-c", "import sys; print(sys.path)"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH="/opbench-marker"),
+        check=True,
+    )
+    assert "/opbench-marker" in proc.stdout
+
+
+def test_the_machine_is_recorded_with_arch_cpu_os_and_ram(tmp_path, monkeypatch):
+    """Issue 22 item 8: `asv machine --yes --machine NAME` recorded the name alone: [none] in asv's sidebar."""
+    from asv.machine import MachineCollection
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    driver.register_machine("box-1234abcd")
+    info = MachineCollection.load("box-1234abcd")
+    assert info["machine"] == "box-1234abcd"
+    assert all(info[field] for field in ("arch", "cpu", "os", "ram", "num_cpu")), info
+    assert info["num_cpu"] == str(os.cpu_count())
