@@ -1,0 +1,147 @@
+"""`opbench model` (#24): per-layer verdicts of a whole model's ports on identical inputs.
+
+Small models from accuracy.workflows.model_zoo. Each known port bug is injected into a copy of
+the model whose layers keep the reference's module paths; its activations file (the format any
+runtime writes) is the port, and the command must name the right layer first while the layers
+before it stay within rounding. Correct ports (ONNX Runtime with and without optimizations,
+TorchScript) flag no layer at float32."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accuracy.cli.main import main
+from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model_activations import activations, record
+from accuracy.workflows.model_layers import NOT_COMPARED, run_model
+from accuracy.workflows.model_zoo import example_inputs, small_cnn, small_transformer
+
+CNN = "accuracy.workflows.model_zoo:small_cnn"
+BLOCK = "accuracy.workflows.model_zoo:small_transformer"
+
+
+@pytest.fixture
+def cnn_inputs(tmp_path):
+    return write_arrays(tmp_path / "x.npz", example_inputs("small_cnn"))
+
+
+@pytest.fixture
+def block_inputs(tmp_path):
+    return write_arrays(tmp_path / "x.npz", example_inputs("small_transformer"))
+
+
+def _port_file(tmp_path, model: nn.Module, inputs: dict, name: str = "port.safetensors"):
+    """What another runtime hands over: its own activations, end to end, in the file format."""
+    calls, out = record(model, inputs)
+    return write_arrays(tmp_path / name, activations(calls, out))
+
+
+def _judged(spec, inputs_path, port_path) -> dict:
+    report = run_model(spec, inputs_path, activations_files={"port": str(port_path)})
+    (port,) = report.ports
+    return port
+
+
+def _assert_first(port: dict, layer: str) -> None:
+    assert port["first_not_within"] == layer, [(r["path"], r["verdict"]) for r in port["layers"]]
+    order = [r["path"] for r in port["layers"]]
+    before = port["layers"][: order.index(layer)]
+    assert all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in before)
+
+
+def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
+    report = run_model(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"])
+    assert report.within_rounding
+    for port in report.ports:
+        assert port["flagged"] == 0 and port["first_not_within"] is None, port["port"]
+        assert port["compared"] >= 6
+    ort = report.ports[0]
+    assert ort["layers"][0]["covers"] == ["conv1", "bn1"]  # the BatchNorm folded into the Conv node at export
+    torchscript = {r["path"]: r for r in report.ports[2]["layers"]}
+    assert torchscript["bn1"]["tier"] == "registry op batch_norm"
+    assert torchscript["fc"]["tier"] == "registry op linear"
+    assert torchscript["conv1"]["tier"] == "typical tier of check --fn"
+
+
+def test_batch_norm_epsilon_of_keras_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.bn1.eps = 1e-3  # Keras BatchNormalization's default against torch's 1e-5
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "bn1")
+
+
+def test_layer_norm_epsilon_is_named(tmp_path, block_inputs):
+    port = small_transformer().eval()
+    port.norm.eps = 1e-3  # LayerNormalization(epsilon=1e-3)
+    judged = _judged(BLOCK, block_inputs, _port_file(tmp_path, port, example_inputs("small_transformer")))
+    _assert_first(judged, "norm")
+    assert next(r for r in judged["layers"] if r["path"] == "norm")["verdict"] == "beyond rounding"
+
+
+def test_tanh_gelu_for_erf_gelu_is_named(tmp_path, block_inputs):
+    port = small_transformer().eval()
+    port.gelu = nn.GELU(approximate="tanh")
+    _assert_first(_judged(BLOCK, block_inputs, _port_file(tmp_path, port, example_inputs("small_transformer"))), "gelu")
+
+
+class _SamePaddingConv(nn.Conv2d):
+    """TensorFlow's padding="same" at stride 2: all of the padding after, none before."""
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (0, 1, 0, 1)), self.weight, self.bias, self.stride)
+
+
+def test_asymmetric_same_padding_at_stride_2_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    same = _SamePaddingConv(3, 4, 3, stride=2, bias=False)
+    same.load_state_dict(port.conv1.state_dict())
+    port.conv1 = same
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "conv1")
+
+
+class _ChannelsLastFlatten(nn.Flatten):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1).flatten(1)
+
+
+def test_nhwc_flatten_before_linear_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.flatten = _ChannelsLastFlatten()
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "flatten")
+
+
+def test_model_left_in_train_mode_is_named(tmp_path, cnn_inputs):
+    port = copy.deepcopy(small_cnn()).train()  # batch statistics in bn1, then dropout
+    torch.manual_seed(1)
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "bn1")
+
+
+def test_weight_stored_in_bfloat16_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    with torch.no_grad():
+        port.conv2.weight.copy_(port.conv2.weight.to(torch.bfloat16).float())
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "conv2")
+
+
+def test_json_and_exit_status(capsys, tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.bn1.eps = 1e-3
+    path = _port_file(tmp_path, port, example_inputs("small_cnn"))
+    saved = tmp_path / "reference.safetensors"
+    args = ["model", CNN, "--inputs", cnn_inputs, "--activations", f"keras={path}", "--save-activations", saved]
+    status = main([*map(str, args), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 1
+    (judged,) = out["ports"]
+    assert judged["port"] == "keras" and judged["first_not_within"] == "bn1"
+    assert {"path", "op", "verdict", "reason"} <= set(judged["layers"][0])
+    assert out["model"] == CNN and out["mode"].startswith("eval")
+    assert saved.is_file()
+    status = main(["model", CNN, "--inputs", str(cnn_inputs), "--activations", f"torch={saved}"])
+    assert status == 0  # the reference's own activations are the exact layers rounded once: 0 flagged
