@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -145,3 +146,42 @@ def test_json_and_exit_status(capsys, tmp_path, cnn_inputs):
     assert saved.is_file()
     status = main(["model", CNN, "--inputs", str(cnn_inputs), "--activations", f"torch={saved}"])
     assert status == 0  # the reference's own activations are the exact layers rounded once: 0 flagged
+
+
+def _bad(capsys, *args) -> str:
+    status = main(["model", *map(str, args)])
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("opbench: error: ")
+    return line
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, cnn_inputs):
+    saved = tmp_path / "saved.safetensors"
+    assert "cannot import" in _bad(capsys, "no_such_module:f", "--inputs", cnn_inputs, "--save-activations", saved)
+    assert "not a torch.nn.Module" in _bad(capsys, "accuracy.workflows.model_zoo:not_a_module", "--inputs", cnn_inputs)
+    wrong = write_arrays(tmp_path / "wrong.npz", {"x": np.zeros((2, 5, 8, 8), np.float32)})
+    assert "cannot take inputs x (2, 5, 8, 8)" in _bad(capsys, CNN, "--inputs", wrong, "--save-activations", saved)
+    flat = write_arrays(tmp_path / "flat.npz", {"x": np.zeros((2, 8), np.float32)})
+    line = _bad(capsys, "accuracy.workflows.model_zoo:not_exportable", "--inputs", flat, "--port", "onnxruntime")
+    assert "aten::fft_rfft" in line
+    reference = small_cnn().eval()
+    calls, out = record(reference, example_inputs("small_cnn"))
+    arrays = activations(calls, out)
+    extra = write_arrays(tmp_path / "extra.safetensors", arrays | {"layer9.conv": arrays["fc"]})
+    assert "layer9.conv" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={extra}")
+    no_output = write_arrays(tmp_path / "missing.safetensors", {k: v for k, v in arrays.items() if k != "output"})
+    assert "missing key 'output'" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={no_output}")
+    reshaped = write_arrays(tmp_path / "shape.safetensors", arrays | {"fc": arrays["fc"][:1]})
+    assert "'fc' has shape (1, 5)" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={reshaped}")
+    assert "unknown port" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--port", "tpu")
+    assert not saved.exists()
+
+
+def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the CUDA ports run")
+    report = run_model(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"])
+    assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
+    assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding

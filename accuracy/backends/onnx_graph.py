@@ -13,8 +13,11 @@ input and output tensors (the weights' Identity nodes included).
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -33,7 +36,7 @@ def export(model, args: tuple, input_names: list[str]):
 
     buffer = io.BytesIO()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_stderr():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 model,
@@ -50,6 +53,22 @@ def export(model, args: tuple, input_names: list[str]):
         named = f"op {op.group(1)} does not export: " if op else ""
         raise OpbenchError(f"the model does not export to ONNX (opset {OPSET}): {named}{text}") from None
     return onnx.load_from_string(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The exporter's C++ side prints the whole TorchScript graph to stderr when an op fails;
+    the error is one line (OpbenchError), so that print goes to /dev/null."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:
@@ -102,14 +121,15 @@ class Graph:
                 graph.constants.update(node.output)
         return graph
 
-    def groups(self, modules: set[str]) -> dict[tuple[str, int], list]:
-        """Nodes by the leaf module call they were traced in (constant-only nodes left out)."""
+    def groups(self, modules: set[str], leaves: set[str]) -> dict[tuple[str, int], list]:
+        """Nodes by the leaf module call they were traced in (constant-only nodes left out);
+        `modules` holds every module path, `leaves` those of leaf modules."""
         groups: dict[tuple[str, int], list] = {}
         for node in self.model.graph.node:
             if all(o in self.constants for o in node.output):
                 continue
             owner = module_call_of(node.name, modules)
-            if owner is not None:
+            if owner is not None and owner[0] in leaves:
                 groups.setdefault(owner, []).append(node)
         return groups
 
@@ -135,8 +155,8 @@ class Graph:
 
         return onnx.utils.Extractor(self.model).extract_model(inputs, outputs)
 
-    def with_outputs(self, names: list[str]):
-        """The whole model with `names` exposed as extra outputs (read in one end-to-end run)."""
+    def with_outputs(self, names: list[str], dtypes: dict[str, np.dtype]):
+        """The whole model with `names` (of numpy `dtypes`) exposed as extra outputs, read in one run."""
         import onnx
 
         model = onnx.ModelProto()
@@ -144,8 +164,22 @@ class Graph:
         present = {o.name for o in model.graph.output}
         for name in names:
             if name not in present:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+                kind = onnx.helper.np_dtype_to_tensor_dtype(dtypes[name])
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, kind, None))
         return model
+
+    def probe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every activation tensor's value in one unoptimized run: their true shapes and dtypes
+        (shape inference leaves a transformer's dynamic dimensions unknown)."""
+        import onnx
+
+        names = [o for n in self.model.graph.node for o in n.output if o and o not in self.constants]
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        del probe.graph.output[:]
+        for name in names:
+            probe.graph.output.append(onnx.ValueInfoProto(name=name))
+        return run(session(probe, optimized=False), feeds)
 
 
 def session(model, optimized: bool):

@@ -162,7 +162,7 @@ def load_model(spec: str, train: bool = False):
     """The module the factory MODULE:FUNCTION returns, in eval mode unless `train`."""
     import torch
 
-    factory = load_function(spec)
+    factory = load_function(spec, "model")
     try:
         model = factory()
     except Exception as exc:

@@ -221,14 +221,17 @@ class OnnxPort(Port):
         self.graph = onnx_graph.Graph.of(inferred)
         self.input_names = [i.name for i in inferred.graph.input]
         self.leaves = set(leaf_modules(model))
-        self.shapes = {
-            v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
-            for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-        }
+        self.modules = {name for name, _ in model.named_modules() if name}
+        probed = self._feeds(inputs) | self.graph.probe(self._feeds(inputs))
+        self.shapes = {k: tuple(v.shape) for k, v in probed.items()}
+        self.dtypes = {k: v.dtype for k, v in probed.items()}
         self._sessions: dict[str, object] = {}
 
+    def _feeds(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: np.ascontiguousarray(inputs[k]) for k in self.input_names}
+
     def units(self, calls):
-        groups = self.graph.groups(self.leaves)
+        groups = self.graph.groups(self.modules, self.leaves)
         counts: dict[str, int] = {}
         units: list[Unit] = []
         for call in calls:
@@ -237,7 +240,12 @@ class OnnxPort(Port):
             nodes = groups.get((call.path, index))
             if not nodes:
                 previous = units[-1] if units else None
-                if previous and not previous.reason and call.producers == [previous.last]:
+                if (
+                    previous
+                    and not previous.reason
+                    and call.producers == [previous.last]
+                    and call.output.shape == previous.calls[-1].output.shape
+                ):
                     previous.calls.append(call)  # folded into the node before it
                 else:
                     units.append(Unit([call], "no ONNX node computes it: folded away or constant at export"))
@@ -275,8 +283,9 @@ class OnnxPort(Port):
     def end_to_end(self, inputs, units):
         exposed = [u for u in units if not u.reason]
         names = [u.detail["gives"] for u in exposed]
-        feeds = {k: np.ascontiguousarray(inputs[k]) for k in self.input_names}
-        everything = self.onnx_graph.run(self.onnx_graph.session(self.graph.with_outputs(names), self.optimized), feeds)
+        feeds = self._feeds(inputs)
+        exposing = self.graph.with_outputs(names, self.dtypes)
+        everything = self.onnx_graph.run(self.onnx_graph.session(exposing, self.optimized), feeds)
         plain = self.onnx_graph.run(self.onnx_graph.session(self.graph.model, self.optimized), feeds)
         return {u.last: everything[u.detail["gives"]] for u in exposed}, {}, next(iter(plain.values()))
 

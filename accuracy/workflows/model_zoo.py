@@ -103,3 +103,23 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
         return {"input_ids": rng.integers(0, 512, (1, BERT_TOKENS)).astype(np.int64)}
     shapes = {"resnet18": (1, 3, 224, 224), "small_cnn": (2, 3, 8, 8), "small_transformer": (2, 4, 16)}
     return {"x": rng.standard_normal(shapes[name]).astype(np.float32)}
+
+
+class _Spectrum(nn.Module):
+    """A linear layer, then a spectrum: aten::fft_rfft has no ONNX opset 17 form."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.fft.rfft(self.linear(x)).abs()
+
+
+def not_exportable() -> nn.Module:
+    torch.manual_seed(SEED)
+    return _Spectrum()
+
+
+def not_a_module():
+    return "a string"
