@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accuracy.cli.main import main
+from accuracy.core.errors import OpbenchError
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model_activations import activations, record
@@ -185,3 +186,23 @@ def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
     report = run_model(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"])
     assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
     assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding
+
+
+@pytest.mark.slow  # imports TensorFlow
+def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
+    from accuracy.workflows.model_zoo import keras_small_cnn
+
+    correct = run_model(CNN, cnn_inputs, keras=keras_small_cnn())
+    (port,) = correct.ports
+    assert port["flagged"] == 0 and port["compared"] == 8, [(r["path"], r["verdict"]) for r in port["layers"]]
+    for bug, layer in [
+        ({"bn_epsilon": 1e-3}, "bn1"),
+        ({"same_padding": True}, "conv1"),
+        ({"channels_first_flatten": False}, "flatten"),
+    ]:
+        _assert_first(run_model(CNN, cnn_inputs, keras=keras_small_cnn(**bug)).ports[0], layer)
+    model, mapping = keras_small_cnn()
+    with pytest.raises(OpbenchError, match="calls no leaf module layer9"):
+        run_model(CNN, cnn_inputs, keras=(model, mapping | {"fc": "layer9"}))
+    with pytest.raises(OpbenchError, match="has no layer conv7"):
+        run_model(CNN, cnn_inputs, keras=(model, mapping | {"conv7": "conv1"}))

@@ -52,6 +52,11 @@ def register(sub) -> None:
         metavar="FILE",
         help="write the reference model's activations (.safetensors or .npz) for another runtime to use",
     )
+    p.add_argument(
+        "--keras",
+        metavar="MODULE:FUNCTION",
+        help="a Keras port: a function returning (keras model, {Keras layer name: torch module path})",
+    )
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
     add_json(p)
 
@@ -60,6 +65,6 @@ def run(args) -> int:
     files = dict(_labelled(a) for a in args.activations)
     if len(files) != len(args.activations):
         raise OpbenchError("two --activations arguments share a label; give each its own")
-    report = run_model(args.factory, args.inputs, args.port, files, args.save_activations, args.train)
+    report = run_model(args.factory, args.inputs, args.port, files, args.save_activations, args.train, args.keras)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 0 if report.within_rounding else 1

@@ -44,7 +44,15 @@ from accuracy.workflows.model_activations import (
     save_activations,
     to_numpy,
 )
-from accuracy.workflows.model_ports import DEFAULT_PORTS, FilePort, Port, Unit, build_port, port_inputs
+from accuracy.workflows.model_ports import (
+    DEFAULT_PORTS,
+    FilePort,
+    Port,
+    Unit,
+    build_port,
+    keras_port,
+    port_inputs,
+)
 
 NOT_COMPARED = "not compared"
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
@@ -382,6 +390,7 @@ def run_model(
     activations_files: dict[str, str] | None = None,
     save_path: Path | str | None = None,
     train: bool = False,
+    keras=None,
 ) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
     written: bad input is one OpbenchError."""
@@ -392,7 +401,8 @@ def run_model(
     calls, out = run_reference(model, given, str(inputs))
     _check_save_path(save_path)
     file_ports = _labelled_files(activations_files or {}, calls)
-    names = list(ports or ([] if file_ports else DEFAULT_PORTS))
+    brought = file_ports + ([keras_port(keras, calls)] if keras else [])
+    names = list(ports or ([] if brought else DEFAULT_PORTS))
     built, absent = [], []
     for name in dict.fromkeys(names):
         port = build_port(name, model, given)
@@ -405,7 +415,7 @@ def run_model(
     own: dict = {}
     collected = []  # (port, units, isolated outputs by unit key, end-to-end run, seconds)
     groups: dict[tuple, tuple] = {}  # units fed the same inputs: judged once for all their ports
-    for port in [*built, *file_ports]:
+    for port in [*built, *brought]:
         started = time.perf_counter()
         units = port.units(calls)
         outputs = {}

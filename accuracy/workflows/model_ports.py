@@ -318,6 +318,56 @@ class FilePort(Port):
         return outputs, {}, self.arrays[OUTPUT_KEY]
 
 
+class KerasPort(Port):
+    """A Keras model with a mapping {Keras layer name: torch layer key} (accuracy.backends.keras_port).
+
+    A key is a module path, or `path#2` for a module's second call. Several Keras layers mapped
+    to one key run in the model's order as that layer (a ZeroPadding2D before a Conv2D, a Permute
+    before a Flatten)."""
+
+    def __init__(self, name: str, model, mapping: dict[str, str], calls: list[LayerCall], source: str):
+        from accuracy.backends import keras_port
+
+        keras_port.check_mapping(model, mapping, {c.key for c in calls}, source)
+        self.name, self.model, self.keras = name, model, keras_port
+        order = [layer.name for layer in model.layers]
+        self.chains: dict[str, list[str]] = {}
+        for layer in sorted(mapping, key=order.index):
+            self.chains.setdefault(mapping[layer], []).append(layer)
+
+    def units(self, calls):
+        return [
+            Unit([c]) if c.key in self.chains else Unit([c], "the mapping names no Keras layer for it") for c in calls
+        ]
+
+    def isolated(self, unit, inputs):
+        arrays = [to_numpy(t) for t in port_inputs(inputs, self.fmt)]
+        return self.keras.call_layers(self.model, self.chains[unit.key], arrays)
+
+    def end_to_end(self, inputs, units):
+        compared = [u for u in units if not u.reason]
+        names = [self.chains[u.key][-1] for u in compared]
+        outputs, out = self.keras.run_layers(self.model, names, list(inputs.values()))
+        return {u.key: outputs[self.chains[u.key][-1]] for u in compared}, {}, out
+
+
+def keras_port(made, calls: list[LayerCall]) -> KerasPort:
+    """The Keras port from (keras model, mapping), or from a factory MODULE:FUNCTION returning them."""
+    from accuracy.workflows.check import load_function
+
+    source = f"--keras {made}" if isinstance(made, str) else "keras"
+    if isinstance(made, str):
+        try:
+            made = load_function(made, "--keras")()
+        except OpbenchError:
+            raise
+        except Exception as exc:
+            raise OpbenchError(f"{source}: the factory failed: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict)):
+        raise OpbenchError(f"{source}: expected (keras model, {{Keras layer name: torch module path}})")
+    return KerasPort("keras", made[0], made[1], calls, source)
+
+
 def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     import torch

@@ -123,3 +123,38 @@ def not_exportable() -> nn.Module:
 
 def not_a_module():
     return "a string"
+
+
+def keras_small_cnn(*, bn_epsilon: float = 1e-5, same_padding: bool = False, channels_first_flatten: bool = True):
+    """small_cnn ported to Keras with its weights, and the mapping from Keras layers to torch layers.
+
+    The defaults are a correct port; each keyword reintroduces a known port bug: Keras
+    BatchNormalization's default epsilon (1e-3), padding="same" for torch's padding=1 at stride 2
+    (TensorFlow pads after only), and a channels-last Flatten before the Dense."""
+    import keras
+
+    torch_model = small_cnn().eval()
+    layers = [keras.Input((8, 8, 3))]
+    if not same_padding:
+        layers.append(keras.layers.ZeroPadding2D(1, name="pad1"))
+    layers += [
+        keras.layers.Conv2D(4, 3, strides=2, padding="same" if same_padding else "valid", use_bias=False, name="conv1"),
+        keras.layers.BatchNormalization(epsilon=bn_epsilon, name="bn1"),
+        keras.layers.ReLU(name="relu1"),
+        keras.layers.Conv2D(4, 3, padding="same", name="conv2"),
+        keras.layers.ReLU(name="relu2"),
+        keras.layers.Dropout(0.5, name="dropout"),
+    ]
+    if channels_first_flatten:
+        layers.append(keras.layers.Permute((3, 1, 2), name="to_nchw"))
+    layers += [keras.layers.Flatten(name="flatten"), keras.layers.Dense(5, name="fc")]
+    model = keras.Sequential(layers)
+    t = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
+    model.get_layer("conv1").set_weights([t["conv1.weight"].transpose(2, 3, 1, 0)])
+    model.get_layer("bn1").set_weights([t["bn1.weight"], t["bn1.bias"], t["bn1.running_mean"], t["bn1.running_var"]])
+    model.get_layer("conv2").set_weights([t["conv2.weight"].transpose(2, 3, 1, 0), t["conv2.bias"]])
+    model.get_layer("fc").set_weights([t["fc.weight"].T, t["fc.bias"]])
+    mapping = {"conv1": "conv1", "bn1": "bn1", "relu1": "relu", "conv2": "conv2", "relu2": "relu#2"}
+    mapping |= {"dropout": "dropout", "flatten": "flatten", "fc": "fc"}
+    mapping |= ({} if same_padding else {"pad1": "conv1"}) | ({"to_nchw": "flatten"} if channels_first_flatten else {})
+    return model, mapping
