@@ -206,3 +206,13 @@ def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
         run_model(CNN, cnn_inputs, keras=(model, mapping | {"fc": "layer9"}))
     with pytest.raises(OpbenchError, match="has no layer conv7"):
         run_model(CNN, cnn_inputs, keras=(model, mapping | {"conv7": "conv1"}))
+
+
+def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
+    page = tmp_path / "model.html"
+    status = main(["model", CNN, "--inputs", "x=2x3x8x8", "--port", "bfloat16", "--html", str(page)])
+    out = capsys.readouterr().out
+    assert status == 0 and "on x (2, 3, 8, 8)" in out and "bfloat16 [bfloat16]: every compared layer" in out
+    text = page.read_text()
+    assert "data:image/png;base64," in text and "<td>conv1</td>" in text
+    assert "already exists" in _bad(capsys, CNN, "--inputs", "x=2x3x8x8", "--html", page)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_json
 from accuracy.core.errors import OpbenchError
+from accuracy.report.model_page import write_model_page
 from accuracy.workflows.model_layers import run_model
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
 
@@ -30,7 +32,11 @@ def register(sub) -> None:
     )
     p.add_argument("factory", metavar="MODULE:FUNCTION", help="a function returning the torch.nn.Module")
     p.add_argument(
-        "--inputs", required=True, metavar="FILE", help="the model's inputs by argument name (.npz, .safetensors, .pt)"
+        "--inputs",
+        required=True,
+        metavar="FILE",
+        help="the model's inputs by argument name (.npz, .safetensors, .pt), or shapes to generate from the "
+        "seeded PCG64 as standard normal float32, e.g. x=1x3x224x224",
     )
     p.add_argument(
         "--port",
@@ -57,6 +63,7 @@ def register(sub) -> None:
         metavar="MODULE:FUNCTION",
         help="a Keras port: a function returning (keras model, {Keras layer name: torch module path})",
     )
+    p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
     add_json(p)
 
@@ -65,6 +72,10 @@ def run(args) -> int:
     files = dict(_labelled(a) for a in args.activations)
     if len(files) != len(args.activations):
         raise OpbenchError("two --activations arguments share a label; give each its own")
+    if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
+        raise OpbenchError(f"--html {args.html}: already exists")
     report = run_model(args.factory, args.inputs, args.port, files, args.save_activations, args.train, args.keras)
+    if args.html:
+        write_model_page(args.html, report.as_dict(), report.answers())
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 0 if report.within_rounding else 1
