@@ -48,6 +48,6 @@ def run_layers(model, names: list[str], inputs: list[np.ndarray]) -> tuple[dict[
     import keras
 
     probe = keras.Model(inputs=model.inputs, outputs=[*(model.get_layer(n).output for n in names), model.outputs[0]])
-    results = probe([to_keras(a) for a in inputs] if len(inputs) > 1 else to_keras(inputs[0]))
+    results = probe([to_keras(a) for a in inputs])  # a list: the structure of model.inputs
     results = [from_keras(np.asarray(r)) for r in results]
     return dict(zip(names, results[:-1], strict=True)), results[-1]
