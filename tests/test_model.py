@@ -58,6 +58,7 @@ def _assert_first(port: dict, layer: str) -> None:
     assert all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in before)
 
 
+@pytest.mark.slow  # ~20 s on the shared 2-core machine: three ports, two ways of cutting units
 def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
     report = run_model(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"])
     assert report.within_rounding
@@ -70,6 +71,20 @@ def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
     assert torchscript["bn1"]["tier"] == "registry op batch_norm"
     assert torchscript["fc"]["tier"] == "registry op linear"
     assert torchscript["conv1"]["tier"] == "typical tier of check --fn"
+
+
+def test_onnx_runtime_port_of_a_transformer_block_flags_no_layer(block_inputs):
+    report = run_model(BLOCK, block_inputs, ["onnxruntime"])
+    (port,) = report.ports
+    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 5
+    tiers = {r["path"]: r["tier"] for r in port["layers"]}
+    assert tiers == {
+        "proj": "registry op linear",
+        "norm": "registry op layer_norm",
+        "up": "registry op linear",
+        "gelu": "typical tier of check --fn",
+        "down": "registry op linear",
+    }
 
 
 def test_batch_norm_epsilon_of_keras_is_named(tmp_path, cnn_inputs):
@@ -131,6 +146,7 @@ def test_weight_stored_in_bfloat16_is_named(tmp_path, cnn_inputs):
     _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "conv2")
 
 
+@pytest.mark.slow  # two runs, ~17 s on the shared machine
 def test_json_and_exit_status(capsys, tmp_path, cnn_inputs):
     port = small_cnn().eval()
     port.bn1.eps = 1e-3

@@ -29,7 +29,7 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_table
 from accuracy.judge.verdicts import UNDETERMINED, WITHIN
-from accuracy.workflows.check import _json_safe, _worst_text, check_function, check_op
+from accuracy.workflows.check import _first_line, _json_safe, _worst_text, check_function, check_op
 from accuracy.workflows.model_activations import (
     OUTPUT_KEY,
     LayerCall,
@@ -403,6 +403,9 @@ def run_model(
     file_ports = _labelled_files(activations_files or {}, calls)
     brought = file_ports + ([keras_port(keras, calls)] if keras else [])
     names = list(ports or ([] if brought else DEFAULT_PORTS))
+    clash = sorted({p.name for p in brought} & set(names))
+    if clash:
+        raise OpbenchError(f"--activations label {clash[0]!r} is also a --port: give it another label")
     built, absent = [], []
     for name in dict.fromkeys(names):
         port = build_port(name, model, given)
@@ -413,12 +416,11 @@ def run_model(
     )
     reference64 = activations(reference64_calls, out64)
     own: dict = {}
-    collected = []  # (port, units, isolated outputs by unit key, end-to-end run, seconds)
+    collected = []  # (port, its units, its end-to-end run, seconds)
     groups: dict[tuple, tuple] = {}  # units fed the same inputs: judged once for all their ports
     for port in [*built, *brought]:
         started = time.perf_counter()
         units = port.units(calls)
-        outputs = {}
         for unit in units:
             if unit.reason:
                 continue
@@ -432,9 +434,22 @@ def run_model(
             else:
                 tensors = port_inputs(unit.calls[0].inputs, port.fmt)
                 group = (tuple(unit.covers), port.fmt.name, "reference")
-            outputs[unit.key] = port.isolated(unit, unit.calls[0].inputs)
-            groups.setdefault(group, (unit, tensors, port.fmt, {}))[3][port.name] = outputs[unit.key]
-        e2e = port.end_to_end(given, units)
+            try:
+                output = port.isolated(unit, unit.calls[0].inputs)
+            except OpbenchError:
+                raise
+            except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
+                unit.reason = f"the port failed on it: {type(exc).__name__}: {_first_line(exc)}"
+                continue
+            groups.setdefault(group, (unit, tensors, port.fmt, {}))[3][port.name] = output
+        try:
+            e2e = port.end_to_end(given, units)
+        except OpbenchError:
+            raise
+        except Exception as exc:
+            raise OpbenchError(
+                f"{port.name}: the end-to-end run failed: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
         _reference_in(port.fmt, model, given, own)
         collected.append((port, units, e2e, time.perf_counter() - started))
     verdicts: dict[tuple, dict] = {}

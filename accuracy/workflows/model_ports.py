@@ -88,7 +88,6 @@ def port_inputs(tensors: list, fmt: FloatFormat) -> list:
 class Port:
     name: str
     fmt: FloatFormat = FLOAT32
-    from_file = False
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         return leaf_units(calls)
@@ -292,8 +291,6 @@ class OnnxPort(Port):
 
 class FilePort(Port):
     """Activations from any runtime, in the activations file format."""
-
-    from_file = True
 
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays
