@@ -232,3 +232,19 @@ def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
     text = page.read_text()
     assert "data:image/png;base64," in text and "<td>conv1</td>" in text
     assert "already exists" in _bad(capsys, CNN, "--inputs", "x=2x3x8x8", "--html", page)
+
+
+def test_onnx_node_names_map_to_module_calls():
+    from accuracy.backends.onnx_graph import module_call_of
+
+    modules = {"layer1", "layer1.0", "layer1.0.conv1", "layer1.0.relu", "layer2", "layer2.0", "layer2.0.downsample"}
+    modules |= {"layer2.0.downsample.0", "encoder", "encoder.layer", "encoder.layer.0", "encoder.layer.0.attention"}
+    modules |= {"encoder.layer.0.attention.self", "encoder.layer.0.attention.self.query", "relu"}
+    assert module_call_of("/layer1/layer1.0/conv1/Conv", modules) == ("layer1.0.conv1", 0)
+    assert module_call_of("/layer1/layer1.0/relu_1/Relu", modules) == ("layer1.0.relu", 1)
+    assert module_call_of("/layer2/layer2.0/downsample/downsample.0/Conv", modules) == ("layer2.0.downsample.0", 0)
+    query = "/encoder/layer.0/attention/self/query/MatMul"
+    assert module_call_of(query, modules) == ("encoder.layer.0.attention.self.query", 0)
+    assert module_call_of("/relu_2/Relu", modules) == ("relu", 2)
+    assert module_call_of("/Flatten", modules) is None
+    assert module_call_of("/layer1/layer1.0/Add", modules) == ("layer1.0", 0)  # not a leaf: the caller drops it
