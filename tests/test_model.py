@@ -248,3 +248,16 @@ def test_onnx_node_names_map_to_module_calls():
     assert module_call_of("/relu_2/Relu", modules) == ("relu", 2)
     assert module_call_of("/Flatten", modules) is None
     assert module_call_of("/layer1/layer1.0/Add", modules) == ("layer1.0", 0)  # not a leaf: the caller drops it
+
+
+def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path, cnn_inputs):
+    calls, out = record(small_cnn().eval(), example_inputs("small_cnn"))
+    outputs_only = {k: v for k, v in activations(calls, out).items() if "/in" not in k}
+    report = run_model(
+        CNN, cnn_inputs, activations_files={"phone": str(write_arrays(tmp_path / "o.npz", outputs_only))}
+    )
+    (port,) = report.ports
+    assert port["compared"] == 0 and not report.within_rounding  # nothing judged is no pass
+    for row in port["layers"]:
+        assert row["verdict"] == NOT_COMPARED and "no inputs for it" in row["reason"]
+        assert 0 <= row["propagated"] < 1e-6  # PyTorch's own float32 activations against the float64 model
