@@ -100,13 +100,18 @@ class Port:
         raise NotImplementedError
 
 
-def _ported_leaf(fn):
+def _ported_leaf(fn, original):
+    """A leaf that runs `fn` (a traced or compiled module) in place of `original`, holding the
+    original's parameters and buffers so that code reading the model's own (a transformers
+    model's `.dtype`) still finds them."""
     import torch
 
     class Ported(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.__dict__["fn"] = fn  # not a child: the stand-in stays a leaf with the same path
+            self._parameters.update(original._parameters)
+            self._buffers.update(original._buffers)
 
         def forward(self, *args):
             return self.fn(*args)
@@ -169,7 +174,7 @@ class TorchPort(Port):
         if self.wrap:
             for path in leaf_modules(model):
                 if path in self._layers:
-                    model.set_submodule(path, _ported_leaf(self._layers[path]))
+                    model.set_submodule(path, _ported_leaf(self._layers[path], model.get_submodule(path)))
         feeds = {
             k: (
                 torch.as_tensor(v).to(self._torch_dtype())
