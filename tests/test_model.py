@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +262,27 @@ def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path,
     for row in port["layers"]:
         assert row["verdict"] == NOT_COMPARED and "no inputs for it" in row["reason"]
         assert 0 <= row["propagated"] < 1e-6  # PyTorch's own float32 activations against the float64 model
+
+
+class _ReadsItsDtype(nn.Module):
+    """Reads its dtype from its parameters, as transformers' models do (`self.dtype`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x.to(next(self.parameters()).dtype))
+
+
+def reads_its_dtype() -> nn.Module:
+    torch.manual_seed(0)
+    return _ReadsItsDtype()
+
+
+def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
+    """TorchScript's end-to-end run replaces leaves by stand-ins; a model reading its own dtype
+    from its parameters (bert2) failed there when they held none."""
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    report = run_model("tests.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
+    assert report.within_rounding and report.ports[0]["compared"] == 1
