@@ -46,6 +46,7 @@ from accuracy.workflows.model_activations import (
 )
 from accuracy.workflows.model_ports import (
     DEFAULT_PORTS,
+    GPU_PORTS,
     FilePort,
     Port,
     Unit,
@@ -402,7 +403,7 @@ def run_model(
     _check_save_path(save_path)
     file_ports = _labelled_files(activations_files or {}, calls)
     brought = file_ports + ([keras_port(keras, calls)] if keras else [])
-    names = list(ports or ([] if brought else DEFAULT_PORTS))
+    names = list(ports or ([] if brought else [*DEFAULT_PORTS, *(GPU_PORTS if torch.cuda.is_available() else ())]))
     clash = sorted({p.name for p in brought} & set(names))
     if clash:
         raise OpbenchError(f"--activations label {clash[0]!r} is also a --port: give it another label")

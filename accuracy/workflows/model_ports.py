@@ -35,6 +35,7 @@ from accuracy.workflows.model_activations import (
 
 FLOAT32 = FORMATS["float32"]
 DEFAULT_PORTS = ("onnxruntime", "onnxruntime-noopt", "torchscript")
+GPU_PORTS = ("cuda", "cuda-tf32")  # added to the defaults where a GPU is
 PORT_NAMES = (
     "onnxruntime",
     "onnxruntime-noopt",
