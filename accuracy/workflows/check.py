@@ -281,20 +281,21 @@ def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None
 # --- user functions ------------------------------------------------------------------------
 
 
-def load_function(spec: str) -> Callable:
-    """MODULE:FUNCTION, importable from the current directory as `python -m` would."""
+def load_function(spec: str, what: str = "--fn") -> Callable:
+    """MODULE:FUNCTION, importable from the current directory as `python -m` would; `what`
+    names the argument in errors."""
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
-        raise OpbenchError(f"--fn {spec!r}: expected MODULE:FUNCTION, e.g. mylayers:block")
+        raise OpbenchError(f"{what} {spec!r}: expected MODULE:FUNCTION, e.g. mylayers:block")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise OpbenchError(f"--fn {spec!r}: cannot import {module_name}: {exc}") from None
+        raise OpbenchError(f"{what} {spec!r}: cannot import {module_name}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise OpbenchError(f"--fn {spec!r}: {module_name} has no function {name!r}")
+        raise OpbenchError(f"{what} {spec!r}: {module_name} has no function {name!r}")
     return fn
 
 

@@ -1,0 +1,67 @@
+"""asv benchmarks for `opbench model`: a small model's ports, timed end to end and judged per layer.
+
+Per port (ONNX Runtime with and without graph optimizations, TorchScript, bfloat16) of
+accuracy.workflows.model_zoo's small CNN (a few layers of resnet's kinds): the end-to-end run's
+time, its output's normwise relative difference from the float64 model, and the worst layer
+verdict as a tier (0 within rounding, 1 suspicious, 2 beyond rounding, 3 undetermined), so a
+BLAS build or a framework upgrade that changes a layer shows on the graph. The model is small so
+that `make bench` stays in its budget; `scripts/measure_models.py` measures resnet18 and BERT.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+from accuracy.judge.verdicts import tier
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model_activations import load_model, record
+from accuracy.workflows.model_layers import NOT_COMPARED, run_model
+from accuracy.workflows.model_ports import build_port
+from accuracy.workflows.model_zoo import example_inputs
+
+MODEL = "accuracy.workflows.model_zoo:small_cnn"
+PORTS = ["onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"]
+
+
+class SmallModelPorts:
+    params: ClassVar = [PORTS]
+    param_names: ClassVar = ["port"]
+    timeout = 600
+
+    def setup_cache(self) -> dict:
+        """Every port judged once (the verdicts do not depend on the timing runs)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
+            report = run_model(MODEL, inputs, PORTS)
+        return {
+            p["port"]: {
+                "relative_error": p["output"]["relative_error"],
+                "worst_tier": max(tier(r["verdict"]) for r in p["layers"] if r["verdict"] != NOT_COMPARED),
+            }
+            for p in report.ports
+        }
+
+    def setup(self, judged: dict, port: str) -> None:
+        self.inputs = example_inputs("small_cnn")
+        model = load_model(MODEL)
+        self.port = build_port(port, model, self.inputs)
+        calls, _ = record(model, self.inputs)
+        self.units = self.port.units(calls)
+        for unit in self.units:  # traced / exported pieces are built before the timing
+            if not unit.reason:
+                self.port.isolated(unit, unit.calls[0].inputs)
+
+    def time_end_to_end(self, judged: dict, port: str) -> None:
+        self.port.end_to_end(self.inputs, self.units)
+
+    def track_output_relative_error(self, judged: dict, port: str) -> float:
+        return judged[port]["relative_error"]
+
+    track_output_relative_error.unit = "relative error"
+
+    def track_worst_layer_tier(self, judged: dict, port: str) -> int:
+        return judged[port]["worst_tier"]
+
+    track_worst_layer_tier.unit = "tier (0 within rounding .. 3 undetermined)"

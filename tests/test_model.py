@@ -1,0 +1,288 @@
+"""`opbench model` (#24): per-layer verdicts of a whole model's ports on identical inputs.
+
+Small models from accuracy.workflows.model_zoo. Each known port bug is injected into a copy of
+the model whose layers keep the reference's module paths; its activations file (the format any
+runtime writes) is the port, and the command must name the right layer first while the layers
+before it stay within rounding. Correct ports (ONNX Runtime with and without optimizations,
+TorchScript) flag no layer at float32."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accuracy.cli.main import main
+from accuracy.core.errors import OpbenchError
+from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model_activations import activations, record
+from accuracy.workflows.model_layers import NOT_COMPARED, run_model
+from accuracy.workflows.model_zoo import example_inputs, small_cnn, small_transformer
+
+CNN = "accuracy.workflows.model_zoo:small_cnn"
+BLOCK = "accuracy.workflows.model_zoo:small_transformer"
+
+
+@pytest.fixture
+def cnn_inputs(tmp_path):
+    return write_arrays(tmp_path / "x.npz", example_inputs("small_cnn"))
+
+
+@pytest.fixture
+def block_inputs(tmp_path):
+    return write_arrays(tmp_path / "x.npz", example_inputs("small_transformer"))
+
+
+def _port_file(tmp_path, model: nn.Module, inputs: dict, name: str = "port.safetensors"):
+    """What another runtime hands over: its own activations, end to end, in the file format."""
+    calls, out = record(model, inputs)
+    return write_arrays(tmp_path / name, activations(calls, out))
+
+
+def _judged(spec, inputs_path, port_path) -> dict:
+    report = run_model(spec, inputs_path, activations_files={"port": str(port_path)})
+    (port,) = report.ports
+    return port
+
+
+def _assert_first(port: dict, layer: str) -> None:
+    assert port["first_not_within"] == layer, [(r["path"], r["verdict"]) for r in port["layers"]]
+    order = [r["path"] for r in port["layers"]]
+    before = port["layers"][: order.index(layer)]
+    assert all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in before)
+
+
+@pytest.mark.slow  # ~20 s on the shared 2-core machine: three ports, two ways of cutting units
+def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
+    report = run_model(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"])
+    assert report.within_rounding
+    for port in report.ports:
+        assert port["flagged"] == 0 and port["first_not_within"] is None, port["port"]
+        assert port["compared"] >= 6
+    ort = report.ports[0]
+    assert ort["layers"][0]["covers"] == ["conv1", "bn1"]  # the BatchNorm folded into the Conv node at export
+    torchscript = {r["path"]: r for r in report.ports[2]["layers"]}
+    assert torchscript["bn1"]["tier"] == "registry op batch_norm"
+    assert torchscript["fc"]["tier"] == "registry op linear"
+    assert torchscript["conv1"]["tier"] == "typical tier of check --fn"
+
+
+def test_onnx_runtime_port_of_a_transformer_block_flags_no_layer(block_inputs):
+    report = run_model(BLOCK, block_inputs, ["onnxruntime"])
+    (port,) = report.ports
+    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 5
+    tiers = {r["path"]: r["tier"] for r in port["layers"]}
+    assert tiers == {
+        "proj": "registry op linear",
+        "norm": "registry op layer_norm",
+        "up": "registry op linear",
+        "gelu": "typical tier of check --fn",
+        "down": "registry op linear",
+    }
+
+
+def test_batch_norm_epsilon_of_keras_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.bn1.eps = 1e-3  # Keras BatchNormalization's default against torch's 1e-5
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "bn1")
+
+
+def test_layer_norm_epsilon_is_named(tmp_path, block_inputs):
+    port = small_transformer().eval()
+    port.norm.eps = 1e-3  # LayerNormalization(epsilon=1e-3)
+    judged = _judged(BLOCK, block_inputs, _port_file(tmp_path, port, example_inputs("small_transformer")))
+    _assert_first(judged, "norm")
+    assert next(r for r in judged["layers"] if r["path"] == "norm")["verdict"] == "beyond rounding"
+
+
+def test_tanh_gelu_for_erf_gelu_is_named(tmp_path, block_inputs):
+    port = small_transformer().eval()
+    port.gelu = nn.GELU(approximate="tanh")
+    _assert_first(_judged(BLOCK, block_inputs, _port_file(tmp_path, port, example_inputs("small_transformer"))), "gelu")
+
+
+class _SamePaddingConv(nn.Conv2d):
+    """TensorFlow's padding="same" at stride 2: all of the padding after, none before."""
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (0, 1, 0, 1)), self.weight, self.bias, self.stride)
+
+
+def test_asymmetric_same_padding_at_stride_2_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    same = _SamePaddingConv(3, 4, 3, stride=2, bias=False)
+    same.load_state_dict(port.conv1.state_dict())
+    port.conv1 = same
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "conv1")
+
+
+class _ChannelsLastFlatten(nn.Flatten):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1).flatten(1)
+
+
+def test_nhwc_flatten_before_linear_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.flatten = _ChannelsLastFlatten()
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "flatten")
+
+
+def test_model_left_in_train_mode_is_named(tmp_path, cnn_inputs):
+    port = copy.deepcopy(small_cnn()).train()  # batch statistics in bn1, then dropout
+    torch.manual_seed(1)
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "bn1")
+
+
+def test_weight_stored_in_bfloat16_is_named(tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    with torch.no_grad():
+        port.conv2.weight.copy_(port.conv2.weight.to(torch.bfloat16).float())
+    _assert_first(_judged(CNN, cnn_inputs, _port_file(tmp_path, port, example_inputs("small_cnn"))), "conv2")
+
+
+@pytest.mark.slow  # two runs, ~17 s on the shared machine
+def test_json_and_exit_status(capsys, tmp_path, cnn_inputs):
+    port = small_cnn().eval()
+    port.bn1.eps = 1e-3
+    path = _port_file(tmp_path, port, example_inputs("small_cnn"))
+    saved = tmp_path / "reference.safetensors"
+    args = ["model", CNN, "--inputs", cnn_inputs, "--activations", f"keras={path}", "--save-activations", saved]
+    status = main([*map(str, args), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 1
+    (judged,) = out["ports"]
+    assert judged["port"] == "keras" and judged["first_not_within"] == "bn1"
+    assert {"path", "op", "verdict", "reason"} <= set(judged["layers"][0])
+    assert out["model"] == CNN and out["mode"].startswith("eval")
+    assert saved.is_file()
+    status = main(["model", CNN, "--inputs", str(cnn_inputs), "--activations", f"torch={saved}"])
+    assert status == 0  # the reference's own activations are the exact layers rounded once: 0 flagged
+
+
+def _bad(capsys, *args) -> str:
+    status = main(["model", *map(str, args)])
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("opbench: error: ")
+    return line
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, cnn_inputs):
+    saved = tmp_path / "saved.safetensors"
+    assert "cannot import" in _bad(capsys, "no_such_module:f", "--inputs", cnn_inputs, "--save-activations", saved)
+    assert "not a torch.nn.Module" in _bad(capsys, "accuracy.workflows.model_zoo:not_a_module", "--inputs", cnn_inputs)
+    wrong = write_arrays(tmp_path / "wrong.npz", {"x": np.zeros((2, 5, 8, 8), np.float32)})
+    assert "cannot take inputs x (2, 5, 8, 8)" in _bad(capsys, CNN, "--inputs", wrong, "--save-activations", saved)
+    flat = write_arrays(tmp_path / "flat.npz", {"x": np.zeros((2, 8), np.float32)})
+    line = _bad(capsys, "accuracy.workflows.model_zoo:not_exportable", "--inputs", flat, "--port", "onnxruntime")
+    assert "aten::fft_rfft" in line
+    reference = small_cnn().eval()
+    calls, out = record(reference, example_inputs("small_cnn"))
+    arrays = activations(calls, out)
+    extra = write_arrays(tmp_path / "extra.safetensors", arrays | {"layer9.conv": arrays["fc"]})
+    assert "layer9.conv" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={extra}")
+    no_output = write_arrays(tmp_path / "missing.safetensors", {k: v for k, v in arrays.items() if k != "output"})
+    assert "missing key 'output'" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={no_output}")
+    reshaped = write_arrays(tmp_path / "shape.safetensors", arrays | {"fc": arrays["fc"][:1]})
+    assert "'fc' has shape (1, 5)" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--activations", f"x={reshaped}")
+    assert "unknown port" in _bad(capsys, CNN, "--inputs", cnn_inputs, "--port", "tpu")
+    assert not saved.exists()
+
+
+def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the CUDA ports run")
+    report = run_model(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"])
+    assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
+    assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding
+
+
+@pytest.mark.slow  # imports TensorFlow
+def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
+    from accuracy.workflows.model_zoo import keras_small_cnn
+
+    correct = run_model(CNN, cnn_inputs, keras=keras_small_cnn())
+    (port,) = correct.ports
+    assert port["flagged"] == 0 and port["compared"] == 8, [(r["path"], r["verdict"]) for r in port["layers"]]
+    for bug, layer in [
+        ({"bn_epsilon": 1e-3}, "bn1"),
+        ({"same_padding": True}, "conv1"),
+        ({"channels_first_flatten": False}, "flatten"),
+    ]:
+        _assert_first(run_model(CNN, cnn_inputs, keras=keras_small_cnn(**bug)).ports[0], layer)
+    model, mapping = keras_small_cnn()
+    with pytest.raises(OpbenchError, match="calls no leaf module layer9"):
+        run_model(CNN, cnn_inputs, keras=(model, mapping | {"fc": "layer9"}))
+    with pytest.raises(OpbenchError, match="has no layer conv7"):
+        run_model(CNN, cnn_inputs, keras=(model, mapping | {"conv7": "conv1"}))
+
+
+def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
+    page = tmp_path / "model.html"
+    status = main(["model", CNN, "--inputs", "x=2x3x8x8", "--port", "bfloat16", "--html", str(page)])
+    out = capsys.readouterr().out
+    assert status == 0 and "on x (2, 3, 8, 8)" in out and "bfloat16 [bfloat16]: every compared layer" in out
+    text = page.read_text()
+    assert "data:image/png;base64," in text and "<td>conv1</td>" in text
+    assert "already exists" in _bad(capsys, CNN, "--inputs", "x=2x3x8x8", "--html", page)
+
+
+def test_onnx_node_names_map_to_module_calls():
+    from accuracy.backends.onnx_graph import module_call_of
+
+    modules = {"layer1", "layer1.0", "layer1.0.conv1", "layer1.0.relu", "layer2", "layer2.0", "layer2.0.downsample"}
+    modules |= {"layer2.0.downsample.0", "encoder", "encoder.layer", "encoder.layer.0", "encoder.layer.0.attention"}
+    modules |= {"encoder.layer.0.attention.self", "encoder.layer.0.attention.self.query", "relu"}
+    assert module_call_of("/layer1/layer1.0/conv1/Conv", modules) == ("layer1.0.conv1", 0)
+    assert module_call_of("/layer1/layer1.0/relu_1/Relu", modules) == ("layer1.0.relu", 1)
+    assert module_call_of("/layer2/layer2.0/downsample/downsample.0/Conv", modules) == ("layer2.0.downsample.0", 0)
+    query = "/encoder/layer.0/attention/self/query/MatMul"
+    assert module_call_of(query, modules) == ("encoder.layer.0.attention.self.query", 0)
+    assert module_call_of("/relu_2/Relu", modules) == ("relu", 2)
+    assert module_call_of("/Flatten", modules) is None
+    assert module_call_of("/layer1/layer1.0/Add", modules) == ("layer1.0", 0)  # not a leaf: the caller drops it
+
+
+def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path, cnn_inputs):
+    calls, out = record(small_cnn().eval(), example_inputs("small_cnn"))
+    outputs_only = {k: v for k, v in activations(calls, out).items() if "/in" not in k}
+    report = run_model(
+        CNN, cnn_inputs, activations_files={"phone": str(write_arrays(tmp_path / "o.npz", outputs_only))}
+    )
+    (port,) = report.ports
+    assert port["compared"] == 0 and not report.within_rounding  # nothing judged is no pass
+    for row in port["layers"]:
+        assert row["verdict"] == NOT_COMPARED and "no inputs for it" in row["reason"]
+        assert 0 <= row["propagated"] < 1e-6  # PyTorch's own float32 activations against the float64 model
+
+
+class _ReadsItsDtype(nn.Module):
+    """Reads its dtype from its parameters, as transformers' models do (`self.dtype`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x.to(next(self.parameters()).dtype))
+
+
+def reads_its_dtype() -> nn.Module:
+    torch.manual_seed(0)
+    return _ReadsItsDtype()
+
+
+def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
+    """TorchScript's end-to-end run replaces leaves by stand-ins; a model reading its own dtype
+    from its parameters (bert2) failed there when they held none."""
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    report = run_model("tests.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
+    assert report.within_rounding and report.ports[0]["compared"] == 1
