@@ -50,11 +50,11 @@ class Profile:
 
 
 BOTH_THREAD_COUNTS = tuple(sorted({1, all_cores()}))
-# the frameworks add ~90 parameter combinations to the default run even when lean (README: suite time)
+# the frameworks add ~90 parameter combinations to the default run even when lean (docs/frameworks.md: suite time)
 FRAMEWORKS = ("tensorflow", "onnxruntime", "libtorch", "jax")
 LEAN = {"skip_backends": ("torch-compile", "onnxruntime-noopt"), "lean_backends": FRAMEWORKS}
 # quick and default run at all cores only: every benchmark is its own process, and a 1-thread column
-# would double them (README: suite time). The 1-thread result is still run and judged there (see
+# would double them (docs/frameworks.md: suite time). The 1-thread result is still run and judged there (see
 # `_measure_now`); its timing is in the full profile.
 PROFILES = {
     "quick": Profile(("float32",), 1, (all_cores(),), **LEAN),

@@ -9,7 +9,7 @@ For each accumulating op (n known from its contraction length) and each candidat
   eager = the op's formula evaluated by numpy in the stored format (torch/_dynamo/utils.py `same`);
 - data-specific (shipped): the typical tier of accuracy.judge.typical.
 it prints the alarms on correct implementations and the share of must-catch mutants
-(error >= 16x the least accurate correct algorithm) each catches. Results are in the README.
+(error >= 16x the least accurate correct algorithm) each catches. Results are in docs/verdicts.md.
 """
 
 from __future__ import annotations

@@ -79,8 +79,29 @@ def _case_files(folder: Path) -> None:
     np.savez(folder / "empty.npz", a=np.ones((0, 8), np.float32), b=np.ones((8, 8), np.float32))
     np.save(folder / "empty_out.npy", np.ones((0, 8), np.float32))
     np.savez(folder / "matmul_shapes.npz", a=np.ones((8, 8), np.float32), b=np.ones((5, 3), np.float32))
+    np.savez(folder / "std_rows_of_1.npz", x=np.ones((4, 1), np.float32))
+    np.save(folder / "std_rows_of_1_out.npy", np.zeros(4, np.float32))
+    _huge_declared_files(folder)
     (folder / "garbage.npz").write_bytes(b"PK\x03\x04 not really a zip")
     (folder / "garbage.npy").write_bytes(b"not numpy")
+
+
+def _huge_declared_files(folder: Path) -> None:
+    """Files of a few hundred bytes whose headers declare terabytes: refused from the headers,
+    so nothing is decompressed or allocated (issue 22 #15)."""
+    import io
+    import struct
+    import zipfile
+
+    header = {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)}
+    with open(folder / "huge.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+    member = io.BytesIO()
+    np.lib.format.write_array_header_2_0(member, header)
+    with zipfile.ZipFile(folder / "bomb.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", member.getvalue())
+    tensors = json.dumps({"x": {"dtype": "F32", "shape": [1 << 29], "data_offsets": [0, 1 << 31]}}).encode()
+    (folder / "huge.safetensors").write_bytes(struct.pack("<Q", len(tensors)) + tensors)
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -265,6 +286,38 @@ CASES = [
     (["inputs", "exp", "--size", "0", "--save", "{root}/x.npz"], "size must be a positive integer"),
     (["inputs", "matmul", "--size", "200000", "--save", "{root}/x.npz"], "GB for inputs"),
     (["inputs", "solve", "--condition", "nosuch", "--save", "{root}/x.npz"], "has no condition"),
+    # issue 22 (paths-a): a path or label holding a newline or an ANSI escape stays on its one line
+    (
+        ["check", "exp", "--inputs", "{root}/case/no\nfile\x1b[2J.npz", "--output", "a={root}/case/exp_out.npy"],
+        "{root}/case/no\\nfile\\x1b[2J.npz: no such file",
+    ),
+    (["compare", "box", "box", "--results", R], "are the same result set (1 results file)"),
+    (
+        ["check", "exp", "--inputs", "{root}/case/bomb.npz", "--output", "a={root}/case/exp_out.npy"],
+        "bomb.npz: declares 4.1e+03 GiB of array data (x shape (1099511627776,) float32), more than the 1 GiB",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/huge.npy"],
+        "huge.npy: declares 4.1e+03 GiB of array data (shape (1099511627776,) float32), more than the 1 GiB",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/huge.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "huge.safetensors: declares 2 GiB of array data (x shape (536870912,) F32), more than the 1 GiB",
+    ),
+    (["explain", "std", "--size", "1"], "--size 1 is too small: std needs rows of at least 2 elements"),
+    (["explain", "var", "--size", "1"], "--size 1 is too small: var needs rows of at least 2 elements"),
+    (
+        [
+            "check",
+            "std",
+            "--inputs",
+            "{root}/case/std_rows_of_1.npz",
+            "--output",
+            "a={root}/case/std_rows_of_1_out.npy",
+        ],
+        "std_rows_of_1.npz: std needs rows of at least 2 elements, input 'x' has 1",
+    ),
+    (["scan", "exp", "--dtype", "float64", "--sample", "99999999999999"], "choose a smaller --sample"),
 ]
 
 
@@ -350,3 +403,93 @@ def test_ctrl_c_in_explain_prints_one_line():
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
     assert err.strip().splitlines() == ["opbench: error: interrupted"]
+
+
+def test_labels_with_a_newline_or_ansi_escapes_are_shown_escaped(tmp_path, capsys):
+    """Issue 22 #19: `--output "x\\nFAKE within rounding=..."` forged a table row and sent raw
+    escapes to the terminal; every user-supplied label now prints on its own row, escaped."""
+    _case_files(tmp_path / "case")
+    forged = "x\nFAKE  within rounding  0.5\x1b[31m"
+    code = cli.main(
+        [
+            "check",
+            "exp",
+            "--inputs",
+            str(tmp_path / "case" / "exp.npz"),
+            "--output",
+            f"{forged}={tmp_path / 'case' / 'exp_out.npy'}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "\x1b" not in out and "\nFAKE" not in out
+    rows = [line for line in out.splitlines() if "FAKE" in line]
+    assert len(rows) == 2 and all(line.lstrip().startswith("x\\nFAKE  within rounding  0.5\\x1b[31m") for line in rows)
+
+
+def _edited(results: Path, edit) -> None:
+    """`edit(data)` applied to the workspace's one results file, as a hand edit or a foreign tool would."""
+    (path,) = (results / "box").glob("*-py3.11.json")
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _text_value(data):
+    for row in data["results"].values():
+        row[0] = ["not a number"]
+
+
+def _text_started_at(data):
+    for row in data["results"].values():
+        row[data["result_columns"].index("started_at")] = "yesterday"
+
+
+def _cut_benchmarks_json(results: Path) -> None:
+    text = (results / "benchmarks.json").read_text()
+    (results / "benchmarks.json").write_text(text[: len(text) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage,named",
+    [
+        (lambda r: _edited(r, _text_value), "holds text where asv stores numbers"),
+        (lambda r: _edited(r, _text_started_at), "holds text where asv stores numbers"),
+        (_cut_benchmarks_json, "benchmarks.json: unreadable"),
+    ],
+    ids=["text value", "text started_at", "truncated benchmarks.json"],
+)
+def test_report_on_damaged_results_warns_naming_the_file(tmp_path, capsys, damage, named):
+    """Issue 22 #16: text in a results file (DateParseError) and a cut-off benchmarks.json
+    (KeyError) were tracebacks in `report`; now a warning names the file and the report is written."""
+    results = _workspace(tmp_path)["results"]
+    damage(results)
+    code = cli.main(["report", "--results", str(results), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert any(
+        line.startswith("opbench: warning: ") and named in line and str(results) in line for line in err.splitlines()
+    ), err
+    assert (tmp_path / "out" / "latest" / "index.html").is_file()
+
+
+def test_a_2_gib_output_file_is_refused_before_numpy_reads_it(tmp_path, capsys, monkeypatch):
+    """Issue 22 #15: a real 2 GiB .npy (sparse here: no disk, no memory) reached 2.27 GB RSS before."""
+    _case_files(tmp_path / "case")
+    big = tmp_path / "case" / "big.npy"
+    with open(big, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 29,)})
+        f.truncate(f.tell() + (1 << 31))
+
+    load = np.load
+
+    def refuse(file, *args, **kwargs):
+        assert Path(file) != big, "np.load was called on a file over the limit"
+        return load(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", refuse)
+    code = cli.main(["check", "exp", "--inputs", str(tmp_path / "case" / "exp.npz"), "--output", f"a={big}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "declares 2 GiB of array data (shape (536870912,) float32), more than the 1 GiB" in err

@@ -312,3 +312,28 @@ def test_fn_typical_tier_derives_the_same_threshold_for_torch_and_numpy():
         assert 0.8 < by_torch["threshold_ulp"] / by_numpy["threshold_ulp"] < 1.25, (by_torch, by_numpy)
         assert "torch ops with sampled roundings" in by_torch["reason"]
         assert "formula emulated" in by_numpy["reason"]
+
+
+def _converting_block(x, W, b):
+    """The common shape of a torch function a user checks: it converts whatever it is given."""
+    x, W, b = map(torch.as_tensor, (x, W, b))
+    return torch.tanh(torch.nn.functional.linear(x, W, b))
+
+
+def _block(x, W, b):
+    return torch.tanh(torch.nn.functional.linear(x, W, b))
+
+
+def test_fn_that_converts_its_inputs_is_judged_as_the_torch_function_it_is():
+    """Issue 22 #3: numpy arrays went in, torch computed, and the emulation of a numpy formula was
+    asked to follow it: every output was undetermined. The same verdicts as without conversion."""
+    x, W, b = (make_case("linear", "float32", LINEAR_SIZE).inputs[k] for k in ("x", "W", "b"))
+    good = np.tanh(x.astype(np.float64) @ W.T.astype(np.float64) + b).astype(np.float32)
+    outputs = {"good": good, "scaled bias": np.tanh(x @ W.T + b * np.float32(1.01))}
+    inputs = {"x": x, "W": W, "b": b}
+    converting, plain = (
+        accuracy.check(fn=f, inputs=inputs, outputs=outputs).outputs for f in (_converting_block, _block)
+    )
+    assert [o["verdict"] for o in converting] == [o["verdict"] for o in plain] == [WITHIN, WITHIN, "suspicious"]
+    assert [o["threshold_ulp"] for o in converting] == [o["threshold_ulp"] for o in plain]
+    assert all("torch ops with sampled roundings" in o["reason"] for o in converting)

@@ -417,8 +417,9 @@ def test_commit_prefix_and_latest_commit_of_a_machine(tmp_path, capsys):
     code, report = run_json(capsys, results, COMMITS[0][:8], COMMITS[1][:10])
     assert code == 1 and by_case(report)[BEYOND]["verdicts"] == ["now beyond rounding"]
     assert report["base"]["commit_hash"] == COMMITS[0] and report["new"]["commit_hash"] == COMMITS[1]
-    code, report = run_json(capsys, results, COMMITS[1][:8], "bench-box")
-    assert code == 0 and report["new"]["commit_hash"] == COMMITS[1]
+    # the machine's name means its latest commit: the very set the prefix names, which is bad input
+    assert cli.main(["compare", COMMITS[1][:8], "bench-box", "--results", str(results)]) == 2
+    assert "are the same result set (1 results file)" in capsys.readouterr().err
 
 
 def test_csv_output(tmp_path, capsys):
@@ -481,3 +482,38 @@ def test_corrupt_new_file_exits_2_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "unreadable" in done.stderr
+
+
+def test_the_reports_changes_section_and_compare_give_one_decision(tmp_path, capsys):
+    """Issue 22 #5: on a busy machine the report said "faster" where compare said "inconclusive"."""
+    from accuracy.report.answers import changes
+    from accuracy.report.load import load_results
+
+    busy = {"packages": {"numpy": "2.4.6"}, "load": {"max_1min": 11.3, "cpus": 2}}
+    results = write_sets(tmp_path, new=measure(seed=7, time={SLOW: 1.5, SAME: 0.5}), fingerprints=(busy, busy))
+    section = changes(load_results(results).frame, results)
+    code, report = run_json(capsys, results, section.base, section.new)
+    assert section.summary == report["summary"]
+    assert code == 3 and section.summary[0].startswith("INCONCLUSIVE") and "the machine was busy" in section.summary[0]
+
+
+def test_a_set_compared_with_itself_is_one_line_exit_2(tmp_path):
+    results = write_sets(tmp_path)
+    proc = run_cli("box-new", "box-new", "--results", str(results))
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr.splitlines() == [
+        "opbench: error: BASE 'box-new' and NEW 'box-new' are the same result set (1 results file): "
+        "name two different sets to compare"
+    ]
+
+
+def test_overlapping_sets_are_said_to_overlap(tmp_path, capsys):
+    """BASE one environment, NEW the whole machine (both environments): one file is in both."""
+    base_env = "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1"
+    results = write_sets(tmp_path, layout="envs")
+    code, report = run_json(capsys, results, base_env, "bench-box")
+    assert code == 0  # the shared environment is paired with itself (env_name is a key): unchanged
+    overlap = [line for line in report["summary"] if line.startswith("BASE and NEW overlap")]
+    assert overlap == [report["overlap"]] and "1 results file in both (bench-box/" in overlap[0], report["summary"]
+    _, report = run_json(capsys, results, base_env, "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8")
+    assert report["overlap"] is None and not any("overlap" in line for line in report["summary"])

@@ -35,3 +35,45 @@ def test_sum_cancel_relative_error_large_but_within_bound():
     assert rel > 1e-5  # far beyond float32's u relative
     assert case.measure(impl, out).bound_ratio <= 1.0
     assert math.isfinite(rel)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("condition", ["random", "consistent", "large_residual", "ill"])
+def test_lapacks_least_squares_is_backward_stable_in_every_residual_regime(condition, dtype):
+    """Issue 22 #4: dqrt17 divided by ||r||, so gelsd (numpy, scipy) on a consistent system, whose
+    residual is rounding, was "suspicious" with a test ratio of ~1e13. Correct solvers must pass
+    LAPACK's threshold of 30 in every regime, by a wide margin."""
+    from accuracy.judge import backward_error
+    from accuracy.judge.verdicts import WITHIN, Evidence
+
+    op = get_op("lstsq")
+    case = Case(op, get_format(dtype), op.test_size * 4, condition)
+    evidence = Evidence(op, case.inputs, case.fmt, case.exact)
+    for impl in (i for i in op.available_impls(dtype) if i.stable):
+        output = case.run(impl)
+        judgement = evidence.judge(output, impl)
+        assert judgement.verdict == WITHIN, (impl.name, judgement.reason)
+        ratio = backward_error.lapack_ratio(op.name, evidence.inputs64, output, case.exact, case.fmt.u)
+        assert ratio < backward_error.LAPACK_THRESHOLD / 10, (impl.name, ratio)
+
+
+def test_the_normal_equations_on_an_ill_conditioned_consistent_system_are_caught():
+    """dqrt16 where b is in A's range: the normal equations square kappa = 1e6 and leave a residual
+    ~kappa times what a backward-stable solver leaves (measured ratio ~700 at 64 x 32)."""
+    from accuracy.judge.backward_error import lapack_ratio
+    from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, Evidence
+
+    op = get_op("lstsq")
+    fmt = get_format("float64")
+    rng = np.random.default_rng(1)
+    ill = op.conditions["ill"](rng, 32)
+    a = ill["a"]
+    inputs = {"a": a, "b": a @ rng.standard_normal(32)}
+    case = Case(op, fmt, 32, "random")
+    evidence = Evidence(op, inputs, fmt)
+    normal_equations = next(i for i in op.impls if not i.stable)
+    solved = case.run(normal_equations, inputs=inputs)
+    assert evidence.judge(solved, normal_equations).verdict in (SUSPICIOUS, BEYOND)
+    assert lapack_ratio(op.name, evidence.inputs64, solved, evidence.exact, fmt.u) > 100
+    gelsd = op.impls[0]  # numpy's np.linalg.lstsq
+    assert lapack_ratio(op.name, evidence.inputs64, case.run(gelsd, inputs=inputs), evidence.exact, fmt.u) < 1

@@ -1,4 +1,4 @@
-"""The README's "Extending" section, done for real: a new op and a new backend, each declared once
+"""docs/architecture.md's "Extending" section, done for real: a new op and a new backend, each declared once
 in a module of their own (a package found through the `opbench.ops` / `opbench.backends` entry
 points), show up in `opbench list`, in `opbench explain` and in the generated asv classes."""
 

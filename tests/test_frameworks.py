@@ -21,7 +21,7 @@ from accuracy.workflows.evaluation import Case
 from accuracy.workflows.explain import explain
 
 FRAMEWORKS = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")
-# Real findings (README, "Findings"): a framework's own kernel leaves the rounding bound.
+# Real findings (docs/findings.md, generated from the declarations): a framework's own kernel leaves the rounding bound.
 
 
 def _framework_impls(dtype="float32"):

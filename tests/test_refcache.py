@@ -106,7 +106,7 @@ def test_case_uses_cache_and_a_new_op_version_recomputes(cache_path):
     b = Case(v1, fmt, 8).exact
     assert len(calls) == 1 and a.hi.tobytes() == b.hi.tobytes()
     v2 = dataclasses.replace(v1, version=op.version + 1)
-    Case(v2, fmt, 8).exact
+    _ = Case(v2, fmt, 8).exact
     assert len(calls) == 2
     assert len(list(cache_path.glob("*.npz"))) == 2
 
@@ -122,3 +122,24 @@ def test_read_only_cache_still_computes(tmp_path, monkeypatch):
         assert compute.calls == 1 and got.hi.size == 50
     finally:
         ro.chmod(0o700)
+
+
+def test_a_valid_entry_copied_onto_another_key_is_recomputed_and_verdicts_stay_right(cache_path):
+    """Issue 22 #13: float64 exp's reference stored under float32 exp's key made every
+    implementation "beyond rounding"; the digest now binds the entry to its key."""
+    from accuracy.judge.verdicts import WITHIN, Evidence
+
+    op = get_op("exp")
+    _ = Case(op, get_format("float64"), 8).exact
+    (entry64,) = cache_path.glob("*.npz")
+    case32 = Case(op, get_format("float32"), 8)
+    right = case32.exact
+    (entry32,) = set(cache_path.glob("*.npz")) - {entry64}
+    entry32.write_bytes(entry64.read_bytes())
+
+    fresh = Case(op, get_format("float32"), 8)
+    assert fresh.exact.hi.tobytes() == right.hi.tobytes() and fresh.exact.lo.tobytes() == right.lo.tobytes()
+    numpy_exp = next(i for i in op.available_impls("float32") if i.backend == "numpy")
+    evidence = Evidence(op, fresh.inputs, fresh.fmt, fresh.exact)
+    assert evidence.judge(fresh.run(numpy_exp), numpy_exp).verdict == WITHIN
+    assert refcache._read(entry32, "another key") is None  # the repaired entry is bound to its own key

@@ -45,9 +45,9 @@ def test_round_trip_keeps_integers(shared_results, tmp_path):
     assert read_frame(csv)["size"].dtype.kind == "i"
 
 
-def test_data_dictionary_beside_the_data_and_in_the_readme(shared_results, tmp_path):
+def test_data_dictionary_beside_the_data_and_in_the_docs(shared_results, tmp_path):
     write_report(shared_results, tmp_path, "r")
     written = pd.read_csv(tmp_path / "r" / "data_dictionary.csv")
     assert list(written["column"]) == list(pd.read_csv(tmp_path / "r" / "results.csv", nrows=0).columns)
     assert all(DATA_DICTIONARY[c] for c in COLUMNS)
-    assert dictionary_markdown() in (REPO / "README.md").read_text()
+    assert dictionary_markdown() in (REPO / "docs" / "report.md").read_text()

@@ -158,3 +158,48 @@ def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_pa
     assert json.loads(private.read_text())["branches"] == ["feature/fast-refs", "main"]
     git("checkout", "-q", "--detach")
     assert graph_branches(config) == ["main"]
+
+
+def test_run_summary_of_partial_results_says_what_was_not_run(tmp_path):
+    """Issue 22 #2: `--bench softmax` ran some parameter combinations of other classes; the rest
+    are n/a (NaN) in the results file and the summary ended in `cannot convert float NaN`."""
+    import datetime
+    import math
+
+    from accuracy.cli.run_command import summarize
+    from accuracy.report.synthetic import SyntheticBenchmark, write_result_file
+
+    impls = (("torch:torch.softmax@float32", "numpy:softmax@float32", "jax:jax.nn.softmax@float32"),)
+    benches = [
+        SyntheticBenchmark(f"bench_activations.Softmax.{m}", k, u, ("impl_dtype",), impls)
+        for m, k, u in (("time_op", "time", "seconds"), ("track_verdict_tier", "track", "tier"))
+    ]
+
+    def measure(bench, combo):
+        if combo[0].startswith("jax"):
+            return math.nan  # not selected
+        return [1e-5, 1.1e-5] if bench.kind == "time" else 0.0
+
+    path = write_result_file(
+        tmp_path, "box", "py3.11", "a" * 40, datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC), benches, measure
+    )
+    assert summarize([path]) == [
+        "accuracy cases by verdict: 2 within rounding, 0 suspicious, 0 beyond rounding, 0 undetermined",
+        "2 benchmarks ran only some parameter combinations, the rest are n/a (not selected by --bench, or skipped): "
+        "bench_activations.Softmax.time_op (1 of 3), bench_activations.Softmax.track_verdict_tier (1 of 3)",
+    ]
+
+
+def test_an_op_name_for_bench_selects_that_ops_class_whole():
+    import re
+
+    from accuracy.cli.run_command import op_bench_regex
+
+    regex = op_bench_regex("softmax")
+    assert op_bench_regex(" Softmax ") == regex == r"\.Softmax\."
+    # asv matches `name(params)`: the op's class with every parameter, never another class's parameter
+    assert re.search(regex, "bench_activations.Softmax.time_op('torch:torch.softmax@float32', 1024)")
+    assert not re.search(regex, "bench_activations.LogSoftmax.time_op('torch:torch.log_softmax@float32', 1024)")
+    assert not re.search(regex, "bench_attention.Attention.time_op('numpy:softmax(q k^T) v@float32', 64)")
+    assert op_bench_regex(r"bench_activations\.Softmax\.") == r"bench_activations\.Softmax\."  # a regex as given
+    assert op_bench_regex(None) is None

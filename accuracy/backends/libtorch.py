@@ -1,24 +1,101 @@
 """LibTorch, PyTorch's C++ library, called through its C++ API (libtorch.cpp).
 
-The C++ functions are compiled once against the installed torch with torch.utils.cpp_extension
-and cached on disk (TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by default; rebuilt only
-when the source or torch changes). They are registered as torch.ops.opbench_libtorch.* and run
-in the same libtorch_cpu the Python front end uses, so threads are torch's own (set in-process)
-and the question "does LibTorch give PyTorch's bits?" is measured, not assumed.
+The C++ functions are compiled once per environment against the installed torch with
+torch.utils.cpp_extension and cached on disk (TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by
+default). They are registered as torch.ops.opbench_libtorch.* and run in the same libtorch_cpu
+the Python front end uses, so threads are torch's own (set in-process) and the question "does
+LibTorch give PyTorch's bits?" is measured, not assumed.
+
+One build directory per interpreter prefix, torch version and source (`build_name`): the
+project's .venv, a second clone's and each asv history virtualenv used to share one and rebuild it
+in turn (16-54 s each, silently). cpp_extension's own lock (a `lock` file, FileBaton) is left
+behind by a killed build and then waited on forever, so the build runs under an flock of ours
+(released by the kernel when its holder dies): whoever holds it knows any `lock` file is stale
+and removes it; whoever waits gives up after BUILD_TIMEOUT_VAR seconds with one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import importlib.util
+import os
 import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 
 from accuracy.backends.base import Backend
 from accuracy.backends.pytorch import TorchBackend
+from accuracy.core.errors import OpbenchError
 
 SOURCE = Path(__file__).with_name("libtorch.cpp")
-LIBRARY = "opbench_libtorch"
+LIBRARY = "opbench_libtorch"  # the TORCH_LIBRARY namespace in libtorch.cpp: torch.ops.opbench_libtorch
+BUILD_TIMEOUT_VAR = "OPBENCH_LIBTORCH_BUILD_TIMEOUT"
+BUILD_TIMEOUT = 900.0  # seconds to wait for another process's build (one takes 16-54 s alone, minutes on a busy box)
+BUILDING = "building the LibTorch backend (once per environment)"
+OWNER_FILE = "opbench.owner"  # flock'ed by the process building or loading; holds its pid
+
+
+def build_name(prefix: str, torch_version: str, source: bytes) -> str:
+    """The extension's name and build directory: one per interpreter prefix (sys.prefix: a venv,
+    an asv environment), torch version and source, so environments never rebuild each other's."""
+    digest = hashlib.sha256(b"\0".join([os.path.realpath(prefix).encode(), torch_version.encode(), source])).hexdigest()
+    return f"{LIBRARY}_{digest[:16]}"
+
+
+@contextlib.contextmanager
+def build_lock(build_dir: Path, timeout: float | None = None) -> Iterator[None]:
+    """Hold the build directory: waits (saying for whom) up to `timeout` seconds for another
+    process, and removes a `lock` file a killed build left behind (its owner is gone: we hold
+    the flock every builder takes first), so cpp_extension never waits on it forever."""
+    if timeout is None:
+        timeout = float(os.environ.get(BUILD_TIMEOUT_VAR, BUILD_TIMEOUT))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / OWNER_FILE, "a+") as owner:
+        deadline, said = time.monotonic() + timeout, False
+        while True:
+            try:
+                fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _holder(owner)
+                if time.monotonic() >= deadline:
+                    raise OpbenchError(
+                        f"the LibTorch backend is being built by another process (pid {holder}) in {build_dir}; "
+                        f"waited {timeout:g} s (set {BUILD_TIMEOUT_VAR} to wait longer)"
+                    ) from None
+                if not said:
+                    print(f"opbench: waiting for pid {holder}, {BUILDING} in {build_dir}", file=sys.stderr)
+                    said = True
+                time.sleep(min(0.2, max(timeout, 0.0)))
+        try:
+            owner.seek(0)
+            owner.truncate()
+            owner.write(str(os.getpid()))
+            owner.flush()
+            with contextlib.suppress(FileNotFoundError):
+                (build_dir / "lock").unlink()  # cpp_extension's FileBaton: stale, since we hold the flock
+            yield
+        finally:
+            owner.truncate(0)
+            fcntl.flock(owner, fcntl.LOCK_UN)
+
+
+def _holder(owner) -> str:
+    owner.seek(0)
+    return owner.read().strip() or "unknown"
+
+
+def build(name: str, build_dir: Path, load: Callable[[], object], timeout: float | None = None) -> None:
+    """`load()` (cpp_extension.load) under the build lock, saying so on stderr when it compiles."""
+    with build_lock(build_dir, timeout):
+        if not (build_dir / f"{name}.so").exists():
+            print(f"opbench: {BUILDING} in {build_dir}", file=sys.stderr)
+        load()
 
 
 class LibTorchBackend(Backend):
@@ -43,18 +120,39 @@ class LibTorchBackend(Backend):
         return torch
 
     @cached_property
+    def build_name(self) -> str:
+        return build_name(sys.prefix, self.torch.__version__, SOURCE.read_bytes())
+
+    @cached_property
+    def build_directory(self) -> Path:
+        """Under torch's extension root (TORCH_EXTENSIONS_DIR honoured), named per environment."""
+        from torch.utils import cpp_extension
+
+        return Path(cpp_extension._get_build_directory(self.build_name, verbose=False))
+
+    @cached_property
     def namespace(self):
         from torch.utils import cpp_extension
 
-        cpp_extension.load(name=LIBRARY, sources=[str(SOURCE)], is_python_module=False, extra_cflags=["-O2", "-w"])
+        build(
+            self.build_name,
+            self.build_directory,
+            lambda: cpp_extension.load(
+                name=self.build_name,
+                sources=[str(SOURCE)],
+                build_directory=str(self.build_directory),
+                is_python_module=False,
+                extra_cflags=["-O2", "-w"],
+            ),
+        )
         return getattr(self.torch.ops, LIBRARY)
 
     def preload(self) -> None:
         """Build once (or load the cached build): loading a library is safe before a fork."""
-        self.namespace
+        _ = self.namespace
 
     def to_native(self, array):
-        self.namespace  # build (or load the cached build) before the first tensor crosses over
+        _ = self.namespace  # build (or load the cached build) before the first tensor crosses over
         return self.tensors.to_native(array)
 
     def to_numpy(self, value, fmt):
@@ -62,14 +160,11 @@ class LibTorchBackend(Backend):
 
     def info(self) -> dict:
         """Where the build is cached and whether it exists; reading this never compiles."""
-        from torch.utils import cpp_extension
-
-        build = Path(cpp_extension._get_build_directory(LIBRARY, verbose=False))
         return {
             "version": self.torch.__version__,
             "math_libraries": "the torch wheel's libtorch_cpu (see torch: MKL, oneDNN, OpenMP)",
-            "build_directory": str(build),
-            "built": (build / f"{LIBRARY}.so").exists(),
+            "build_directory": str(self.build_directory),
+            "built": (self.build_directory / f"{self.build_name}.so").exists(),
             "cxx11_abi": bool(self.torch._C._GLIBCXX_USE_CXX11_ABI),
             "knobs": {"threads": "at::set_num_threads, the same pool as PyTorch's (set in-process)"},
         }

@@ -60,8 +60,9 @@ class Impl:
     # False for a textbook formula known to lose accuracy (no max shift, explicit inverse, ...):
     # it may leave the bound or overflow, and tests expect nothing of it
     stable: bool = True
-    # a measured defect of this library on these inputs (a finding, with its numbers in the
-    # README): it is not counted as a correct implementation, and no test expects it within rounding
+    # a measured defect of this library on these inputs (a finding: measured in docs/frameworks.md,
+    # listed in docs/findings.md): it is not counted as a correct implementation, and no test
+    # expects it within rounding
     finding: str = ""
 
     @property
@@ -103,6 +104,18 @@ class OpInfo:
     # output axes over which the op's error analysis is normwise (an FFT's bins): a correct algorithm's
     # error spreads over them, so the typical tier pools its error scale there (RMS)
     normwise_axes: tuple[int, ...] = ()
+    # the fewest elements along the inputs' last axis the op is defined for (var and std: ddof + 1);
+    # smaller sizes are bad input, refused before any reference divides by zero
+    min_size: int = 1
+
+    def check_min_size(self, inputs: dict[str, np.ndarray], where: str) -> None:
+        """One line, exit 2, where a row is too short for the op (std of one element with ddof=1)."""
+        for name, a in inputs.items():
+            if np.ndim(a) and np.shape(a)[-1] < self.min_size:
+                raise OpbenchError(
+                    f"{where}: {self.name} needs rows of at least {self.min_size} elements, input {name!r} has "
+                    f"{np.shape(a)[-1]} ({self.doc})"
+                )
 
     @property
     def working_formula(self) -> Callable[..., np.ndarray]:

@@ -11,7 +11,7 @@ from asv.util import human_value
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table
+from accuracy.core.formatting import format_table, printable
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
 from accuracy.run.results_store import check_output_file
@@ -54,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         write_csv(comparison, args.csv)
     for line in comparison.warnings:
-        print(f"opbench: warning: {line}", file=sys.stderr)
+        print(f"opbench: warning: {printable(line)}", file=sys.stderr)
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     else:
-        print("\n".join(render(comparison)))
+        print("\n".join(map(printable, render(comparison))))  # set names come from directory names
     return comparison.exit_code
 
 

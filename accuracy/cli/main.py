@@ -9,6 +9,7 @@ import sys
 
 from accuracy import __version__
 from accuracy.core.errors import OpbenchError
+from accuracy.core.formatting import printable
 
 DESCRIPTION = """\
 Why does an op give a different answer here than there, and is that a bug or just rounding?
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except OpbenchError as exc:
-        print(f"opbench: error: {exc}", file=sys.stderr)
+        print(f"opbench: error: {printable(exc)}", file=sys.stderr)  # one line, whatever a path or label holds
         return 2
     except KeyboardInterrupt:  # `run` says what it saved; other commands write nothing half-way
         print("opbench: error: interrupted", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
@@ -82,13 +83,18 @@ def run(args) -> int:
     knobs = parse_knobs(args.env)
     machine = check_name("--machine", default_machine_name() if args.machine is None else args.machine)
     check_bench_regex(args.bench)
+    bench = op_bench_regex(args.bench)
+    if bench != args.bench:
+        print(
+            f"opbench: --bench {args.bench}: the {args.bench.strip().lower()} op's benchmarks (asv --bench '{bench}')"
+        )
     outcome = run_suite(
         config=args.config,
         results=results,
         html=html,
         machine=machine,
         quick=args.quick,
-        bench=args.bench,
+        bench=bench,
         commits=args.commits,
         profile=args.profile,
         knobs=knobs,
@@ -111,13 +117,30 @@ def run(args) -> int:
     return 0
 
 
+def op_bench_regex(pattern: str | None) -> str | None:
+    """`--bench softmax`, an op's name as users type it, selects that op's benchmark class whole.
+
+    asv matches --bench against `name(param, ...)` too, so the plain word also picked single
+    parameter combinations of other classes (`torch.softmax` in an implementation's name) and
+    left the rest of them n/a. Any other pattern goes to asv as given."""
+    from accuracy.catalog.registry import all_ops
+    from accuracy.judge.metric_table import benchmark_class_name
+
+    if pattern is None:
+        return None
+    names = {op.name for op in all_ops()}
+    word = pattern.strip().lower()
+    return rf"\.{benchmark_class_name(word)}\." if word in names else pattern
+
+
 def summarize(paths: list[Path]) -> list[str]:
-    """Failed benchmarks by name, and the accuracy cases counted by verdict (track_verdict_tier)."""
+    """Failed benchmarks by name, the parameter combinations not run (n/a), and the accuracy
+    cases counted by verdict (track_verdict_tier)."""
     from accuracy.judge.metric_table import BY_NAME
     from accuracy.judge.verdicts import VERDICTS
 
     tier_track = BY_NAME["verdict_tier"].track
-    failed, tiers = [], []
+    failed, not_run, tiers = [], {}, []
     for path in paths:
         data = json.loads(path.read_text())
         columns = data["result_columns"]
@@ -125,10 +148,20 @@ def summarize(paths: list[Path]) -> list[str]:
             values = dict(zip(columns, row, strict=False))["result"]
             if values is None or all(v is None for v in values):
                 failed.append(name)
-            elif name.endswith(f".{tier_track}"):
-                tiers += [int(v) for v in values if v is not None]
+                continue
+            # asv's n/a: a parameter combination --bench did not select, or one that was skipped
+            missing = sum(isinstance(v, float) and math.isnan(v) for v in values)
+            if missing:
+                not_run[name] = f"{name} ({missing} of {len(values)})"
+            if name.endswith(f".{tier_track}"):
+                tiers += [int(v) for v in values if v is not None and not math.isnan(v)]
     counts = ", ".join(f"{tiers.count(tier)} {verdict}" for tier, verdict in enumerate(VERDICTS))
     lines = [f"accuracy cases by verdict: {counts}"]
+    if not_run:
+        lines.append(
+            f"{len(not_run)} benchmarks ran only some parameter combinations, the rest are n/a (not selected "
+            f"by --bench, or skipped): {', '.join(not_run[k] for k in sorted(not_run))}"
+        )
     if failed:
         lines.append(f"{len(failed)} benchmarks failed (recorded as failed): {', '.join(sorted(failed))}")
     return lines

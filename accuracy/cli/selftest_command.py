@@ -36,7 +36,7 @@ def register(sub) -> None:
     )
     p.add_argument("--small", action="store_true", help="each op at its small test size (seconds, not minutes)")
     p.add_argument("--all", action="store_true", dest="everything", help="include torch.compile (slow to compile)")
-    p.add_argument("--markdown", action="store_true", help="one row per op, one column per dtype (the README's table)")
+    p.add_argument("--markdown", action="store_true", help="one row per op, one column per dtype (docs/verdicts.md)")
     add_dask(p)
     add_json(p)
 

@@ -76,5 +76,19 @@ def check_size(op, size: int | None, condition: str) -> None:
         )
 
 
+SAMPLE_BYTES_PER_INPUT = 48  # `scan --sample`: the float64 sample plus the uint64 bit fields it is drawn from
+
+
+def check_sample(sample: int) -> None:
+    """Refuse a float64 `scan --sample` that would not fit the memory budget (it is drawn at once)."""
+    needed = sample * SAMPLE_BYTES_PER_INPUT
+    budget = int(available_memory() * MEMORY_BUDGET_FRACTION)
+    if needed > budget:
+        raise OpbenchError(
+            f"--sample {sample} needs about {_gb(needed)} to draw, more than the budget of {_gb(budget)} "
+            f"(half the memory available now, {SAMPLE_BYTES_PER_INPUT} bytes per input); choose a smaller --sample"
+        )
+
+
 def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"

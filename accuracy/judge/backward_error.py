@@ -6,7 +6,9 @@ Each ratio is LAPACK's test ratio for the routine (Reference-LAPACK TESTING/LIN,
 - solve    dget02: ||b - A x||_1 / (||A||_1 ||x||_1 eps)
 - inv      dget03: ||I - X A||_1 / (n ||A||_1 ||X||_1 eps)
 - cholesky dpot01: ||L L^T - A||_1 / (n ||A||_1 eps)
-- lstsq    dqrt17: ||A^T r||_1 / (max(m, n) ||A||_1 ||r||_1 eps), r = b - A x (non-zero residual)
+- lstsq    dqrt17: ||r^T A||_1 / (max(m, n) ||A||_1 (||b||_1 + ||A||_1 ||x||_1) eps), r = b - A x, both
+           residual regimes at once (see _lstsq); and where b is in A's range (a consistent system)
+           dqrt16: ||b - A x||_1 / (max(m, n) ||A||_1 ||x||_1 eps)
 - eigh, svd (values only, Weyl): max |lambda - lambda_exact| / (n ||A||_2 eps)
 
 A ratio above LAPACK_THRESHOLD (TESTING/dtest.in: "30.0 Threshold value of test ratio") is
@@ -68,10 +70,30 @@ def _cholesky(inputs, x, exact, eps):
 
 
 def _lstsq(inputs, x, exact, eps):
+    """dqrt17 with alpha = ||b|| + ||A|| ||x||, and dqrt16 where the system is consistent.
+
+    dqrt17 divides by alpha = ||b|| for a zero-residual problem (IRESID=1, the only regime
+    LAPACK's drivers test: ddrvls makes B = A X) and by ||r|| otherwise (IRESID=2). Neither holds
+    for every problem: with ||r|| a consistent system's rounding-level residual made a correct
+    gelsd 1.7e13 (float64), and with ||b|| an ill-conditioned one (kappa 1e6) made it ~500. A
+    backward-stable x solves min ||(A + dA) x - (b + db)|| with ||dA|| <= c eps ||A||, ||db|| <=
+    c eps ||b||, so A^T r = -dA^T r - A^T db + A^T dA x to first order: ||A^T r|| <= c eps ||A||
+    (||r|| + ||b|| + ||A|| ||x||) <= 2 c eps ||A|| (||b|| + ||A|| ||x||), which is both regimes'
+    alpha at once. The numerator is LAPACK's: the one-norm of the 1 x n row r^T A, its largest
+    entry. Where b lies in A's range to working precision (the exact residual is below eps ||A||
+    ||x||), the residual itself must be as small as a backward-stable solve leaves it (dqrt16):
+    that is what catches the normal equations on ill-conditioned consistent systems.
+    """
     a, b = inputs["a"], inputs["b"]
     r = -_product_minus(a, x[:, None], b[:, None])[:, 0]
     atr = _product_minus(a.T, r[:, None], np.zeros((a.shape[1], 1)))
-    return _ratio(_norm1(atr), max(a.shape) * _norm1(a) * _norm1(r), eps)
+    norm_a, norm_x, dims = _norm1(a), _norm1(x), max(a.shape)
+    ratio = _ratio(float(np.max(np.abs(atr))), dims * norm_a * (_norm1(b) + norm_a * norm_x), eps)
+    exact_x = exact.hi + exact.lo
+    exact_r = -_product_minus(a, exact_x[:, None], b[:, None])[:, 0]
+    if _norm1(exact_r) <= eps * norm_a * _norm1(exact_x):  # consistent: b = A x* to working precision
+        ratio = max(ratio, _ratio(_norm1(r), dims * norm_a * norm_x, eps))
+    return ratio
 
 
 def _spectrum(inputs, x, exact, eps):
@@ -85,7 +107,8 @@ RATIO_DOCS = {
     "solve": "dget02 ||b - Ax||/(||A|| ||x|| eps)",
     "inv": "dget03 ||I - XA||/(n ||A|| ||X|| eps)",
     "cholesky": "dpot01 ||LL^T - A||/(n ||A|| eps)",
-    "lstsq": "dqrt17 ||A^T r||/(max(m,n) ||A|| ||r|| eps)",
+    "lstsq": "dqrt17 ||r^T A||/(max(m,n) ||A|| (||b|| + ||A|| ||x||) eps); dqrt16 ||r||/(max(m,n) ||A|| ||x|| eps) "
+    "where b is in A's range",
     "eigh": "|dlambda|/(n ||A||_2 eps)",
     "svd": "|dsigma|/(n ||A||_2 eps)",
 }

@@ -161,3 +161,30 @@ def monte_carlo_runs(fn, inputs64: dict[str, np.ndarray], storage: FloatFormat, 
         runs.append(np.asarray(out.detach().numpy(), dtype=np.float64))
         unmodelled |= mode.unmodelled
     return runs, unmodelled
+
+
+CONVERSIONS = {"lift_fresh", "alias", "detach", "_to_copy", "clone", "copy", "copy_", "contiguous"}
+
+
+class _Computes(TorchDispatchMode):
+    """Records whether any ATen op beyond conversions and views runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not (func.is_view or name in CONVERSIONS or name in MOVING_OPS):
+            self.ops.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+def torch_ops_computed(fn, inputs: dict[str, np.ndarray]) -> set[str]:
+    """The torch ops `fn` computes with when handed numpy arrays: none for a numpy function; for
+    a torch function that converts its inputs first (`x, W, b = map(torch.as_tensor, ...)`), its
+    ATen ops, so it is judged as the torch function it is, not by numpy's emulation."""
+    mode = _Computes()
+    with np.errstate(all="ignore"), mode:
+        fn(**inputs)
+    return mode.ops

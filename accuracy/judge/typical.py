@@ -13,7 +13,7 @@ The scale per output element is the larger of
 - the actual error of one deterministic round-to-nearest recursive run, which also covers
   data whose rounding errors do not average out (repeated values, integers).
 
-TYPICAL_Z was chosen by measurement (`opbench selftest`, README): the largest error of any
+TYPICAL_Z was chosen by measurement (`opbench selftest`, docs/verdicts.md): the largest error of any
 correct implementation in the catalog is below it, and every mutant at 16x the least accurate
 correct algorithm's error is above it.
 """

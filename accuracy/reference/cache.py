@@ -1,12 +1,14 @@
 """On-disk cache of exact references, keyed by a hash of the inputs and the op's version.
 
 Exact references can take seconds (mpmath); the cache makes repeated runs cheap. Each entry
-stores a digest of its own payload, so a corrupt or truncated entry is detected and recomputed,
-never trusted.
+stores a digest of its key and its payload, so a corrupt or truncated entry, or a valid entry
+copied or renamed onto another key (float64 exp's reference under float32 exp's key), is
+detected and recomputed, never trusted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -17,7 +19,9 @@ import numpy as np
 
 from accuracy.reference.exact import Exact
 
-CACHE_FORMAT = 2  # 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
+# 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
+# 3: the digest binds the entry to its key (format 2 entries simply miss)
+CACHE_FORMAT = 3
 
 
 def cache_dir() -> Path:
@@ -34,35 +38,33 @@ def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np
     return h.hexdigest()
 
 
-def _digest(hi: np.ndarray, lo: np.ndarray) -> str:
-    return hashlib.sha256(hi.tobytes() + lo.tobytes() + str(hi.shape).encode()).hexdigest()
+def _digest(key: str, hi: np.ndarray, lo: np.ndarray) -> str:
+    return hashlib.sha256(key.encode() + b"\0" + hi.tobytes() + lo.tobytes() + str(hi.shape).encode()).hexdigest()
 
 
-def _read(path: Path) -> Exact | None:
+def _read(path: Path, key: str) -> Exact | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             hi, lo, digest = data["hi"], data["lo"], str(data["digest"])
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # bad CRC, truncated zip
         return None
-    return Exact(hi, lo) if digest == _digest(hi, lo) else None
+    return Exact(hi, lo) if digest == _digest(key, hi, lo) else None
 
 
-def _write(path: Path, exact: Exact) -> None:
+def _write(path: Path, key: str, exact: Exact) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
-        np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(exact.hi, exact.lo)))
+        np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo)))
     os.replace(tmp, path)  # atomic: a reader never sees half an entry
 
 
 def cached(key: str, compute) -> Exact:
     """The cached Exact for `key`, or `compute()` stored for next time."""
     path = cache_dir() / f"{key}.npz"
-    exact = _read(path) if path.exists() else None
+    exact = _read(path, key) if path.exists() else None
     if exact is None:
         exact = compute()
-        try:
-            _write(path, exact)
-        except OSError:
-            pass  # a read-only cache only costs time
+        with contextlib.suppress(OSError):  # a read-only cache only costs time
+            _write(path, key, exact)
     return exact

@@ -99,7 +99,7 @@ def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
     return Exact(hi, lo)
 
 
-TORCH_TWINS = ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p")  # faster than numpy's here (README)
+TORCH_TWINS = ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p")  # faster than numpy's here (docs/references.md)
 
 
 @dataclass(frozen=True)

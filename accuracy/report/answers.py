@@ -25,9 +25,8 @@ import pandas as pd
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, VERDICTS, WITHIN
-from accuracy.report.compare import UNCHANGED, compare_sets
+from accuracy.report.compare import UNCHANGED, compare_specs
 from accuracy.report.fingerprint import fingerprint_path
-from accuracy.report.resultsets import file_stacks, resolve
 from accuracy.report.tidy import op_of_class, tidy
 
 ENV_KEYS = ["machine", "env_name"]
@@ -125,7 +124,10 @@ def _inside_bound_reason(row: dict, impl) -> str:
         fmt = None
     contract = contract_for(row["op"], impl, fmt, compute_format(impl, fmt)) if fmt is not None and impl else None
     if contract is not None:
-        return f"outside its contract of {contract.max_ulp} ulp from the correctly rounded value ({contract.source}); {inside}"
+        return (
+            f"outside its contract of {contract.max_ulp} ulp from the correctly rounded value "
+            f"({contract.source}); {inside}"
+        )
     return f"{inside}; `opbench explain {row['op']} --dtype {row['dtype']}` gives the deciding tier and element"
 
 
@@ -440,8 +442,7 @@ def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
         scope = frame.loc[frame["commit_hash"] == newest["commit_hash"]]
         names = specs
     try:
-        stacks = file_stacks(results_dir, scope)
-        comparison = compare_sets(resolve(scope, specs[0], "BASE", stacks), resolve(scope, specs[1], "NEW", stacks))
+        comparison = compare_specs(scope, results_dir, *specs)
     except OpbenchError as exc:
         return Changes(*names, note=f"cannot compare: {exc}")
     changed = [row | {"op": op_of_class(row["op"])} for row in comparison.rows if row["verdict"] != UNCHANGED]

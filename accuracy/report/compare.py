@@ -79,6 +79,7 @@ class Comparison:
     only_in_new: int
     warnings: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # why timings are not comparable (busy_machine)
+    overlap: str | None = None  # what BASE and NEW share (`overlap`), said in the summary
 
     @property
     def counts(self) -> dict[str, int]:
@@ -148,6 +149,7 @@ class Comparison:
         lost = sum(row[f"{THREADS_DIFFER}_base"] == 0 and row[f"{THREADS_DIFFER}_new"] == 1 for row in self.rows)
         tail = f"; 1-vs-all-threads bitwise reproducibility lost in {_n(lost, 'case')}" if lost else ""
         lines = [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
+        lines += [self.overlap] if self.overlap else []
         return lines + ([self.confirm_slowdowns()] if counts[SLOWER] else [])
 
     def confirm_slowdowns(self) -> str:
@@ -179,6 +181,7 @@ class Comparison:
             "only_in_new": self.only_in_new,
             "warnings": self.warnings,
             "busy": self.busy,
+            "overlap": self.overlap,
             "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows],
         }
 
@@ -188,13 +191,50 @@ def compare_results(results_dir, base: str, new: str, time_threshold: float = DE
     if not (time_threshold > 1 and math.isfinite(time_threshold)):
         raise OpbenchError(f"--time-threshold must be a ratio above 1 (e.g. 1.10), not {time_threshold}")
     loaded = load_results(results_dir)
-    stacks = file_stacks(results_dir, loaded.frame)
-    base_set = resolve(loaded.frame, base, "BASE", stacks, loaded.warnings)
-    new_set = resolve(loaded.frame, new, "NEW", stacks, loaded.warnings)
-    busy = [why for s in (base_set, new_set) if (why := busy_machine(results_dir, s))]
-    comparison = compare_sets(base_set, new_set, time_threshold, busy)
+    comparison = compare_specs(loaded.frame, results_dir, base, new, time_threshold, loaded.warnings)
     comparison.warnings = list(loaded.warnings)
     return comparison
+
+
+def compare_specs(
+    frame: pd.DataFrame,
+    results_dir,
+    base: str,
+    new: str,
+    time_threshold: float = DEFAULT_TIME_THRESHOLD,
+    warnings: list[str] = (),
+) -> Comparison:
+    """THE decision on BASE against NEW in `frame`: `opbench compare` and the report's Changes
+    section both call this, so they cannot disagree (they did: the report left out the busy-machine
+    rule and called timings faster that compare called inconclusive)."""
+    stacks = file_stacks(results_dir, frame)
+    base_set = resolve(frame, base, "BASE", stacks, warnings)
+    new_set = resolve(frame, new, "NEW", stacks, warnings)
+    busy = [why for s in (base_set, new_set) if (why := busy_machine(results_dir, s))]
+    return compare_sets(base_set, new_set, time_threshold, busy)
+
+
+def _files(result_set: ResultSet) -> set[tuple[str, str]]:
+    return set(result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False, name=None))
+
+
+def overlap(base: ResultSet, new: ResultSet) -> str | None:
+    """What BASE and NEW share: a set compared with itself is bad input (every case would be
+    "unchanged" by construction); sets that share some results files are said to."""
+    base_files, new_files = _files(base), _files(new)
+    if base_files == new_files:
+        raise OpbenchError(
+            f"BASE {base.spec!r} and NEW {new.spec!r} are the same result set "
+            f"({_n(len(base_files), 'results file')}): name two different sets to compare"
+        )
+    shared = sorted(base_files & new_files)
+    if not shared:
+        return None
+    return (
+        f"BASE and NEW overlap: {_n(len(shared), 'results file')} in both ("
+        + ", ".join(f"{m}/{f}" for m, f in shared)
+        + "); their cases compare with themselves"
+    )
 
 
 def compare_sets(
@@ -210,6 +250,7 @@ def compare_sets(
         if set(base.frame[dim]) & set(new.frame[dim])
         and (base.frame[dim].nunique() > 1 or new.frame[dim].nunique() > 1)
     ]
+    shared = overlap(base, new)
     wide_base, wide_new = _wide(base, key_dims), _wide(new, key_dims)
     index = ["op", "params", *key_dims]
     merged = wide_base.merge(wide_new, on=index, how="inner", suffixes=("_base", "_new"))
@@ -230,6 +271,7 @@ def compare_sets(
         only_in_base=len(wide_base) - len(merged),
         only_in_new=len(wide_new) - len(merged),
         busy=list(busy),
+        overlap=shared,
     )
 
 

@@ -159,11 +159,14 @@ class _RowBuilder:
                     f"{path}: skipped {name}, {len(raw)} values for {len(labels)} parameter combinations"
                 )
                 continue
-            self._add_benchmark(name, result, params, labels, file_info)
+            self._add_benchmark(path, name, result, params, labels, file_info)
 
-    def _add_benchmark(self, name, result, params, labels, file_info) -> None:
+    def _add_benchmark(self, path, name, result, params, labels, file_info) -> None:
         n = len(labels)
-        values = result.get_result_value(name, params)
+        values = [_number(v) for v in result.get_result_value(name, params)]
+        started_at = _number(result.started_at.get(name))
+        if any(v is not None and isinstance(v, str) for v in (*values, started_at)):
+            self._warnings.append(f"{path}: {name} holds text where asv stores numbers; read as missing")
         stats = result.get_result_stats(name, params)
         samples = result.get_result_samples(name, params)  # None unless asv ran with --record-samples
         columns = self._columns
@@ -171,8 +174,8 @@ class _RowBuilder:
             columns[key].extend([value] * n)
         columns["benchmark"].extend([name] * n)
         columns["params"].extend(labels)
-        columns["value"].extend(math.nan if v is None else v for v in values)
-        columns["started_at"].extend([result.started_at.get(name)] * n)
+        columns["value"].extend(v if isinstance(v, float) else math.nan for v in values)
+        columns["started_at"].extend([started_at if isinstance(started_at, float) else None] * n)
         columns["version"].extend([result.benchmark_version.get(name)] * n)
         for stat in STAT_NAMES:
             columns[stat].extend(s.get(stat) if s else None for s in stats)
@@ -235,6 +238,16 @@ class _RowBuilder:
             except (ValueError, TypeError):
                 table[column] = table[column].astype("string")
         return table
+
+
+def _number(value) -> float | str | None:
+    """A stored number as a float; None stays None, anything else (text a hand-edited or foreign
+    file holds, which pandas' date parsing and arithmetic choke on) comes back as its repr."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return repr(value)
 
 
 def _readable(value_repr: str) -> object:

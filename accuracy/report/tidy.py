@@ -4,7 +4,7 @@
 backend, implementation and dtype). Here each of those becomes its own typed column: op,
 backend, implementation, dtype, size and threads as integers, the metric and its direction from
 the metric table. `DATA_DICTIONARY` says what every column means; it is written beside the
-CSV/Parquet and shown in the README.
+CSV/Parquet and shown in docs/report.md.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ assert set(FINGERPRINT_COLUMNS) <= set(COLUMNS), "every fingerprint field needs 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     """The loaded frame in DATA_DICTIONARY's columns and types."""
     impl, dtype = _impl_and_dtype(frame)
-    parts = impl.str.partition(":")
+    parts = impl.str.partition(":").reindex(columns=[0, 1, 2])  # all-NA impls (no benchmarks.json) give one column
     backend, name = parts[0], parts[2]
     out = pd.DataFrame(
         {

@@ -6,6 +6,10 @@ read one is an OpbenchError naming the file, never a traceback: a bad file is ba
 
 from __future__ import annotations
 
+import json
+import math
+import struct
+import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -16,6 +20,12 @@ from accuracy.core.errors import OpbenchError
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
 NPY_MAGIC = b"\x93NUMPY"
+# Array data one file may declare. Every element is then judged against an exact reference
+# (mpmath or double-double, several float64 arrays each), so a file past this is refused from its
+# headers, before anything is decompressed or allocated: a 3 MB .npz declaring 3 GB drove
+# `opbench check` to 19.8 GB before.
+MAX_FILE_BYTES = 1 << 30
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header
 
 
 def as_array(value, where: str) -> np.ndarray:
@@ -59,6 +69,65 @@ def _first_bytes(path: Path) -> bytes:
         return f.read(len(NPY_MAGIC))
 
 
+def _npy_bytes(f) -> tuple[int, str]:
+    """Bytes of the array an .npy stream declares, and what it declares, from its header alone."""
+    version = np.lib.format.read_magic(f)
+    # format 3.0 is 2.0's layout with a UTF-8 header; the 2.0 reader parses the ASCII numpy writes
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _fortran, dtype = read(f)
+    return math.prod(shape) * dtype.itemsize, f"shape {shape} {dtype}"
+
+
+def _zip_bytes(path: Path, npz: bool) -> tuple[int, str]:
+    """Bytes a zip (.npz, torch's .pt) unpacks to: each member's declared size, and for an .npz the
+    shape its .npy header declares (numpy allocates that before reading a member's data)."""
+    total, what = 0, []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            declared, shape = info.file_size, ""
+            if npz and info.filename.endswith(".npy"):
+                with archive.open(info) as member:
+                    nbytes, shape = _npy_bytes(member)
+                declared = max(declared, nbytes)
+            total += declared
+            what.append(f"{info.filename.removesuffix('.npy')} {shape or _size(declared)}")
+    return total, ", ".join(what)
+
+
+def _safetensors_bytes(path: Path) -> tuple[int, str]:
+    """Bytes a .safetensors file's JSON header declares for its tensors (format: u64 length, header)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > SAFETENSORS_MAX_HEADER:
+            raise ValueError(f"header of {length} bytes, more than the format allows")
+        header = json.loads(f.read(length))
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    total = sum(int(v["data_offsets"][1]) - int(v["data_offsets"][0]) for v in tensors.values())
+    return total, ", ".join(f"{k} shape {tuple(v['shape'])} {v['dtype']}" for k, v in tensors.items())
+
+
+def _check_declared_size(path: Path, suffix: str) -> None:
+    """Refuse a file whose headers declare more than MAX_FILE_BYTES of array data, reading headers only."""
+    if suffix == ".npy":
+        with open(path, "rb") as f:
+            declared, what = _npy_bytes(f)
+    elif suffix == ".npz" or (suffix == ".pt" and zipfile.is_zipfile(path)):
+        declared, what = _zip_bytes(path, npz=suffix == ".npz")
+    elif suffix == ".safetensors":
+        declared, what = _safetensors_bytes(path)
+    else:  # torch's legacy (non-zip) format: its data is the file
+        declared, what = path.stat().st_size, "legacy torch file"
+    if declared > MAX_FILE_BYTES:
+        raise OpbenchError(
+            f"{path}: declares {_size(declared)} of array data ({what}), more than the {_size(MAX_FILE_BYTES)} "
+            "opbench check reads from one file; nothing was loaded (check a slice of it)"
+        )
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB"
+
+
 def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     suffix = path.suffix.lower()
     if suffix not in READABLE:
@@ -66,12 +135,13 @@ def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     if not path.is_file():
         raise OpbenchError(f"{path}: no such file")
     try:
+        if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
+            raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
+        _check_declared_size(path, suffix)
         if suffix == ".pt":
             return _load_pt(path)
         if suffix == ".safetensors":
             return _load_safetensors(path)
-        if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
-            raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
         loaded = np.load(path, allow_pickle=False)  # a pickled object array could run code
         if suffix == ".npz":
             with loaded:

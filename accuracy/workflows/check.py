@@ -30,7 +30,7 @@ from accuracy.backends import get_backend
 from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_table
+from accuracy.core.formatting import format_table, printable
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.metric_table import BY_NAME
@@ -69,7 +69,7 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{o['label']}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
@@ -85,7 +85,7 @@ class CheckReport:
                 for o in self.outputs
             ],
         )
-        lines += ["", "why:"] + [f"  {o['label']}: {o['reason']}" for o in self.outputs]
+        lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in self.outputs]
         if self.pairs:
             lines += ["", "pairwise discrepancy (ulps at the larger magnitude):"]
             lines += format_table(
@@ -278,6 +278,7 @@ def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None
     fmt = _decide_format(raw, given, source)
     _check_names(op, raw, source)
     rounded = _rounded_inputs(raw, fmt, source)
+    op.check_min_size(rounded, source)
     _check_shapes(given, _op_fp64_shape(op, rounded, source), f"{op.name} on {source}")
     if contract_ulps is not None and contract_ulps < 0:
         raise OpbenchError(f"--contract must be a number of ulps >= 0, got {contract_ulps}")
@@ -326,14 +327,30 @@ def _call(fn: Callable, inputs: dict, fmt: FloatFormat, backend_name: str) -> np
 
 
 def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple[str, np.ndarray]:
-    """The function's result at `fmt` and the array kind it takes: numpy arrays, else torch tensors."""
+    """The function's result at `fmt` and the array kind it computes with: torch tensors where
+    it runs torch ops (whether it takes tensors or converts numpy arrays itself), else numpy."""
     failures = []
     for backend_name in FUNCTION_BACKENDS:
         try:
-            return backend_name, _call(fn, inputs, fmt, backend_name)
+            result = _call(fn, inputs, fmt, backend_name)
         except Exception as exc:
             failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {_first_line(exc)}")
+            continue
+        if backend_name == "numpy" and "torch" in sys.modules and _computes_with_torch(fn, inputs):
+            return "torch", _call(fn, inputs, fmt, "torch")
+        return backend_name, result
     raise OpbenchError(f"{name} fails on {_shapes(inputs)} in {fmt.name} " + "; ".join(failures))
+
+
+def _computes_with_torch(fn: Callable, inputs: dict) -> bool:
+    """Whether `fn`, handed numpy arrays, computes with torch ops (torch is loaded only where the
+    user's module loaded it: a numpy function never pays for it)."""
+    from accuracy.judge.torch_emulation import torch_ops_computed
+
+    try:
+        return bool(torch_ops_computed(fn, inputs))
+    except Exception:
+        return False
 
 
 def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_name: str) -> np.ndarray:

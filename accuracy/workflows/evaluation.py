@@ -91,5 +91,9 @@ def make_case(op_name: str, dtype: str, size: int | None = None, condition: str 
     if size is not None and size < 1:
         raise OpbenchError(f"size must be a positive integer, got {size}")
     op.generator(condition)  # validates the condition name
+    if size is not None and size < op.min_size:
+        raise OpbenchError(
+            f"--size {size} is too small: {op.name} needs rows of at least {op.min_size} elements ({op.doc})"
+        )
     check_size(op, size, condition)
     return Case(op, fmt, size or op.default_size, condition)

@@ -23,6 +23,7 @@ from accuracy.backends import get_backend
 from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
+from accuracy.core.limits import check_sample
 from accuracy.judge.contracts import contract_for, ulps_from_correctly_rounded
 from accuracy.judge.error_metrics import ulp_error
 from accuracy.judge.verdicts import correctly_rounded
@@ -229,6 +230,7 @@ def scan(
     if fmt.name == "float64":
         if not sample:
             raise OpbenchError("float64 has 2**64 inputs: give --sample N")
+        check_sample(sample)
         inputs = sample_float64(sample, name=op.name)
         total = inputs.size
     elif fmt.name in SCAN_DTYPES:

@@ -219,7 +219,8 @@ CHOLESKY = OpInfo(
     exact=_cholesky_exact,
     fp64=lambda a: np.linalg.cholesky(a),
     bound=_cholesky_bound,
-    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||L||_2 on the lower triangle, eta = gamma_{3n} (Sun 1991 perturbation)",
+    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||L||_2 on the lower triangle, eta = gamma_{3n} "
+    "(Sun 1991 perturbation)",
     impls=(
         Impl("numpy", "np.linalg.cholesky", lambda ns, a: ns.linalg.cholesky(a), SINGLE_DOUBLE),
         Impl("scipy", "linalg.cholesky(lower=True)", lambda ns, a: ns.linalg.cholesky(a, lower=True), SINGLE_DOUBLE),
@@ -253,7 +254,8 @@ QR = OpInfo(
     exact=_qr_exact,
     fp64=lambda a: np.abs(np.linalg.qr(a)[1]),
     bound=_qr_bound,
-    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||A||_2 on the upper triangle, eta = gamma_{6n} (Householder QR; Sun's R perturbation)",
+    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||A||_2 on the upper triangle, eta = gamma_{6n} "
+    "(Householder QR; Sun's R perturbation)",
     impls=(
         Impl("numpy", "abs(np.linalg.qr(a).R)", lambda ns, a: ns.abs(ns.linalg.qr(a)[1]), SINGLE_DOUBLE),
         Impl(
@@ -303,7 +305,8 @@ SVD = OpInfo(
     exact=_svd_exact,
     fp64=lambda a: np.linalg.svd(a, compute_uv=False),
     bound=_weyl_bound,
-    bound_doc="gamma_{4n} * ||A||_2 per value (Weyl: backward-stable SVD, absolute error; small sigmas lose relative accuracy)",
+    bound_doc="gamma_{4n} * ||A||_2 per value (Weyl: backward-stable SVD, absolute error; "
+    "small sigmas lose relative accuracy)",
     impls=(
         Impl(
             "numpy", "np.linalg.svd(compute_uv=False)", lambda ns, a: ns.linalg.svd(a, compute_uv=False), SINGLE_DOUBLE
@@ -362,6 +365,27 @@ def _lstsq_inputs(rng, n):
     return {"a": normal(rng, (2 * n, n)), "b": normal(rng, 2 * n)}
 
 
+def _consistent(rng, n):
+    """b = A x0: a zero-residual problem (the regime LAPACK's own tests use, ddrvls)."""
+    a = normal(rng, (2 * n, n))
+    return {"a": a, "b": a @ normal(rng, n)}
+
+
+def _large_residual(rng, n):
+    """b far from A's range: a residual 1000x the part A can fit (Higham 20.1's (kappa + 1)||r|| term)."""
+    a = normal(rng, (2 * n, n))
+    q = np.linalg.qr(a, mode="complete")[0][:, n:]
+    return {"a": a, "b": a @ normal(rng, n) + 1e3 * q @ normal(rng, n)}
+
+
+def _ill_lstsq(rng, n, cond=ILL_COND):
+    """A = U diag(s) V^T of shape 2n x n with s log-spaced from 1 to 1/cond: ill-conditioned, but
+    of full rank, so the least-squares solution is unique (well-posed); b random."""
+    u = np.linalg.qr(rng.standard_normal((2 * n, n)))[0]
+    s = np.logspace(0, -np.log10(cond), n)
+    return {"a": (u * s) @ _orthogonal(rng, n).T, "b": normal(rng, 2 * n)}
+
+
 LSTSQ = OpInfo(
     name="lstsq",
     doc="least-squares x = argmin ||A x - b||_2, A ~ N(0,1) of shape 2n x n (a non-zero residual)",
@@ -369,7 +393,8 @@ LSTSQ = OpInfo(
     exact=_lstsq_exact,
     fp64=lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0],
     bound=_lstsq_bound,
-    bound_doc="kappa eta/(1 - kappa eta) * (2 + (kappa + 1)||r||/(||A|| ||x||)) * ||x||, eta = gamma_{6m} (Higham 20.1)",
+    bound_doc="kappa eta/(1 - kappa eta) * (2 + (kappa + 1)||r||/(||A|| ||x||)) * ||x||, eta = gamma_{6m} "
+    "(Higham 20.1)",
     impls=(
         Impl("numpy", "np.linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b, rcond=None)[0], SINGLE_DOUBLE),
         Impl("scipy", "linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b)[0], SINGLE_DOUBLE),
@@ -393,6 +418,8 @@ LSTSQ = OpInfo(
     bench_sizes=SIZES,
     oracle=lambda inputs: list(mpmath.qr_solve(mp_matrix(inputs["a"]), mp_matrix(inputs["b"]))[0]),
     test_size=8,
+    # the residual regimes a backward-error test must get right (accuracy.judge.backward_error._lstsq)
+    conditions={"consistent": _consistent, "large_residual": _large_residual, "ill": _ill_lstsq},
 )
 
 

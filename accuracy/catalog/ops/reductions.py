@@ -188,6 +188,7 @@ def _variance_op(name: str, root: bool) -> OpInfo:
         oracle=rowwise(lambda row: [mpmath.sqrt(one_pass_var(row, DDOF)) if root else one_pass_var(row, DDOF)]),
         test_size=64,
         flops=lambda n: 3 * n,
+        min_size=DDOF + 1,
     )
 
 

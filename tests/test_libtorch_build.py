@@ -1,0 +1,115 @@
+"""The LibTorch extension's build (issue 22 #1): one build directory per environment, a lock a
+killed build left behind recovered, a live builder waited for with a timeout and one line.
+
+No compiler runs here: `load` stands in for cpp_extension.load and takes cpp_extension's own
+lock (torch.utils.file_baton.FileBaton on `<build dir>/lock`) exactly as it does, so a stale
+lock that was not recovered would make it fail instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from torch.utils.file_baton import FileBaton
+
+from accuracy.backends.libtorch import BUILDING, LibTorchBackend, build, build_name
+from accuracy.core.errors import OpbenchError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cpp_extension_load(build_dir: Path):
+    """What cpp_extension.load does with its lock: take it, or (had it stayed) wait on it forever."""
+
+    def load():
+        baton = FileBaton(str(build_dir / "lock"))
+        assert baton.try_acquire(), "cpp_extension would wait forever on this lock"
+        baton.release()
+
+    return load
+
+
+def _holder(build_dir: Path, make_stale_lock: bool) -> subprocess.Popen:
+    """A process inside build_lock (as a build is), optionally having created cpp_extension's lock."""
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from accuracy.backends.libtorch import build_lock
+        d = Path({str(build_dir)!r})
+        with build_lock(d, timeout=60):
+            if {make_stale_lock!r}:
+                (d / "lock").write_text("")
+            print("holding", flush=True)
+            time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def test_a_lock_left_by_a_killed_build_is_recovered(tmp_path, capsys):
+    build_dir = tmp_path / "opbench_libtorch_x"
+    holder = _holder(build_dir, make_stale_lock=True)
+    holder.send_signal(signal.SIGKILL)  # killed mid-build: cpp_extension's `lock` file stays behind
+    holder.wait(timeout=60)
+    assert (build_dir / "lock").exists()
+    build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=5)
+    assert not (build_dir / "lock").exists()
+    assert capsys.readouterr().err == f"opbench: {BUILDING} in {build_dir}\n"  # no .so yet: it says it builds
+
+
+def test_a_live_builder_is_waited_for_then_one_line(tmp_path, capsys, monkeypatch):
+    build_dir = tmp_path / "opbench_libtorch_x"
+    holder = _holder(build_dir, make_stale_lock=False)
+    try:
+        monkeypatch.setenv("OPBENCH_LIBTORCH_BUILD_TIMEOUT", "0.5")
+        with pytest.raises(OpbenchError) as error:
+            build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir))
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message == (
+        f"the LibTorch backend is being built by another process (pid {holder.pid}) in {build_dir}; "
+        "waited 0.5 s (set OPBENCH_LIBTORCH_BUILD_TIMEOUT to wait longer)"
+    )
+    assert f"opbench: waiting for pid {holder.pid}, {BUILDING}" in capsys.readouterr().err
+
+
+def test_a_built_extension_loads_without_a_word(tmp_path, capsys):
+    build_dir = tmp_path / "opbench_libtorch_x"
+    build_dir.mkdir()
+    (build_dir / "opbench_libtorch_x.so").write_bytes(b"")
+    build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=5)
+    assert capsys.readouterr().err == ""
+
+
+def test_each_environment_and_torch_and_source_has_its_own_build():
+    here = build_name("/work/a/.venv", "2.13.0", b"source")
+    assert here == build_name("/work/a/.venv", "2.13.0", b"source")
+    others = {
+        build_name("/work/b/.venv", "2.13.0", b"source"),  # a second clone's venv
+        build_name("/work/a/.asv/env/0c28faf1", "2.13.0", b"source"),  # an asv history environment
+        build_name("/work/a/.venv", "2.12.1", b"source"),
+        build_name("/work/a/.venv", "2.13.0", b"edited source"),
+    }
+    assert len(others) == 4 and here not in others
+    backend = LibTorchBackend()
+    assert (
+        backend.build_directory.name
+        == backend.build_name
+        == build_name(
+            sys.prefix, backend.torch.__version__, (ROOT / "accuracy" / "backends" / "libtorch.cpp").read_bytes()
+        )
+    )
