@@ -11,7 +11,7 @@ setup: $(STAMP)
 # Reinstall whenever the pins or the project metadata change.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks,models]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks,models,dask]'
 	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
 

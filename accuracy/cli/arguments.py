@@ -39,3 +39,13 @@ def add_case(parser: argparse.ArgumentParser, *, threads_help: str | None) -> No
     )
     if threads_help is not None:
         parser.add_argument("--threads", type=int, default=None, help=threads_help)
+
+
+def add_dask(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        default=None,
+        help="run the work items on a Dask cluster: a scheduler address (tcp://HOST:PORT) or local:N "
+        "for N worker processes here (default: this process)",
+    )

@@ -6,7 +6,7 @@ import json
 import sys
 
 from accuracy.catalog.registry import get_op
-from accuracy.cli.arguments import add_command, add_json
+from accuracy.cli.arguments import add_command, add_dask, add_json
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table
@@ -37,6 +37,7 @@ def register(sub) -> None:
     p.add_argument(
         "--sample", type=int, default=None, help="float64 only: N inputs, random in every binade, plus special values"
     )
+    add_dask(p)
     add_json(p)
 
 
@@ -127,7 +128,7 @@ def run(args) -> int:
     fmt = get_format(args.dtype)
     impls = select_impls(op, fmt, args.impl)
     progress = _Progress(f"scan {op.name} {fmt.name}")
-    result = scan(op, fmt, impls, sample=args.sample, progress=progress)
+    result = scan(op, fmt, impls, sample=args.sample, progress=progress, dask=args.dask)
     progress.finish()
     rows = as_rows(result)
     if args.json:
@@ -148,6 +149,7 @@ def run(args) -> int:
     else:
         print(render(rows, result))
     if result.interrupted:
-        print("opbench: error: interrupted; the table covers the inputs scanned so far", file=sys.stderr)
+        why = result.error or "interrupted"
+        print(f"opbench: error: {why}; the table covers the inputs scanned so far", file=sys.stderr)
         return INTERRUPTED_EXIT
     return 0

@@ -6,9 +6,10 @@ import json
 import sys
 
 from accuracy.catalog.registry import get_op
-from accuracy.cli.arguments import add_command, add_json
+from accuracy.cli.arguments import add_command, add_dask, add_json
 from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.formatting import format_table
+from accuracy.workflows.cluster import ClusterLost
 from accuracy.workflows.selftest import MUST_CATCH, selftest, summary
 
 CATCH_TARGET = 0.95
@@ -36,6 +37,7 @@ def register(sub) -> None:
     p.add_argument("--small", action="store_true", help="each op at its small test size (seconds, not minutes)")
     p.add_argument("--all", action="store_true", dest="everything", help="include torch.compile (slow to compile)")
     p.add_argument("--markdown", action="store_true", help="one row per op, one column per dtype (docs/verdicts.md)")
+    add_dask(p)
     add_json(p)
 
 
@@ -123,20 +125,29 @@ def markdown(reports: list[dict], total: dict) -> str:
     return "\n".join(lines)
 
 
+def _progress(done: int, total: int, label: str, seconds: float) -> None:
+    eta = seconds * (total - done) / done
+    print(f"selftest: [{done}/{total}] {label}, {seconds:.0f} s, ETA {eta:.0f} s", file=sys.stderr)
+
+
 def run(args) -> int:
     for name in args.ops:
         get_op(name)  # unknown names fail with one line before any work
     dtypes = tuple(get_format(d).name for d in args.dtypes) if args.dtypes else ALL_DTYPES
-    cases = selftest(
-        args.ops or None,
-        dtypes,
-        small=args.small,
-        everything=args.everything,
-        progress=lambda s: print(f"selftest: {s}", file=sys.stderr),
-    )
+    cases, lost = [], None
+    try:
+        for case in selftest(
+            args.ops or None, dtypes, small=args.small, everything=args.everything, progress=_progress, dask=args.dask
+        ):
+            cases.append(case)
+    except ClusterLost as exc:  # what finished is printed, as for a scan
+        lost = exc
     reports, total = [r.as_dict() for r in cases], summary(cases)
     if args.json:
-        print(json.dumps({"cases": reports, "summary": total}, indent=2))
+        print(json.dumps({"cases": reports, "summary": total, "complete": lost is None}, indent=2))
     else:
         print(markdown(reports, total) if args.markdown else render(reports, total))
+    if lost is not None:
+        print(f"opbench: error: {lost}; the table covers the cases finished so far", file=sys.stderr)
+        return 2
     return 0 if total["false_alarms"] == 0 and total["catch_rate"] >= CATCH_TARGET else 1

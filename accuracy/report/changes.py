@@ -57,6 +57,13 @@ class Timing:
         return {"ci_99_a": self.ci[0], "ci_99_b": self.ci[1]}
 
 
+def ratio_interval(old: Timing, new: Timing) -> tuple[float, float] | None:
+    """The new/old time ratios both 99% intervals allow (None where either has no usable interval)."""
+    if not (old.usable and new.usable) or old.ci[0] <= 0:
+        return None
+    return max(new.ci[0], 0.0) / old.ci[1], new.ci[1] / old.ci[0]
+
+
 def beyond(ratio, threshold: float = DEFAULT_THRESHOLD):
     """The ratio is at least `threshold` away from 1, either way."""
     return (ratio >= threshold) | (ratio <= 1 / threshold)

@@ -28,7 +28,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
 from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
-from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, timing_change
+from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
 from accuracy.report.load import load_results, param_columns
 from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
 from accuracy.report.stack import read_load, stack_difference
@@ -362,12 +362,13 @@ def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
     """time_op's samples decide; GFLOP/s (derived from them) is only shown."""
     t_base, t_new = row["time_base"], row["time_new"]
     row["time_ratio"] = t_new / t_base if t_base and t_new is not None else None
-    row["time_change"] = None
+    row["time_change"] = row["time_ratio_low"] = row["time_ratio_high"] = None
     if row["time_ratio"] is None:
         return []
     timings = [_timing(record, side) for side in ("base", "new")]
     row["time_samples_base"], row["time_samples_new"] = (t.repeat for t in timings)
     row["time_change"] = timing_change(*timings, threshold)
+    row["time_ratio_low"], row["time_ratio_high"] = ratio_interval(*timings) or (None, None)
     if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
         row["time_change"] = changes.INCONCLUSIVE
     return (

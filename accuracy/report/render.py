@@ -23,6 +23,7 @@ from accuracy.report.answers import Answers, answer, pair_answer
 from accuracy.report.changes import DEFAULT_THRESHOLD
 from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
+from accuracy.report.fleet import MachinePair, machine_pairs
 from accuracy.report.load import load_results
 from accuracy.report.selftest_saved import KEPT, SavedSelftest, find_selftest
 from accuracy.report.tidy import tidy, write_data_dictionary
@@ -89,6 +90,7 @@ class ReportData:
     warnings: list[str]
     answers: Answers
     selftest: SavedSelftest | None
+    machines: tuple[list[MachinePair], list[str]] = ([], [])  # a fleet: each machine beside the first
 
     def changes(self, kind: str) -> pd.DataFrame:
         rows = self.steps.loc[self.steps["change"] == kind].assign(
@@ -125,6 +127,7 @@ def write_report(
         warnings=[*loaded.warnings, *failure_warnings(frame)],
         answers=answer(frame, Path(results_dir)),
         selftest=find_selftest(Path(results_dir)),
+        machines=machine_pairs(frame, Path(results_dir)),
     )
     target = Path(out_dir) / name
     markdown, page = render_markdown(data), render_html(data, max_plots)
@@ -659,6 +662,30 @@ def _environments_html(data: ReportData) -> str:
     )
 
 
+def _machines_html(data: ReportData) -> str:
+    pairs, notes = data.machines
+    if not pairs and not notes:
+        return "<p class=note>One machine: nothing to set side by side.</p>"
+    parts = [f"<p class=note>{html.escape(note)}</p>" for note in notes]
+    for pair in pairs:
+        parts.append(
+            f"<h3>{html.escape(pair.other)} vs {html.escape(pair.base)}</h3><p>{html.escape(pair.headline())}</p>"
+        )
+        parts.append(_table_html(pair.table()))
+    return "".join(parts)
+
+
+def _machines_markdown(data: ReportData) -> str:
+    pairs, notes = data.machines
+    if not pairs and not notes:
+        return "One machine: nothing to set side by side."
+    blocks = [f"- {note}" for note in notes]
+    blocks += [
+        f"### {pair.other} vs {pair.base}\n\n{pair.headline()}\n\n{_table_markdown(pair.table())}" for pair in pairs
+    ]
+    return "\n\n".join(blocks)
+
+
 def _table_html(table: pd.DataFrame, css_class: str = "") -> str:
     if table.empty:
         return "<p>None.</p>"
@@ -745,6 +772,7 @@ SECTIONS = (
     "self-test",
     "ops",
     "environments",
+    "machines",
     "history",
     "warnings",
 )
@@ -772,6 +800,7 @@ def render_html(data: ReportData, max_plots: int = DEFAULT_MAX_PLOTS) -> str:
         ("self-test", "Self-test of the verdicts", _selftest_html(data.selftest)),
         ("ops", f"Every op ({a.cases['op'].nunique()})", _op_sections_html(a)),
         ("environments", "Environments", _environments_html(data)),
+        ("machines", "Machines side by side: same bits, same verdicts, how much faster?", _machines_html(data)),
         (
             "history",
             "History",
@@ -822,6 +851,7 @@ def render_markdown(data: ReportData) -> str:
         f"## Speed\n\n{a.peak.basis}\n\n{_table_markdown(backend_tally(a.speed))}\n\n{_table_markdown(a.speed)}\n\n"
         f"## Changes ({a.changes.base} -> {a.changes.new})\n\n{changes}\n\n{_table_markdown(a.changes.table)}\n\n"
         f"## Self-test\n\n{selftest}\n\n"
+        f"## Machines side by side\n\n{_machines_markdown(data)}\n\n"
         f"## Regressions\n\n{_table_markdown(data.changes('regression'))}\n\n"
         f"## Improvements\n\n{_table_markdown(data.changes('improvement'))}\n\n"
         f"## Skipped files and warnings\n\n{warnings}\n\nPlots: see index.html.\n"

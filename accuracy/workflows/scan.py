@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.catalog.registry import Impl, OpInfo, all_ops
+from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.limits import check_sample
@@ -31,6 +30,7 @@ from accuracy.judge.verdicts import correctly_rounded
 from accuracy.reference.correctly_rounded import cores
 from accuracy.reference.exact import Exact
 from accuracy.reference.hard_inputs import hard_inputs
+from accuracy.workflows.cluster import ClusterLost, work_pool
 
 SCAN_DTYPES = ("float32", "float16", "bfloat16")
 CHUNK = 1 << 18  # inputs per task: ~15 MB of working arrays; a few tasks are in flight at a time
@@ -43,7 +43,7 @@ _BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
 class ImplScan:
     """What one implementation did over the scanned inputs."""
 
-    impl: Impl
+    impl: Impl | None  # None in a chunk's part, which carries counts only
     contract: object  # accuracy.judge.contracts.Contract or None
     checked: int = 0
     not_correctly_rounded: int = 0
@@ -126,6 +126,7 @@ class ScanResult:
     done: int = 0
     seconds: float = 0.0
     interrupted: bool = False
+    error: str | None = None  # why an interrupted scan stopped, when it was not Ctrl-C
 
 
 def scannable(op: OpInfo) -> bool:
@@ -211,14 +212,16 @@ def scan(
     chunk: int | None = None,
     progress=None,
     threads: int | None = None,
+    dask: str | None = None,
 ) -> ScanResult:
     """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
 
-    Chunks of inputs go to `threads` workers (default: every core; numpy's and torch's kernels
-    release the GIL), each implementation held to one thread meanwhile; results are merged in
-    chunk order, so the result does not depend on the thread count. `progress(done, total,
-    seconds)` is called after each chunk. Ctrl-C stops the scan and returns the chunks merged
-    so far, with `interrupted` set.
+    Chunks of inputs go to `threads` workers here (default: every core; numpy's and torch's
+    kernels release the GIL), or to the Dask cluster `dask` names (accuracy.workflows.cluster),
+    each implementation held to one thread meanwhile. Results are merged in chunk order, so the
+    result is the same bits whatever ran it. `progress(done, total, seconds)` is called after
+    each chunk. Ctrl-C, or a cluster whose scheduler goes away, stops the scan and returns the
+    chunks merged so far, with `interrupted` (and `error` for the cluster) set.
     """
     if not scannable(op):
         raise OpbenchError(
@@ -243,39 +246,72 @@ def scan(
     result = ScanResult(op.name, fmt, total, scans)
     threads, chunk = threads or cores(), chunk or CHUNK
 
-    def part(start):
+    def submit(pool, start):
         stop = min(total, start + chunk)
-        x = inputs[start:stop] if inputs is not None else all_inputs(fmt, start, stop)
-        return stop - start, _scan_chunk(op, fmt, scans, x)
+        x = inputs[start:stop] if inputs is not None else None
+        if dask is None:
+            return stop - start, pool.submit(scan_chunk, op, fmt, impls, start, stop, x, False)
+        return stop - start, pool.submit(scan_chunk_named, op.name, fmt, impls, start, stop, x)
 
     start_time = time.perf_counter()
-    with ExitStack() as limits, ThreadPoolExecutor(threads) as pool:
-        # torch too: the reference's float64 twins (accuracy.reference.correctly_rounded.TORCH_TWINS) run in each worker
-        for backend in dict.fromkeys([get_backend("torch"), *(get_backend(s.impl.backend) for s in scans)]):
-            limits.enter_context(backend.thread_limit(1))
-        in_flight = deque()
+    with ExitStack() as limits, work_pool(dask, threads) as pool:
+        if dask is None:  # here, for the whole scan; a cluster's tasks hold their own threads
+            limits.enter_context(_one_thread_each(impls))
+        in_flight: deque = deque()
         try:
             for start in [*_spread(range(0, total, chunk)), None]:
                 if start is not None:
-                    in_flight.append(pool.submit(part, start))
+                    in_flight.append(submit(pool, start))
                 while in_flight and (start is None or len(in_flight) > 2 * threads):
-                    size, parts = in_flight.popleft().result()
-                    for s, p in zip(scans, parts, strict=False):
+                    size, future = in_flight[0]
+                    parts = future.result()
+                    in_flight.popleft()
+                    for s, p in zip(scans, parts, strict=True):
                         s.merge(p)
                     result.done += size
                     result.seconds = time.perf_counter() - start_time
                     if progress:
                         progress(result.done, total, result.seconds)
-        except KeyboardInterrupt:
-            for future in in_flight:
+        except (KeyboardInterrupt, ClusterLost) as stop:
+            for _, future in in_flight:
                 future.cancel()
             result.interrupted = True
+            result.error = str(stop) if isinstance(stop, ClusterLost) else None
             result.seconds = time.perf_counter() - start_time
     return result
 
 
-def _scan_chunk(op: OpInfo, fmt: FloatFormat, scans: list[ImplScan], x: np.ndarray) -> list[ImplScan]:
-    """One chunk through the reference and every implementation: a fresh ImplScan per impl."""
+def _one_thread_each(impls: list[Impl]) -> ExitStack:
+    """Every backend of the scan (and torch, whose float64 twins the reference runs) on one thread."""
+    stack = ExitStack()
+    for backend in dict.fromkeys([get_backend("torch"), *(get_backend(impl.backend) for impl in impls)]):
+        stack.enter_context(backend.thread_limit(1))
+    return stack
+
+
+def scan_chunk(
+    op: OpInfo, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None, own_threads: bool
+) -> list[ImplScan]:
+    """One chunk (bit patterns start..stop-1, or the sample `x`) through the reference and each impl.
+
+    The parts it returns carry counts only (no Impl), which is all `ImplScan.merge` reads.
+    """
+    if x is None:
+        x = all_inputs(fmt, start, stop)
+    with _one_thread_each(impls) if own_threads else ExitStack():
+        return _scan_chunk(op, fmt, impls, x)
+
+
+def scan_chunk_named(
+    op_name: str, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None
+) -> list[ImplScan]:
+    """`scan_chunk` on a Dask worker: the op by name (its exact reference holds mpmath values that
+    do not pickle), from the worker's own registry, and the worker's threads held to one."""
+    return scan_chunk(get_op(op_name), fmt, impls, start, stop, x, True)
+
+
+def _scan_chunk(op: OpInfo, fmt: FloatFormat, impls: list[Impl], x: np.ndarray) -> list[ImplScan]:
+    """The reference once, then every implementation: a fresh ImplScan per impl."""
     with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
         exact = op.exact({"x": x.astype(np.float64)}, fmt)
         rounded = fmt.round(exact.hi)
@@ -285,9 +321,9 @@ def _scan_chunk(op: OpInfo, fmt: FloatFormat, scans: list[ImplScan], x: np.ndarr
             near = Exact(exact.hi[tie_broken], exact.lo[tie_broken])
             rounded[tie_broken] = correctly_rounded(near, fmt).astype(fmt.np_dtype)
     parts = []
-    for s in scans:
-        part = ImplScan(s.impl, s.contract)
-        part.add(x, _run(s.impl, x, fmt), exact, rounded, fmt)
+    for impl in impls:
+        part = ImplScan(None, None)
+        part.add(x, _run(impl, x, fmt), exact, rounded, fmt)
         parts.append(part)
     return parts
 

@@ -14,22 +14,29 @@ E_least, "the error of the least accurate correct algorithm", is the largest of:
 the correct implementations, the op's formula in plain round-to-nearest recursive order at the
 compute precision, the RMS error of the typical tier's Monte Carlo runs (its expected error,
 so a lucky single output does not shrink it), and half an ulp (what correct rounding errs), in
-ulps of the result's format, max over elements. A mutant whose error is >= 16 E_least must be caught (suspicious or beyond).
+ulps of the result's format, max over elements. A mutant whose error is >= 16 E_least must be
+caught (suspicious or beyond).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from accuracy.backends import get_backend
 from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
 from accuracy.core.dtypes import ALL_DTYPES, FORMATS, FloatFormat, ulp
+from accuracy.core.threads import all_cores
 from accuracy.judge.emulation import emulate
 from accuracy.judge.error_metrics import rounding_error
 from accuracy.judge.precision import TF32, compute_format
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence
 from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.workflows.cluster import work_pool
 from accuracy.workflows.evaluation import Case
 
 MUST_CATCH = 16.0  # the issue's target: catch every mutant at >= 16x the least accurate correct error
@@ -42,7 +49,7 @@ ALARMS = (SUSPICIOUS, BEYOND)
 @dataclass
 class Mutant:
     name: str
-    output: np.ndarray
+    output: np.ndarray | None  # dropped once judged
     error_ulp: float = 0.0
     verdict: str = ""
 
@@ -245,21 +252,61 @@ def selftest(
     small: bool = False,
     everything: bool = False,
     progress=None,
-) -> list[CaseReport]:
-    """Every op (or `op_names`), dtype and condition; `small` runs each at its test size."""
+    dask: str | None = None,
+) -> Iterator[CaseReport]:
+    """Every op (or `op_names`), dtype and condition, in that order; `small` runs each at its test size.
+
+    The cases run one after another here, or all at once on the Dask cluster `dask` names; each
+    holds every backend to this machine's core count wherever it runs, so a report is the same
+    bits on a cluster. `progress(done, total, label, seconds)` follows each finished case.
+    """
     ops = [get_op(n) for n in op_names] if op_names else all_ops()
-    reports = []
-    for op in ops:
-        for dtype in dtypes:
-            if dtype not in op.dtypes():
-                continue
-            for condition in op.condition_names():
-                if progress:
-                    progress(f"{op.name} {dtype} {condition}")
-                r = selftest_case(op, dtype, op.test_size if small else size, condition, everything)
-                if r is not None:
-                    reports.append(r)
-    return reports
+    cases = [
+        (op.name, dtype, op.test_size if small else size, condition)
+        for op in ops
+        for dtype in dtypes
+        if dtype in op.dtypes()
+        for condition in op.condition_names()
+    ]
+    threads, start = all_cores(), time.perf_counter()
+
+    def finished(i: int, report: CaseReport | None) -> Iterator[CaseReport]:
+        if progress:
+            progress(
+                i + 1, len(cases), " ".join(str(c) for c in cases[i] if c is not None), time.perf_counter() - start
+            )
+        if report is not None:
+            yield report
+
+    if dask is None:
+        for i, case in enumerate(cases):
+            yield from finished(i, selftest_task(*case, everything, threads))
+        return
+    with work_pool(dask) as pool:
+        futures = [pool.submit(selftest_task, *case, everything, threads) for case in cases]
+        try:
+            for i, future in enumerate(futures):
+                yield from finished(i, future.result())
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def selftest_task(
+    op_name: str, dtype: str, size: int | None, condition: str, everything: bool, threads: int
+) -> CaseReport | None:
+    """One case by name, on `threads` threads in every backend it uses; the report keeps no outputs
+    (mutants' arrays are what make a case large, and nothing reads them after judging)."""
+    op = get_op(op_name)
+    with ExitStack() as limits:
+        for backend in dict.fromkeys(get_backend(name) for name in ("torch", *(i.backend for i in op.impls))):
+            if backend.available():
+                limits.enter_context(backend.thread_limit(threads))
+        report = selftest_case(op, dtype, size, condition, everything)
+    if report is not None:
+        for m in report.mutants:
+            m.output = None
+    return report
 
 
 def summary(reports: list[CaseReport]) -> dict:

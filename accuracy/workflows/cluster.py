@@ -1,0 +1,209 @@
+"""Where a workflow's independent work items run: this process's thread pool, or a Dask cluster.
+
+Scans, self-tests and model sweeps are embarrassingly parallel. `work_pool(None, threads)` is the
+in-process default; `work_pool("local:N")` starts a `distributed.LocalCluster` of N one-thread
+worker processes, and `work_pool("tcp://HOST:PORT")` joins a running scheduler. Every pool hands
+back futures the caller collects in submission order, so results never depend on where or in
+which order the items ran.
+
+A fleet with mixed library versions or CPU dispatch would merge incomparable numbers, so each
+worker's numerical stack is compared with this process's before any work is sent.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Protocol
+
+from accuracy.core.errors import OpbenchError
+
+LOCAL_PREFIX = "local:"
+CONNECT_TIMEOUT_S = 20
+# The packages whose versions change a number opbench reports; a worker must match all of them.
+STACK_PACKAGES = (
+    "opbench",
+    "numpy",
+    "scipy",
+    "torch",
+    "ml_dtypes",
+    "mpmath",
+    "tensorflow-cpu",
+    "onnxruntime",
+    "jax",
+    "jaxlib",
+)
+
+
+class ClusterLost(OpbenchError):
+    """The scheduler went away mid-run: the caller keeps what it merged and ends with one line."""
+
+
+class WorkFuture(Protocol):
+    def result(self) -> Any: ...
+    def cancel(self) -> Any: ...
+
+
+class WorkPool(Protocol):
+    """What scan and selftest need of a pool: submit a picklable function, collect its future."""
+
+    name: str
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> WorkFuture: ...
+
+
+def stack_signature() -> dict[str, Any]:
+    """This process's numerical stack: package versions and the CPU dispatch numpy and torch chose.
+
+    Import-light on purpose (metadata, numpy's feature table, torch's capability string), so
+    asking every worker costs milliseconds.
+    """
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    versions: dict[str, str | None] = {}
+    for name in STACK_PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    signature: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        **versions,
+        "numpy SIMD": ",".join(sorted(k for k, on in __cpu_features__.items() if on)),
+    }
+    if versions["torch"]:
+        import torch
+
+        signature["torch CPU capability"] = torch.backends.cpu.get_cpu_capability()
+    return signature
+
+
+def stack_mismatch(here: dict[str, Any], there: dict[str, Any]) -> str | None:
+    """The first difference between two stack signatures, as a phrase; None when they agree."""
+    for key in sorted(here.keys() | there.keys()):
+        if here.get(key) != there.get(key):
+            return f"{key} {there.get(key)} there, {here.get(key)} here"
+    return None
+
+
+class _ThreadPool:
+    name = "in-process"
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self._pool = pool
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        return self._pool.submit(fn, *args)
+
+
+class _DaskFuture:
+    """A distributed future whose result() turns a lost scheduler into one clear error."""
+
+    def __init__(self, future: Any, address: str):
+        self._future, self._address = future, address
+
+    def result(self) -> Any:
+        from distributed.comm.core import CommClosedError
+
+        try:
+            return self._future.result()
+        except (CommClosedError, OSError, TimeoutError) as exc:
+            raise ClusterLost(f"the Dask scheduler at {self._address} went away ({type(exc).__name__})") from exc
+        except Exception as exc:
+            if (
+                type(exc).__name__ in ("CancelledError", "FutureCancelledError")
+                and self._future.client.status != "running"
+            ):
+                raise ClusterLost(f"the Dask scheduler at {self._address} went away") from exc
+            raise
+
+    def cancel(self) -> Any:
+        try:
+            return self._future.cancel()
+        except Exception:  # the scheduler may already be gone: nothing left to cancel
+            return None
+
+
+class _DaskPool:
+    def __init__(self, client: Any, address: str):
+        self._client, self.name = client, address
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> _DaskFuture:
+        # pure=False: the same arguments submitted twice are two work items, never deduplicated
+        return _DaskFuture(self._client.submit(fn, *args, pure=False), self.name)
+
+
+def _local_workers(spec: str) -> int:
+    count = spec[len(LOCAL_PREFIX) :]
+    if not count.isdigit() or int(count) < 1:
+        raise OpbenchError(f"--dask {spec!r}: expected local:N with N >= 1 workers, or a scheduler address")
+    return int(count)
+
+
+def check_workers(client: Any, address: str) -> int:
+    """Refuse a fleet whose numerical stack differs from this process's; returns the worker count."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        raise OpbenchError(f"the Dask scheduler at {address} has no workers")
+    here = stack_signature()
+    for worker, there in sorted(client.run(stack_signature).items()):
+        mismatch = stack_mismatch(here, there)
+        if mismatch:
+            raise OpbenchError(
+                f"Dask worker {worker} has another numerical stack ({mismatch}): its results would not merge"
+            )
+    return len(workers)
+
+
+@contextmanager
+def work_pool(dask: str | None, threads: int = 1) -> Iterator[WorkPool]:
+    """A pool for independent work items: `threads` threads here, or the cluster `dask` names."""
+    if dask is None:
+        with ThreadPoolExecutor(threads) as pool:
+            yield _ThreadPool(pool)
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise OpbenchError("--dask needs the `dask` extra: pip install 'opbench[dask]'") from exc
+    cluster = None
+    try:
+        if dask.startswith(LOCAL_PREFIX):
+            # one thread per worker process: the kernels inside each task use one thread too
+            cluster = LocalCluster(
+                n_workers=_local_workers(dask),
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                silence_logs=50,
+            )
+            client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
+        else:
+            client = Client(dask, timeout=CONNECT_TIMEOUT_S)
+    except OpbenchError:
+        raise
+    except (OSError, TimeoutError, ValueError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {exc}") from exc
+    try:
+        check_workers(client, dask)
+        yield _DaskPool(client, dask)
+    finally:
+        _close_quietly(client, cluster)
+
+
+def _close_quietly(client: Any, cluster: Any) -> None:
+    """Closing after the scheduler died logs reconnect noise and can raise: neither helps the user."""
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    for thing in (client, cluster):
+        if thing is None:
+            continue
+        with suppress(Exception):  # already gone
+            thing.close(timeout=5) if thing is client else thing.close()

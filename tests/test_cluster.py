@@ -1,0 +1,161 @@
+"""Scale-out on Dask (#21): the same bits on a real cluster as in-process, a killed worker costs only
+its chunks, a lost scheduler ends in one line with the partial table, a mixed fleet is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from accuracy.catalog.registry import get_op
+from accuracy.cli.main import main
+from accuracy.core.dtypes import get_format
+from accuracy.core.errors import OpbenchError
+from accuracy.workflows import cluster
+from accuracy.workflows.scan import as_rows, scan
+from accuracy.workflows.selftest import selftest
+
+pytestmark = pytest.mark.slow
+CHUNK = 4096  # 16 chunks of float16: enough for a worker to die between them
+
+
+def _dask(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_" + args[0], *args[1:]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real `dask scheduler` and two one-thread `dask worker` processes on 127.0.0.1."""
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = _dask(
+        "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(scheduler_file)
+    )
+    workers = []
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        workers = [
+            _dask("worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1")
+            for _ in range(2)
+        ]
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address, scheduler, workers
+    finally:
+        for process in [*workers, scheduler]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _exp_float16(**kwargs):
+    op, fmt = get_op("exp"), get_format("float16")
+    impls = [op.impl("numpy:np.exp"), op.impl("torch:torch.exp")]
+    return scan(op, fmt, impls, chunk=CHUNK, **kwargs)
+
+
+def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_and_survives_a_killed_worker(dask_cluster):
+    address, _, workers = dask_cluster
+    here = as_rows(_exp_float16())
+    assert here[0]["checked"] == 1 << 16 and here[0]["complete"]
+
+    assert as_rows(_exp_float16(dask=address)) == here
+
+    killed = []
+
+    def kill_one_worker(done, total, seconds):
+        if not killed and done >= total // 4:
+            os.killpg(workers[0].pid, signal.SIGKILL)  # kill -9 mid-scan: dask reruns its chunks
+            killed.append(done)
+
+    result = _exp_float16(dask=address, progress=kill_one_worker)
+    assert killed and workers[0].wait() == -signal.SIGKILL
+    assert not result.interrupted and as_rows(result) == here
+
+
+def test_a_local_cluster_scan_and_selftest_equal_in_process():
+    here = as_rows(_exp_float16())
+    assert as_rows(_exp_float16(dask="local:2")) == here
+    args = (["exp", "sum", "linear"], ("float32",))
+    in_process = [r.as_dict() for r in selftest(*args, small=True)]
+    assert [(r["op"], r["condition"]) for r in in_process] == [
+        ("exp", "random"),
+        ("sum", "random"),
+        ("sum", "cancelling"),
+        ("linear", "random"),
+    ]
+    assert all(r["mutants"] > 0 and not r["false_alarms"] for r in in_process)
+    assert [r.as_dict() for r in selftest(*args, small=True, dask="local:2")] == in_process
+
+
+def test_a_scheduler_that_goes_away_ends_with_one_line_and_the_partial_table(dask_cluster, monkeypatch, capsys):
+    address, scheduler, _ = dask_cluster
+    from accuracy.cli import scan_command
+
+    class KillScheduler(scan_command._Progress):
+        def __call__(self, done, total, seconds):
+            if done >= total // 4 and scheduler.poll() is None:
+                os.killpg(scheduler.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(scan_command, "_Progress", KillScheduler)
+    monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
+    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
+    out, err = capsys.readouterr()
+    partial = json.loads(out)
+    assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
+    assert partial["implementations"][0]["checked"] == partial["inputs"]
+    assert err.count("\n") == 1 and f"the Dask scheduler at {address} went away" in err
+
+
+class _Fleet:
+    """A stand-in for distributed.Client: one worker whose stack differs from this process's."""
+
+    def __init__(self, there: dict):
+        self.there = there
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": {"tcp://10.0.0.2:4000": {}}}
+
+    def run(self, fn):
+        return {"tcp://10.0.0.2:4000": self.there}
+
+
+def test_a_worker_with_another_stack_is_refused_by_name():
+    here = cluster.stack_signature()
+    assert here["numpy"] and here["torch"] and here["torch CPU capability"]
+    assert cluster.check_workers(_Fleet(dict(here)), "tcp://x:1") == 1
+    with pytest.raises(
+        OpbenchError, match=r"worker tcp://10.0.0.2:4000 has another numerical stack \(numpy 1.26.4 there"
+    ):
+        cluster.check_workers(_Fleet({**here, "numpy": "1.26.4"}), "tcp://x:1")
+    avx = {**here, "numpy SIMD": "SSE,SSE2"}
+    assert cluster.stack_mismatch(here, avx).startswith("numpy SIMD SSE,SSE2 there")
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("local:0", "expected local:N with N >= 1"),
+        ("local:two", "expected local:N with N >= 1"),
+        ("tcp://127.0.0.1:9", "cannot reach a Dask scheduler at tcp://127.0.0.1:9"),
+    ],
+)
+def test_bad_dask_addresses_are_one_line(address, message, capsys, monkeypatch):
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)
+    assert main(["scan", "exp", "--dtype", "float16", "--dask", address]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

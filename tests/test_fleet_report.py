@@ -1,0 +1,52 @@
+"""A fleet in one report (#21): two machines' results in one results directory, side by side."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def opbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "accuracy", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_two_machines_in_one_results_directory_are_set_side_by_side(tmp_path):
+    results = tmp_path / "results"
+    for machine in ("alpha", "beta"):  # two machines' nightly runs, committed to one results repository
+        run = opbench(
+            "run",
+            "--quick",
+            "--bench",
+            r"bench_products\.Dot\.",
+            "--results",
+            str(results),
+            "--machine",
+            machine,
+            "--report",
+            str(tmp_path / machine),
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+    # each run files under its name plus the environment's digest: the same host twice, the same digest
+    alpha, beta = sorted(p.name for p in results.iterdir() if p.is_dir() and p.name != "logs")
+    assert alpha.startswith("alpha-") and beta == "beta-" + alpha.removeprefix("alpha-")
+    report = opbench("report", "--results", str(results), "--out", str(tmp_path / "fleet"))
+    assert report.returncode == 0, report.stderr
+    markdown = (tmp_path / "fleet" / "latest" / "report.md").read_text()
+    section = markdown.split("## Machines side by side", 1)[1].split("\n## ", 1)[0]
+    # the same host twice: every Dot case gives the same bits and the same verdict on both
+    headline = next(line for line in section.splitlines() if line.startswith(f"{beta} vs {alpha}:"))
+    cases = int(headline.split(": ")[1].split(" cases")[0])
+    assert cases >= 4 and f"{cases} bitwise identical, 0 with different verdicts" in headline
+    assert f"median time ratio {beta}/{alpha}" in headline
+    assert section.count("| bitwise identical |") == cases and "within rounding" in section
+    html = (tmp_path / "fleet" / "latest" / "index.html").read_text()
+    assert '<h2 id="machines">' in html and f"{beta} vs {alpha}" in html
+    # and the same decision as `opbench compare` between the two machines
+    compare = opbench("compare", "--results", str(results), alpha, beta)
+    assert f"bits: {cases} bitwise identical" in compare.stdout, compare.stdout
