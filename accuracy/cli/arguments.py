@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from accuracy.core.errors import OpbenchError
 from accuracy.reference.inputs import DEFAULT_CONDITION
 
 
@@ -49,3 +50,11 @@ def add_dask(parser: argparse.ArgumentParser) -> None:
         help="run the work items on a Dask cluster: a scheduler address (tcp://HOST:PORT) or local:N "
         "for N worker processes here (default: this process)",
     )
+
+
+def labelled_file(flag: str, text: str, example: str) -> tuple[str, str]:
+    """`LABEL=FILE` of a repeatable flag (`--output tf=out.npy`), split; anything else is one line."""
+    label, sep, path = text.partition("=")
+    if not sep or not label or not path:
+        raise OpbenchError(f"{flag} {text!r}: expected LABEL=FILE, e.g. {example}")
+    return label, path

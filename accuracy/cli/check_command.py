@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import json
 
-from accuracy.cli.arguments import add_command, add_json
+from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.check import check
-
-
-def _labelled(text: str) -> tuple[str, str]:
-    label, sep, path = text.partition("=")
-    if not sep or not label or not path:
-        raise OpbenchError(f"--output {text!r}: expected LABEL=FILE, e.g. tf=out_tf.npy")
-    return label, path
 
 
 def register(sub) -> None:
@@ -58,7 +51,7 @@ def register(sub) -> None:
 def run(args) -> int:
     if (args.op is None) == (args.fn is None):
         raise OpbenchError("give an op or --fn MODULE:FUNCTION, not both")
-    outputs = dict(_labelled(o) for o in args.output)
+    outputs = dict(labelled_file("--output", o, "tf=out_tf.npy") for o in args.output)
     if len(outputs) != len(args.output):
         raise OpbenchError("two --output arguments share a label; give each its own")
     report = check(op=args.op, fn=args.fn, inputs=args.inputs, outputs=outputs, contract=args.contract)

@@ -5,18 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accuracy.cli.arguments import add_command, add_json
+from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
 from accuracy.report.model_page import write_model_page
 from accuracy.workflows.model_layers import run_model
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
-
-
-def _labelled(text: str) -> tuple[str, str]:
-    label, sep, path = text.partition("=")
-    if not sep or not label or not path:
-        raise OpbenchError(f"--activations {text!r}: expected LABEL=FILE, e.g. djl=activations_djl.safetensors")
-    return label, path
 
 
 def register(sub) -> None:
@@ -69,7 +62,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    files = dict(_labelled(a) for a in args.activations)
+    files = dict(labelled_file("--activations", a, "djl=activations_djl.safetensors") for a in args.activations)
     if len(files) != len(args.activations):
         raise OpbenchError("two --activations arguments share a label; give each its own")
     if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
