@@ -14,9 +14,8 @@ import numpy as np
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.exact_gemm import exact_matmul
+from accuracy.run.profiles import FULL, QUICK, current_profile
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
-
-from .common import PROFILES, current_profile
 
 SCANNED = ("exp", "log", "tanh", "sin")  # float32 whole-domain scans of the full profile
 
@@ -129,7 +128,7 @@ def _scan_track(name: str, key: str):
 
 def _scan_classes() -> dict[str, type]:
     """`full` profile: one class per scanned function and format; tracks per implementation."""
-    if current_profile() is not PROFILES["full"]:
+    if current_profile() != FULL:
         return {}
     classes = {}
     plan = [(name, "float32") for name in SCANNED]
@@ -161,5 +160,5 @@ def _scan_classes() -> dict[str, type]:
 
 
 globals().update(_scan_classes())
-if current_profile() is PROFILES["quick"]:  # the quick profile times the ops only
+if current_profile() == QUICK:  # the quick profile times the ops only
     del ExactGemm, CorrectlyRounded

@@ -9,16 +9,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions
-from benchmarks.common import RUN_DIR_VAR, output_digest
+from benchmarks.common import output_digest
 
 
-def _values(cls, params):
+def _values(cls, params, scratch=None):
+    """The tracks as asv calls them: with setup_cache's scratch folder first, or (scratch None) alone."""
+    args = params if scratch is None else (str(scratch), *params)
     bench = cls()
-    bench.setup(*params)
+    bench.setup(*args)
     try:
-        return [getattr(bench, m)(*params) for m in ("track_max_ulp", "track_bound_ratio", "track_nonfinite")]
+        return [getattr(bench, m)(*args) for m in ("track_max_ulp", "track_bound_ratio", "track_nonfinite")]
     finally:
-        bench.teardown(*params)
+        bench.teardown(*args)
 
 
 def test_conditions_are_a_parameter_only_where_an_op_has_them():
@@ -27,20 +29,19 @@ def test_conditions_are_a_parameter_only_where_an_op_has_them():
     assert "condition" not in bench_linalg.Cholesky.param_names
 
 
-def test_tracks_share_one_measurement_within_a_run(tmp_path, monkeypatch):
+def test_tracks_share_one_measurement_within_a_run(tmp_path):
     params = ("numpy:np.linalg.solve@float64", 32, "ill", 1)  # float32 ill is vacuous (NaN)
     alone = _values(bench_linalg.Solve, params)
-    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
-    first = _values(bench_linalg.Solve, params)
+    assert bench_linalg.Solve().setup_cache() == str(Path.cwd())  # asv runs it, and every track, in the scratch
+    first = _values(bench_linalg.Solve, params, tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 1  # measured once, stored for the other tracks
-    assert _values(bench_linalg.Solve, params) == first == alone
+    assert _values(bench_linalg.Solve, params, tmp_path) == first == alone
 
 
-def test_a_different_condition_is_a_different_measurement(tmp_path, monkeypatch):
-    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
+def test_a_different_condition_is_a_different_measurement(tmp_path):
     size = bench_reductions.Sum.params[1][0]
-    random = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "random", 1))
-    cancelling = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "cancelling", 1))
+    random = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "random", 1), tmp_path)
+    cancelling = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "cancelling", 1), tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 2
     assert random != cancelling
     assert cancelling[0] > 100 * random[0]  # ulps explode under cancellation ...
@@ -173,3 +174,44 @@ def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
     track = _track(bench_products.Matmul, ("torch:torch.matmul@float16", 128, 1), "track_bound_ratio")
     assert track == case.judge(impl, out).bound_ratio
     assert 0.05 < track < 1 and track > 1000 * storage  # measured 0.263 and 4.4e-05
+
+
+def _suite(monkeypatch, profile: str, family: str) -> dict[str, type]:
+    from accuracy.run.profiles import PROFILE_VAR
+    from benchmarks.common import benchmark_classes
+
+    monkeypatch.setenv(PROFILE_VAR, profile)
+    return benchmark_classes(family)
+
+
+def _asv_methods(cls) -> set[str]:
+    """What asv's discovery collects from a class: its time_/track_ functions."""
+    import inspect
+
+    return {n for n, v in inspect.getmembers(cls) if n.startswith(("time_", "track_")) and inspect.isfunction(v)}
+
+
+def test_quick_is_a_named_subset_of_default(monkeypatch):
+    """Fewer tracks, one implementation per backend, no frameworks, the default condition: every
+    quick result is one that the default profile records too."""
+    from accuracy.judge.metric_table import tracks
+    from accuracy.run.profiles import DEFAULT, FRAMEWORKS, PROFILES, QUICK
+
+    assert [p.name for p in PROFILES.values()] == list(PROFILES) == ["quick", "default", "full"]
+    assert QUICK != DEFAULT
+    quick, default = {}, {}
+    for family in ("reductions", "products"):
+        quick |= _suite(monkeypatch, "quick", family)
+        default |= _suite(monkeypatch, "default", family)
+    assert set(quick) == set(default)
+    for name, cls in quick.items():
+        full = default[name]
+        assert _asv_methods(cls) == {"time_op", "track_verdict_tier", "track_max_ulp"}
+        assert _asv_methods(full) == {"time_op", *(m.track for m in tracks())}
+        assert cls.param_names == full.param_names
+        for values, wider in zip(cls.params, full.params, strict=True):
+            assert set(values) <= set(wider)
+        backends = [case.split(":")[0] for case in cls.params[0]]
+        assert len(backends) == len(set(backends)) and not set(backends) & set(FRAMEWORKS)
+    assert quick["Sum"].params[2] == ["random"] and default["Sum"].params[2] == ["random", "cancelling"]
+    assert sum(len(c.params[0]) for c in quick.values()) < sum(len(c.params[0]) for c in default.values())

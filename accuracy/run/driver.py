@@ -27,6 +27,7 @@ from pathlib import Path
 from accuracy.core.errors import OpbenchError
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.run.offline_pages import make_offline
+from accuracy.run.profiles import DEFAULT, PROFILE_VAR, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
 from accuracy.run.results_store import merge_benchmarks_json, results_lock, write_atomic
 
@@ -226,13 +227,10 @@ def run_suite(
     ):
         try:
             tmp = Path(tmp)
-            shared = tmp / "shared"
-            shared.mkdir()
-            # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
+            # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
             env = dict(
                 os.environ,
-                OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
-                OPBENCH_RUN_DIR=str(shared),
+                **{PROFILE_VAR: profile or (QUICK.name if quick else DEFAULT.name)},
                 PYTHONIOENCODING="utf-8",
                 **knobs,
             )
