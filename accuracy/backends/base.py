@@ -7,6 +7,7 @@ An implementation in the registry is `fn(ns, **inputs)`, where `ns` is the backe
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -25,11 +26,9 @@ class Backend:
     threads_note = ""  # how another thread count is reached, where it is not set in this process
 
     def available(self) -> bool:
-        try:
-            self.namespace
-        except ImportError:
-            return False
-        return True
+        """Whether the library is installed, found without importing it: `opbench list` and the
+        suite's discovery ask every backend, and importing torch alone takes seconds."""
+        return importlib.util.find_spec(self.module) is not None
 
     @cached_property
     def namespace(self):

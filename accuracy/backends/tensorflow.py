@@ -8,17 +8,34 @@ TF fixes when its runtime starts (see accuracy.backends.startup_threads).
 
 from __future__ import annotations
 
+import importlib
 import os
+from functools import cached_property
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
+# TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
+# cpu_feature_guard notice, absl's "log messages before InitializeLog" line) off the terminal. Set
+# only around the import, so the environment (and the fingerprint, which records TF_* variables)
+# is unchanged; a user's own setting (TF_CPP_MIN_LOG_LEVEL=0 shows everything) wins.
+LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 
 
 class TensorFlowBackend(StartupThreadsBackend):
     name = "tensorflow"
     module = "tensorflow"
     modules = ("tensorflow",)
+
+    @cached_property
+    def namespace(self):
+        if LOG_LEVEL_VAR in os.environ:
+            return importlib.import_module(self.module)
+        os.environ[LOG_LEVEL_VAR] = "2"
+        try:
+            return importlib.import_module(self.module)
+        finally:
+            del os.environ[LOG_LEVEL_VAR]
 
     def start(self, threads: int) -> None:
         tf = self.namespace

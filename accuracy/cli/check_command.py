@@ -6,7 +6,6 @@ import json
 
 from accuracy.cli.arguments import add_command, add_json
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.check import check
 
 
 def _labelled(text: str) -> tuple[str, str]:
@@ -56,6 +55,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from accuracy.workflows.check import check  # the judge and scipy: only when it runs
+
     if (args.op is None) == (args.fn is None):
         raise OpbenchError("give an op or --fn MODULE:FUNCTION, not both")
     outputs = dict(_labelled(o) for o in args.output)

@@ -8,7 +8,6 @@ from accuracy.cli.arguments import add_case, add_command, add_json
 from accuracy.core.formatting import format_table
 from accuracy.core.limits import check_threads
 from accuracy.judge.metric_table import cli_columns
-from accuracy.workflows.explain import explain
 
 
 def register(sub) -> None:
@@ -101,6 +100,8 @@ def render(report: dict) -> str:
 
 
 def run(args) -> int:
+    from accuracy.workflows.explain import explain  # the judge and scipy: only when it runs
+
     check_threads(args.threads)
     report = explain(args.op, args.dtype, args.size, args.threads, args.condition)
     print(json.dumps(report, indent=2) if args.json else render(report))

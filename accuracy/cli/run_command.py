@@ -7,7 +7,6 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import OpbenchError
-from accuracy.run.driver import default_machine_name, run_suite
 from accuracy.run.profiles import DEFAULT, PROFILES, QUICK
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
@@ -78,6 +77,8 @@ def check_bench_regex(pattern: str | None) -> None:
 
 
 def run(args) -> int:
+    from accuracy.run.driver import default_machine_name, run_suite  # asv: only when it runs
+
     results = check_results_dir(args.results)
     html = check_output_dir(
         "--html", args.html or results.resolve().parent / "html", results, owned_marker=ASV_HTML_MARKERS
