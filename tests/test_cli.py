@@ -103,6 +103,7 @@ def test_list_text():
     assert "torch:F.linear" in out.stdout and "layer_norm" in out.stdout
 
 
+@pytest.mark.slow  # end to end: imports every framework to fingerprint it
 def test_info_json():
     out = opbench("info", "--json")
     assert out.returncode == 0, out.stderr
@@ -120,6 +121,7 @@ def test_info_json():
     assert info["blas_providers"]["load_errors"] == []
 
 
+@pytest.mark.slow  # end to end: runs every framework's linear, torch.compile's compile included
 def test_explain_json():
     out = opbench("explain", "linear", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
     assert out.returncode == 0, out.stderr
@@ -142,6 +144,7 @@ def test_explain_text():
     assert f"1 vs {all_cores()} threads" in out.stdout
 
 
+@pytest.mark.slow  # end to end: runs the self-test's mutants in subprocesses
 def test_selftest_command_reports_both_targets():
     out = opbench("selftest", "dot", "exp", "--small", "--dtype", "float32")
     assert out.returncode == 0, out.stderr
