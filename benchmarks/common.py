@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from accuracy.core.threads import all_cores
 from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.run.profiles import Profile, current_profile
+from accuracy.run.results_store import write_atomic
 from accuracy.workflows.evaluation import Case
 
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
@@ -37,11 +39,36 @@ SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits al
 FORKSERVER = sys.argv[1:2] == ["run_server"]
 
 
+def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
+    """`measure()`, once per run: asv runs each track in its own process, so the first process to
+    need `key` leaves the result in the run's scratch folder (`_OpBenchmark.setup_cache`) for the
+    others. Without a scratch folder (a direct call, as in the tests) it measures every time."""
+    if scratch is None:
+        return measure()
+    # the folder is the run's (environment and commit); they only make the key explicit
+    where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
+    path = Path(scratch) / f"{hashlib.sha256(f'{where}|{key}'.encode()).hexdigest()}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    measured = measure()
+    write_atomic(path, json.dumps(measured))  # a concurrent reader sees all or nothing
+    return measured
+
+
 def output_digest(output: np.ndarray) -> int:
     """The first 52 bits of the SHA-256 of the output's dtype, shape and bytes: an integer a float64
     asv track holds exactly, equal for equal bits (a chance collision is 1 in 2**52)."""
     digest = hashlib.sha256(f"{output.dtype.str}{output.shape}".encode() + output.tobytes()).digest()
     return int.from_bytes(digest[:7], "big") >> 4
+
+
+def scratch_folder(self) -> str:
+    """asv's `setup_cache` of every generated class: the run's scratch folder, where one process
+    per parameter combination leaves the measurement the other tracks read (`shared`). asv keys
+    `setup_cache` by its source line, so every class that uses this function shares one folder:
+    asv makes it once per run (per environment and commit), runs every benchmark in it and removes
+    it when the last one ends."""
+    return os.getcwd()
 
 
 class _OpBenchmark:
@@ -58,12 +85,7 @@ class _OpBenchmark:
     warmup_time = 0.02
     sample_time = 0.02
 
-    def setup_cache(self) -> str:
-        """The run's scratch folder, where one process per parameter combination leaves the
-        measurement the other tracks read. asv keys `setup_cache` by its source line, so every
-        generated class shares this one: asv makes the folder once per run (per environment and
-        commit), runs every benchmark in it and removes it when the last one ends."""
-        return os.getcwd()
+    setup_cache = scratch_folder
 
     def setup(self, *args):
         # asv passes setup_cache's folder first; a direct call (tests) passes the parameters only
@@ -91,27 +113,12 @@ class _OpBenchmark:
         self._call()
 
     def _measured(self) -> dict:
-        """The error summary and the verdict, measured once per run and shared by the value tracks.
-
-        asv runs each track in its own process; the first of them to need a parameter combination
-        evaluates the op, the references, the bound and the typical tier and leaves the result in
-        the run's scratch folder (`setup_cache`) for the others. Called without one (a test),
-        every track measures for itself.
-        """
-        if self.scratch is None:
-            return self._measure_now()
+        """The error summary and the verdict, measured once per run and shared by the value tracks:
+        the op, the references, the bound and the typical tier are evaluated by the first track
+        process of a parameter combination (see `shared`)."""
         case = self.case
-        # the scratch folder is the run's; the environment and commit only make the key explicit
-        where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
-        key = f"{where}|{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
-        path = self.scratch / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
-        if path.exists():
-            return json.loads(path.read_text())
-        measured = self._measure_now()
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(measured))
-        tmp.replace(path)  # atomic: a concurrent reader sees all or nothing
-        return measured
+        key = f"{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
+        return shared(self.scratch, key, self._measure_now)
 
     def _measure_now(self) -> dict:
         """Run the implementation RUNS times: if the outputs differ, the case is not reproducible

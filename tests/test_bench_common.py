@@ -215,3 +215,37 @@ def test_quick_is_a_named_subset_of_default(monkeypatch):
         assert len(backends) == len(set(backends)) and not set(backends) & set(FRAMEWORKS)
     assert quick["Sum"].params[2] == ["random"] and default["Sum"].params[2] == ["random", "cancelling"]
     assert sum(len(c.params[0]) for c in quick.values()) < sum(len(c.params[0]) for c in default.values())
+
+
+def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own_rows(monkeypatch, tmp_path):
+    """asv keys setup_cache by source line: the full profile's scan classes, made in a loop, shared
+    one key, so asv gave every class the first class's rows. Now every class's setup_cache is the
+    run's scratch folder and each scan's first track process scans its own function."""
+    import importlib
+
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    from accuracy.run.profiles import PROFILE_VAR
+
+    monkeypatch.setenv(PROFILE_VAR, "full")
+    import benchmarks.bench_references as references
+
+    references = importlib.reload(references)
+    scans = {n: c for n, c in vars(references).items() if n.startswith("Scan") and isinstance(c, type)}
+    assert len(scans) >= 2
+    keys = {get_setup_cache_key(c().setup_cache) for c in [*scans.values(), bench_linalg.Solve]}
+    assert len(keys) == 1
+
+    scanned = []
+
+    def fake_rows(func, dtype):  # the real scan covers a whole format: minutes
+        scanned.append((func, dtype))
+        return {"impl": {"max_ulp": len(scanned), "func": func}}
+
+    monkeypatch.setattr(references, "_scan_rows", fake_rows)
+    first, second = list(scans.values())[:2]
+    assert first().track_max_ulp(str(tmp_path), "impl") == 1
+    assert second().track_max_ulp(str(tmp_path), "impl") == 2  # its own scan, not the first class's
+    assert first().track_max_ulp(str(tmp_path), "impl") == 1 and len(scanned) == 2  # read, not scanned again
+    monkeypatch.delenv(PROFILE_VAR)
+    importlib.reload(references)
