@@ -102,7 +102,7 @@ def time_check() -> tuple[float, int] | None:
 
 def time_run(profile: str) -> tuple[float, int]:
     """`opbench run` end to end (asv, publish, report) into a scratch results folder."""
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+    with tempfile.TemporaryDirectory(prefix="opbench-measure-") as tmp:
         folder = Path(tmp)
         quick = ["--quick"] if profile == "quick" else ["--profile", profile]
         return _timed(
