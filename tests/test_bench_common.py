@@ -249,3 +249,26 @@ def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own
     assert first().track_max_ulp(str(tmp_path), "impl") == 1 and len(scanned) == 2  # read, not scanned again
     monkeypatch.delenv(PROFILE_VAR)
     importlib.reload(references)
+
+
+def _imported_by_the_suite(asv_command: str) -> set[str]:
+    """The libraries a fresh process has imported after importing a suite module, as asv's
+    `benchmark.py ASV_COMMAND ...` process would."""
+    import subprocess
+
+    code = (
+        f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\nimport benchmarks.bench_products\n"
+        "print(' '.join(m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(proc.stdout.split())
+
+
+def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():
+    """`asv run --quick` times a single call: the forkserver imports torch and scipy before it forks,
+    or each benchmark's one timed call would import them (scipy's dot measured 3 s instead of 4 us).
+    Discovery and setup_cache import no framework."""
+    assert {"torch", "scipy.linalg"} <= _imported_by_the_suite("run_server")
+    assert _imported_by_the_suite("discover") == set()

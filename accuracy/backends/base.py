@@ -36,7 +36,9 @@ class Backend:
 
     def preload(self) -> None:
         """Import, before asv's forkserver forks the benchmark processes, what each of them would
-        otherwise import for itself; only what is safe to fork (modules, never thread pools)."""
+        otherwise import for itself; only what is safe to fork (modules, never thread pools).
+        `asv run --quick` times one call, so a first call that imports would be timed."""
+        self.namespace  # noqa: B018 - importing is the point
 
     def to_native(self, array: np.ndarray):
         return np.array(array, copy=True)
