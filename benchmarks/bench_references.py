@@ -8,15 +8,17 @@ correctly rounded float64 exp >= 1 M elements/s (1e6 in <= 2 s); float32 >= 100 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.exact_gemm import exact_matmul
+from accuracy.run.profiles import FULL, QUICK, current_profile
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
-from .common import PROFILES, current_profile
+from .common import scratch_folder, shared
 
 SCANNED = ("exp", "log", "tanh", "sin")  # float32 whole-domain scans of the full profile
 
@@ -116,11 +118,19 @@ _SCAN_TRACK_DOCS = {  # row key -> (unit, doc); all lower is better
 }
 
 
-def _scan_track(name: str, key: str):
-    """asv track `name` reading one column of the scan's rows (`accuracy.workflows.scan.as_rows`) for an impl."""
+def _scan_rows(name: str, dtype: str) -> dict:
+    op, fmt = get_op(name), get_format(dtype)
+    return {r["impl"]: r for r in as_rows(scan(op, fmt, select_impls(op, fmt, None)))}
 
-    def track(self, rows, impl):
-        return rows[impl][key]
+
+def _scan_track(name: str, key: str, func: str, dtype: str):
+    """asv track `name` reading one column of the scan's rows (`accuracy.workflows.scan.as_rows`) for
+    an impl. The first track process of the class scans; the others read its rows from the run's
+    scratch folder. (A `setup_cache` per class cannot: asv keys setup_cache by its source line, so
+    classes made in a loop share one, and every class got the first class's rows.)"""
+
+    def track(self, scratch, impl):
+        return shared(Path(scratch), f"scan|{func}|{dtype}", lambda: _scan_rows(func, dtype))[impl][key]
 
     track.__name__ = track.__qualname__ = name
     track.unit, track.__doc__ = _SCAN_TRACK_DOCS[key]
@@ -129,7 +139,7 @@ def _scan_track(name: str, key: str):
 
 def _scan_classes() -> dict[str, type]:
     """`full` profile: one class per scanned function and format; tracks per implementation."""
-    if current_profile() is not PROFILES["full"]:
+    if current_profile() != FULL:
         return {}
     classes = {}
     plan = [(name, "float32") for name in SCANNED]
@@ -140,10 +150,6 @@ def _scan_classes() -> dict[str, type]:
         if not impls:
             continue
 
-        def setup_cache(name=name, dtype=dtype):
-            op, fmt = get_op(name), get_format(dtype)
-            return {r["impl"]: r for r in as_rows(scan(op, fmt, select_impls(op, fmt, None)))}
-
         cls = scan_class_name(name, dtype)
         classes[cls] = type(
             cls,
@@ -152,8 +158,8 @@ def _scan_classes() -> dict[str, type]:
                 "params": [impls],
                 "param_names": ["impl"],
                 "timeout": 3600,
-                "setup_cache": setup_cache,
-                **{track: _scan_track(track, key) for track, key in SCAN_TRACKS.items()},
+                "setup_cache": scratch_folder,  # the run's scratch folder, shared with the op classes
+                **{track: _scan_track(track, key, name, dtype) for track, key in SCAN_TRACKS.items()},
                 "version": f"scan-{name}-{dtype}-op{op.version}",
             },
         )
@@ -161,5 +167,5 @@ def _scan_classes() -> dict[str, type]:
 
 
 globals().update(_scan_classes())
-if current_profile() is PROFILES["quick"]:  # the quick profile times the ops only
+if current_profile() == QUICK:  # the quick profile times the ops only
     del ExactGemm, CorrectlyRounded

@@ -3,8 +3,8 @@
 One class per op, one `time_op` and paired `track_*` methods over the same parameters:
 implementation@dtype, size, condition (only for ops with several input regimes) and threads.
 Only valid combinations are enumerated: the first parameter lists the (implementation, dtype)
-pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE (quick,
-default, full) picks how lean the grid is.
+pairs that exist on this machine, so nothing is padded with skips. OPBENCH_PROFILE names the
+profile (quick, default, full) that picks how lean the grid is and which tracks it records.
 """
 
 from __future__ import annotations
@@ -15,60 +15,44 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from accuracy.backends import framework_names, get_backend
+from accuracy.backends import get_backend
 from accuracy.catalog.registry import all_ops, get_op
-from accuracy.core.dtypes import ALL_DTYPES, get_format
+from accuracy.core.dtypes import get_format
 from accuracy.core.files import write_atomic
 from accuracy.core.threads import all_cores
 from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
+from accuracy.run.profiles import Profile, current_profile
 from accuracy.workflows.evaluation import Case
 
-RUN_DIR_VAR = "OPBENCH_RUN_DIR"  # set by `opbench run`: per-run scratch shared by benchmark processes
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
-# asv's discovery (`benchmark.py discover ...`) only lists the classes: preloading the frameworks
-# there is wasted (~9 CPU-s with TensorFlow), and `opbench run` discovers once per batch
-DISCOVERING = sys.argv[1:2] == ["discover"]
+# The frameworks are preloaded only in asv's forkserver (`benchmark.py run_server ...`), which forks
+# every benchmark process: anywhere else (asv's discovery, setup_cache, a spawned benchmark process,
+# a test) that import is wasted (~9 CPU-s with TensorFlow); the backend imports its framework when
+# an implementation of it is about to run
+FORKSERVER = sys.argv[1:2] == ["run_server"]
 
 
-@dataclass(frozen=True)
-class Profile:
-    dtypes: tuple[str, ...]
-    sizes: int  # how many of each op's bench_sizes to use
-    threads: tuple[int, ...]
-    # torch.compile costs ~3.5 s per benchmark process even with inductor's disk cache,
-    # so only the full profile times it (explain always shows it)
-    skip_backends: tuple[str, ...] = ("torch-compile",)
-    # backends timed only in their first implementation of each op (their variants are in the full
-    # profile; explain always shows them)
-    lean_backends: tuple[str, ...] = ()
-
-
-BOTH_THREAD_COUNTS = tuple(sorted({1, all_cores()}))
-# the frameworks add ~90 parameter combinations to the default run even when lean (docs/frameworks.md: suite time)
-FRAMEWORKS = framework_names()
-LEAN = {"skip_backends": ("torch-compile", "onnxruntime-noopt"), "lean_backends": FRAMEWORKS}
-# quick and default run at all cores only: every benchmark is its own process, and a 1-thread column
-# would double them (docs/frameworks.md: suite time). The 1-thread result is still run and judged there (see
-# `_measure_now`); its timing is in the full profile.
-PROFILES = {
-    "quick": Profile(("float32",), 1, (all_cores(),), **LEAN),
-    "default": Profile(("float32",), 1, (all_cores(),), **LEAN),
-    "full": Profile(ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=()),
-}
-
-
-def current_profile() -> Profile:
-    name = os.environ.get("OPBENCH_PROFILE", "default")
-    if name not in PROFILES:
-        raise ValueError(f"OPBENCH_PROFILE={name!r}; choose from {', '.join(PROFILES)}")
-    return PROFILES[name]
+def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
+    """`measure()`, once per run: asv runs each track in its own process, so the first process to
+    need `key` leaves the result in the run's scratch folder (`_OpBenchmark.setup_cache`) for the
+    others. Without a scratch folder (a direct call, as in the tests) it measures every time."""
+    if scratch is None:
+        return measure()
+    # the folder is the run's (environment and commit); they only make the key explicit
+    where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
+    path = Path(scratch) / f"{hashlib.sha256(f'{where}|{key}'.encode()).hexdigest()}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    measured = measure()
+    write_atomic(path, json.dumps(measured))  # a concurrent reader sees all or nothing
+    return measured
 
 
 def output_digest(output: np.ndarray) -> int:
@@ -76,6 +60,15 @@ def output_digest(output: np.ndarray) -> int:
     asv track holds exactly, equal for equal bits (a chance collision is 1 in 2**52)."""
     digest = hashlib.sha256(f"{output.dtype.str}{output.shape}".encode() + output.tobytes()).digest()
     return int.from_bytes(digest[:7], "big") >> 4
+
+
+def scratch_folder(self) -> str:
+    """asv's `setup_cache` of every generated class: the run's scratch folder, where one process
+    per parameter combination leaves the measurement the other tracks read (`shared`). asv keys
+    `setup_cache` by its source line, so every class that uses this function shares one folder:
+    asv makes it once per run (per environment and commit), runs every benchmark in it and removes
+    it when the last one ends."""
+    return os.getcwd()
 
 
 class _OpBenchmark:
@@ -92,8 +85,13 @@ class _OpBenchmark:
     warmup_time = 0.02
     sample_time = 0.02
 
-    def setup(self, *params):
-        p = dict(zip(self.param_names, params, strict=False))
+    setup_cache = scratch_folder
+
+    def setup(self, *args):
+        # asv passes setup_cache's folder first; a direct call (tests) passes the parameters only
+        scratch, params = (args[0], args[1:]) if len(args) > len(self.param_names) else (None, args)
+        self.scratch = None if scratch is None else Path(scratch)
+        p = dict(zip(self.param_names, params, strict=True))
         impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
         op = get_op(self.op_name)
         self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
@@ -104,36 +102,23 @@ class _OpBenchmark:
         self._threads = self.backend.thread_limit(self.threads)
         self._threads.__enter__()
 
-    def teardown(self, *params):
+    def teardown(self, *args):
         self._threads.__exit__(None, None, None)
 
     def _call(self):
         self.backend.call(self.impl.fn, self.native)
         self.backend.synchronize()
 
-    def time_op(self, *params):
+    def time_op(self, *args):
         self._call()
 
     def _measured(self) -> dict:
-        """The error summary and the verdict, measured once per run and shared by the value tracks.
-
-        asv runs each track in its own process; `opbench run` gives them a scratch folder
-        (OPBENCH_RUN_DIR) so the op, the references, the bound and the typical tier are evaluated
-        once per parameter combination. Outside such a run every track measures for itself.
-        """
-        run_dir = os.environ.get(RUN_DIR_VAR)
-        if not run_dir:
-            return self._measure_now()
+        """The error summary and the verdict, measured once per run and shared by the value tracks:
+        the op, the references, the bound and the typical tier are evaluated by the first track
+        process of a parameter combination (see `shared`)."""
         case = self.case
-        # one scratch folder serves every environment and commit of a matrix or history run
-        where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
-        key = f"{where}|{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
-        path = Path(run_dir) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
-        if path.exists():
-            return json.loads(path.read_text())
-        measured = self._measure_now()
-        write_atomic(path, json.dumps(measured))  # a concurrent reader sees all or nothing
-        return measured
+        key = f"{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
+        return shared(self.scratch, key, self._measure_now)
 
     def _measure_now(self) -> dict:
         """Run the implementation RUNS times: if the outputs differ, the case is not reproducible
@@ -176,7 +161,7 @@ class _OpBenchmark:
 def _track_method(metric: Metric):
     """An asv track for one metric-table entry: its field of the shared measurement."""
 
-    def track(self, *params):
+    def track(self, *args):
         return self._measured()[metric.field]
 
     track.__name__ = metric.track
@@ -194,9 +179,7 @@ def _cases(op, profile: Profile) -> list[str]:
     for dtype in profile.dtypes:
         seen = set()
         for impl in op.available_impls(dtype):
-            if impl.backend in profile.skip_backends or (
-                impl.backend in profile.lean_backends and impl.backend in seen
-            ):
+            if impl.backend in profile.skip_backends or (profile.lean(impl.backend) and impl.backend in seen):
                 continue
             seen.add(impl.backend)
             cases.append(f"{impl.name}@{dtype}")
@@ -206,18 +189,20 @@ def _cases(op, profile: Profile) -> list[str]:
 def benchmark_classes(family: str) -> dict[str, type]:
     """One benchmark class per op of `family`, named like the op (`Linear`, `LogSoftmax`)."""
     profile = current_profile()
+    # tracks the profile leaves out are hidden from asv's discovery (it collects functions only)
+    hidden = {metric.track: None for metric in tracks() if not profile.records(metric.name)}
     classes = {}
     for op in all_ops():
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
-        for backend in set() if DISCOVERING else {case.split(":")[0] for case in cases}:
-            get_backend(backend).preload()  # runs in asv's forkserver: paid once, not per process
+        for backend in {case.split(":")[0] for case in cases} if FORKSERVER else ():
+            get_backend(backend).preload()  # paid once, not per benchmark process
         name = benchmark_class_name(op.name)
         conditions = op.condition_names()
         grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}
-        if len(conditions) > 1:
-            grid["condition"] = list(conditions)
+        if len(conditions) > 1:  # a parameter wherever the op has several, so every profile keeps its names
+            grid["condition"] = list(conditions[: profile.conditions])
         grid["threads"] = list(profile.threads)
         classes[name] = type(
             name,
@@ -227,6 +212,7 @@ def benchmark_classes(family: str) -> dict[str, type]:
                 "param_names": list(grid),
                 "params": list(grid.values()),
                 "version": f"{op.name}-op{op.version}-suite{SUITE_VERSION}",
+                **hidden,
             },
         )
     # asv's forkserver forks every benchmark process from here: frozen objects are skipped by the

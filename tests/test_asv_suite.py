@@ -35,6 +35,8 @@ def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     proc = opbench(
         "run",
         "--quick",
+        "--profile",  # every track: --quick alone runs the quick profile's two (test_bench_common.py)
+        "default",
         "--bench",
         r"bench_products\.Dot\.",
         "--results",

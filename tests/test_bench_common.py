@@ -9,16 +9,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions
-from benchmarks.common import RUN_DIR_VAR, output_digest
+from benchmarks.common import output_digest
 
 
-def _values(cls, params):
+def _values(cls, params, scratch=None):
+    """The tracks as asv calls them: with setup_cache's scratch folder first, or (scratch None) alone."""
+    args = params if scratch is None else (str(scratch), *params)
     bench = cls()
-    bench.setup(*params)
+    bench.setup(*args)
     try:
-        return [getattr(bench, m)(*params) for m in ("track_max_ulp", "track_bound_ratio", "track_nonfinite")]
+        return [getattr(bench, m)(*args) for m in ("track_max_ulp", "track_bound_ratio", "track_nonfinite")]
     finally:
-        bench.teardown(*params)
+        bench.teardown(*args)
 
 
 def test_conditions_are_a_parameter_only_where_an_op_has_them():
@@ -27,20 +29,19 @@ def test_conditions_are_a_parameter_only_where_an_op_has_them():
     assert "condition" not in bench_linalg.Cholesky.param_names
 
 
-def test_tracks_share_one_measurement_within_a_run(tmp_path, monkeypatch):
+def test_tracks_share_one_measurement_within_a_run(tmp_path):
     params = ("numpy:np.linalg.solve@float64", 32, "ill", 1)  # float32 ill is vacuous (NaN)
     alone = _values(bench_linalg.Solve, params)
-    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
-    first = _values(bench_linalg.Solve, params)
+    assert bench_linalg.Solve().setup_cache() == str(Path.cwd())  # asv runs it, and every track, in the scratch
+    first = _values(bench_linalg.Solve, params, tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 1  # measured once, stored for the other tracks
-    assert _values(bench_linalg.Solve, params) == first == alone
+    assert _values(bench_linalg.Solve, params, tmp_path) == first == alone
 
 
-def test_a_different_condition_is_a_different_measurement(tmp_path, monkeypatch):
-    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
+def test_a_different_condition_is_a_different_measurement(tmp_path):
     size = bench_reductions.Sum.params[1][0]
-    random = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "random", 1))
-    cancelling = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "cancelling", 1))
+    random = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "random", 1), tmp_path)
+    cancelling = _values(bench_reductions.Sum, ("torch:torch.sum@float32", size, "cancelling", 1), tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 2
     assert random != cancelling
     assert cancelling[0] > 100 * random[0]  # ulps explode under cancellation ...
@@ -173,3 +174,101 @@ def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
     track = _track(bench_products.Matmul, ("torch:torch.matmul@float16", 128, 1), "track_bound_ratio")
     assert track == case.judge(impl, out).bound_ratio
     assert 0.05 < track < 1 and track > 1000 * storage  # measured 0.263 and 4.4e-05
+
+
+def _suite(monkeypatch, profile: str, family: str) -> dict[str, type]:
+    from accuracy.run.profiles import PROFILE_VAR
+    from benchmarks.common import benchmark_classes
+
+    monkeypatch.setenv(PROFILE_VAR, profile)
+    return benchmark_classes(family)
+
+
+def _asv_methods(cls) -> set[str]:
+    """What asv's discovery collects from a class: its time_/track_ functions."""
+    import inspect
+
+    return {n for n, v in inspect.getmembers(cls) if n.startswith(("time_", "track_")) and inspect.isfunction(v)}
+
+
+def test_quick_is_a_named_subset_of_default(monkeypatch):
+    """Fewer tracks, one implementation per backend, no frameworks, the default condition: every
+    quick result is one that the default profile records too."""
+    from accuracy.judge.metric_table import tracks
+    from accuracy.run.profiles import DEFAULT, FRAMEWORKS, PROFILES, QUICK
+
+    assert [p.name for p in PROFILES.values()] == list(PROFILES) == ["quick", "default", "full"]
+    assert QUICK != DEFAULT
+    quick, default = {}, {}
+    for family in ("reductions", "products"):
+        quick |= _suite(monkeypatch, "quick", family)
+        default |= _suite(monkeypatch, "default", family)
+    assert set(quick) == set(default)
+    for name, cls in quick.items():
+        full = default[name]
+        assert _asv_methods(cls) == {"time_op", "track_verdict_tier", "track_max_ulp"}
+        assert _asv_methods(full) == {"time_op", *(m.track for m in tracks())}
+        assert cls.param_names == full.param_names
+        for values, wider in zip(cls.params, full.params, strict=True):
+            assert set(values) <= set(wider)
+        backends = [case.split(":")[0] for case in cls.params[0]]
+        assert len(backends) == len(set(backends)) and not set(backends) & set(FRAMEWORKS)
+    assert quick["Sum"].params[2] == ["random"] and default["Sum"].params[2] == ["random", "cancelling"]
+    assert sum(len(c.params[0]) for c in quick.values()) < sum(len(c.params[0]) for c in default.values())
+
+
+def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own_rows(monkeypatch, tmp_path):
+    """asv keys setup_cache by source line: the full profile's scan classes, made in a loop, shared
+    one key, so asv gave every class the first class's rows. Now every class's setup_cache is the
+    run's scratch folder and each scan's first track process scans its own function."""
+    import importlib
+
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    from accuracy.run.profiles import PROFILE_VAR
+
+    monkeypatch.setenv(PROFILE_VAR, "full")
+    import benchmarks.bench_references as references
+
+    references = importlib.reload(references)
+    scans = {n: c for n, c in vars(references).items() if n.startswith("Scan") and isinstance(c, type)}
+    assert len(scans) >= 2
+    keys = {get_setup_cache_key(c().setup_cache) for c in [*scans.values(), bench_linalg.Solve]}
+    assert len(keys) == 1
+
+    scanned = []
+
+    def fake_rows(func, dtype):  # the real scan covers a whole format: minutes
+        scanned.append((func, dtype))
+        return {"impl": {"max_ulp": len(scanned), "func": func}}
+
+    monkeypatch.setattr(references, "_scan_rows", fake_rows)
+    first, second = list(scans.values())[:2]
+    assert first().track_max_ulp(str(tmp_path), "impl") == 1
+    assert second().track_max_ulp(str(tmp_path), "impl") == 2  # its own scan, not the first class's
+    assert first().track_max_ulp(str(tmp_path), "impl") == 1 and len(scanned) == 2  # read, not scanned again
+    monkeypatch.delenv(PROFILE_VAR)
+    importlib.reload(references)
+
+
+def _imported_by_the_suite(asv_command: str) -> set[str]:
+    """The libraries a fresh process has imported after importing a suite module, as asv's
+    `benchmark.py ASV_COMMAND ...` process would."""
+    import subprocess
+
+    code = (
+        f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\nimport benchmarks.bench_products\n"
+        "print(' '.join(m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(proc.stdout.split())
+
+
+def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():
+    """`asv run --quick` times a single call: the forkserver imports torch and scipy before it forks,
+    or each benchmark's one timed call would import them (scipy's dot measured 3 s instead of 4 us).
+    Discovery and setup_cache import no framework."""
+    assert {"torch", "scipy.linalg"} <= _imported_by_the_suite("run_server")
+    assert _imported_by_the_suite("discover") == set()

@@ -103,6 +103,7 @@ def test_list_text():
     assert "torch:F.linear" in out.stdout and "layer_norm" in out.stdout
 
 
+@pytest.mark.slow  # end to end: imports every framework to fingerprint it
 def test_info_json():
     out = opbench("info", "--json")
     assert out.returncode == 0, out.stderr
@@ -120,6 +121,7 @@ def test_info_json():
     assert info["blas_providers"]["load_errors"] == []
 
 
+@pytest.mark.slow  # end to end: runs every framework's linear, torch.compile's compile included
 def test_explain_json():
     out = opbench("explain", "linear", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
     assert out.returncode == 0, out.stderr
@@ -172,6 +174,7 @@ def test_explain_text_answers_first():
     assert len(pair_rows(render(report, verbose=True))) == len(pairs)  # -v lists every pair
 
 
+@pytest.mark.slow  # end to end: runs the self-test's mutants in subprocesses
 def test_selftest_command_reports_both_targets():
     out = opbench("selftest", "dot", "exp", "--small", "--dtype", "float32")
     assert out.returncode == 0, out.stderr
@@ -254,3 +257,39 @@ def test_version_flag_prints_the_package_version():
 
     out = opbench("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"opbench {__version__}"
+
+
+FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "onnxruntime")
+HEAVY = (*FRAMEWORK_MODULES, "pandas", "matplotlib", "scipy.linalg", "asv")
+
+
+def _loaded_after(*args: str) -> set[str]:
+    """The heavy modules a fresh `opbench ARGS` process has imported when it exits."""
+    code = (
+        "import sys\nfrom accuracy.cli.main import main\n"
+        f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(proc.stdout.split("\n")[-2].split())
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["explain", "nosuchop"], ["compare", "--help"]])
+def test_the_cli_answers_without_importing_what_it_does_not_run(args):
+    """`--help`, `list` and a bad-input error import no framework, pandas, matplotlib, scipy.linalg or
+    asv: each costs seconds (torch alone 11 s under load), which issue 20 budgets at 1.5 s."""
+    assert _loaded_after(*args) == set()
+
+
+def test_backends_say_whether_they_are_available_without_importing_their_framework():
+    code = (
+        "import sys\nfrom accuracy.backends import get_backend\n"
+        f"names = ('torch', 'torch-compile', 'scipy', *{FRAMEWORK_MODULES[1:]!r})\n"
+        "found = [get_backend(n).available() for n in names]\n"
+        f"print(found, [m for m in {FRAMEWORK_MODULES!r} if m in sys.modules])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found, loaded = proc.stdout.strip().split("] [")
+    assert "True" in found and loaded.rstrip("]") == ""

@@ -5,6 +5,7 @@ reductions) as backends of their own, so each shows its own error against the sa
 from __future__ import annotations
 
 import importlib
+import os
 from contextlib import contextmanager
 from functools import partial
 
@@ -13,6 +14,8 @@ import numpy as np
 
 from accuracy.backends.base import Backend
 from accuracy.core.dtypes import FloatFormat
+
+GPU_DRIVERS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")  # where a CUDA (or ROCm) device can exist
 
 
 class TorchBackend(Backend):
@@ -27,7 +30,8 @@ class TorchBackend(Backend):
     def available(self) -> bool:
         if not super().available():
             return False
-        return self.device == "cpu" or self.namespace.cuda.is_available()
+        # torch is imported to ask for a GPU only where a GPU driver is loaded (NVIDIA's, or ROCm's)
+        return self.device == "cpu" or (any(map(os.path.exists, GPU_DRIVERS)) and self.namespace.cuda.is_available())
 
     def to_native(self, array: np.ndarray):
         torch = self.namespace

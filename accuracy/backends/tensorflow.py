@@ -16,7 +16,11 @@ from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.dtypes import SINGLE_DOUBLE
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
-LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"  # 1 leaves out INFO, keeps TensorFlow's warnings and errors
+# TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
+# cpu_feature_guard notice, absl's "log messages before InitializeLog" line) off the terminal. Set
+# only around the import, so the environment (and the fingerprint, which records TF_* variables)
+# is unchanged; a user's own setting (TF_CPP_MIN_LOG_LEVEL=0 shows everything) wins.
+LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 
 
 class TensorFlowBackend(StartupThreadsBackend):
@@ -29,11 +33,14 @@ class TensorFlowBackend(StartupThreadsBackend):
 
     @cached_property
     def namespace(self):
-        """TensorFlow, imported without its C++ INFO lines (absl's preamble, cpu_feature_guard's
-        advice to rebuild): they are not opbench's output and would reach the stderr of explain and
-        check. A level the user set is kept."""
-        os.environ.setdefault(LOG_LEVEL_VAR, "1")
-        return importlib.import_module(self.module)
+        """TensorFlow, imported without its C++ INFO/WARNING lines: they are not opbench's output."""
+        if LOG_LEVEL_VAR in os.environ:
+            return importlib.import_module(self.module)
+        os.environ[LOG_LEVEL_VAR] = "2"
+        try:
+            return importlib.import_module(self.module)
+        finally:
+            del os.environ[LOG_LEVEL_VAR]
 
     def start(self, threads: int) -> None:
         tf = self.namespace

@@ -6,7 +6,6 @@ import json
 
 from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.check import check
 
 
 def register(sub) -> None:
@@ -49,6 +48,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from accuracy.workflows.check import check  # the judge and scipy: only when it runs
+
     if (args.op is None) == (args.fn is None):
         raise OpbenchError("give an op or --fn MODULE:FUNCTION, not both")
     outputs = dict(labelled_file("--output", o, "tf=out_tf.npy") for o in args.output)

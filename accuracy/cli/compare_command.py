@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-
-from asv.util import human_value
+from typing import TYPE_CHECKING
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
-from accuracy.report.compare import DEFAULT_TIME_THRESHOLD, Comparison, compare_results
+from accuracy.report.changes import DEFAULT_THRESHOLD as DEFAULT_TIME_THRESHOLD
 from accuracy.run.results_store import check_output_file
+
+if TYPE_CHECKING:
+    from accuracy.report.compare import Comparison
 
 
 def register(sub) -> None:
@@ -47,6 +49,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from accuracy.report.compare import compare_results  # pandas: only when it runs
+
     if args.csv is not None:
         check_output_file("--csv", args.csv, args.results)
     comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
@@ -154,6 +158,8 @@ def _text(value) -> str:
 
 
 def _time(value) -> str:
+    from asv.util import human_value
+
     return "-" if value is None else human_value(value, "seconds")
 
 

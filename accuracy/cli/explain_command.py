@@ -8,8 +8,6 @@ from accuracy.cli.arguments import add_case, add_command, add_json
 from accuracy.core.formatting import format_number, format_table
 from accuracy.core.limits import check_threads
 from accuracy.judge.metric_table import cli_columns
-from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.explain import explain, pairs_section
 
 
 def register(sub) -> None:
@@ -61,6 +59,7 @@ def _header(report: dict) -> list[str]:
 
 
 def _verdicts(report: dict, verbose: bool) -> list[str]:
+    from accuracy.judge.verdicts import WITHIN
     """The answer: every implementation's verdict and numbers, then why for those that need it
     (every implementation under -v)."""
     impls = report["implementations"]
@@ -126,11 +125,15 @@ def _reproducibility(report: dict, verbose: bool) -> list[str]:
 def render(report: dict, verbose: bool = False) -> str:
     """The answer first (verdicts, and the pairs whose difference is not rounding); every pair,
     every reason and the whole reproducibility table under -v."""
+    from accuracy.workflows.explain import pairs_section
+
     lines = _header(report) + _verdicts(report, verbose) + pairs_section(report["pairs"], verbose)
     return "\n".join(lines + _reproducibility(report, verbose))
 
 
 def run(args) -> int:
+    from accuracy.workflows.explain import explain  # the judge and scipy: only when it runs
+
     check_threads(args.threads)
     report = explain(args.op, args.dtype, args.size, args.threads, args.condition)
     print(json.dumps(report, indent=2) if args.json else render(report, args.verbose))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from accuracy.backends.environment import fingerprint
 from accuracy.cli.arguments import add_command, add_json
 
 
@@ -14,6 +13,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from accuracy.backends.environment import fingerprint
+
     info = fingerprint()
     if args.json:
         print(json.dumps(info, indent=2))

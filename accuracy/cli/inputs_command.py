@@ -6,8 +6,6 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_case, add_command, add_results
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.evaluation import make_case
 
 RESULTS_MARKER = "benchmarks.json"  # asv writes it at the top of every results directory
 
@@ -43,6 +41,9 @@ def _inside_results(path: Path, results: Path) -> Path | None:
 
 
 def run(args) -> int:
+    from accuracy.workflows.array_files import write_arrays
+    from accuracy.workflows.evaluation import make_case
+
     case = make_case(args.op, args.dtype, args.size, args.condition)
     folder = _inside_results(args.save, args.results)
     if folder is not None:

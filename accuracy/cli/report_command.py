@@ -7,9 +7,7 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import warn
-from accuracy.report.changes import DEFAULT_THRESHOLD
-from accuracy.report.render import DEFAULT_MAX_PLOTS, write_report
-from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
+from accuracy.report.changes import DEFAULT_MAX_PLOTS, DEFAULT_THRESHOLD
 from accuracy.run.results_store import check_name, check_output_dir
 
 
@@ -47,6 +45,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from accuracy.report.render import write_report  # pandas and matplotlib: only when it runs
+    from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
+
     check_name("--name", args.name)
     check_output_dir("--out", args.out / args.name, args.results)
     index = write_report(

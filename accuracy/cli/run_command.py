@@ -8,13 +8,17 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import OpbenchError, warn
-from accuracy.run.driver import default_machine_name, run_suite
+from accuracy.run.profiles import DEFAULT, PROFILES, QUICK
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
 
 def register(sub) -> None:
     p = add_command(sub, "run", run, help="run the asv suite, publish HTML history and write the report")
-    p.add_argument("--quick", action="store_true", help="one sample per benchmark and the quick grid (<= 3 min)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"few samples per benchmark and the {QUICK.name} profile (docs/asv-suite.md)",
+    )
     p.add_argument("--bench", help="only benchmarks matching this regex (asv --bench)")
     p.add_argument(
         "--machine",
@@ -35,9 +39,9 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--profile",
-        choices=("quick", "default", "full"),
+        choices=tuple(PROFILES),
         default=None,
-        help="parameter grid (default: quick with --quick, else default)",
+        help=f"the suite's grid and tracks (default: {QUICK.name} with --quick, else {DEFAULT.name})",
     )
     p.add_argument(
         "--env",
@@ -74,6 +78,8 @@ def check_bench_regex(pattern: str | None) -> None:
 
 
 def run(args) -> int:
+    from accuracy.run.driver import default_machine_name, run_suite  # asv: only when it runs
+
     results = check_results_dir(args.results)
     html = check_output_dir(
         "--html", args.html or results.resolve().parent / "html", results, owned_marker=ASV_HTML_MARKERS

@@ -10,7 +10,6 @@ from accuracy.cli.arguments import add_command, add_dask, add_json
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table
-from accuracy.workflows.scan import HISTOGRAM_EDGES, as_rows, scan, select_impls
 
 INTERRUPTED_EXIT = 2
 
@@ -117,11 +116,15 @@ def render(rows: list[dict], result) -> str:
             lines.append(f"  {r['impl']} worst: {worst}")
         hist = "  ".join(f"{k}: {v}" for k, v in r["histogram"].items() if v)
         lines.append(f"  {r['impl']} ulp-error histogram: {hist}")
+    from accuracy.workflows.scan import HISTOGRAM_EDGES
+
     lines.append(f"(histogram bins in ulps; edges {', '.join(f'{e:g}' for e in HISTOGRAM_EDGES)})")
     return "\n".join(lines)
 
 
 def run(args) -> int:
+    from accuracy.workflows.scan import as_rows, scan, select_impls
+
     if args.sample is not None and args.sample < 1:
         raise OpbenchError(f"--sample must be at least 1, got {args.sample}")
     op = get_op(args.op)

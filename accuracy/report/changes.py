@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from asv import _stats  # asv's statistics: the test `asv compare` applies (no public API exposes it)
-
 DEFAULT_THRESHOLD = 1.10  # the smallest ratio of two timings that counts as a change
+DEFAULT_MAX_PLOTS = 12  # history figures in the report: the largest steps get one each
 MIN_SAMPLES = 2  # with one sample asv computes no statistics at all
 
 SLOWER, FASTER, SAME, INCONCLUSIVE = "slower", "faster", "same", "inconclusive"
@@ -82,6 +81,10 @@ def timing_change(old: Timing, new: Timing, threshold: float = DEFAULT_THRESHOLD
     ratio = new.value / old.value
     if not beyond(ratio, threshold):
         return SAME
+    # asv's statistics, the test `asv compare` applies (no public API exposes it); imported here,
+    # since importing asv loads its plugins, which `opbench --help` must not wait for
+    from asv import _stats
+
     if not _stats.is_different(old.samples, new.samples, old.stats(), new.stats()):
         return INCONCLUSIVE
     return SLOWER if ratio > 1 else FASTER

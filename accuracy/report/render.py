@@ -20,7 +20,7 @@ from accuracy.core.files import atomic_directory
 from accuracy.core.formatting import format_number
 from accuracy.report import plots
 from accuracy.report.answers import Answers, answer, pair_answer
-from accuracy.report.changes import DEFAULT_THRESHOLD
+from accuracy.report.changes import DEFAULT_MAX_PLOTS, DEFAULT_THRESHOLD
 from accuracy.report.environments import compare_across, latest_commit
 from accuracy.report.export import export_frame
 from accuracy.report.fleet import MachinePair, machine_pairs
@@ -29,7 +29,6 @@ from accuracy.report.selftest_saved import KEPT, SavedSelftest, find_selftest
 from accuracy.report.tidy import tidy, write_data_dictionary
 from accuracy.report.trends import DEFAULT_NONDETERMINISTIC, find_steps
 
-DEFAULT_MAX_PLOTS = 12  # history figures (the largest steps)
 MAX_TABLE_ROWS = 200  # beyond this the HTML/Markdown tables point to the CSV instead
 SHOWN_ROWS = 12  # an answer table's rows shown before the rest fold into <details>
 STEP_TABLE_COLUMNS = [

@@ -29,6 +29,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, replace_atomic, write_atomic
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.run.offline_pages import finish_pages
+from accuracy.run.profiles import DEFAULT, PROFILE_VAR, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
 from accuracy.run.results_store import (
     check_no_links,
@@ -308,13 +309,10 @@ def run_suite(
         try:
             check_no_links(results, None if commits is None else machine)
             warnings += recover_interrupted_saves(results, tmp)
-            shared = tmp / "shared"
-            shared.mkdir()
-            # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)
+            # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
             env = dict(
                 os.environ,
-                OPBENCH_PROFILE=profile or ("quick" if quick else "default"),
-                OPBENCH_RUN_DIR=str(shared),
+                **{PROFILE_VAR: profile or (QUICK.name if quick else DEFAULT.name)},
                 PYTHONIOENCODING="utf-8",
                 **knobs,
             )

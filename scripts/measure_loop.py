@@ -1,0 +1,162 @@
+"""Measure the edit-run loop (issue 20): asv processes per profile, `opbench run` wall time, CLI latency.
+
+Prints a markdown table with the commit and the load average, for docs/asv-suite.md. Measured
+here, never timed in a test: timings depend on the machine and on what else it runs.
+
+    python scripts/measure_loop.py --count                 # asv processes per profile, nothing run
+    python scripts/measure_loop.py --cli                   # CLI latency, one process per command
+    python scripts/measure_loop.py --run quick --run default   # opbench run end to end (minutes)
+
+Counting is asv's own discovery of the suite under each profile (asv_runner.discovery): asv 0.6
+starts one process per benchmark and parameter combination, plus one per setup_cache key and run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ("quick", "default", "full")
+CLI = {  # what issue 20 budgets, one fresh process each
+    "opbench --help": ["--help"],
+    "opbench list": ["list"],
+    "opbench info": ["info"],
+    "opbench explain nosuchop (bad input)": ["explain", "nosuchop"],
+    "opbench explain linear --dtype float32": ["explain", "linear", "--dtype", "float32"],
+}
+CHECK_LINE = "opbench check linear --inputs linear_in.npz"  # the README's check example
+COUNT_CODE = """
+import json, math, os, sys
+sys.argv = [sys.argv[0], "discover"]  # what asv's discovery process sees
+from asv_runner.discovery import disc_benchmarks
+processes, keys, methods = 0, set(), 0
+for b in disc_benchmarks(os.path.join(sys.path[0] or os.getcwd(), "benchmarks")):
+    processes += math.prod(len(p) for p in b._params) if b._params else 1
+    methods += 1
+    if b.setup_cache_key is not None:
+        keys.add(b.setup_cache_key)
+print(json.dumps({"benchmarks": processes, "setup_cache": len(keys), "methods": methods}))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This checkout's code in every process, asv's benchmark processes included (ASV_PYTHONPATH)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, PYTHONPATH=path, ASV_PYTHONPATH=path, **extra)
+
+
+def count(profile: str) -> dict:
+    """asv processes of a plain `asv run` of the suite under `profile`, from asv's discovery."""
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNT_CODE],
+        cwd=ROOT,
+        env=_env(OPBENCH_PROFILE=profile),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return found | {"processes": found["benchmarks"] + found["setup_cache"]}
+
+
+def _timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True)
+    return time.perf_counter() - start, proc.returncode
+
+
+def opbench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "accuracy", *args]
+
+
+def readme_check_block() -> str | None:
+    """The shell block of the docs that holds the README's `opbench check` example."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```sh\n(.*?)```", page.read_text(encoding="utf-8") if page.is_file() else "", re.S):
+            if CHECK_LINE in block:
+                return block
+    return None
+
+
+def time_check() -> tuple[float, int] | None:
+    """The example's first `opbench check`, after its set-up lines ran untimed in a fresh folder."""
+    block = readme_check_block()
+    if block is None:
+        return None
+    lines = block.splitlines()
+    first = next(i for i, line in enumerate(lines) if CHECK_LINE in line)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
+        subprocess.run(["bash", "-c", "\n".join(lines[:first])], cwd=folder, env=_env(), capture_output=True)
+        return _timed(["bash", "-c", lines[first]], folder)
+
+
+def time_run(profile: str) -> tuple[float, int]:
+    """`opbench run` end to end (asv, publish, report) into a scratch results folder."""
+    with tempfile.TemporaryDirectory(prefix="opbench-measure-") as tmp:
+        folder = Path(tmp)
+        quick = ["--quick"] if profile == "quick" else ["--profile", profile]
+        return _timed(
+            opbench(
+                "run",
+                *quick,
+                "--results",
+                str(folder / "results"),
+                "--html",
+                str(folder / "html"),
+                "--report",
+                str(folder / "reports"),
+            )
+        )
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", action="store_true", help="asv processes per profile (nothing is run)")
+    parser.add_argument("--cli", action="store_true", help="CLI latency")
+    parser.add_argument("--run", action="append", default=[], choices=PROFILES, help="time `opbench run`")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"commit {commit.stdout.strip()}, {os.cpu_count()} CPUs, load average before: {_load()}\n")
+    rows: list[tuple[str, str, str]] = []
+    if args.count or args.run:
+        for profile in PROFILES:
+            if args.count or profile in args.run:
+                c = count(profile)
+                wall = ""
+                if profile in args.run:
+                    seconds, status = time_run(profile)
+                    wall = f"{seconds:.0f} s" + ("" if status == 0 else f" (exit {status})")
+                detail = f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache)"
+                command = "--quick" if profile == "quick" else f"--profile {profile}"
+                rows.append((f"`opbench run {command}`", detail, wall))
+    if args.cli:
+        for label, cli_args in CLI.items():
+            seconds, status = _timed(opbench(*cli_args))
+            rows.append((f"`{label}`", "", f"{seconds:.2f} s" + ("" if status in (0, 2) else f" (exit {status})")))
+        checked = time_check()
+        if checked is not None:
+            rows.append((f"`{CHECK_LINE} ...`", "", f"{checked[0]:.2f} s"))
+    print("| what | asv processes | wall |")
+    print("|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nload average after: {_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
