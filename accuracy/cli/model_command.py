@@ -7,8 +7,6 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
-from accuracy.report.model_page import write_model_page
-from accuracy.workflows.model_layers import run_model
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
 
 
@@ -67,8 +65,12 @@ def run(args) -> int:
         raise OpbenchError("two --activations arguments share a label; give each its own")
     if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
         raise OpbenchError(f"--html {args.html}: already exists")
+    from accuracy.workflows.model_layers import run_model  # torch, pandas: only when it runs
+
     report = run_model(args.factory, args.inputs, args.port, files, args.save_activations, args.train, args.keras)
     if args.html:
+        from accuracy.report.model_page import write_model_page
+
         write_model_page(args.html, report.as_dict(), report.answers())
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 0 if report.within_rounding else 1
