@@ -14,7 +14,7 @@ rounded result. Every element where that cannot be shown is recomputed in 200-bi
   20-30 ns an element), w comes from torch's float64 twin instead (TORCH_TWINS): SLEEF's u10
   kernels on AVX2/AVX-512, documented at 1.0 ulp (sin and cos for |x| <= 1e299, beyond any
   float32), with glibc's scalar function on the last few elements of a call and on CPUs without
-  vector kernels. Both are inside the same E; tests/test_fast_references.py measures each twin
+  vector kernels. Both are inside the same E; tests/judge/test_fast_references.py measures each twin
   against mpmath.
 - float64 targets: w = the same function in x87 extended precision (numpy `longdouble`, 64-bit
   significand), E = 16 long-double ulps = 2**-59 |w|; glibc's measured maxima for x86 long double

@@ -17,7 +17,7 @@ import pytest
 # one worker evaluates the module's shared fixture once (make test runs pytest-xdist)
 pytestmark = pytest.mark.xdist_group("readme")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Is my framework's output rounding or a bug?"
 
 JAVA_LINEAR = """

@@ -22,7 +22,7 @@ from accuracy.cli import main as cli
 from accuracy.judge.metric_table import tracks
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITS = [hashlib.sha1(f"upgrade {i}".encode()).hexdigest() for i in range(2)]
 DATES = [datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC) + datetime.timedelta(days=i) for i in range(2)]
 

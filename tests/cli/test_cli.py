@@ -13,7 +13,7 @@ import pytest
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import all_ops
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def opbench(*args, timeout=300):
@@ -80,7 +80,7 @@ def test_list_json(listing):
     ):
         assert name in ops, name
         assert ops[name]["implementations"] and ops[name]["dtypes"]
-    frameworks = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")  # tests/test_frameworks.py
+    frameworks = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")  # tests/workflows/test_frameworks.py
     linear = [i["name"] for i in ops["linear"]["implementations"] if i["backend"] not in frameworks]
     assert sorted(linear) == sorted(
         [

@@ -25,7 +25,7 @@ from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.run.results_store import results_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = SyntheticBenchmark(
     "bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"), (("numpy:np.dot@float32",), (4096,))
 )

@@ -13,7 +13,7 @@ from accuracy.report.load import load_results
 from accuracy.report.render import write_report
 from accuracy.report.tidy import COLUMNS, DATA_DICTIONARY, dictionary_markdown, tidy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_columns_are_split_and_typed(shared_results):

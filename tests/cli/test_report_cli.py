@@ -13,7 +13,7 @@ from fixtures_report import GFLOPS, INJECTED, shared_results  # noqa: F401
 import accuracy.cli.main
 from accuracy.cli import report_command as report_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REPORT_FILES = {
     "index.html",
     "report.md",
