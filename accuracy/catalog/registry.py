@@ -18,6 +18,7 @@ from functools import cache
 import numpy as np
 
 from accuracy.backends import backends_for, get_backend
+from accuracy.backends.startup_threads import add_function_namer
 from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
@@ -165,6 +166,22 @@ def _catalog() -> dict[str, OpInfo]:
 
 def all_ops() -> list[OpInfo]:
     return list(_catalog().values())
+
+
+def impl_function(op_name: str, backend: str, variant: str) -> Callable:
+    """The function of one implementation, found by name (how a worker process gets a registry lambda)."""
+    return next(i.fn for i in get_op(op_name).impls if (i.backend, i.variant) == (backend, variant))
+
+
+def _name_impl_function(fn: Callable) -> tuple[Callable, tuple[str, str, str]] | None:
+    for op in all_ops():
+        for impl in op.impls:
+            if impl.fn is fn:
+                return impl_function, (op.name, impl.backend, impl.variant)
+    return None
+
+
+add_function_namer(_name_impl_function)
 
 
 def families() -> tuple[str, ...]:
