@@ -26,7 +26,7 @@ class Backend:
 
     def available(self) -> bool:
         try:
-            self.namespace
+            self.namespace  # noqa: B018  the cached property imports the framework
         except ImportError:
             return False
         return True

@@ -51,10 +51,10 @@ class LibTorchBackend(Backend):
 
     def preload(self) -> None:
         """Build once (or load the cached build): loading a library is safe before a fork."""
-        self.namespace
+        self.namespace  # noqa: B018  the cached property builds or loads the library
 
     def to_native(self, array):
-        self.namespace  # build (or load the cached build) before the first tensor crosses over
+        self.namespace  # noqa: B018  build (or load the cached build) before the first tensor crosses over
         return self.tensors.to_native(array)
 
     def to_numpy(self, value, fmt):

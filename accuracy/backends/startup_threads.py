@@ -59,7 +59,7 @@ class StartupThreadsBackend(ThreadsPerCall):
     def preload(self) -> None:
         """Import the framework (seconds for TensorFlow) without starting its runtime: safe
         before a fork, so asv's forkserver pays the import once for every benchmark process."""
-        self.namespace
+        self.namespace  # noqa: B018  the cached property imports the framework
 
     def start(self, threads: int) -> None:
         """Configure the framework's thread pools; called once, before its first op."""

@@ -7,6 +7,7 @@ never trusted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -61,8 +62,6 @@ def cached(key: str, compute) -> Exact:
     exact = _read(path) if path.exists() else None
     if exact is None:
         exact = compute()
-        try:
+        with contextlib.suppress(OSError):  # a read-only cache only costs time
             _write(path, exact)
-        except OSError:
-            pass  # a read-only cache only costs time
     return exact

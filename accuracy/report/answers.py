@@ -125,7 +125,10 @@ def _inside_bound_reason(row: dict, impl) -> str:
         fmt = None
     contract = contract_for(row["op"], impl, fmt, compute_format(impl, fmt)) if fmt is not None and impl else None
     if contract is not None:
-        return f"outside its contract of {contract.max_ulp} ulp from the correctly rounded value ({contract.source}); {inside}"
+        return (
+            f"outside its contract of {contract.max_ulp} ulp from the correctly rounded value "
+            f"({contract.source}); {inside}"
+        )
     return f"{inside}; `opbench explain {row['op']} --dtype {row['dtype']}` gives the deciding tier and element"
 
 

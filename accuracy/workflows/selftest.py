@@ -14,7 +14,8 @@ E_least, "the error of the least accurate correct algorithm", is the largest of:
 the correct implementations, the op's formula in plain round-to-nearest recursive order at the
 compute precision, the RMS error of the typical tier's Monte Carlo runs (its expected error,
 so a lucky single output does not shrink it), and half an ulp (what correct rounding errs), in
-ulps of the result's format, max over elements. A mutant whose error is >= 16 E_least must be caught (suspicious or beyond).
+ulps of the result's format, max over elements. A mutant whose error is >= 16 E_least must be caught (suspicious or
+beyond).
 """
 
 from __future__ import annotations
