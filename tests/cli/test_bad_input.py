@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import start_opbench
 
 from accuracy.cli import main as cli
 from accuracy.core.threads import all_cores
@@ -297,20 +298,8 @@ def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys):
     assert elapsed < 30  # refused before fingerprinting or starting asv, not after waiting
 
 
-def _opbench(*args, env=None, **kwargs):
-    return subprocess.Popen(
-        [sys.executable, "-m", "accuracy", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        **kwargs,
-    )
-
-
 def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
-    proc = _opbench("info", env={"OPBENCH_BLAS": ":"})
+    proc = start_opbench("info", env={"OPBENCH_BLAS": ":"})
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
     assert err.strip().splitlines() == [
@@ -344,7 +333,7 @@ def test_ctrl_c_while_importing_prints_one_line(monkeypatch, capsys):
 
 
 def test_ctrl_c_in_explain_prints_one_line():
-    proc = _opbench("explain", "matmul", "--size", "1500")
+    proc = start_opbench("explain", "matmul", "--size", "1500")
     time.sleep(5)  # past interpreter start-up, which is Python's own and prints its own message
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_opbench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,13 +63,13 @@ def plugin_path(tmp_path_factory) -> Path:
     return root
 
 
-def _run(plugin_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_path), str(ROOT)]))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+def _finding(plugin_path: Path) -> dict[str, str]:
+    """The environment in which Python finds the plugin (and this checkout of opbench)."""
+    return {"PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
 
 
 def test_a_new_op_and_backend_appear_in_list(plugin_path):
-    out = _run(plugin_path, "-m", "accuracy", "list", "--json")
+    out = run_opbench("list", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
     cube = next(o for o in json.loads(out.stdout) if o["op"] == "cube")
     assert cube["family"] == "plugins"
@@ -76,7 +77,7 @@ def test_a_new_op_and_backend_appear_in_list(plugin_path):
 
 
 def test_a_new_op_and_backend_are_explained_against_the_exact_reference(plugin_path):
-    out = _run(plugin_path, "-m", "accuracy", "explain", "cube", "--dtype", "float32", "--json")
+    out = run_opbench("explain", "cube", "--dtype", "float32", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
     rows = {r["impl"]: r for r in json.loads(out.stdout)["implementations"]}
     # float64 evaluation rounded once: within an ulp of the correctly rounded cube
@@ -90,10 +91,7 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
     np.savez(tmp_path / "in.npz", x=x)
     np.save(tmp_path / "upcast.npy", (x.astype(np.float64) ** 3).astype(np.float32))  # rounded once
     np.save(tmp_path / "off.npy", x**3 * np.float32(1.001))
-    out = _run(
-        plugin_path,
-        "-m",
-        "accuracy",
+    out = run_opbench(
         "check",
         "cube",
         "--inputs",
@@ -101,6 +99,7 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
         "--json",
         f"--output=upcast={tmp_path / 'upcast.npy'}",
         f"--output=off={tmp_path / 'off.npy'}",
+        env=_finding(plugin_path),
     )
     assert out.returncode == 1, out.stderr
     rows = {r["label"]: r for r in json.loads(out.stdout)["outputs"]}
@@ -110,7 +109,14 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
 
 def test_a_new_op_gets_generated_asv_classes(plugin_path):
     code = "from benchmarks import bench_plugins as b; print(b.Cube.op_name, b.Cube.params[0])"
-    out = _run(plugin_path, "-c", code)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **_finding(plugin_path)},
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("cube ") and "numpy-upcast:x**3 in float64@float32" in out.stdout
 
@@ -120,7 +126,7 @@ def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[opbench.ops]\nbroken = no_such_module_here\n")
-    out = _run(tmp_path, "-m", "accuracy", "list", "--json")
+    out = run_opbench("list", "--json", env=_finding(tmp_path))
     assert out.returncode == 0
     assert any(o["op"] == "matmul" for o in json.loads(out.stdout))
     assert out.stderr.count("warning: plugin 'broken'") == 1 and "Traceback" not in out.stderr

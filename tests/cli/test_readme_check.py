@@ -1,6 +1,6 @@
 """The README's "Is my framework's output rounding or a bug?" example (TensorFlow and ONNX Runtime
-outputs judged), run as written: its shell block in a fresh directory (with `.venv` pointing at this interpreter's environment), and its
-Java reader/writer compiled and used for a float32 linear layer where a JDK is installed."""
+outputs judged), run as written: its shell block in a fresh directory (with `.venv` pointing at this interpreter's
+environment), and its Java reader/writer compiled and used for a float32 linear layer where a JDK is installed."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from fixtures_report import COMMITS, MKL, shared_results  # noqa: F401
+from fixtures_report import COMMITS, MKL
 
 from accuracy.judge.metric_table import BY_NAME
 from accuracy.report.export import export_frame, read_frame
