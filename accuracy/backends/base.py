@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from contextlib import contextmanager
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,10 @@ class Backend:
     device = "cpu"
     module = "numpy"
     threads_note = ""  # how another thread count is reached, where it is not set in this process
+
+    def info(self) -> dict[str, Any]:
+        """What the environment fingerprint records of the framework (versions, devices, ...)."""
+        return {}
 
     def available(self) -> bool:
         try:

@@ -83,6 +83,7 @@ class StartupThreadsBackend(ThreadsPerCall):
             self.start(threads)
             self.started_threads = threads
         if threads != self.started_threads:
+            assert self._zygote is not None  # forked when the runtime started
             return self._zygote.call(threads, fn, {k: v.array for k, v in inputs.items()})
         for value in inputs.values():
             if value.tensor is None:
@@ -193,6 +194,7 @@ class _Zygote:
                     key, arrays = channel.receive()
                 except EOFError:
                     return
+                reply: tuple[bool, np.ndarray | str]
                 try:
                     with np.errstate(all="ignore"):
                         reply = (

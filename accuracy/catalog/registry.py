@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.backends import backends_for, get_backend
 from accuracy.backends.startup_threads import add_function_namer
@@ -84,8 +85,8 @@ class OpInfo:
     doc: str
     generate: Callable[[np.random.Generator, int], dict[str, np.ndarray]]
     exact: Callable[[dict, FloatFormat], Exact]
-    fp64: Callable[..., np.ndarray]
-    bound: Callable[[dict, Exact, FloatFormat], np.ndarray]
+    fp64: Callable[..., ArrayLike]
+    bound: Callable[[dict, Exact, FloatFormat], ArrayLike]
     bound_doc: str
     impls: tuple[Impl, ...]
     default_size: int
@@ -106,7 +107,7 @@ class OpInfo:
     normwise_axes: tuple[int, ...] = ()
 
     @property
-    def working_formula(self) -> Callable[..., np.ndarray]:
+    def working_formula(self) -> Callable[..., ArrayLike]:
         return self.working or self.fp64
 
     def condition_names(self) -> tuple[str, ...]:

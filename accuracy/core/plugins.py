@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 from importlib.metadata import entry_points
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def load_plugins(group: str, attribute: str, kind: type) -> list:
+def load_plugins(group: str, attribute: str, kind: type[T]) -> list[T]:
     """Every `kind` instance the packages declare under `group`. A broken plugin is reported on
     stderr and left out, so one bad package cannot take the catalog down."""
     found = []

@@ -12,6 +12,7 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def _write(path: Path, exact: Exact) -> None:
     os.replace(tmp, path)  # atomic: a reader never sees half an entry
 
 
-def cached(key: str, compute) -> Exact:
+def cached(key: str, compute: Callable[[], Exact]) -> Exact:
     """The cached Exact for `key`, or `compute()` stored for next time."""
     path = cache_dir() / f"{key}.npz"
     exact = _read(path) if path.exists() else None

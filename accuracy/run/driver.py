@@ -222,10 +222,10 @@ def run_suite(
     saved: list[Batch] = []
     with (
         results_lock(results),
-        tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent) as tmp,
+        tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent) as tmp_name,
     ):
         try:
-            tmp = Path(tmp)
+            tmp = Path(tmp_name)
             shared = tmp / "shared"
             shared.mkdir()
             # OPBENCH_RUN_DIR lets the paired accuracy tracks share one measurement (benchmarks/common.py)

@@ -114,6 +114,7 @@ class AsvLog:
                 encoding="utf-8",
                 errors="replace",
             )
+            assert proc.stdout is not None  # piped above
             try:
                 for line in proc.stdout:
                     log.write(line)

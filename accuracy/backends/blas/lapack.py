@@ -5,6 +5,7 @@ LAPACKE is preferred because it needs no transposed copies.
 """
 
 import ctypes
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,8 @@ def bind_lapacke(lib: ctypes.CDLL, abi: SymbolABI) -> dict[tuple[str, np.dtype],
 
 def bind_fortran_lapack(lib: ctypes.CDLL, abi: SymbolABI) -> dict[tuple[str, np.dtype], Kernel]:
     """Kernels for the Fortran ``?gesv_`` / ``?potrf_`` symbols ``lib`` exports."""
-    i, ptr = ctypes.POINTER(abi.int_type), ctypes.c_void_p
+    i: Any = ctypes.POINTER(abi.int_type)
+    ptr = ctypes.c_void_p
     kernels = {}
     for letter, (dtype, _) in PRECISIONS.items():
         gesv = getattr(lib, abi.fortran_name(f"{letter}gesv"), None)
