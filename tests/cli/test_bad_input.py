@@ -8,6 +8,7 @@ creates anything fails even if its message is right.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -284,18 +285,29 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, ar
     assert _checksums(tmp_path) == before
 
 
-def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys):
+def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """Refused on the lock, without waiting for its holder, and before fingerprinting the environment
+    or starting asv (both start a process)."""
     paths = _workspace(tmp_path)
     with results_lock(paths["results"]):
         before = _checksums(tmp_path)
-        started = time.monotonic()
+        flock = fcntl.flock
+
+        def flock_without_waiting(fd, operation):
+            assert operation & fcntl.LOCK_NB or operation == fcntl.LOCK_UN, "a blocking lock waits for its holder"
+            return flock(fd, operation)
+
+        def no_process(*args, **kwargs):
+            raise AssertionError(f"a process was started for refused work: {args}")
+
+        monkeypatch.setattr(fcntl, "flock", flock_without_waiting)
+        monkeypatch.setattr(subprocess, "Popen", no_process)
         code = cli.main(["run", "--results", str(paths["results"]), "--bench", "Dot", "--no-report"])
-        elapsed = time.monotonic() - started
+        monkeypatch.undo()
         after = _checksums(tmp_path)  # while still held: the holder clears its pid on release
     err = capsys.readouterr().err
     assert code == 2 and f"in use by another opbench run (pid {os.getpid()})" in err, err
     assert after == before
-    assert elapsed < 30  # refused before fingerprinting or starting asv, not after waiting
 
 
 def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
