@@ -30,8 +30,8 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: object) -> CliResult:
     capsys.readouterr()  # only this command's output
     try:
         code = main([str(a) for a in args])
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
+    except SystemExit as exit_:  # as the interpreter reads it: None is success, a message is failure
+        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
     out, err = capsys.readouterr()
     return CliResult(code, out, err)
 
