@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.opbench-installed
 
-.PHONY: setup bench bench-quick bench-self selftest test clean browser
+.PHONY: setup bench bench-quick bench-self selftest test test-fast lint clean browser
 
 setup: $(STAMP)
 
 # Reinstall whenever the pins or the project metadata change.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks,models,dask]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,blas,frameworks,models,dask,lint]'
 	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
 
@@ -42,6 +42,16 @@ bench-self: setup
 # every core: asv-driven tests spend most of their time in subprocesses, the rest in mpmath
 test: setup browser
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+
+# the unit tests without the end-to-end ones (asv runs, subprocesses): the loop while editing
+test-fast: setup
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow"
+
+# what CI checks before the tests: ruff's lint and format, and the type check (config in pyproject.toml)
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy accuracy
 
 clean:
 	rm -rf $(VENV) results html results-self html-self .asv

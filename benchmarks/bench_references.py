@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,8 +43,8 @@ def _seconds(fn, clock=time.perf_counter) -> float:
 class ExactGemm:
     """Ozaki exact product vs numpy's dgemm on the same n x n float64 matrices."""
 
-    params = [[512, 1024]]
-    param_names = ["n"]
+    params: ClassVar = [[512, 1024]]
+    param_names: ClassVar = ["n"]
     timeout = 600
     number, repeat, rounds, min_run_count, warmup_time = 1, 1, 1, 1, 0.0
 
@@ -68,11 +69,11 @@ class CorrectlyRounded:
     """Correctly rounded elementwise references vs numpy's own function, on the op's own inputs.
     Wall time uses every core (the narrow path runs chunks in threads)."""
 
-    params = [["exp", "log", "tanh", "sin"], ["float32", "float64"]]
-    param_names = ["func", "dtype"]
+    params: ClassVar = [["exp", "log", "tanh", "sin"], ["float32", "float64"]]
+    param_names: ClassVar = ["func", "dtype"]
     timeout = 600
     number, repeat, rounds, min_run_count, warmup_time = 1, 1, 1, 1, 0.0
-    SIZES = {"float64": 1_000_000, "float32": 1 << 24}
+    SIZES: ClassVar = {"float64": 1_000_000, "float32": 1 << 24}
 
     def setup(self, func, dtype):
         if dtype == "float64" and func != "exp":

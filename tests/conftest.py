@@ -1,11 +1,14 @@
-"""Shared fixtures for the foundation tests: an isolated reference cache and small helpers."""
+"""Shared fixtures: an isolated reference cache, and results directories with known answers."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
+from fixtures_answers import write_suite_results
+from fixtures_report import make_results_dir
 
 # Every test process (and every subprocess it starts, which inherits os.environ) uses a private,
 # throwaway reference cache, never the user's ~/.cache/opbench. Set at import time so that
@@ -33,3 +36,17 @@ def _isolated_cache(tmp_path, monkeypatch):
 def cache_path(_isolated_cache):
     """The per-test reference cache directory (not created until something is cached)."""
     return _isolated_cache
+
+
+@pytest.fixture(scope="session")
+def shared_results(tmp_path_factory) -> Path:
+    """The report tests' results (fixtures_report): read-only; tests that modify files make their own copy."""
+    return make_results_dir(tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture(scope="module")
+def suite_results(tmp_path_factory) -> Path:
+    """Results of the opbench suite itself with known answers (fixtures_answers)."""
+    root = tmp_path_factory.mktemp("suite") / "results"
+    write_suite_results(root)
+    return root

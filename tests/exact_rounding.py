@@ -1,4 +1,5 @@
-"""Correct rounding of a rational to a float format: the specification the metrics and references are checked against."""
+"""Correct rounding of a rational to a float format: the specification the metrics and references are checked
+against."""
 
 import math
 from fractions import Fraction

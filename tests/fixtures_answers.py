@@ -16,7 +16,6 @@ import hashlib
 import json
 
 import numpy as np
-import pytest
 
 from accuracy.judge.metric_table import tracks
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
@@ -102,10 +101,3 @@ def write_suite_results(root) -> None:
     for i, (commit, date) in enumerate(zip(COMMITS, DATES, strict=False)):
         path = write_result_file(root, MACHINE, ENV, commit, date, benchmarks(), _measure(i, rng), FINGERPRINT)
         assert json.loads(path.with_suffix(".fingerprint").read_text())["cpu"]["mhz"] == 2000.0
-
-
-@pytest.fixture(scope="module")
-def suite_results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("suite") / "results"
-    write_suite_results(root)
-    return root

@@ -12,7 +12,6 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from accuracy.report.synthetic import (
     SyntheticBenchmark,
@@ -97,9 +96,3 @@ def make_results_dir(root: Path, seed: int = 0) -> Path:
 
 def params_label(combo: tuple) -> str:
     return ", ".join(f"{name}={value}" for name, value in zip(PARAM_NAMES, combo, strict=False))
-
-
-@pytest.fixture(scope="session")
-def shared_results(tmp_path_factory) -> Path:
-    """Read-only fixture results (tests that modify files make their own copy)."""
-    return make_results_dir(tmp_path_factory.mktemp("report"))

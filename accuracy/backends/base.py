@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 from contextlib import contextmanager
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,10 @@ class Backend:
     # the float32 matmul/conv precision it defaults to on an NVIDIA GPU (Ampere or newer); data for
     # the reader, since every framework here runs on the CPU, where it computes in the storage dtype
     gpu_float32: str = ""
+
+    def info(self) -> dict[str, Any]:
+        """What the environment fingerprint records of the framework (versions, devices, ...)."""
+        return {}
 
     def available(self) -> bool:
         """Whether the library is installed, found without importing it: `opbench list` and the

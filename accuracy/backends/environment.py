@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from typing import Any
 
 from threadpoolctl import threadpool_info
 
 
 def _numpy_info() -> dict:
     import numpy as np
-    from numpy._core._multiarray_umath import __cpu_baseline__, __cpu_features__
+    from numpy._core._multiarray_umath import __cpu_baseline__, __cpu_features__  # type: ignore[import-not-found]
 
     return {
         "version": np.__version__,
@@ -67,7 +68,7 @@ def _torch_info() -> dict:
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
+    out: dict[str, str | None] = {}
     for name in ("opbench", "numpy", "scipy", "torch", "ml_dtypes", "mpmath", "threadpoolctl", "pandas", "asv"):
         try:
             out[name] = version(name)
@@ -98,7 +99,7 @@ def _frameworks() -> dict:
     """Each framework backend's versions, math libraries and knobs; absent ones say so."""
     from accuracy.backends import framework_names, get_backend
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in framework_names():
         backend = get_backend(name)
         if not backend.available():

@@ -81,7 +81,7 @@ class OnnxRuntimeBackend(ThreadsPerCall):
         """Importing onnxruntime starts no session, and a forked child runs sessions fine."""
         import onnx.numpy_helper  # noqa: F401 - the graph builder, imported once
 
-        self.ort
+        self.ort  # noqa: B018  the cached property imports onnxruntime
 
     @cached_property
     def ort(self):

@@ -84,8 +84,8 @@ class TorchCompileBackend(TorchBackend):
             # past dynamo's limit it would silently run eager, so allow more and fail loudly after.
             # The count is per code object, and every compiled partial shares dynamo's wrapper
             # (external_utils `inner`): the limit covers all ops of the process together
-            config.recompile_limit = max(config.recompile_limit, 512)
-            config.fail_on_recompile_limit_hit = True
+            config.recompile_limit = max(config.recompile_limit, 512)  # type: ignore[attr-defined]  # torch._dynamo.config sets its attributes at import
+            config.fail_on_recompile_limit_hit = True  # type: ignore[attr-defined]
             self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
         return self._compiled[fn](**inputs)
 

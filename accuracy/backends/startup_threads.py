@@ -19,7 +19,8 @@ import importlib
 import importlib.util
 import os
 import pickle
-from functools import cached_property
+from collections.abc import Callable
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class StartupThreadsBackend(ThreadsPerCall):
     def preload(self) -> None:
         """Import the framework (seconds for TensorFlow) without starting its runtime: safe
         before a fork, so asv's forkserver pays the import once for every benchmark process."""
-        self.namespace
+        self.namespace  # noqa: B018  the cached property imports the framework
 
     def start(self, threads: int) -> None:
         """Configure the framework's thread pools; called once, before its first op."""
@@ -82,6 +83,7 @@ class StartupThreadsBackend(ThreadsPerCall):
             self.start(threads)
             self.started_threads = threads
         if threads != self.started_threads:
+            assert self._zygote is not None  # forked when the runtime started
             return self._zygote.call(threads, fn, {k: v.array for k, v in inputs.items()})
         for value in inputs.values():
             if value.tensor is None:
@@ -92,24 +94,32 @@ class StartupThreadsBackend(ThreadsPerCall):
         return np.asarray(value).astype(fmt.np_dtype, copy=False)
 
 
-def _impl_key(fn):
-    """How a worker names `fn`: registry lambdas by (op, backend, variant); anything else pickled."""
-    from accuracy.catalog.registry import all_ops
+# A worker gets the function to run through a pipe, pickled. The catalog's functions are lambdas, which
+# pickle cannot carry: the catalog (a layer above, which backends never import) adds a namer that gives
+# such a function as (finder, args), both picklable by reference, with finder(*args) the function again.
+FunctionNamer = Callable[[Callable], "tuple[Callable, tuple] | None"]
+_namers: list[FunctionNamer] = []
 
-    for op in all_ops():
-        for impl in op.impls:
-            if impl.fn is fn:
-                return ("registry", op.name, impl.backend, impl.variant)
+
+def add_function_namer(namer: FunctionNamer) -> None:
+    """Let worker processes find the unpicklable functions `namer` knows (it returns None for others)."""
+    _namers.append(namer)
+
+
+def _function_key(fn: Callable) -> tuple:
+    """How a worker gets `fn`: (finder, args) from a namer, else the function itself, pickled."""
+    for namer in _namers:
+        named = namer(fn)
+        if named is not None:
+            return ("named", *named)
     return ("pickled", fn)
 
 
-def _resolve(key):
+def _resolve(key: tuple) -> Callable:
     if key[0] == "pickled":
         return key[1]
-    from accuracy.catalog.registry import get_op
-
-    _, op_name, backend, variant = key
-    return next(i.fn for i in get_op(op_name).impls if (i.backend, i.variant) == (backend, variant))
+    _, finder, args = key
+    return finder(*args)
 
 
 class _Channel:
@@ -152,7 +162,7 @@ class _Zygote:
         self.pid, self.channel = _fork(self._serve)
 
     def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
-        self.channel.send((threads, _impl_key(fn), arrays))
+        self.channel.send((threads, _function_key(fn), arrays))
         try:
             ok, value = self.channel.receive()
         except EOFError:
@@ -169,7 +179,7 @@ class _Zygote:
             except EOFError:
                 return  # the parent exited or closed: so do its workers, on EOF
             if threads not in workers:
-                workers[threads] = _fork(lambda channel: self._work(threads, channel))[1]
+                workers[threads] = _fork(partial(self._work, threads))[1]
             workers[threads].send((key, arrays))
             parent.send(workers[threads].receive())
 
@@ -184,6 +194,7 @@ class _Zygote:
                     key, arrays = channel.receive()
                 except EOFError:
                     return
+                reply: tuple[bool, np.ndarray | str]
                 try:
                     with np.errstate(all="ignore"):
                         reply = (

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.backends import backends_for, get_backend
+from accuracy.backends.startup_threads import add_function_namer
 from accuracy.core.dtypes import ALL_DTYPES, FloatFormat
 from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.plugins import load_plugins
@@ -112,8 +114,8 @@ class OpInfo:
     doc: str
     generate: Callable[[np.random.Generator, int], dict[str, np.ndarray]]
     exact: Callable[[dict, FloatFormat], Exact]
-    fp64: Callable[..., np.ndarray]
-    bound: Callable[[dict, Exact, FloatFormat], np.ndarray]
+    fp64: Callable[..., ArrayLike]
+    bound: Callable[[dict, Exact, FloatFormat], ArrayLike]
     bound_doc: str
     impls: tuple[Impl, ...]
     default_size: int
@@ -146,7 +148,7 @@ class OpInfo:
                 )
 
     @property
-    def working_formula(self) -> Callable[..., np.ndarray]:
+    def working_formula(self) -> Callable[..., ArrayLike]:
         return self.working or self.fp64
 
     def condition_names(self) -> tuple[str, ...]:
@@ -224,6 +226,22 @@ def _add_impls(catalog: dict[str, OpInfo], added: ImplsFor) -> None:
 
 def all_ops() -> list[OpInfo]:
     return list(_catalog().values())
+
+
+def impl_function(op_name: str, backend: str, variant: str) -> Callable:
+    """The function of one implementation, found by name (how a worker process gets a registry lambda)."""
+    return next(i.fn for i in get_op(op_name).impls if (i.backend, i.variant) == (backend, variant))
+
+
+def _name_impl_function(fn: Callable) -> tuple[Callable, tuple[str, str, str]] | None:
+    for op in all_ops():
+        for impl in op.impls:
+            if impl.fn is fn:
+                return impl_function, (op.name, impl.backend, impl.variant)
+    return None
+
+
+add_function_namer(_name_impl_function)
 
 
 def families() -> tuple[str, ...]:

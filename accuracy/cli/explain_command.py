@@ -60,6 +60,7 @@ def _header(report: dict) -> list[str]:
 
 def _verdicts(report: dict, verbose: bool) -> list[str]:
     from accuracy.judge.verdicts import WITHIN
+
     """The answer: every implementation's verdict and numbers, then why for those that need it
     (every implementation under -v)."""
     impls = report["implementations"]

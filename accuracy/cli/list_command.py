@@ -16,7 +16,7 @@ def register(sub) -> None:
 def catalog() -> list[dict]:
     out = []
     for op in all_ops():
-        impls = {}
+        impls: dict[str, dict] = {}
         for dtype in op.dtypes():
             for impl in op.available_impls(dtype):
                 impls.setdefault(impl.name, {"backend": impl.backend, "variant": impl.variant, "dtypes": []})

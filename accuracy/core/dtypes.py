@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.core.errors import OpbenchError
 
@@ -81,7 +82,7 @@ def format_of(array: np.ndarray) -> FloatFormat:
     raise OpbenchError(f"unsupported array dtype {array.dtype}")
 
 
-def ulp(values, fmt: FloatFormat) -> np.ndarray:
+def ulp(values: ArrayLike, fmt: FloatFormat) -> np.ndarray:
     """The spacing of `fmt` at each value (subnormal spacing below the normal range).
 
     float64's own spacing scaled to fmt's precision, clipped to fmt's exponent range: one

@@ -7,6 +7,9 @@ Each command calls these once, before it allocates or spawns anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
 import numpy as np
 
 from accuracy.core.errors import OpbenchError
@@ -44,7 +47,19 @@ def available_memory() -> int:
     raise OpbenchError("cannot read MemAvailable from /proc/meminfo to check --size")
 
 
-def estimate_case_bytes(op, size: int, condition: str) -> int:
+class GeneratedOp(Protocol):
+    """What sizing and generating a case needs of an op (the catalog's OpInfo, a layer above)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def test_size(self) -> int: ...
+
+    def generator(self, condition: str) -> Callable[[np.random.Generator, int], Mapping[str, np.ndarray]]: ...
+
+
+def estimate_case_bytes(op: GeneratedOp, size: int, condition: str) -> int:
     """Bytes a case of `size` needs, extrapolated from the inputs of two small sizes.
 
     Inputs grow as a power of the size (n for vectors, n^2 for matrices, ...); generating
@@ -63,7 +78,7 @@ def estimate_case_bytes(op, size: int, condition: str) -> int:
     return int(CASE_MEMORY_FACTOR * b * (size / (2 * small)) ** exponent)
 
 
-def check_size(op, size: int | None, condition: str) -> None:
+def check_size(op: GeneratedOp, size: int | None, condition: str) -> None:
     """Refuse a --size whose inputs and references would not fit the memory budget."""
     if size is None:
         return

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from importlib.metadata import entry_points
+from typing import TypeVar
 
 from accuracy.core.errors import warn
 
+T = TypeVar("T")
 
-def load_plugins(group: str, attribute: str, kind: type) -> list:
+
+def load_plugins(group: str, attribute: str, kind: type[T]) -> list[T]:
     """Every `kind` instance the packages declare under `group`. A broken plugin is reported on
     stderr and left out, so one bad package cannot take the catalog down."""
     found = []

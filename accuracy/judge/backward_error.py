@@ -23,20 +23,24 @@ ratio's ||A|| becomes || |L||U| || (a correct GEPP on Wilkinson's growth matrix 
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
 
-from accuracy.reference.exact import dot2_matmul
+import numpy as np
+from numpy.typing import ArrayLike
+
+from accuracy.reference.exact import Exact, dot2_matmul
 
 LAPACK_THRESHOLD = 30.0
+Inputs = Mapping[str, np.ndarray]  # an op's float64 inputs by name
 LU_BASED = ("solve", "inv", "det")  # ops computed through GEPP: their bounds carry its growth
 
 
-def _norm1(m) -> float:
+def _norm1(m: ArrayLike) -> float:
     m = np.asarray(m, dtype=np.float64)
     return float(np.linalg.norm(m, 1)) if m.ndim == 2 else float(np.sum(np.abs(m)))
 
 
-def _product_minus(a, b, c) -> np.ndarray:
+def _product_minus(a: ArrayLike, b: ArrayLike, c: ArrayLike) -> np.ndarray:
     """a @ b - c, exact to ~u**2 (Dot2 over [a, c] @ [b; -I])."""
     a, b, c = (np.atleast_2d(np.asarray(v, dtype=np.float64)) for v in (a, b, c))
     stacked = dot2_matmul(np.hstack([a, c]), np.vstack([b, -np.eye(c.shape[1])]))
@@ -49,26 +53,26 @@ def _ratio(residual_norm: float, scale: float, eps: float) -> float:
     return residual_norm / (scale * eps) if scale > 0 and np.isfinite(scale) else float("inf")
 
 
-def _solve(inputs, x, exact, eps):
+def _solve(inputs: Inputs, x: np.ndarray, exact: Exact, eps: float) -> float:
     a, b = inputs["a"], inputs["b"]
     r = _product_minus(a, x[:, None], b[:, None])
     return _ratio(_norm1(r), _norm1(a) * _norm1(x), eps)
 
 
-def _inv(inputs, x, exact, eps):
+def _inv(inputs: Inputs, x: np.ndarray, exact: Exact, eps: float) -> float:
     a = inputs["a"]
     r = _product_minus(x, a, np.eye(a.shape[0]))
     return _ratio(_norm1(r), a.shape[0] * _norm1(a) * _norm1(x), eps)
 
 
-def _cholesky(inputs, x, exact, eps):
+def _cholesky(inputs: Inputs, x: np.ndarray, exact: Exact, eps: float) -> float:
     a = inputs["a"]
     low = np.tril(x)
     r = _product_minus(low, low.T, a)
     return _ratio(_norm1(r), a.shape[0] * _norm1(a), eps)
 
 
-def _lstsq(inputs, x, exact, eps):
+def _lstsq(inputs: Inputs, x: np.ndarray, exact: Exact, eps: float) -> float:
     """dqrt17 with alpha = ||b|| + ||A|| ||x||, and dqrt16 where the system is consistent.
 
     dqrt17 divides by alpha = ||b|| for a zero-residual problem (IRESID=1, the only regime
@@ -95,7 +99,7 @@ def _lstsq(inputs, x, exact, eps):
     return ratio
 
 
-def _spectrum(inputs, x, exact, eps):
+def _spectrum(inputs: Inputs, x: np.ndarray, exact: Exact, eps: float) -> float:
     a = inputs["a"]
     err = np.max(np.abs((x - exact.hi) - exact.lo))
     return _ratio(float(err), a.shape[0] * float(np.linalg.norm(a, 2)), eps)
@@ -114,7 +118,7 @@ RATIO_DOCS = {
 
 
 def lapack_ratio(
-    op_name: str, inputs64: dict, result: np.ndarray, exact, eps: float, growth: float = 1.0
+    op_name: str, inputs64: Inputs, result: np.ndarray, exact: Exact, eps: float, growth: float = 1.0
 ) -> float | None:
     """LAPACK's test ratio for this result, or None where the op has none (qr, det, ...);
     `growth` (GEPP's, for LU-based ops) scales ||A|| to || |L||U| ||."""

@@ -15,6 +15,7 @@ most 3 representable numbers away from the exact value rounded to the result's f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class Contract:
     source: str
 
 
-def contract_for(op_name: str, impl, storage: FloatFormat, compute: FloatFormat) -> Contract | None:
+def contract_for(op_name: str, impl: Any, storage: FloatFormat, compute: FloatFormat) -> Contract | None:
     """The contract `impl` states for `op_name` at `storage`, or None where none is published."""
     if impl is None:
         return None

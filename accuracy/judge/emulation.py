@@ -21,9 +21,12 @@ scipy's array-API functions) cannot be emulated: `emulate` then returns None, ne
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.core.dtypes import FloatFormat, ulp
 
@@ -61,17 +64,17 @@ _COPYING_FUNCTIONS = {np.concatenate}
 _OPAQUE_FUNCTIONS = {"einsum", "dot", "convolve", "correlate", "einsum_path", "vdot", "inner", "outer", "kron"}
 
 
-def recursive_sum_variance(total, squares, n, fmt: FloatFormat):
+def recursive_sum_variance(total: ArrayLike, squares: ArrayLike, n: ArrayLike, fmt: FloatFormat) -> np.ndarray:
     """Expected variance of the rounding errors of recursive summation in `fmt` over a *random*
     order of n terms with sum `total` and sum of squares `squares`: sum_k E[s_k**2] for
     sampling without replacement, times the mean squared rounding error per addition
     (ulp(s)**2/12 with log-uniformly distributed significands: ROUNDING_VARIANCE u**2 s**2).
     Averaging over orders keeps the scale valid for blocked and pairwise algorithms too."""
-    total = np.asarray(total, dtype=np.float64)
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    spread = np.maximum(np.asarray(squares, dtype=np.float64) / n - (total / n) ** 2, 0.0)
-    partial_squares = total**2 * (n + 1) * (2 * n + 1) / (6 * n) + spread * n * (n + 1) / 6
-    return ROUNDING_VARIANCE * fmt.u**2 * partial_squares + n * fmt.smallest_subnormal**2 / 12
+    s = np.asarray(total, dtype=np.float64)
+    k = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    spread = np.maximum(np.asarray(squares, dtype=np.float64) / k - (s / k) ** 2, 0.0)
+    partial_squares = s**2 * (k + 1) * (2 * k + 1) / (6 * k) + spread * k * (k + 1) / 6
+    return ROUNDING_VARIANCE * fmt.u**2 * partial_squares + k * fmt.smallest_subnormal**2 / 12
 
 
 @dataclass
@@ -81,37 +84,43 @@ class _Context:
     mode: str  # "nearest" or "random"
     order: str  # "recursive" or "pairwise"
     rng: np.random.Generator | None
-    memo: dict  # per-input-set results shared by repeated random runs
-    opaque: list = field(default_factory=list)
+    memo: dict[Hashable, np.ndarray]  # per-input-set results shared by repeated random runs
+    opaque: list[str] = field(default_factory=list)
 
-    def noise(self, values, half_width=0.5, fmt=None):
-        return self.rng.uniform(-half_width, half_width, np.shape(values)) * ulp(values, fmt or self.fmt)
+    @property
+    def random(self) -> np.random.Generator:
+        """The generator mode "random" draws its errors from (it always has one)."""
+        assert self.rng is not None, 'emulation mode "random" needs an rng'
+        return self.rng
 
-    def round(self, values, ufunc=None):
+    def noise(self, values: np.ndarray, half_width: float = 0.5, fmt: FloatFormat | None = None) -> np.ndarray:
+        return self.random.uniform(-half_width, half_width, np.shape(values)) * ulp(values, fmt or self.fmt)
+
+    def round(self, values: ArrayLike, ufunc: np.ufunc | None = None) -> np.ndarray:
         """One operation's rounding in the compute format."""
-        values = np.asarray(values)
-        if values.dtype.kind != "f":
-            return values
+        array = np.asarray(values)
+        if array.dtype.kind != "f":
+            return array
         if self.mode == "nearest":
-            return self.fmt.round(values.astype(np.float64)).astype(CARRIER)
+            return self.fmt.round(array.astype(np.float64)).astype(CARRIER)
         width = 0.5 if ufunc is None or ufunc in _IEEE_UFUNCS else LIBM_ULPS
-        return values + self.noise(values, width).astype(CARRIER)
+        return array + self.noise(array, width).astype(CARRIER)
 
-    def to_storage(self, values):
+    def to_storage(self, values: ArrayLike) -> np.ndarray:
         """An operation's result stored in the narrower format (float16 computed in float32)."""
-        values = np.asarray(values)
-        if self.store == self.fmt or values.dtype.kind != "f":
-            return values
+        array = np.asarray(values)
+        if self.store == self.fmt or array.dtype.kind != "f":
+            return array
         if self.mode == "nearest":
-            return self.store.round(values.astype(np.float64)).astype(CARRIER)
-        return values + self.noise(values, 0.5, self.store).astype(CARRIER)
+            return self.store.round(array.astype(np.float64)).astype(CARRIER)
+        return array + self.noise(array, 0.5, self.store).astype(CARRIER)
 
-    def _memo(self, key, compute):
+    def _memo(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
 
-    def sum(self, x, axis=-1):
+    def sum(self, x: ArrayLike, axis: int = -1) -> np.ndarray:
         """Sum along `axis` in the emulated order, one rounding per addition."""
         x = np.moveaxis(np.asarray(x, dtype=CARRIER), axis, -1)
         if x.shape[-1] == 0:
@@ -119,7 +128,7 @@ class _Context:
         if self.mode == "random":  # first order: each partial sum s_k adds an error ~ ulp(s_k)
             total = np.sum(x, axis=-1)
             sigma = np.sqrt(recursive_sum_variance(total, np.sum(np.square(x), axis=-1), x.shape[-1], self.fmt))
-            return total + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+            return total + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         if self.order == "pairwise" or x.shape[-1] > RECURSIVE_LIMIT:
             while x.shape[-1] > 1:
                 head, tail = x[..., : x.shape[-1] // 2 * 2], x[..., x.shape[-1] // 2 * 2 :]
@@ -130,7 +139,7 @@ class _Context:
             s = self.round(s + x[..., k])
         return s
 
-    def cumsum(self, x, axis=-1):
+    def cumsum(self, x: ArrayLike, axis: int = -1) -> np.ndarray:
         x = np.moveaxis(np.asarray(x, dtype=CARRIER), axis, -1)
         partial = np.cumsum(x, axis=-1)
         if self.mode == "random":
@@ -146,7 +155,7 @@ class _Context:
                 out[..., k] = s
         return np.moveaxis(out, -1, axis)
 
-    def einsum(self, subscripts: str, a, b):
+    def einsum(self, subscripts: str, a: ArrayLike, b: ArrayLike) -> np.ndarray:
         """A two-operand contraction as sums of rounded products over the contracted indices."""
         a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
         inputs, output = subscripts.replace(" ", "").split("->")
@@ -167,16 +176,16 @@ class _Context:
         sigma = np.sqrt(
             recursive_sum_variance(exact, squares, n, self.fmt) + ROUNDING_VARIANCE * self.fmt.u**2 * squares
         )
-        return exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+        return exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
 
-    def _exact_matmul(self, a, b):
+    def _exact_matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The product accurately enough to carry `fmt`'s rounding errors: float64 BLAS is ample
         below float64 (and fast); float64 itself needs the long double loop."""
         if self.fmt.precision < 53:
             return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(CARRIER)
         return np.matmul(a, b)
 
-    def matmul(self, a, b):
+    def matmul(self, a: ArrayLike, b: ArrayLike) -> np.ndarray:
         """a @ b as sums of rounded products (no FMA), batched like np.matmul."""
         a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
         vec_a, vec_b = a.ndim == 1, b.ndim == 1
@@ -187,7 +196,7 @@ class _Context:
             squares = np.matmul(np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
             products = ROUNDING_VARIANCE * self.fmt.u**2 * squares  # each product rounded (no FMA)
             sigma = np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
-            out = exact + (self.rng.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+            out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         else:
             out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
             for k in range(a.shape[-1]):
@@ -200,7 +209,7 @@ class _Context:
         return out[..., 0, :] if vec_a else out
 
 
-def _fingerprint(a: np.ndarray) -> tuple:
+def _fingerprint(a: np.ndarray) -> tuple[tuple[int, ...], bytes, bytes]:
     """A memo key for a long double array (its padding bytes are arbitrary): the exact value
     as float64 hi + lo."""
     hi = a.astype(np.float64)
@@ -210,7 +219,7 @@ def _fingerprint(a: np.ndarray) -> tuple:
 _CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar("emulation")
 
 
-def _call_wide(ufunc, args, kwargs):
+def _call_wide(ufunc: np.ufunc, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The ufunc in long double where it has such a loop, else in float64 (scipy.special)."""
     wide = [np.asarray(x, dtype=CARRIER) if np.asarray(x).dtype.kind == "f" else x for x in args]
     try:
@@ -221,19 +230,19 @@ def _call_wide(ufunc, args, kwargs):
         ).astype(CARRIER)
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     return value.view(np.ndarray) if isinstance(value, Emulated) else value
 
 
-def _wrap(value):
-    value = np.asarray(value)
-    return value.view(Emulated) if value.dtype.kind == "f" else value
+def _wrap(value: ArrayLike) -> np.ndarray:
+    array = np.asarray(value)
+    return array.view(Emulated) if array.dtype.kind == "f" else array
 
 
 class Emulated(np.ndarray):
     """An array whose arithmetic is rounded as the active emulation context says."""
 
-    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out: Any = None, **kwargs: Any) -> Any:
         ctx = _CONTEXT.get()
         args = [_plain(x) for x in inputs]
         kwargs.pop("dtype", None)
@@ -267,7 +276,7 @@ class Emulated(np.ndarray):
             return target
         return _wrap(result) if not isinstance(result, tuple) else tuple(_wrap(r) for r in result)
 
-    def __array_function__(self, func, types, args, kwargs):
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         ctx = _CONTEXT.get()
         if func is np.einsum and len(args) == 3 and isinstance(args[0], str) and not kwargs:
             return _wrap(ctx.to_storage(ctx.einsum(args[0], _plain(args[1]), _plain(args[2]))))
@@ -280,7 +289,7 @@ class Emulated(np.ndarray):
         return _wrap(result) if func in _COPYING_FUNCTIONS else result
 
 
-def stored(values) -> np.ndarray:
+def stored(values: np.ndarray) -> np.ndarray:
     """A formula's constants (an FFT's twiddle factors) as a working-precision algorithm holds
     them: rounded to the compute format inside an emulation (randomly in mode "random"),
     unchanged outside one."""
@@ -289,13 +298,13 @@ def stored(values) -> np.ndarray:
 
 
 def emulate(
-    fn,
+    fn: Callable[..., Any],
     inputs64: dict[str, np.ndarray],
     fmt: FloatFormat,
     mode: str = "nearest",
     order: str = "recursive",
     rng: np.random.Generator | None = None,
-    memo: dict | None = None,
+    memo: dict[Hashable, np.ndarray] | None = None,
     store: FloatFormat | None = None,
 ) -> np.ndarray | None:
     """`fn(**inputs)` evaluated in emulated `fmt` arithmetic, each operation's result stored in

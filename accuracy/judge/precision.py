@@ -20,10 +20,12 @@ rounding its result to storage, declares {"float16": "float16", ...}: it compute
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from accuracy.core.dtypes import FORMATS, FloatFormat
+from accuracy.reference.exact import Exact
 
 TF32 = FloatFormat("tfloat32", np.dtype(np.float32), 11, -126, 127)
 LOW_PRECISION = ("float16", "bfloat16")
@@ -37,7 +39,7 @@ def format_named(name: str) -> FloatFormat:
     return TF32 if name == TF32.name else FORMATS[name]
 
 
-def compute_format(impl, fmt: FloatFormat, family: str = "") -> FloatFormat:
+def compute_format(impl: Any, fmt: FloatFormat, family: str = "") -> FloatFormat:
     """The format `impl` computes in when it stores `fmt` (declared, else its backend's policy;
     an unknown implementation computes in the stored format)."""
     backend = impl.backend if impl is not None else ""
@@ -59,10 +61,13 @@ def compute_format(impl, fmt: FloatFormat, family: str = "") -> FloatFormat:
 def scaled_unit_roundoff(fmt: FloatFormat, factor: float) -> FloatFormat:
     """A format whose unit roundoff is `factor` times fmt's: feeds a data-dependent constant
     (GEPP's growth factor) into a bound written as a function of u. Only u is meaningful."""
-    return replace(fmt, name=f"{fmt.name}*{factor:.3g}", precision=fmt.precision - float(np.log2(max(factor, 1.0))))
+    fractional = fmt.precision - float(np.log2(max(factor, 1.0)))
+    return replace(fmt, name=f"{fmt.name}*{factor:.3g}", precision=fractional)  # type: ignore[arg-type]  # only u counts
 
 
-def model_bound(op, inputs64: dict, exact, storage: FloatFormat, compute: FloatFormat) -> np.ndarray:
+def model_bound(
+    op: Any, inputs64: dict[str, np.ndarray], exact: Exact, storage: FloatFormat, compute: FloatFormat
+) -> np.ndarray:
     """The op's worst-case bound at the compute precision, plus one rounding to storage."""
     with np.errstate(all="ignore"):
         bound = np.asarray(op.bound(inputs64, exact, compute), dtype=np.float64)

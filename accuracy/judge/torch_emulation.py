@@ -21,6 +21,9 @@ Each result is then stored in the function's dtype: torch computes float16/bfloa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -95,15 +98,15 @@ MOVING_OPS = {
 }
 
 
-def _floats(value, fn):
+def _floats(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, value)
 
 
-class _MonteCarlo(TorchDispatchMode):
+class _MonteCarlo(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     """Every ATen op's float64 result plus a sampled working-precision rounding error."""
 
     def __init__(self, storage: FloatFormat, rng: np.random.Generator):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.storage = storage
         self.compute = FORMATS["float32"] if storage.name in LOW_PRECISION else storage
         self.rng = rng
@@ -117,7 +120,7 @@ class _MonteCarlo(TorchDispatchMode):
     def _stored(self, t: torch.Tensor) -> torch.Tensor:
         return t if self.storage is self.compute else self._uniform(t, 0.5, self.storage)
 
-    def _summed(self, func, args, kwargs, out: torch.Tensor) -> torch.Tensor:
+    def _summed(self, func: Any, args: Any, kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
         """A sum or contraction's result with a Gaussian error of recursive summation's variance."""
         squares = func(*_floats(args, torch.square), **kwargs)
         terms = func(*_floats(args, torch.ones_like), **kwargs)
@@ -125,14 +128,16 @@ class _MonteCarlo(TorchDispatchMode):
         if func.overloadpacket.__name__ == "mean":  # a sum divided by its count of terms
             scale = float(args[0].numel() // max(out.numel(), 1))
             total, squares, terms = out * scale, squares * scale, terms * scale
-        total, squares, terms = (np.asarray(v.detach().numpy(), dtype=np.float64) for v in (total, squares, terms))
-        variance = recursive_sum_variance(total, squares, terms, self.compute)
+        total64, squares64, terms64 = (
+            np.asarray(v.detach().numpy(), dtype=np.float64) for v in (total, squares, terms)
+        )
+        variance = recursive_sum_variance(total64, squares64, terms64, self.compute)
         if func.overloadpacket.__name__ in CONTRACTIONS:
-            variance = variance + ROUNDING_VARIANCE * self.compute.u**2 * squares  # each product rounded
-        noise = self.rng.standard_normal(np.shape(total)) * np.sqrt(variance) / scale
+            variance = variance + ROUNDING_VARIANCE * self.compute.u**2 * squares64  # each product rounded
+        noise = self.rng.standard_normal(np.shape(total64)) * np.sqrt(variance) / scale
         return out + torch.from_numpy(np.asarray(noise)).to(out.dtype)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
@@ -150,10 +155,13 @@ class _MonteCarlo(TorchDispatchMode):
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
 
 
-def monte_carlo_runs(fn, inputs64: dict[str, np.ndarray], storage: FloatFormat, seeds: list) -> tuple[list, set]:
+def monte_carlo_runs(
+    fn: Callable[..., torch.Tensor], inputs64: dict[str, np.ndarray], storage: FloatFormat, seeds: list[Any]
+) -> tuple[list[np.ndarray], set[str]]:
     """`fn` run once per seed with sampled working-precision rounding errors: the results as float64
     arrays, and the ops modelled as one rounding only."""
-    runs, unmodelled = [], set()
+    runs: list[np.ndarray] = []
+    unmodelled: set[str] = set()
     for seed in seeds:
         mode = _MonteCarlo(storage, np.random.default_rng(seed))
         with np.errstate(all="ignore"), mode:

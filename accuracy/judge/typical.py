@@ -20,9 +20,12 @@ correct algorithm's error is above it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.judge.emulation import emulate
@@ -60,14 +63,14 @@ class TypicalModel:
         return (float(np.median(t)), float(np.min(t))) if t.size else (float("inf"), float("inf"))
 
 
-def _error(result, exact: Exact) -> np.ndarray:
+def _error(result: ArrayLike, exact: Exact) -> np.ndarray:
     r = np.asarray(result, dtype=np.longdouble)
     return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
 
 
 def model_from_runs(
-    random_runs: list,
-    deterministic,
+    random_runs: list[np.ndarray],
+    deterministic: np.ndarray | None,
     exact: Exact,
     storage: FloatFormat,
     compute: str,
@@ -87,8 +90,8 @@ def model_from_runs(
 
 
 def typical_model(
-    fp64_formula,
-    inputs64: dict,
+    fp64_formula: Callable[..., Any],
+    inputs64: dict[str, np.ndarray],
     exact: Exact,
     storage: FloatFormat,
     compute: FloatFormat,
@@ -96,7 +99,7 @@ def typical_model(
 ) -> TypicalModel | None:
     """The tier on these inputs from the op's formula emulated at `compute`, or None where the
     formula cannot be emulated."""
-    memo: dict = {}
+    memo: dict[Hashable, np.ndarray] = {}
     runs = []
     for i in range(RANDOM_RUNS):
         out = emulate(
@@ -114,7 +117,7 @@ class _NotEmulable(Exception):
 
 
 def cached_typical_model(
-    op, inputs64: dict, exact: Exact, storage: FloatFormat, compute: FloatFormat
+    op: Any, inputs64: dict[str, np.ndarray], exact: Exact, storage: FloatFormat, compute: FloatFormat
 ) -> TypicalModel | None:
     """typical_model through the reference cache: asv measures each implementation in its own
     process, and the model (64 emulated runs) is the same for all of them."""

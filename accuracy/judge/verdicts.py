@@ -18,8 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.judge import backward_error as backward
@@ -84,7 +86,7 @@ class Judgement:
     lapack_ratio: float = NAN  # LAPACK's test ratio (threshold 30) for linear algebra
     contract: str = ""  # the elementwise contract applied, e.g. "3 ulp (numpy ...)"
     semantics: str = ""  # a declared semantic variant, e.g. "ddof=0"
-    worst: dict = field(default_factory=dict)
+    worst: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tier(self) -> int:
@@ -95,7 +97,7 @@ class Judgement:
         """The verdict as printed: a semantic variant names its semantics."""
         return f"{self.verdict} (semantics: {self.semantics})" if self.semantics else self.verdict
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"tier": self.tier, "label": self.label}
 
 
@@ -107,12 +109,12 @@ class Evidence:
     """Everything verdicts need about one input set, computed once and shared by every output
     judged on it (explain judges every implementation on the same inputs)."""
 
-    def __init__(self, op, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
+    def __init__(self, op: Any, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
         self.op = op
         self.fmt = fmt
         self.inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in inputs.items()}
         self.exact = exact if exact is not None else op.exact(self.inputs64, fmt)
-        self._bounds: dict[str, np.ndarray] = {}
+        self._bounds: dict[str, Any] = {}  # bounds by compute format, and "growth"
         self._typical: dict[str, TypicalModel | None] = {}
         self.ulp = ulp(self.exact.hi, fmt)
 
@@ -131,7 +133,7 @@ class Evidence:
             self._bounds[compute.name] = model_bound(self.op, self.inputs64, self.exact, self.fmt, algorithm)
         return self._bounds[compute.name]
 
-    def bound_for(self, impl) -> tuple[FloatFormat, np.ndarray]:
+    def bound_for(self, impl: Any) -> tuple[FloatFormat, np.ndarray]:
         """The precision `impl` computes in and its bound there (the precision model): what the
         verdict, explain's bound ratio and the asv track all use."""
         compute = compute_format(impl, self.fmt, self.op.family)
@@ -142,7 +144,7 @@ class Evidence:
             self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
         return self._typical[compute.name]
 
-    def worst(self, output, err, per_element_limit) -> dict:
+    def worst(self, output: np.ndarray, err: np.ndarray, per_element_limit: ArrayLike) -> dict[str, Any]:
         """The element that decided: largest error relative to what its tier allows there."""
         with np.errstate(all="ignore"):
             score = np.where(err == 0, 0.0, err / per_element_limit)
@@ -164,7 +166,7 @@ class Evidence:
             worst["inputs"] = elementwise
         return worst
 
-    def judge(self, output: np.ndarray, impl=None, contract: contracts.Contract | None = None) -> Judgement:
+    def judge(self, output: np.ndarray, impl: Any = None, contract: contracts.Contract | None = None) -> Judgement:
         """The verdict on `output` (in the case's format) as computed by `impl` (None: unknown);
         `contract` holds it to a stated ulp contract instead of the one `impl` publishes."""
         output = np.asarray(output)
@@ -177,7 +179,7 @@ class Evidence:
         err = rounding_error(output, self.exact, self.fmt)
         vacuous = not np.all(np.isfinite(bound))
         ratio_to_bound = error_over_bound(err, bound)
-        common = {"compute": compute.name, "semantics": semantics, "bound_ratio": ratio_to_bound}
+        common: dict[str, Any] = {"compute": compute.name, "semantics": semantics, "bound_ratio": ratio_to_bound}
         nonfinite = int(np.count_nonzero(np.isinf(err)))
 
         if semantics:
@@ -226,7 +228,9 @@ class Evidence:
             )
         return self._by_typical(output, err, bound, compute, common)
 
-    def _by_contract(self, output, err, contract, common) -> Judgement:
+    def _by_contract(
+        self, output: np.ndarray, err: np.ndarray, contract: contracts.Contract, common: dict[str, Any]
+    ) -> Judgement:
         steps = contracts.ulps_from_correctly_rounded(output, correctly_rounded(self.exact, self.fmt), self.fmt)
         worst_steps = float(np.max(steps, initial=0.0))
         text = f"{contract.max_ulp} ulp ({contract.source})"
@@ -240,7 +244,15 @@ class Evidence:
             )
         return Judgement(WITHIN, f"within its contract of {text}", **fields)
 
-    def _by_backward_error(self, output, err, bound, ratio, vacuous, common) -> Judgement:
+    def _by_backward_error(
+        self,
+        output: np.ndarray,
+        err: np.ndarray,
+        bound: np.ndarray,
+        ratio: float,
+        vacuous: bool,
+        common: dict[str, Any],
+    ) -> Judgement:
         doc = backward.RATIO_DOCS[self.op.name]
         fields = {**common, "lapack_ratio": ratio, "worst": self.worst(output, err, bound)}
         forward = "the forward bound is vacuous here (kappa*eta >= 1)" if vacuous else "inside the worst-case bound"
@@ -257,7 +269,9 @@ class Evidence:
             **fields,
         )
 
-    def _by_typical(self, output, err, bound, compute, common) -> Judgement:
+    def _by_typical(
+        self, output: np.ndarray, err: np.ndarray, bound: np.ndarray, compute: FloatFormat, common: dict[str, Any]
+    ) -> Judgement:
         model = self.typical(compute)
         if model is None:
             return Judgement(
@@ -296,7 +310,12 @@ def pair_verdict(a: Judgement, b: Judgement) -> Verdict:
 
 
 def judge(
-    op, inputs: dict[str, np.ndarray], output: np.ndarray, fmt: FloatFormat, impl=None, exact: Exact | None = None
+    op: Any,
+    inputs: dict[str, np.ndarray],
+    output: np.ndarray,
+    fmt: FloatFormat,
+    impl: Any = None,
+    exact: Exact | None = None,
 ) -> Judgement:
     """The verdict on any output of `op` for any inputs (rounded to `fmt`, fed to both the op
     and the reference); `impl` supplies the precision model, semantics and contract."""

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,10 +55,12 @@ def _read(path: Path, key: str) -> Exact | None:
 
 def _write(path: Path, key: str, exact: Exact) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, lambda f: np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo))))
+    write_atomic(
+        path, lambda f: np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo)))
+    )
 
 
-def cached(key: str, compute) -> Exact:
+def cached(key: str, compute: Callable[[], Exact]) -> Exact:
     """The cached Exact for `key`, or `compute()` stored for next time."""
     path = cache_dir() / f"{key}.npz"
     exact = _read(path, key) if path.exists() else None

@@ -14,7 +14,7 @@ rounded result. Every element where that cannot be shown is recomputed in 200-bi
   20-30 ns an element), w comes from torch's float64 twin instead (TORCH_TWINS): SLEEF's u10
   kernels on AVX2/AVX-512, documented at 1.0 ulp (sin and cos for |x| <= 1e299, beyond any
   float32), with glibc's scalar function on the last few elements of a call and on CPUs without
-  vector kernels. Both are inside the same E; tests/test_fast_references.py measures each twin
+  vector kernels. Both are inside the same E; tests/judge/test_fast_references.py measures each twin
   against mpmath.
 - float64 targets: w = the same function in x87 extended precision (numpy `longdouble`, 64-bit
   significand), E = 16 long-double ulps = 2**-59 |w|; glibc's measured maxima for x86 long double
@@ -38,8 +38,10 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +60,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
+def correctly_rounded(np_fn: Callable[..., Any], mp_fn: Callable[[Any], Any], x: np.ndarray, fmt: FloatFormat) -> Exact:
     """The exact value of f(x), good enough to round correctly to `fmt` (see the module doc).
 
     Narrow targets run on every core. The float64 values: a torch twin in one call over the
@@ -81,7 +83,7 @@ def correctly_rounded(np_fn, mp_fn, x: np.ndarray, fmt: FloatFormat) -> Exact:
         if wide.own_threads:
             wide.evaluate(flat_x, flat_hi)
 
-    def part(start, stop):
+    def part(start: int, stop: int) -> None:
         stop = min(stop, x.size)
         with np.errstate(all="ignore"):
             if not wide.own_threads:
@@ -107,12 +109,12 @@ class WideEvaluator:
     """The float64 w of the narrow path: `evaluate(x, out)`; `own_threads` if it spreads one
     call over every core itself (torch's intra-op threads) rather than running in the caller's."""
 
-    evaluate: object
+    evaluate: Callable[[np.ndarray, np.ndarray], None]
     own_threads: bool
 
 
 @functools.cache
-def wide_evaluator(np_fn) -> WideEvaluator:
+def wide_evaluator(np_fn: Callable[..., Any]) -> WideEvaluator:
     """torch's vectorised twin of a numpy ufunc named in TORCH_TWINS (module doc), else `np_fn`."""
     name = getattr(np_fn, "__name__", "")
     if isinstance(np_fn, np.ufunc) and name in TORCH_TWINS and getattr(np, name) is np_fn:
@@ -120,14 +122,14 @@ def wide_evaluator(np_fn) -> WideEvaluator:
 
         twin = getattr(torch, name)
 
-        def evaluate(x, out):
+        def evaluate_twin(x: np.ndarray, out: np.ndarray) -> None:
             twin(torch.from_numpy(x if x.flags.writeable else x.copy()), out=torch.from_numpy(out))
 
-        return WideEvaluator(evaluate, own_threads=True)
+        return WideEvaluator(evaluate_twin, own_threads=True)
     if isinstance(np_fn, np.ufunc):
         return WideEvaluator(lambda x, out: np_fn(x, out=out), own_threads=False)
 
-    def evaluate(x, out):
+    def evaluate(x: np.ndarray, out: np.ndarray) -> None:
         out[...] = np_fn(x)
 
     return WideEvaluator(evaluate, own_threads=False)
@@ -161,7 +163,7 @@ class _BitRule:
 
 @functools.cache
 def _bit_rule(fmt: FloatFormat) -> _BitRule:
-    def bits(v):
+    def bits(v: float) -> int:
         return int(np.float64(v).view(np.uint64))
 
     drop, m = 53 - fmt.precision, FP64_ERROR_ULPS
@@ -207,7 +209,9 @@ def undecided(bits: np.ndarray, fmt: FloatFormat, scratch: _Scratch | None = Non
     return slow
 
 
-def _decide(mp_fn, fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarray, scratch: _Scratch) -> None:
+def _decide(
+    mp_fn: Callable[[Any], Any], fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarray, scratch: _Scratch
+) -> None:
     """Keep hi = w wherever it provably rounds as f(x) does; elsewhere put the distance test's
     (or mpmath's) hi and lo, lo nonzero only where mpmath decided."""
     slow = undecided(hi.view(np.uint64), fmt, scratch)
@@ -216,7 +220,9 @@ def _decide(mp_fn, fmt: FloatFormat, x: np.ndarray, hi: np.ndarray, lo: np.ndarr
         hi[idx], lo[idx] = _generic(mp_fn, x[idx], hi[idx], fmt)
 
 
-def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
+def _generic(
+    mp_fn: Callable[[Any], Any], x: np.ndarray, v: np.ndarray, fmt: FloatFormat
+) -> tuple[np.ndarray, np.ndarray]:
     """The distance test in target ulps, for any value; mpmath where it cannot decide (hi, lo:
     a value on or a hair from a midpoint needs lo to break the tie).
 
@@ -241,7 +247,7 @@ def _generic(mp_fn, x: np.ndarray, v: np.ndarray, fmt: FloatFormat) -> tuple[np.
     return v, lo
 
 
-def _float64_target(np_fn, mp_fn, x: np.ndarray) -> Exact:
+def _float64_target(np_fn: Callable[..., Any], mp_fn: Callable[[Any], Any], x: np.ndarray) -> Exact:
     """hi = correctly rounded f(x), lo = the rest, from an x87 long-double evaluation."""
     with np.errstate(all="ignore"):
         try:

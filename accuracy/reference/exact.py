@@ -7,12 +7,17 @@ as hi + lo (|lo| <= ulp(hi)/2): accurate to about 2**-106 relative, far below an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import mpmath
 import numpy as np
 
 MP_PRECISION_BITS = 200  # working precision for mpmath references: ample for double-double
+
+# The error-free transformations work on float64 scalars and arrays alike.
+Real = TypeVar("Real", float, np.ndarray)
 
 
 @dataclass(frozen=True)
@@ -23,12 +28,12 @@ class Exact:
     lo: np.ndarray
 
     @classmethod
-    def from_float64(cls, values) -> Exact:
+    def from_float64(cls, values: Any) -> Exact:
         hi = np.asarray(values, dtype=np.float64)
         return cls(hi, np.zeros_like(hi))
 
     @classmethod
-    def from_mpf(cls, values, shape) -> Exact:
+    def from_mpf(cls, values: Sequence[Any], shape: tuple[int, ...]) -> Exact:
         """Split arbitrary-precision values into double-double pairs."""
         hi = np.empty(len(values))
         lo = np.empty(len(values))
@@ -39,29 +44,29 @@ class Exact:
         return cls(hi.reshape(shape), lo.reshape(shape))
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return self.hi.shape
 
-    def map(self, fn) -> Exact:
+    def map(self, fn: Callable[[np.ndarray], np.ndarray]) -> Exact:
         """The same values rearranged: `fn` (a reshape, transpose, ...) applied to hi and lo alike."""
         return Exact(fn(self.hi), fn(self.lo))
 
 
-def two_sum(a, b):
+def two_sum(a: Real, b: Real) -> tuple[Real, Real]:
     """Knuth's TwoSum: s + e == a + b exactly."""
     s = a + b
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
 
-def _split(a):
+def _split(a: Real) -> tuple[Real, Real]:
     """Veltkamp's split of a float64 into two 26-bit halves (for TwoProduct without FMA)."""
     c = 134217729.0 * a  # 2**27 + 1
     hi = c - (c - a)
     return hi, a - hi
 
 
-def two_prod(a, b):
+def two_prod(a: Real, b: Real) -> tuple[Real, Real]:
     """Dekker's TwoProduct: p + e == a * b exactly (barring over/underflow)."""
     p = a * b
     ah, al = _split(a)
@@ -96,15 +101,15 @@ def fsum_rows(x: np.ndarray) -> Exact:
     return Exact(hi.reshape(x.shape[:-1]), lo.reshape(x.shape[:-1]))
 
 
-def mp_rows(fn, *arrays: np.ndarray) -> Exact:
+def mp_rows(fn: Callable[..., Sequence[Any]], *arrays: np.ndarray) -> Exact:
     """Apply `fn(list_of_mpf_rows...) -> list of mpf` row by row in 200-bit arithmetic.
 
     For composite ops (softmax, layer_norm, var) whose exact value has no cheap error-free form.
     """
-    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
-    first = arrays[0]
-    rows = [a.reshape(-1, a.shape[-1]) for a in arrays]
-    out = []
+    as64 = [np.asarray(a, dtype=np.float64) for a in arrays]
+    first = as64[0]
+    rows = [a.reshape(-1, a.shape[-1]) for a in as64]
+    out: list[Any] = []
     with mpmath.workprec(MP_PRECISION_BITS):
         for parts in zip(*rows, strict=False):
             out.extend(fn(*[[mpmath.mpf(float(v)) for v in p] for p in parts]))
@@ -113,7 +118,7 @@ def mp_rows(fn, *arrays: np.ndarray) -> Exact:
     return Exact.from_mpf(out, shape)
 
 
-def mp_map(fn, x: np.ndarray) -> Exact:
+def mp_map(fn: Callable[[Any], Any], x: np.ndarray) -> Exact:
     """Apply a scalar mpmath function elementwise in 200-bit arithmetic."""
     x = np.asarray(x, dtype=np.float64)
     with mpmath.workprec(MP_PRECISION_BITS):

@@ -71,7 +71,7 @@ def _supports(slices: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(np.flatnonzero(x.any(axis=1)), np.flatnonzero(x.any(axis=0))) for x in slices]
 
 
-def _products(a_slices, b_slices) -> list[np.ndarray]:
+def _products(a_slices: list[np.ndarray], b_slices: list[np.ndarray]) -> list[np.ndarray]:
     """The exact slice products to sum, each restricted to its slices' nonzero rows/columns.
 
     The last slices of random data hold only the few entries far below their row's largest, so

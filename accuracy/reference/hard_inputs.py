@@ -82,7 +82,7 @@ HARD_TO_ROUND = {
 }
 
 
-def _thresholds(name: str) -> list:
+def _thresholds(name: str) -> list[mpmath.mpf]:
     """The exact points (mpmath values) where the function's float64 result changes regime."""
     two = mpmath.mpf(2)
     if name == "exp":  # overflow (largest finite + half an ulp), first subnormal, rounding to 0

@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
+from accuracy.core.limits import GeneratedOp
 
 DEFAULT_CONDITION = "random"  # the input regime every op has: its own `generate`
 
@@ -25,7 +26,9 @@ def rng_for(op_name: str, size: int, condition: str = DEFAULT_CONDITION) -> np.r
     return np.random.Generator(np.random.PCG64(seed_for(op_name, size, condition)))
 
 
-def make_inputs(op, size: int, fmt: FloatFormat, condition: str = DEFAULT_CONDITION) -> dict[str, np.ndarray]:
+def make_inputs(
+    op: GeneratedOp, size: int, fmt: FloatFormat, condition: str = DEFAULT_CONDITION
+) -> dict[str, np.ndarray]:
     """The op's inputs at `size` (and condition), generated in float64 and rounded once to `fmt`."""
     raw = op.generator(condition)(rng_for(op.name, size, condition), size)
     return {name: fmt.round(values) for name, values in raw.items()}
@@ -39,9 +42,9 @@ def as_float64(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 # Generators: each returns float64 arrays; the op declaration picks shapes and ranges.
 
 
-def normal(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
+def normal(rng: np.random.Generator, shape: int | tuple[int, ...], scale: float = 1.0) -> np.ndarray:
     return rng.standard_normal(shape) * scale
 
 
-def uniform(rng: np.random.Generator, shape, low: float, high: float) -> np.ndarray:
+def uniform(rng: np.random.Generator, shape: int | tuple[int, ...], low: float, high: float) -> np.ndarray:
     return rng.uniform(low, high, shape)

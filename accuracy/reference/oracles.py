@@ -9,31 +9,37 @@ the working precision (`mpmath.workprec(200)`), which these helpers leave alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import mpmath
 import numpy as np
 
+# An oracle: the float64 inputs -> the exact result as a flat row-major sequence of mpf.
+Oracle = Callable[[Mapping[str, np.ndarray]], Sequence[Any]]
 
-def mp(v) -> mpmath.mpf:
+
+def mp(v: Any) -> mpmath.mpf:
     """A float64 as an mpf (exact: every float64 is an mpf at any precision >= 53)."""
     return mpmath.mpf(float(v))
 
 
-def mp_list(a) -> list:
+def mp_list(a: Any) -> list[Any]:
     return [mp(v) for v in np.ravel(a)]
 
 
-def elementwise(fn, *keys: str):
+def elementwise(fn: Callable[..., Any], *keys: str) -> Oracle:
     """Oracle of an elementwise op: fn(mpf, ...) on the inputs `keys` (default "x") element by element."""
     keys = keys or ("x",)
     return lambda inputs: [fn(*args) for args in zip(*(mp_list(inputs[k]) for k in keys), strict=False)]
 
 
-def rowwise(fn, *keys: str):
+def rowwise(fn: Callable[..., Sequence[Any]], *keys: str) -> Oracle:
     """Oracle of a row-wise op: fn(row of mpf, ...) -> list of mpf over the last axis of `keys` (default "x";
     the others broadcast to the first's shape, e.g. layer_norm's w and b)."""
     keys = keys or ("x",)
 
-    def oracle(inputs):
+    def oracle(inputs: Mapping[str, np.ndarray]) -> list[Any]:
         shape = np.shape(inputs[keys[0]])
         rows = [np.broadcast_to(inputs[k], shape).reshape(-1, shape[-1]) for k in keys]
         return [v for parts in zip(*rows, strict=False) for v in fn(*(mp_list(p) for p in parts))]
@@ -41,12 +47,12 @@ def rowwise(fn, *keys: str):
     return oracle
 
 
-def mp_dot(xs, ys) -> mpmath.mpf:
+def mp_dot(xs: Any, ys: Any) -> mpmath.mpf:
     """sum x*y in mpmath: each product of two float64 is exact at 200 bits, the sum nearly so."""
     return mpmath.fsum(mp(x) * mp(y) for x, y in zip(np.ravel(xs), np.ravel(ys), strict=False))
 
 
-def mp_matmul(a, b) -> list:
+def mp_matmul(a: Any, b: Any) -> list[Any]:
     """A @ B (batched over leading axes, as np.matmul) as a flat row-major list of mpf."""
     a, b = np.broadcast_arrays(np.asarray(a)[..., :, :, None], np.asarray(b)[..., None, :, :])
     # a[..., i, k, j] = A[..., i, k], b[..., i, k, j] = B[..., k, j]: sum over k
@@ -54,7 +60,7 @@ def mp_matmul(a, b) -> list:
     return [mp_dot(x, y) for x, y in zip(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), strict=False)]
 
 
-def one_pass_var(row, ddof=0) -> mpmath.mpf:
+def one_pass_var(row: Sequence[Any], ddof: int = 0) -> mpmath.mpf:
     """(sum x^2 - (sum x)^2/n) / (n - ddof): the textbook one-pass form, harmless at 200 bits, and
     another formula from the two-pass one the references use."""
     n = len(row)
@@ -62,5 +68,5 @@ def one_pass_var(row, ddof=0) -> mpmath.mpf:
     return (s2 - s1 * s1 / n) / (n - ddof)
 
 
-def mp_matrix(a) -> mpmath.matrix:
+def mp_matrix(a: Any) -> mpmath.matrix:
     return mpmath.matrix(np.asarray(a, dtype=np.float64).tolist())

@@ -14,6 +14,11 @@ and environment, at that environment's newest commit.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accuracy.catalog.registry import Impl
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -60,7 +65,7 @@ def latest_cases(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 @cache
-def _impls() -> dict[tuple[str, str], object]:
+def _impls() -> dict[tuple[str, str], Impl]:
     """(op, implementation name) -> its registry Impl, under every backend it runs on."""
     from accuracy.catalog.registry import all_ops
 
@@ -92,8 +97,9 @@ def verdict_reason(row: dict) -> str:
     impl = _impl(row["op"], row["implementation"], row.get("dtype"))
     verdict, bound, typical = Verdict.of_tier(row["verdict_tier"]), row.get("bound_ratio"), row.get("typical_ratio")
     parts = []
-    if getattr(impl, "semantics", ""):
-        parts.append(f"computes something else by design ({impl.semantics})")
+    semantics = getattr(impl, "semantics", "")
+    if semantics:
+        parts.append(f"computes something else by design ({semantics})")
     if (row.get("nonfinite") or 0) > 0:
         parts.append(f"{int(row['nonfinite'])} non-finite outputs where the exact value is finite")
     if verdict == UNDETERMINED:
@@ -109,8 +115,9 @@ def verdict_reason(row: dict) -> str:
             if typical == typical and typical is not None
             else f"inside the bound (ratio {bound:.3g}) but atypically large"
         )
-    if getattr(impl, "finding", ""):
-        parts.append(f"known finding: {impl.finding}")
+    finding = getattr(impl, "finding", "")
+    if finding:
+        parts.append(f"known finding: {finding}")
     if impl is not None and not impl.stable:
         parts.append("a textbook formula known to lose accuracy (declared stable=False)")
     return "; ".join(parts)
@@ -199,7 +206,7 @@ def discrepancies(cases: pd.DataFrame) -> pd.DataFrame:
     chosen = _representative(cases.loc[cases["output_digest"].notna()])
     rows = []
     for (env, op, dtype, condition), group in chosen.groupby(["env", "op", "dtype", "condition"], dropna=False):
-        outputs = []
+        outputs: list[dict[str, Any]] = []
         for _, same in group.groupby("output_digest", sort=False):
             same = same.sort_values("implementation")
             labels = [
@@ -456,10 +463,10 @@ def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
     try:
         comparison = compare_specs(scope, results_dir, *specs)
     except OpbenchError as exc:
-        return Changes(*names, note=f"cannot compare: {exc}")
+        return Changes(names[0], names[1], note=f"cannot compare: {exc}")
     changed = [row | {"op": op_of_class(row["op"])} for row in comparison.rows if row["verdict"] != UNCHANGED]
     table = pd.DataFrame(changed, columns=[*CHANGE_COLUMNS]).rename(columns={"impl": "implementation"})
-    return Changes(*names, summary=comparison.summary(), table=table)
+    return Changes(names[0], names[1], summary=comparison.summary(), table=table)
 
 
 @dataclass

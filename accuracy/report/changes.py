@@ -53,6 +53,7 @@ class Timing:
         return all(v is not None and math.isfinite(v) for v in self.ci)
 
     def stats(self) -> dict:
+        assert self.ci is not None, "stats() of a timing without an interval"
         return {"ci_99_a": self.ci[0], "ci_99_b": self.ci[1]}
 
 

@@ -19,8 +19,10 @@ decided); bad input is 2, as everywhere in opbench.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -238,7 +240,7 @@ def overlap(base: ResultSet, new: ResultSet) -> str | None:
 
 
 def compare_sets(
-    base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD, busy: list[str] = ()
+    base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD, busy: Sequence[str] = ()
 ) -> Comparison:
     """One row per case present in both sets, worst first. `busy` says when the machine was busy
     (`busy_machine`): a timing change is then inconclusive, never slower or faster."""
@@ -283,8 +285,8 @@ def busy_machine(results_dir, result_set: ResultSet) -> str | None:
     loads = [load for m, f in pairs if (load := read_load(Path(results_dir) / m / f))]
     if not loads:
         return None
-    load, cpus = max(loads)
-    return f"load average up to {load:.3g} on {cpus} CPUs during {result_set.role}" if load > cpus + 1 else None
+    highest, cpus = max(loads)
+    return f"load average up to {highest:.3g} on {cpus} CPUs during {result_set.role}" if highest > cpus + 1 else None
 
 
 _STATS = ("value", "ci_99_a", "ci_99_b", "repeat", "samples", "failed")
@@ -335,8 +337,8 @@ def _row(record: dict, index: list[str], params: dict, threshold: float, busy: b
         "params": record["params"],
     } | {dim: record[dim] for dim in index[2:]}
 
-    def get(slot: str, side: str):
-        value = record.get(f"{slot}_{side}")
+    def get(slot: str, side: str) -> float | None:
+        value: Any = record.get(f"{slot}_{side}")
         return None if _missing(value) else float(value)
 
     for slot in _SLOTS:
@@ -365,18 +367,14 @@ def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
     row["time_change"] = row["time_ratio_low"] = row["time_ratio_high"] = None
     if row["time_ratio"] is None:
         return []
-    timings = [_timing(record, side) for side in ("base", "new")]
-    row["time_samples_base"], row["time_samples_new"] = (t.repeat for t in timings)
-    row["time_change"] = timing_change(*timings, threshold)
-    row["time_ratio_low"], row["time_ratio_high"] = ratio_interval(*timings) or (None, None)
+    base, new = (_timing(record, side) for side in ("base", "new"))
+    row["time_samples_base"], row["time_samples_new"] = base.repeat, new.repeat
+    row["time_change"] = timing_change(base, new, threshold)
+    row["time_ratio_low"], row["time_ratio_high"] = ratio_interval(base, new) or (None, None)
     if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
         row["time_change"] = changes.INCONCLUSIVE
     return (
-        [
-            {changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}.get(
-                row["time_change"]
-            )
-        ]
+        [{changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}[row["time_change"]]]
         if row["time_change"] != changes.SAME
         else []
     )

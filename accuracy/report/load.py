@@ -75,7 +75,9 @@ def load_results(results_dir: str | Path) -> LoadedResults:
     for machine_dir in sorted(path for path in root.iterdir() if path.is_dir()):
         result_paths = sorted(p for p in machine_dir.glob("*.json") if p.name != MACHINE_FILE)
         machine = _read_machine_name(machine_dir, warnings) if result_paths else None
-        for path in result_paths if machine else ():
+        if not machine:
+            continue
+        for path in result_paths:
             try:
                 result = Results.load(str(path), machine_name=machine)
             except _UNREADABLE as exc:

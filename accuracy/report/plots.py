@@ -42,7 +42,7 @@ def to_png_base64(fig: Figure) -> str:
 
 def series_style(index: int) -> dict:
     """Colour and hatch of the index-th series: tab20's colours, then again with hatches."""
-    colors = colormaps["tab20"].colors
+    colors = colormaps["tab20"].colors  # type: ignore[attr-defined]  # tab20 is a ListedColormap
     return {"color": colors[index % len(colors)], "hatch": HATCHES[index // len(colors) % len(HATCHES)]}
 
 
@@ -132,11 +132,11 @@ def accuracy_figure(cases: pd.DataFrame) -> str | None:
             ax.set_xlim(right=max(10.0, np.nanmax(shown) * 3))
         ax.grid(axis="x", which="major", alpha=0.3)
     if "verdict_tier" in worst:
-        for i, tier in enumerate(worst["verdict_tier"]):
+        for row, tier in enumerate(worst["verdict_tier"]):
             if tier == tier and int(tier) in TIER_MARKS:
                 axes[-1].annotate(
                     TIER_MARKS[int(tier)],
-                    (1, y[i]),
+                    (1, y[row]),
                     xycoords=("axes fraction", "data"),
                     xytext=(4, 0),
                     textcoords="offset points",

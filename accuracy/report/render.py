@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,8 +114,9 @@ def write_report(
     if threshold <= 1:
         raise OpbenchError(f"threshold {threshold} must be greater than 1 (e.g. 1.10 for 10%)")
     loaded = load_results(results_dir)
-    for line in loaded.warnings if on_warning else ():
-        on_warning(line)
+    if on_warning:
+        for line in loaded.warnings:
+            on_warning(line)
     frame = loaded.frame
     data = ReportData(
         name=name,
@@ -232,7 +233,7 @@ def _code(text: str) -> str:
     return f"<code>{html.escape(str(text))}</code>"
 
 
-def _rows_html(headings: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+def _rows_html(headings: list[str], rows: list[list[str]], numeric: Collection[int] = frozenset()) -> str:
     """An HTML table of cells that are already HTML; rows past SHOWN_ROWS fold into <details>."""
 
     def table(chunk):

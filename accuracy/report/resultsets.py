@@ -10,6 +10,7 @@ that covers several commits means its latest one.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def file_stacks(results_dir: Path, frame: pd.DataFrame) -> dict[tuple[str, str],
 
 
 def resolve(
-    frame: pd.DataFrame, spec: str, role: str, stacks: dict[tuple[str, str], dict | None], warnings: list[str] = ()
+    frame: pd.DataFrame, spec: str, role: str, stacks: dict[tuple[str, str], dict | None], warnings: Sequence[str] = ()
 ) -> ResultSet:
     """The rows `spec` names, at their latest commit."""
     matches = _exact(frame, spec, role) or _prefix(frame, spec, role) or _alias(frame, spec, role, stacks)
@@ -91,10 +92,10 @@ def _prefix(frame: pd.DataFrame, spec: str, role: str) -> dict[str, pd.Series]:
 
 def _alias(frame: pd.DataFrame, spec: str, role: str, stacks: dict) -> dict[str, pd.Series]:
     """Files whose stack (or asv matrix environment name) has every `package==version` of spec."""
-    pins = [part.strip().partition("==") for part in spec.split(",")]
-    if not all(name and sep and version for name, sep, version in pins):
+    parts = [part.strip().partition("==") for part in spec.split(",")]
+    if not all(name and sep and version for name, sep, version in parts):
         return {}
-    pins = [(_normal(name), version) for name, _, version in pins]
+    pins = [(_normal(name), version) for name, _, version in parts]
     files = frame[["machine", "file", "env_name"]].drop_duplicates()
     chosen = [
         (m, f)

@@ -97,7 +97,7 @@ def write_result_file(
         timed = [isinstance(m, Sequence) for m in measurements]
         outcome = BenchmarkResult(
             result=[_point_value(m) for m in measurements],
-            samples=[list(m) if t else None for m, t in zip(measurements, timed, strict=False)],
+            samples=[list(m) if isinstance(m, Sequence) else None for m in measurements],
             number=[1 if t else None for t in timed],
             errcode=0,
             stderr="",

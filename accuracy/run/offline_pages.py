@@ -88,7 +88,9 @@ PACKAGES: tuple[NpmPackage, ...] = (
         "1.0.0",  # MIT, stated in its package.json (it ships no licence file)
         "sha512-Jv51fvzevUjNXEeozpwEKfPjhiZhfiJddv0WHjduUTCmSF+7T5K7C9c9Y1wIVmUhDBv5fLMjgbwKecT0GIKPZA==",
         {
-            "https://cdn.jsdelivr.net/npm/flot-orderbars@1.0.0/js/jquery.flot.orderBars.js": "js/jquery.flot.orderBars.js"
+            "https://cdn.jsdelivr.net/npm/flot-orderbars@1.0.0/js/jquery.flot.orderBars.js": (
+                "js/jquery.flot.orderBars.js"
+            )
         },
     ),
     # cdnjs's stupidtable 1.0.1 is not on npm; 1.1.3 keeps the stupidtable()/stupidsort() asv calls

@@ -57,7 +57,8 @@ class ClassProgress:
                 return
 
     def _owner(self, line: str, match: re.Match) -> str | None:
-        """The class of a benchmark name; asv cuts a long one to its end ("...ttention.ScaledDotProductAttention.time_op")."""
+        """The class of a benchmark name; asv cuts a long one to its end
+        ("...ttention.ScaledDotProductAttention.time_op")."""
         owner = match.group(0).rsplit(".", 1)[0]
         if owner in self._classes:
             return owner
@@ -120,6 +121,7 @@ class AsvLog:
                 errors="replace",
                 process_group=0,
             )
+            assert proc.stdout is not None  # piped above
             try:
                 for line in proc.stdout:
                     log.write(line)

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -389,7 +390,10 @@ def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[Typica
 def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basis: str) -> Judgement:
     fmt, exact = evidence.fmt, evidence.exact
     err = rounding_error(output, exact, fmt)
-    fields = {"compute": fmt.name, "worst": evidence.worst(output, err, np.nan if model is None else model.threshold)}
+    fields: dict[str, Any] = {
+        "compute": fmt.name,
+        "worst": evidence.worst(output, err, np.nan if model is None else model.threshold),
+    }
     no_bound = "no worst-case bound exists for an arbitrary function"
     if fmt.name == FLOAT64.name:
         return Judgement(
@@ -452,4 +456,5 @@ def check(
         if contract is not None:
             raise OpbenchError("--contract applies to registry ops; a function is judged by the typical tier")
         return check_function(fn, inputs, outputs)
+    assert op is not None  # exactly one of op and fn, checked above
     return check_op(op, inputs, outputs, contract)

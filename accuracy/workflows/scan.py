@@ -16,6 +16,7 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,8 @@ from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.limits import check_sample
-from accuracy.judge.contracts import contract_for, ulps_from_correctly_rounded
-from accuracy.judge.error_metrics import ulp_error
-from accuracy.judge.verdicts import correctly_rounded
+from accuracy.judge.contracts import Contract, contract_for, ulps_from_correctly_rounded
+from accuracy.judge.error_metrics import correctly_rounded, ulp_error
 from accuracy.reference.correctly_rounded import cores
 from accuracy.reference.exact import Exact
 from accuracy.reference.hard_inputs import hard_inputs
@@ -44,7 +44,7 @@ class ImplScan:
     """What one implementation did over the scanned inputs."""
 
     impl: Impl | None  # None in a chunk's part, which carries counts only
-    contract: object  # accuracy.judge.contracts.Contract or None
+    contract: Contract | None
     checked: int = 0
     not_correctly_rounded: int = 0
     max_ulp: float = 0.0  # 0 until a result differs from the correctly rounded one
@@ -257,7 +257,7 @@ def scan(
     with ExitStack() as limits, work_pool(dask, threads) as pool:
         if dask is None:  # here, for the whole scan; a cluster's tasks hold their own threads
             limits.enter_context(_one_thread_each(impls))
-        in_flight: deque = deque()
+        in_flight: deque[Any] = deque()
         try:
             for start in [*_spread(range(0, total, chunk)), None]:
                 if start is not None:
@@ -316,7 +316,7 @@ def _scan_chunk(op: OpInfo, fmt: FloatFormat, impls: list[Impl], x: np.ndarray) 
         exact = op.exact({"x": x.astype(np.float64)}, fmt)
         rounded = fmt.round(exact.hi)
         # narrow formats: only values mpmath decided carry a lo, which may break a tie
-        tie_broken = np.flatnonzero(exact.lo) if fmt.precision < 53 else []
+        tie_broken: np.ndarray | list[int] = np.flatnonzero(exact.lo) if fmt.precision < 53 else []
         if len(tie_broken):
             near = Exact(exact.hi[tie_broken], exact.lo[tie_broken])
             rounded[tie_broken] = correctly_rounded(near, fmt).astype(fmt.np_dtype)

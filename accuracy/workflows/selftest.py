@@ -154,23 +154,23 @@ def _run(case: Case, impl: Impl, inputs=None) -> np.ndarray | None:
 def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence) -> list[Mutant]:
     """Every mutation operator that applies to this op, from its record's data."""
     fmt, op = case.fmt, case.op
-    out: list[Mutant] = []
+    out: list[tuple[str, np.ndarray | None]] = []  # None: the mutant could not run
     for k in _exponents(fmt):
-        out.append(Mutant(f"divisor x(1+2^-{k})", _scaled(base_output, 1 + 2.0**-k, fmt)))
+        out.append((f"divisor x(1+2^-{k})", _scaled(base_output, 1 + 2.0**-k, fmt)))
         for name in BIAS_INPUTS:
             if name in case.inputs:
                 inputs = dict(case.inputs, **{name: _scaled(case.inputs[name], 1 + 2.0**-k, fmt)})
-                out.append(Mutant(f"{name} x(1+2^-{k})", _run(case, base, inputs)))
+                out.append((f"{name} x(1+2^-{k})", _run(case, base, inputs)))
     first = next(iter(case.inputs))
     if case.inputs[first].ndim and case.inputs[first].shape[-1] > 1:
         dropped = case.inputs[first].copy()
         dropped[..., dropped.shape[-1] // 2] = 0
-        out.append(Mutant(f"term {first}[..., n/2] dropped", _run(case, base, dict(case.inputs, **{first: dropped}))))
+        out.append((f"term {first}[..., n/2] dropped", _run(case, base, dict(case.inputs, **{first: dropped}))))
     for low in ("float16", "bfloat16"):
         if FORMATS[low].precision < fmt.precision:
             acc = emulate(op.working_formula, evidence.inputs64, FORMATS[low], "nearest", store=fmt)
             if acc is not None:
-                out.append(Mutant(f"accumulation in {low}", fmt.round(acc.astype(np.float64))))
+                out.append((f"accumulation in {low}", fmt.round(acc.astype(np.float64))))
     for narrow in (TF32, FORMATS["bfloat16"]):
         if narrow.precision < fmt.precision:
             inputs = {
@@ -179,13 +179,13 @@ def mutants(case: Case, base: Impl, base_output: np.ndarray, evidence: Evidence)
                 else v
                 for k, v in case.inputs.items()
             }
-            out.append(Mutant(f"inputs truncated to {narrow.name}", _run(case, base, inputs)))
+            out.append((f"inputs truncated to {narrow.name}", _run(case, base, inputs)))
     for steps in (1, 2, 4, 16, 64, 256):
-        out.append(Mutant(f"results shifted {steps} ulp", _shifted(base_output, steps, fmt)))
+        out.append((f"results shifted {steps} ulp", _shifted(base_output, steps, fmt)))
     for impl in op.available_impls(fmt.name):
         if not impl.stable and impl.backend not in SLOW_BACKENDS:
-            out.append(Mutant(f"unstable {impl.name}", _run(case, impl)))
-    return [m for m in out if m.output is not None]
+            out.append((f"unstable {impl.name}", _run(case, impl)))
+    return [Mutant(name, output) for name, output in out if output is not None]
 
 
 def _correct(op: OpInfo, dtype: str, everything: bool) -> list[Impl]:

@@ -12,7 +12,10 @@ import numpy as np
 from .abi import SymbolABI
 
 ROW_MAJOR, NO_TRANS = 101, 111  # CBLAS enum values, fixed by the CBLAS standard
-PRECISIONS = {"s": (np.dtype(np.float32), ctypes.c_float), "d": (np.dtype(np.float64), ctypes.c_double)}
+PRECISIONS: dict[str, tuple[np.dtype, type]] = {
+    "s": (np.dtype(np.float32), ctypes.c_float),
+    "d": (np.dtype(np.float64), ctypes.c_double),
+}
 
 Kernel = Callable[..., np.ndarray]
 

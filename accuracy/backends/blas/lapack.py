@@ -5,6 +5,7 @@ LAPACKE is preferred because it needs no transposed copies.
 """
 
 import ctypes
+from typing import Any
 
 import numpy as np
 
@@ -45,11 +46,11 @@ def _lapacke_gesv(fn, dtype, int_type) -> Kernel:
 
 def _lapacke_potrf(fn, dtype) -> Kernel:
     def potrf(a: np.ndarray) -> np.ndarray:
-        l = as_operand(a, dtype, 2).copy()
-        n = l.shape[0]
-        info = fn(ROW_MAJOR, _LOWER, n, l.ctypes.data, max(1, n))
+        factor = as_operand(a, dtype, 2).copy()
+        n = factor.shape[0]
+        info = fn(ROW_MAJOR, _LOWER, n, factor.ctypes.data, max(1, n))
         _check_info("potrf", info, "matrix not positive definite")
-        return np.tril(l)
+        return np.tril(factor)
 
     return potrf
 
@@ -79,13 +80,13 @@ def _fortran_gesv(fn, dtype, int_type) -> Kernel:
 
 def _fortran_potrf(fn, dtype, int_type) -> Kernel:
     def potrf(a: np.ndarray) -> np.ndarray:
-        l = np.array(as_operand(a, dtype, 2), order="F")
-        n = l.shape[0]
+        factor = np.array(as_operand(a, dtype, 2), order="F")
+        n = factor.shape[0]
         c_n, c_ld, info = int_type(n), int_type(max(1, n)), int_type(0)
         # The trailing size_t is gfortran's hidden length of the CHARACTER argument.
-        fn(ctypes.c_char_p(_LOWER), ctypes.byref(c_n), l.ctypes.data, ctypes.byref(c_ld), ctypes.byref(info), 1)
+        fn(ctypes.c_char_p(_LOWER), ctypes.byref(c_n), factor.ctypes.data, ctypes.byref(c_ld), ctypes.byref(info), 1)
         _check_info("potrf", info.value, "matrix not positive definite")
-        return np.ascontiguousarray(np.tril(l))
+        return np.ascontiguousarray(np.tril(factor))
 
     return potrf
 
@@ -108,7 +109,8 @@ def bind_lapacke(lib: ctypes.CDLL, abi: SymbolABI) -> dict[tuple[str, np.dtype],
 
 def bind_fortran_lapack(lib: ctypes.CDLL, abi: SymbolABI) -> dict[tuple[str, np.dtype], Kernel]:
     """Kernels for the Fortran ``?gesv_`` / ``?potrf_`` symbols ``lib`` exports."""
-    i, ptr = ctypes.POINTER(abi.int_type), ctypes.c_void_p
+    i: Any = ctypes.POINTER(abi.int_type)
+    ptr = ctypes.c_void_p
     kernels = {}
     for letter, (dtype, _) in PRECISIONS.items():
         gesv = getattr(lib, abi.fortran_name(f"{letter}gesv"), None)

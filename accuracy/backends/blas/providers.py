@@ -15,6 +15,7 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -73,7 +74,7 @@ class Provider:
 
     @property
     def vendor(self) -> str:
-        return self.facts["vendor"]
+        return cast(str, self.facts["vendor"])  # describe() always names it (threadpoolctl's internal_api)
 
     @property
     def version(self) -> str | None:
@@ -208,7 +209,7 @@ def _system(lib_dirs: tuple[str, ...]) -> list[tuple[str, str]]:
 
 def parse_env(value: str) -> list[tuple[str | None, str]]:
     """``/a/libx.so:name,/b/liby.so`` -> ``[("name", "/a/libx.so"), (None, "/b/liby.so")]``."""
-    entries = []
+    entries: list[tuple[str | None, str]] = []
     for item in filter(None, (part.strip() for part in value.split(","))):
         path, sep, name = item.rpartition(":")
         entry = (name, path) if sep and "/" not in name else (None, item)

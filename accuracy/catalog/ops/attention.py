@@ -38,7 +38,7 @@ def _sdpa_exact(inputs, fmt):
     scale = 1.0 / math.sqrt(HEAD_DIM)
 
     def row(hi, lo):
-        return mp_softmax([(h + l) * scale for h, l in zip(hi, lo, strict=False)])
+        return mp_softmax([(high + low) * scale for high, low in zip(hi, lo, strict=False)])
 
     p = mp_rows(row, s.hi, s.lo)
     return exact_matmul(np.concatenate([p.hi, p.lo], axis=-1), np.concatenate([v, v], axis=-2))

@@ -160,7 +160,9 @@ def _np_conv2d(ns, x, w, b):
 
 CONV2D = OpInfo(
     name="conv2d",
-    doc=f"conv2d, batch {C2_BATCH}, {C2_CHANNELS}->{C2_CHANNELS} channels, {C2_KERNEL}x{C2_KERNEL} kernel, n x n images",
+    doc=(
+        f"conv2d, batch {C2_BATCH}, {C2_CHANNELS}->{C2_CHANNELS} channels, {C2_KERNEL}x{C2_KERNEL} kernel, n x n images"
+    ),
     generate=_conv2d_inputs,
     exact=_conv2d_exact,
     fp64=lambda x, w, b: _np_conv2d(np, x, w, b),

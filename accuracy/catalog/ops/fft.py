@@ -125,7 +125,10 @@ def _dft_op(name: str, bins, doc: str) -> OpInfo:
         working=lambda x: _working_dft(x, bins(x.shape[-1])),
         normwise_axes=(-2, -1),  # Thm 24.2 bounds a row's error in norm: the typical scale is a row's too
         bound=_fft_bound,
-        bound_doc="log2(n) eta/(1 - log2(n) eta) * sqrt(n) ||x||_2 per element, eta = u + gamma_4 (sqrt2 + u) (Higham Thm 24.2)",
+        bound_doc=(
+            "log2(n) eta/(1 - log2(n) eta) * sqrt(n) ||x||_2 per element, "
+            "eta = u + gamma_4 (sqrt2 + u) (Higham Thm 24.2)"
+        ),
         impls=(
             Impl(
                 "numpy",

@@ -8,6 +8,7 @@ Exact products and fsum (matmul, conv1d, linear) or 200-bit mpmath formulas (sof
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import mpmath
 import numpy as np
@@ -399,7 +400,7 @@ def _layer_norm_grad_by_diff(inputs):
         return mpmath.fsum(gj * ((a - mean) * rstd * wj + bj) for a, gj, wj, bj in zip(v, g, w, b, strict=False))
 
     def row_grad(row, w, b, g):
-        return [mpmath.diff(lambda t: loss(row, w, b, g, i, t), row[i]) for i in range(len(row))]
+        return [mpmath.diff(partial(loss, row, w, b, g, i), row[i]) for i in range(len(row))]
 
     return rowwise(row_grad, "x", "w", "b", "g")(inputs)
 

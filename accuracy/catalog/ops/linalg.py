@@ -219,8 +219,9 @@ CHOLESKY = OpInfo(
     exact=_cholesky_exact,
     fp64=lambda a: np.linalg.cholesky(a),
     bound=_cholesky_bound,
-    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||L||_2 on the lower triangle, eta = gamma_{3n} "
-    "(Sun 1991 perturbation)",
+    bound_doc=(
+        "kappa_2(A) eta/(1 - kappa eta) * ||L||_2 on the lower triangle, eta = gamma_{3n} (Sun 1991 perturbation)"
+    ),
     impls=(
         Impl("numpy", "np.linalg.cholesky", lambda ns, a: ns.linalg.cholesky(a), SINGLE_DOUBLE),
         Impl("scipy", "linalg.cholesky(lower=True)", lambda ns, a: ns.linalg.cholesky(a, lower=True), SINGLE_DOUBLE),
@@ -254,8 +255,10 @@ QR = OpInfo(
     exact=_qr_exact,
     fp64=lambda a: np.abs(np.linalg.qr(a)[1]),
     bound=_qr_bound,
-    bound_doc="kappa_2(A) eta/(1 - kappa eta) * ||A||_2 on the upper triangle, eta = gamma_{6n} "
-    "(Householder QR; Sun's R perturbation)",
+    bound_doc=(
+        "kappa_2(A) eta/(1 - kappa eta) * ||A||_2 on the upper triangle, "
+        "eta = gamma_{6n} (Householder QR; Sun's R perturbation)"
+    ),
     impls=(
         Impl("numpy", "abs(np.linalg.qr(a).R)", lambda ns, a: ns.abs(ns.linalg.qr(a)[1]), SINGLE_DOUBLE),
         Impl(
@@ -305,8 +308,10 @@ SVD = OpInfo(
     exact=_svd_exact,
     fp64=lambda a: np.linalg.svd(a, compute_uv=False),
     bound=_weyl_bound,
-    bound_doc="gamma_{4n} * ||A||_2 per value (Weyl: backward-stable SVD, absolute error; "
-    "small sigmas lose relative accuracy)",
+    bound_doc=(
+        "gamma_{4n} * ||A||_2 per value "
+        "(Weyl: backward-stable SVD, absolute error; small sigmas lose relative accuracy)"
+    ),
     impls=(
         Impl(
             "numpy", "np.linalg.svd(compute_uv=False)", lambda ns, a: ns.linalg.svd(a, compute_uv=False), SINGLE_DOUBLE
@@ -393,8 +398,9 @@ LSTSQ = OpInfo(
     exact=_lstsq_exact,
     fp64=lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0],
     bound=_lstsq_bound,
-    bound_doc="kappa eta/(1 - kappa eta) * (2 + (kappa + 1)||r||/(||A|| ||x||)) * ||x||, eta = gamma_{6m} "
-    "(Higham 20.1)",
+    bound_doc=(
+        "kappa eta/(1 - kappa eta) * (2 + (kappa + 1)||r||/(||A|| ||x||)) * ||x||, eta = gamma_{6m} (Higham 20.1)"
+    ),
     impls=(
         Impl("numpy", "np.linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b, rcond=None)[0], SINGLE_DOUBLE),
         Impl("scipy", "linalg.lstsq", lambda ns, a, b: ns.linalg.lstsq(a, b)[0], SINGLE_DOUBLE),

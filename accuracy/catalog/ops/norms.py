@@ -245,7 +245,10 @@ def _np_gn(ns, x, w, b):
 
 GROUP_NORM = OpInfo(
     name="group_norm",
-    doc=f"group_norm, {GN_GROUPS} groups of {GN_CHANNELS} channels x length n, batch {GN_BATCH}, N(2,1), eps={LAYER_NORM_EPS}",
+    doc=(
+        f"group_norm, {GN_GROUPS} groups of {GN_CHANNELS} channels x length n, "
+        f"batch {GN_BATCH}, N(2,1), eps={LAYER_NORM_EPS}"
+    ),
     generate=_gn_inputs,
     exact=_gn_exact,
     fp64=lambda x, w, b: _np_gn(np, x, w, b),

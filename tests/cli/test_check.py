@@ -11,10 +11,10 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from cli_runner import run_main
 
 import accuracy
 from accuracy.catalog.registry import all_ops
-from accuracy.cli.main import main
 from accuracy.judge.verdicts import WITHIN, correctly_rounded
 from accuracy.testing import assert_within_rounding
 from accuracy.workflows.array_files import read_arrays, write_arrays
@@ -23,17 +23,11 @@ from accuracy.workflows.evaluation import make_case
 LINEAR_SIZE = 256  # 32 x 256 @ 256 x 64: the same op, a fraction of the default's time
 
 
-def _cli(capsys, *args) -> tuple[int, str, str]:
-    status = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
 @pytest.fixture
 def linear_files(tmp_path, monkeypatch, capsys):
     """`opbench inputs linear` saved, and numpy's x @ W.T + b with and without a 1% bias error."""
     monkeypatch.chdir(tmp_path)
-    status, out, _ = _cli(capsys, "inputs", "linear", "--size", LINEAR_SIZE, "--save", "lin.npz")
+    status, out, _ = run_main(capsys, "inputs", "linear", "--size", LINEAR_SIZE, "--save", "lin.npz")
     assert status == 0
     assert "x: float32 (32, 256)" in out and "W: float32 (64, 256)" in out and "b: float32 (64,)" in out
     assert "torch: F.linear" in out and "numpy: x @ W.T + b" in out
@@ -53,7 +47,7 @@ def test_inputs_are_the_cases_rounded_inputs_by_name(linear_files):
 
 
 def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, capsys):
-    status, out, _ = _cli(
+    status, out, _ = run_main(
         capsys,
         "check",
         "linear",
@@ -73,7 +67,7 @@ def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, 
         assert row["verdict"] == WITHIN and row["typical_ratio"] < 1 and row["bound_ratio"] < 1
     assert report["pairs"][0]["class"] == WITHIN
 
-    status, out, _ = _cli(
+    status, out, _ = run_main(
         capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy", "--output", "biased=biased.npy"
     )
     assert status == 1
@@ -88,7 +82,7 @@ def test_every_file_format_gives_the_same_verdict(linear_files, capsys):
     np.savez("biased.npz", y=out)
     save_file({"y": out}, "biased.safetensors")
     torch.save(torch.from_numpy(out), "biased.pt")
-    status, text, _ = _cli(
+    status, text, _ = run_main(
         capsys,
         "check",
         "linear",
@@ -105,17 +99,17 @@ def test_every_file_format_gives_the_same_verdict(linear_files, capsys):
 
 def test_inputs_refuses_to_overwrite_or_to_write_into_results(linear_files, capsys):
     before = (linear_files / "lin.npz").read_bytes()
-    status, _, err = _cli(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz")
+    status, _, err = run_main(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz")
     assert status == 2 and "already exists" in err and (linear_files / "lin.npz").read_bytes() == before
-    assert _cli(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz", "--force")[0] == 0
+    assert run_main(capsys, "inputs", "linear", "--size", 64, "--save", "lin.npz", "--force")[0] == 0
     assert read_arrays(linear_files / "lin.npz")["x"].shape == (32, 64)
 
     (linear_files / "results" / "machine").mkdir(parents=True)
-    status, _, err = _cli(capsys, "inputs", "linear", "--save", "results/machine/in.npz")
+    status, _, err = run_main(capsys, "inputs", "linear", "--save", "results/machine/in.npz")
     assert status == 2 and "inside the results directory" in err
     (linear_files / "elsewhere").mkdir()
     (linear_files / "elsewhere" / "benchmarks.json").write_text("{}")
-    status, _, err = _cli(capsys, "inputs", "linear", "--save", "elsewhere/in.npz")
+    status, _, err = run_main(capsys, "inputs", "linear", "--save", "elsewhere/in.npz")
     assert status == 2 and "inside the results directory" in err
     assert not list(linear_files.glob("*/in.npz")) and not list(linear_files.glob("*/*/in.npz"))
 
@@ -189,7 +183,7 @@ def test_each_bad_input_exits_2_with_one_line_and_writes_nothing(linear_files, c
     write()
     inputs = "in.npz" if (linear_files / "in.npz").exists() else "lin.npz"
     files = sorted(p.name for p in linear_files.iterdir())
-    status, out, err = _cli(capsys, "check", "linear", "--inputs", inputs, *args)
+    status, out, err = run_main(capsys, "check", "linear", "--inputs", inputs, *args)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("opbench: error: ") and phrase in err, err
     assert sorted(p.name for p in linear_files.iterdir()) == files
@@ -247,7 +241,7 @@ def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsy
     z = read_arrays("lin.npz")
     np.save("tf_like.npy", np.tanh(z["x"] @ z["W"].T + z["b"]))
     np.save("wrong.npy", np.tanh(z["x"] @ z["W"].T + z["b"] * np.float32(1.01)))
-    status, out, _ = _cli(
+    status, out, _ = run_main(
         capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output", "numpy=tf_like.npy", "--json"
     )
     report = json.loads(out)
@@ -259,7 +253,7 @@ def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsy
         "flagged above 12x scale + 1 ulp" in o["reason"]
         for o in report["outputs"]
     )
-    status, out, _ = _cli(
+    status, out, _ = run_main(
         capsys, "check", "--fn", "mylayer:block", "--inputs", "lin.npz", "--output", "wrong=wrong.npy"
     )
     assert status == 1 and re.search(r"^wrong +suspicious", out, re.M)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -20,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import start_opbench
 
 from accuracy.cli import main as cli
 from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.run.results_store import results_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = SyntheticBenchmark(
     "bench_products.Dot.time_op", "time", "seconds", ("impl_dtype", "size"), (("numpy:np.dot@float32",), (4096,))
 )
@@ -417,34 +419,33 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, mo
     assert _checksums(tmp_path) == before
 
 
-def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys):
+def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """Refused on the lock, without waiting for its holder, and before fingerprinting the environment
+    or starting asv (both start a process)."""
     paths = _workspace(tmp_path)
     with results_lock(paths["results"]):
         before = _checksums(tmp_path)
-        started = time.monotonic()
+        flock = fcntl.flock
+
+        def flock_without_waiting(fd, operation):
+            assert operation & fcntl.LOCK_NB or operation == fcntl.LOCK_UN, "a blocking lock waits for its holder"
+            return flock(fd, operation)
+
+        def no_process(*args, **kwargs):
+            raise AssertionError(f"a process was started for refused work: {args}")
+
+        monkeypatch.setattr(fcntl, "flock", flock_without_waiting)
+        monkeypatch.setattr(subprocess, "Popen", no_process)
         code = cli.main(["run", "--results", str(paths["results"]), "--bench", "Dot", "--no-report"])
-        elapsed = time.monotonic() - started
+        monkeypatch.undo()
         after = _checksums(tmp_path)  # while still held: the holder clears its pid on release
     err = capsys.readouterr().err
     assert code == 2 and f"in use by another opbench run (pid {os.getpid()})" in err, err
     assert after == before
-    assert elapsed < 30  # refused before fingerprinting or starting asv, not after waiting
-
-
-def _opbench(*args, env=None, **kwargs):
-    return subprocess.Popen(
-        [sys.executable, "-m", "accuracy", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-        **kwargs,
-    )
 
 
 def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
-    proc = _opbench("info", env={"OPBENCH_BLAS": ":"})
+    proc = start_opbench("info", env={"OPBENCH_BLAS": ":"})
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
     assert err.strip().splitlines() == [
@@ -478,7 +479,7 @@ def test_ctrl_c_while_importing_prints_one_line(monkeypatch, capsys):
 
 
 def test_ctrl_c_in_explain_prints_one_line():
-    proc = _opbench("explain", "matmul", "--size", "1500")
+    proc = start_opbench("explain", "matmul", "--size", "1500")
     time.sleep(5)  # past interpreter start-up, which is Python's own and prints its own message
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)

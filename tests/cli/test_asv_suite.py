@@ -9,19 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_opbench, start_opbench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def opbench(*args, cwd=ROOT, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "accuracy", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **(env or {})),
-    )
 
 
 def _results_file(results: Path) -> dict:
@@ -32,7 +23,7 @@ def _results_file(results: Path) -> dict:
 
 def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
     results = tmp_path / "results"
-    proc = opbench(
+    proc = run_opbench(
         "run",
         "--quick",
         "--profile",  # every track: --quick alone runs the quick profile's two (test_bench_common.py)
@@ -158,7 +149,7 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
         ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     # the root commit alone, then the rest of history: two runs accumulate in one results dir
-    opbench(
+    run_opbench(
         "run",
         "--config",
         str(tiny_repo / "asv.conf.json"),
@@ -171,7 +162,7 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
         "--no-report",
         cwd=tiny_repo,
     )
-    proc = opbench(
+    proc = run_opbench(
         "run",
         "--config",
         str(tiny_repo / "asv.conf.json"),
@@ -247,25 +238,16 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, sto
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "two batches")
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "accuracy",
-            "run",
-            "--config",
-            str(repo / "asv.conf.json"),
-            "--results",
-            str(results),
-            "--machine",
-            "ci",
-            "--no-report",
-        ],
+    proc = start_opbench(
+        "run",
+        "--config",
+        repo / "asv.conf.json",
+        "--results",
+        results,
+        "--machine",
+        "ci",
+        "--no-report",
         cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
         start_new_session=True,
     )
     deadline = time.monotonic() + 240

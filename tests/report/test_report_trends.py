@@ -2,7 +2,7 @@
 
 import pandas as pd
 import pytest
-from fixtures_report import COMMITS, ENVS, GFLOPS, INJECTED, MKL, OPENBLAS, params_label, shared_results  # noqa: F401
+from fixtures_report import COMMITS, ENVS, GFLOPS, INJECTED, MKL, OPENBLAS, params_label
 
 from accuracy.core.errors import OpbenchError
 from accuracy.report.environments import compare_across

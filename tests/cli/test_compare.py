@@ -10,19 +10,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runner import run_main, run_opbench
 
 from accuracy.cli import main as cli
 from accuracy.judge.metric_table import tracks
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
-REPO = Path(__file__).resolve().parents[1]
 COMMITS = [hashlib.sha1(f"upgrade {i}".encode()).hexdigest() for i in range(2)]
 DATES = [datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC) + datetime.timedelta(days=i) for i in range(2)]
 
@@ -111,18 +109,12 @@ def write_sets(
 
 
 def run_json(capsys, results: Path, base: str, new: str, *extra: str) -> tuple[int, dict]:
-    code = cli.main(["compare", base, new, "--results", str(results), "--json", *extra])
-    return code, json.loads(capsys.readouterr().out)
+    done = run_main(capsys, "compare", base, new, "--results", results, "--json", *extra)
+    return done.returncode, json.loads(done.stdout)
 
 
 def by_case(report: dict) -> dict[tuple, dict]:
     return {(f"{r['impl']}@{r['dtype']}", r["size"], r["threads"]): r for r in report["rows"]}
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "accuracy", "compare", *args], cwd=REPO, capture_output=True, text=True, check=False
-    )
 
 
 @pytest.mark.parametrize(
@@ -434,7 +426,7 @@ def test_csv_output(tmp_path, capsys):
 @pytest.mark.slow
 def test_unknown_name_is_one_line_exit_2(tmp_path):
     results = write_sets(tmp_path)
-    done = run_cli("box-base", "no-such-box", "--results", str(results))
+    done = run_opbench("compare", "box-base", "no-such-box", "--results", str(results))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "NEW 'no-such-box'" in done.stderr and "box-base, box-new" in done.stderr
@@ -478,7 +470,7 @@ def test_corrupt_new_file_exits_2_with_one_line(tmp_path):
     results = write_sets(tmp_path)
     path = results / "box-new" / f"{COMMITS[0][:8]}-py3.11.json"
     path.write_text(path.read_text()[:200])
-    done = run_cli("box-base", "box-new", "--results", str(results))
+    done = run_opbench("compare", "box-base", "box-new", "--results", str(results))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "unreadable" in done.stderr
@@ -499,7 +491,7 @@ def test_the_reports_changes_section_and_compare_give_one_decision(tmp_path, cap
 
 def test_a_set_compared_with_itself_is_one_line_exit_2(tmp_path):
     results = write_sets(tmp_path)
-    proc = run_cli("box-new", "box-new", "--results", str(results))
+    proc = run_opbench("compare", "box-new", "box-new", "--results", str(results))
     assert proc.returncode == 2 and proc.stdout == "", proc
     assert proc.stderr.splitlines() == [
         "opbench: error: BASE 'box-new' and NEW 'box-new' are the same result set (1 results file): "

@@ -17,7 +17,6 @@ from fixtures_answers import (
     SLOWER,
     TORCH_FORMULA,
     TORCH_VAR,
-    suite_results,  # noqa: F401
 )
 
 from accuracy.cli.run_command import summarize
@@ -140,7 +139,8 @@ def test_page_opens_with_the_answers_and_has_a_section_per_op(suite_results, tmp
     # the first lines answer the three questions
     assert (
         f"<b>Bug or rounding?</b> {F_LINEAR} vs {TORCH_FORMULA} (linear, float32, size 2048): different bits, "
-        f"both within rounding: rounding, not a bug. 2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
+        "both within rounding: rounding, not a bug. "
+        f"2 not within rounding: {ORT_SIGMOID} (sigmoid, float32), {NP_VAR} (var, float32). "
         "In 1 of 3 op/dtype cases where implementations give different bits, every one is within rounding"
     ) in page
     assert re.search(

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_opbench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 """An op and a backend, each one declaration."""
@@ -62,13 +63,13 @@ def plugin_path(tmp_path_factory) -> Path:
     return root
 
 
-def _run(plugin_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_path), str(ROOT)]))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+def _finding(plugin_path: Path) -> dict[str, str]:
+    """The environment in which Python finds the plugin (and this checkout of opbench)."""
+    return {"PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
 
 
 def test_a_new_op_and_backend_appear_in_list(plugin_path):
-    out = _run(plugin_path, "-m", "accuracy", "list", "--json")
+    out = run_opbench("list", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
     cube = next(o for o in json.loads(out.stdout) if o["op"] == "cube")
     assert cube["family"] == "plugins"
@@ -76,7 +77,7 @@ def test_a_new_op_and_backend_appear_in_list(plugin_path):
 
 
 def test_a_new_op_and_backend_are_explained_against_the_exact_reference(plugin_path):
-    out = _run(plugin_path, "-m", "accuracy", "explain", "cube", "--dtype", "float32", "--json")
+    out = run_opbench("explain", "cube", "--dtype", "float32", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
     rows = {r["impl"]: r for r in json.loads(out.stdout)["implementations"]}
     # float64 evaluation rounded once: within an ulp of the correctly rounded cube
@@ -90,10 +91,7 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
     np.savez(tmp_path / "in.npz", x=x)
     np.save(tmp_path / "upcast.npy", (x.astype(np.float64) ** 3).astype(np.float32))  # rounded once
     np.save(tmp_path / "off.npy", x**3 * np.float32(1.001))
-    out = _run(
-        plugin_path,
-        "-m",
-        "accuracy",
+    out = run_opbench(
         "check",
         "cube",
         "--inputs",
@@ -101,6 +99,7 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
         "--json",
         f"--output=upcast={tmp_path / 'upcast.npy'}",
         f"--output=off={tmp_path / 'off.npy'}",
+        env=_finding(plugin_path),
     )
     assert out.returncode == 1, out.stderr
     rows = {r["label"]: r for r in json.loads(out.stdout)["outputs"]}
@@ -110,7 +109,14 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
 
 def test_a_new_op_gets_generated_asv_classes(plugin_path):
     code = "from benchmarks import bench_plugins as b; print(b.Cube.op_name, b.Cube.params[0])"
-    out = _run(plugin_path, "-c", code)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **_finding(plugin_path)},
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("cube ") and "numpy-upcast:x**3 in float64@float32" in out.stdout
 
@@ -120,7 +126,7 @@ def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[opbench.ops]\nbroken = no_such_module_here\n")
-    out = _run(tmp_path, "-m", "accuracy", "list", "--json")
+    out = run_opbench("list", "--json", env=_finding(tmp_path))
     assert out.returncode == 0
     assert any(o["op"] == "matmul" for o in json.loads(out.stdout))
     assert out.stderr.count("warning: plugin 'broken'") == 1 and "Traceback" not in out.stderr
@@ -210,6 +216,12 @@ BACKENDS = [Tiny()]
 '''
 
 
+def _python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """`python -c CODE` with the throw-away package importable (the CLI goes through run_opbench)."""
+    env = {**os.environ, **_finding(site)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
 def _package(root: Path, name: str, source: str, entry_points: str) -> Path:
     """A throw-away package installed the way pip leaves one: its module and its dist-info."""
     root.mkdir(parents=True, exist_ok=True)
@@ -225,19 +237,19 @@ def test_contract_implementation_joins_a_builtin_op(tmp_path):
     """Row "implementation": an `opbench.impls` entry point adds implementations to `exp`; they are
     listed, explained, judged per dtype and timed by asv; a name exp already has is left out."""
     site = _package(tmp_path, "opbench_exp_more", IMPLS_PLUGIN, "[opbench.impls]\nmore = opbench_exp_more\n")
-    out = _run(site, "-m", "accuracy", "explain", "exp", "--dtype", "float32", "--size", "256", "--json")
+    out = run_opbench("explain", "exp", "--dtype", "float32", "--size", "256", "--json", env=_finding(site))
     assert out.returncode == 0, out.stderr
     rows = {r["impl"]: r for r in json.loads(out.stdout)["implementations"]}
     assert rows["numpy:exp via float64"]["verdict"] == "within rounding"
     assert rows["numpy:exp via float64"]["max_ulp"] <= 0.5 + 2**-28  # float64 exp rounded once
     assert rows["numpy:exp2 in float16"]["verdict"] == "within rounding"  # np.exp at float32
     assert out.stderr.count("already has one of that name") == 1
-    half = _run(site, "-m", "accuracy", "explain", "exp", "--dtype", "float16", "--size", "256", "--json")
+    half = run_opbench("explain", "exp", "--dtype", "float16", "--size", "256", "--json", env=_finding(site))
     assert half.returncode == 0, half.stderr
     row = next(r for r in json.loads(half.stdout)["implementations"] if r["impl"] == "numpy:exp2 in float16")
     assert row["label"] == "beyond rounding (semantics: 2**x in float16)"
     code = "from benchmarks import bench_elementwise as b; print(b.Exp.params[0])"
-    asv = _run(site, "-c", code)
+    asv = _python(site, code)
     assert asv.returncode == 0, asv.stderr
     assert "numpy:exp via float64@float32" in asv.stdout
 
@@ -249,7 +261,7 @@ def test_contract_op_family_gets_asv_classes(tmp_path):
         "from accuracy.catalog.registry import families; from benchmarks import bench_plugins as b; "
         "print(families()[-1], b.Square.op_name, b.Square.params[0])"
     )
-    out = _run(site, "-c", code)
+    out = _python(site, code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["polynomials", "square"] and "numpy:x * x@float32" in out.stdout
 
@@ -263,7 +275,7 @@ def test_contract_backend_framework_lists_derive_from_its_attributes(tmp_path):
         "import benchmarks.common as c; "
         "print(json.dumps([framework_names(), c.FRAMEWORKS, environment._frameworks()['tinyframe']]))"
     )
-    out = _run(site, "-c", code)
+    out = _python(site, code)
     assert out.returncode == 0, out.stderr
     names, lean, info = json.loads(out.stdout)
     assert names == lean == ["tensorflow", "onnxruntime", "libtorch", "jax", "tinyframe"]
@@ -290,7 +302,7 @@ def test_contract_metric_is_one_table_entry(tmp_path):
         print(render(report).splitlines()[3])
         """
     )
-    out = _run(tmp_path, "-c", code)
+    out = _python(tmp_path, code)
     assert out.returncode == 0, out.stderr
     mean, header = out.stdout.splitlines()[:2]
     assert 0 < float(mean) < 1  # a correct exp errs less than an ulp on average

@@ -102,9 +102,9 @@ def test_random_inputs_round_correctly(name, dtype, u):
     exact = correctly_rounded(np_fn, mp_fn, x, fmt)
     assert fmt.round(exact.hi).tobytes() == fmt.round(_mp_rounded(mp_fn, x, fmt)).tobytes()
     if dtype == "float64":  # hi + lo is f(x) to the long-double bound
-        for v, h, l in zip(x, exact.hi, exact.lo, strict=False):
-            err = abs(Fraction(h) + Fraction(l) - _mp_value(mp_fn, float(v)))
-            assert err <= Fraction(2) ** -58 * abs(Fraction(h))
+        for v, high, low in zip(x, exact.hi, exact.lo, strict=False):
+            err = abs(Fraction(high) + Fraction(low) - _mp_value(mp_fn, float(v)))
+            assert err <= Fraction(2) ** -58 * abs(Fraction(high))
 
 
 @pytest.mark.parametrize("name", TORCH_TWINS)
@@ -259,7 +259,7 @@ def test_float32_logs_whose_float64_value_is_a_midpoint_round_by_the_exact_value
 def _exact_product(a, b) -> list[list[Fraction]]:
     return [
         [
-            sum((Fraction(a[i, l]) * Fraction(b[l, j]) for l in range(a.shape[1])), Fraction(0))
+            sum((Fraction(a[i, k]) * Fraction(b[k, j]) for k in range(a.shape[1])), Fraction(0))
             for j in range(b.shape[1])
         ]
         for i in range(a.shape[0])

@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from cli_runner import ROOT, run_opbench
 
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import all_ops
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def opbench(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "accuracy", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=os.environ.copy(),
-        timeout=timeout,
-    )
 
 
 @pytest.mark.parametrize(
@@ -40,7 +27,7 @@ def opbench(*args, timeout=300):
     ],
 )
 def test_user_errors_exit_2_with_one_line(args, needle):
-    out = opbench(*args)
+    out = run_opbench(*args)
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -50,7 +37,7 @@ def test_user_errors_exit_2_with_one_line(args, needle):
 
 @pytest.fixture(scope="module")
 def listing():
-    out = opbench("list", "--json")
+    out = run_opbench("list", "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -80,7 +67,13 @@ def test_list_json(listing):
     ):
         assert name in ops, name
         assert ops[name]["implementations"] and ops[name]["dtypes"]
-    frameworks = ("tensorflow", "onnxruntime", "onnxruntime-noopt", "libtorch", "jax")  # tests/test_frameworks.py
+    frameworks = (
+        "tensorflow",
+        "onnxruntime",
+        "onnxruntime-noopt",
+        "libtorch",
+        "jax",
+    )  # tests/workflows/test_frameworks.py
     linear = [i["name"] for i in ops["linear"]["implementations"] if i["backend"] not in frameworks]
     assert sorted(linear) == sorted(
         [
@@ -98,14 +91,14 @@ def test_list_json(listing):
 
 
 def test_list_text():
-    out = opbench("list")
+    out = run_opbench("list")
     assert out.returncode == 0
     assert "torch:F.linear" in out.stdout and "layer_norm" in out.stdout
 
 
 @pytest.mark.slow  # end to end: imports every framework to fingerprint it
 def test_info_json():
-    out = opbench("info", "--json")
+    out = run_opbench("info", "--json")
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["blas"], "threadpoolctl sees at least one BLAS"
@@ -123,7 +116,7 @@ def test_info_json():
 
 @pytest.mark.slow  # end to end: runs every framework's linear, torch.compile's compile included
 def test_explain_json():
-    out = opbench("explain", "linear", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
+    out = run_opbench("explain", "linear", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["op"] == "linear" and report["dtype"] == "float32" and report["size"] == 256
@@ -133,14 +126,11 @@ def test_explain_json():
     assert all(r["verdict"] == "within rounding" for r in report["implementations"])
 
 
-def test_explain_stderr_is_clean_of_tensorflow_logs():
+def test_explain_stderr_is_clean_of_tensorflow_logs(monkeypatch):
     """exp runs TensorFlow's tf.math.exp: its C++ INFO lines (absl's preamble, cpu_feature_guard's
-    advice to rebuild) never reach explain's stderr, whatever the environment says."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    args = ["explain", "exp", "--dtype", "float32", "--size", "64", "--threads", "1"]
-    out = subprocess.run(
-        [sys.executable, "-m", "accuracy", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
-    )
+    advice to rebuild) never reach explain's stderr unless the user asks for them."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    out = run_opbench("explain", "exp", "--dtype", "float32", "--size", "64", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr
     assert "tensorflow:tf.math.exp" in out.stdout and out.stderr == ""
 
@@ -148,7 +138,7 @@ def test_explain_stderr_is_clean_of_tensorflow_logs():
 def test_explain_text_answers_first():
     """The verdicts, then only the pairs whose difference is not rounding (every pair under -v); the
     header counts what ran."""
-    out = opbench("explain", "std", "--dtype", "float64", "--threads", "1")
+    out = run_opbench("explain", "std", "--dtype", "float64", "--threads", "1")
     assert out.returncode == 0, out.stderr
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
     assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
@@ -176,10 +166,10 @@ def test_explain_text_answers_first():
 
 @pytest.mark.slow  # end to end: runs the self-test's mutants in subprocesses
 def test_selftest_command_reports_both_targets():
-    out = opbench("selftest", "dot", "exp", "--small", "--dtype", "float32")
+    out = run_opbench("selftest", "dot", "exp", "--small", "--dtype", "float32")
     assert out.returncode == 0, out.stderr
     assert "0 false alarms" in out.stdout and "mutants caught" in out.stdout
-    report = json.loads(opbench("selftest", "sum", "--small", "--dtype", "float64", "--json").stdout)
+    report = json.loads(run_opbench("selftest", "sum", "--small", "--dtype", "float64", "--json").stdout)
     assert report["summary"]["false_alarms"] == 0 and report["summary"]["catch_rate"] >= 0.95
     assert {c["condition"] for c in report["cases"]} == {"random", "cancelling"}
 
@@ -221,7 +211,7 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
 
 
 def test_unknown_condition_is_one_line_and_exit_2():
-    proc = opbench("explain", "solve", "--condition", "nosuch")
+    proc = run_opbench("explain", "solve", "--condition", "nosuch")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "opbench: error: op 'solve' has no condition 'nosuch'; choose from random, ill"
@@ -255,7 +245,7 @@ def test_every_subcommand_and_argument_has_help():
 def test_version_flag_prints_the_package_version():
     from accuracy import __version__
 
-    out = opbench("--version")
+    out = run_opbench("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"opbench {__version__}"
 
 

@@ -2,18 +2,16 @@
 
 import argparse
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from fixtures_report import GFLOPS, INJECTED, shared_results  # noqa: F401
+from cli_runner import run_opbench
+from fixtures_report import GFLOPS, INJECTED
 
 import accuracy.cli.main
 from accuracy.cli import report_command as report_cli
 
-REPO = Path(__file__).resolve().parents[1]
 REPORT_FILES = {
     "index.html",
     "report.md",
@@ -82,20 +80,8 @@ def test_skipped_files_are_warned_on_stderr(opbench_main, shared_results, tmp_pa
 
 
 def test_python_dash_m_accuracy_report(shared_results, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "accuracy", "report", "--results", str(shared_results), "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_opbench("report", "--results", shared_results, "--out", tmp_path)
     assert done.returncode == 0, done.stderr
     assert {p.name for p in (tmp_path / "latest").iterdir()} >= REPORT_FILES
-    bad = subprocess.run(
-        [sys.executable, "-m", "accuracy", "report", "--results", str(tmp_path / "none")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = run_opbench("report", "--results", tmp_path / "none")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -101,9 +101,9 @@ def test_potrf_gives_lower_cholesky_factor(provider, interface, dtype):
     if potrf is None:
         pytest.skip(f"{provider.name} exports no {interface} {np.dtype(dtype)} potrf")
     a = _spd(16, dtype)
-    l = potrf(a)
-    np.testing.assert_array_equal(l, np.tril(l))
-    np.testing.assert_allclose(l, np.linalg.cholesky(a.astype(np.float64)), rtol=1e3 * np.finfo(dtype).eps)
+    factor = potrf(a)
+    np.testing.assert_array_equal(factor, np.tril(factor))
+    np.testing.assert_allclose(factor, np.linalg.cholesky(a.astype(np.float64)), rtol=1e3 * np.finfo(dtype).eps)
 
 
 def test_lapack_failures_raise_linalg_error(provider):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from chromium import chromium, needs_chromium
-from fixtures_report import INJECTED, shared_results  # noqa: F401
+from fixtures_report import INJECTED
 from matplotlib.image import imread
 
 from accuracy.report import write_report

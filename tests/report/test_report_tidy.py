@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from fixtures_report import COMMITS, MKL, shared_results  # noqa: F401
+from fixtures_report import COMMITS, MKL
 
 from accuracy.judge.metric_table import BY_NAME
 from accuracy.report.export import export_frame, read_frame
@@ -13,7 +13,7 @@ from accuracy.report.load import load_results
 from accuracy.report.render import write_report
 from accuracy.report.tidy import COLUMNS, DATA_DICTIONARY, dictionary_markdown, tidy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_columns_are_split_and_typed(shared_results):

@@ -82,13 +82,13 @@ def test_seed_is_stable_across_processes():
         "from accuracy.core.dtypes import get_format, ALL_DTYPES\n"
         "from accuracy.reference.inputs import make_inputs, seed_for\n"
         "from accuracy.catalog.registry import get_op\n"
-        "from tests.test_inputs import _digest\n"
+        "from tests.workflows.test_inputs import _digest\n"
         "op = get_op('exp')\n"
         "print(json.dumps({'seed': seed_for('exp', 64),"
         " 'digests': {d: _digest(make_inputs(op, 64, get_format(d))) for d in ALL_DTYPES}}))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different hash() salt must not matter
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True, timeout=120
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures_report import BENCHMARKS, COMMITS, DATES, ENVS, FAILED, MACHINE, N_COMMITS, params_label, shared_results  # noqa: F401
+from fixtures_report import BENCHMARKS, COMMITS, DATES, ENVS, FAILED, MACHINE, N_COMMITS, params_label
 
 from accuracy.core.errors import OpbenchError
 from accuracy.report.export import export_frame, read_frame

@@ -1,0 +1,139 @@
+"""The package's layer order holds: a lower layer never imports an upper one, at module level or inside a
+function (a function-level import is still a dependency; it only hides it from import-time cycles)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "accuracy"
+LAYERS = ("core", "reference", "judge", "backends", "catalog", "workflows", "report", "run", "cli")
+# The public top: `import accuracy`, `python -m accuracy` and `accuracy.testing` may use every layer.
+TOP = ("__init__", "__main__", "testing")
+
+
+def _imported_modules(tree: ast.Module, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of everything a module imports, anywhere in it, relative imports resolved."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            if "." in base:
+                yield node.lineno, base
+            else:  # `from accuracy import judge` imports the layer judge, not just the top package
+                yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+
+
+def _layer(dotted: str, package: str) -> str | None:
+    """The layer a dotted name lies in; the top's modules count as above every layer; None outside."""
+    parts = dotted.split(".")
+    if parts[0] != package or len(parts) == 1:
+        return None
+    if parts[1] in LAYERS:
+        return parts[1]
+    return "top" if parts[1] in TOP else None
+
+
+def _rank(layer: str) -> int:
+    return len(LAYERS) if layer == "top" else LAYERS.index(layer)
+
+
+def layer_violations(package_dir: Path) -> list[str]:
+    """Every import by which a module reaches a layer above its own, as 'file:line: a imports b'."""
+    package = package_dir.name
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir.parent).with_suffix("")
+        is_package = relative.name == "__init__"
+        module = ".".join(relative.parts[:-1] if is_package else relative.parts)
+        own = _layer(module, package) if module != package else "top"
+        if own is None:
+            found.append(f"{path}: module {module} is in no layer (add it to one)")
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if module == package:  # `import accuracy` must stay cheap: its layers load on first use
+            found += [
+                f"{path}:{node.lineno}: {module} imports {PACKAGE} layers at module level"
+                for node in tree.body
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                and (node.level or (node.module or "").startswith(package))
+            ]
+        for line, target in _imported_modules(tree, module, is_package):
+            layer = _layer(target, package)
+            if layer is not None and _rank(layer) > _rank(own):
+                found.append(f"{path}:{line}: {module} ({own}) imports {target} ({layer})")
+    return sorted(set(found))
+
+
+def test_no_layer_imports_an_upper_layer():
+    assert layer_violations(ROOT / PACKAGE) == []
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, source in files.items():
+        path = root / PACKAGE / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    return root / PACKAGE
+
+
+CLEAN = {
+    "__init__.py": "def __getattr__(name):\n    from accuracy.cli import main\n    return main\n",
+    "core/__init__.py": "",
+    "core/errors.py": "import os\n",
+    "judge/__init__.py": "",
+    "judge/verdicts.py": "from accuracy.core import errors\nfrom ..reference import exact\n",
+    "reference/__init__.py": "",
+    "reference/exact.py": "from . import cache\n",
+    "reference/cache.py": "",
+    "cli/__init__.py": "",
+    "cli/main.py": "import accuracy.judge.verdicts\n",
+}
+
+
+def test_a_clean_package_passes(tmp_path):
+    assert layer_violations(_write(tmp_path, CLEAN)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "reached"),
+    [
+        ("core/errors.py", "import accuracy.judge.verdicts\n", "accuracy.judge.verdicts (judge)"),
+        ("core/errors.py", "def f():\n    from accuracy.cli.main import main\n", "accuracy.cli.main (cli)"),
+        ("reference/exact.py", "from ..judge import verdicts\n", "accuracy.judge (judge)"),
+        ("reference/exact.py", "from accuracy import judge\n", "accuracy.judge (judge)"),
+        ("judge/verdicts.py", "import accuracy.testing\n", "accuracy.testing (top)"),
+    ],
+)
+def test_a_planted_upward_import_is_found(tmp_path, name, source, reached):
+    package = _write(tmp_path, {**CLEAN, name: source})
+    module = "accuracy." + name.removesuffix(".py").replace("/", ".")
+    (violation,) = layer_violations(package)
+    assert violation.startswith(f"{package / name}:")
+    assert violation.endswith(f": {module} ({name.split('/')[0]}) imports {reached}")
+
+
+def test_an_eager_import_in_the_top_package_is_found(tmp_path):
+    package = _write(tmp_path, {**CLEAN, "__init__.py": "from accuracy.core import errors\n"})
+    assert layer_violations(package) == [
+        f"{package / '__init__.py'}:1: accuracy imports accuracy layers at module level"
+    ]
+
+
+def test_a_module_outside_every_layer_is_found(tmp_path):
+    package = _write(tmp_path, {**CLEAN, "helpers.py": ""})
+    assert layer_violations(package) == [
+        f"{package / 'helpers.py'}: module accuracy.helpers is in no layer (add it to one)"
+    ]
