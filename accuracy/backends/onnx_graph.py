@@ -20,6 +20,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def export(model, args: tuple, input_names: list[str]):
             torch.onnx.export(
                 model,
                 args,
-                buffer,
+                buffer,  # type: ignore[arg-type]  # torch.onnx.export writes to a file object too
                 dynamo=False,
                 opset_version=OPSET,
                 input_names=input_names,
@@ -102,7 +103,7 @@ def _suffixed(segment: str) -> list[tuple[str, int]]:
 class Graph:
     """The exported graph and which tensors are constants (weights, folded values)."""
 
-    model: object  # onnx.ModelProto
+    model: Any  # onnx.ModelProto
     constants: set[str] = field(default_factory=set)
     producer: dict[str, object] = field(default_factory=dict)
     consumers: dict[str, list] = field(default_factory=dict)

@@ -89,7 +89,7 @@ class Impl:
         """This implementation as declared at `dtype`: its per-dtype semantics, stability and
         finding in place of the ones declared for every dtype."""
         overrides = self.per_dtype.get(dtype)
-        return replace(self, **overrides) if overrides else self
+        return replace(self, **overrides) if overrides else self  # type: ignore[arg-type]  # keys checked in __post_init__
 
 
 @dataclass(frozen=True)

@@ -174,21 +174,23 @@ def monte_carlo_runs(
 CONVERSIONS = {"lift_fresh", "alias", "detach", "_to_copy", "clone", "copy", "copy_", "contiguous"}
 
 
-class _Computes(TorchDispatchMode):
+class _Computes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode is untyped
     """Records whether any ATen op beyond conversions and views runs."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: set[str] = set()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         name = func.overloadpacket.__name__
         if not (func.is_view or name in CONVERSIONS or name in MOVING_OPS):
             self.ops.add(name)
         return func(*args, **(kwargs or {}))
 
 
-def torch_ops_computed(fn, inputs: dict[str, np.ndarray]) -> set[str]:
+def torch_ops_computed(fn: Callable[..., Any], inputs: dict[str, np.ndarray]) -> set[str]:
     """The torch ops `fn` computes with when handed numpy arrays: none for a numpy function; for
     a torch function that converts its inputs first (`x, W, b = map(torch.as_tensor, ...)`), its
     ATen ops, so it is judged as the torch function it is, not by numpy's emulation."""

@@ -59,7 +59,7 @@ class Timing:
 
 def ratio_interval(old: Timing, new: Timing) -> tuple[float, float] | None:
     """The new/old time ratios both 99% intervals allow (None where either has no usable interval)."""
-    if not (old.usable and new.usable) or old.ci[0] <= 0:
+    if not (old.usable and new.usable) or old.ci is None or new.ci is None or old.ci[0] <= 0:
         return None
     return max(new.ci[0], 0.0) / old.ci[1], new.ci[1] / old.ci[0]
 

@@ -204,7 +204,7 @@ def compare_specs(
     base: str,
     new: str,
     time_threshold: float = DEFAULT_TIME_THRESHOLD,
-    warnings: list[str] = (),
+    warnings: Sequence[str] = (),
 ) -> Comparison:
     """THE decision on BASE against NEW in `frame`: `opbench compare` and the report's Changes
     section both call this, so they cannot disagree (they did: the report left out the busy-machine

@@ -200,7 +200,7 @@ def _stage(results: Path, staging: Path, machine: str) -> None:
 
 def _commit(
     staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]
-) -> list[Path]:
+) -> tuple[list[Path], list[str]]:
     """Copy a batch's files into the results directory, each by an atomic rename; return the
     results files written and the warnings to show.
 

@@ -17,7 +17,7 @@ from accuracy.core.dtypes import ALL_DTYPES
 from accuracy.core.threads import all_cores
 
 PROFILE_VAR = "OPBENCH_PROFILE"
-EVERY = "every"  # Profile.lean_backends: every backend
+EVERY: Literal["every"] = "every"  # Profile.lean_backends: every backend
 
 
 @dataclass(frozen=True)

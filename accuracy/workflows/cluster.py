@@ -61,7 +61,7 @@ def stack_signature() -> dict[str, Any]:
     Import-light on purpose (metadata, numpy's feature table, torch's capability string), so
     asking every worker costs milliseconds.
     """
-    from numpy._core._multiarray_umath import __cpu_features__
+    from numpy._core._multiarray_umath import __cpu_features__  # type: ignore[import-not-found]
 
     versions: dict[str, str | None] = {}
     for name in STACK_PACKAGES:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,9 +40,9 @@ class LayerCall:
 
     key: str
     path: str
-    module: object  # torch.nn.Module
+    module: Any  # torch.nn.Module
     inputs: list  # torch tensors, as received (positional tensor arguments)
-    output: object  # torch tensor
+    output: Any  # torch tensor
     producers: list[str | None] = field(default_factory=list)  # the call whose output each input is
 
     @property
@@ -53,11 +54,11 @@ def call_key(path: str, index: int) -> str:
     return path if index == 0 else f"{path}{CALL_MARK}{index + 1}"
 
 
-def leaf_modules(model) -> dict[str, object]:
+def leaf_modules(model) -> dict[str, Any]:
     return {name: m for name, m in model.named_modules() if name and not any(True for _ in m.children())}
 
 
-def record(model, inputs: dict) -> tuple[list[LayerCall], object]:
+def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
     """Every leaf call of one forward pass, in execution order, and the model's output."""
     import torch
 
@@ -200,7 +201,7 @@ def model_inputs(path: Path | str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def run_reference(model, inputs: dict[str, np.ndarray], source: str) -> tuple[list[LayerCall], object]:
+def run_reference(model, inputs: dict[str, np.ndarray], source: str) -> tuple[list[LayerCall], Any]:
     """The reference forward pass; inputs the model cannot take (shape, names) are bad input."""
     try:
         calls, out = record(model, inputs)

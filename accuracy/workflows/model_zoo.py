@@ -24,7 +24,11 @@ def _seeded_batch_norm(model: nn.Module, generator: torch.Generator) -> nn.Modul
     identity, on which an epsilon or a train-mode bug would hardly show."""
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            if (
+                isinstance(m, nn.modules.batchnorm._BatchNorm)
+                and m.running_mean is not None
+                and m.running_var is not None
+            ):
                 m.running_mean.uniform_(-0.5, 0.5, generator=generator)
                 m.running_var.uniform_(0.05, 2.0, generator=generator)
                 m.weight.uniform_(0.5, 1.5, generator=generator)

@@ -353,7 +353,7 @@ def as_rows(result: ScanResult) -> list[dict]:
             {
                 "op": result.op,
                 "dtype": fmt.name,
-                "impl": s.impl.name,
+                "impl": s.impl.name if s.impl else None,
                 "checked": s.checked,
                 "max_ulp": s.max_ulp,
                 "not_correctly_rounded": s.not_correctly_rounded,

@@ -12,12 +12,12 @@ from dataclasses import replace
 from functools import reduce
 
 from accuracy.backends import get_backend
-from accuracy.backends.onnxruntime import single
+from accuracy.backends.onnxruntime import OnnxRuntimeBackend, single
 from accuracy.catalog.registry import Impl
 
 TF_DTYPES = get_backend("tensorflow").dtypes
 ORT_DTYPES = get_backend("onnxruntime").dtypes
-ORT_FLOAT64 = get_backend("onnxruntime").float64_kernel_dtypes
+ORT_FLOAT64 = OnnxRuntimeBackend.float64_kernel_dtypes
 JAX_DTYPES = get_backend("jax").dtypes
 LIBTORCH_DTYPES = get_backend("libtorch").dtypes
 
