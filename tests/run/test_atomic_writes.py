@@ -101,7 +101,7 @@ def test_atomic_directory_swaps_whole_or_not_at_all(tmp_path):
 
 def test_every_writer_uses_the_one_helper():
     """Issue 23: atomic writes were coded three times; no module renames a temporary file itself."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     own = [
         str(p.relative_to(root))
         for folder in ("accuracy", "benchmarks")

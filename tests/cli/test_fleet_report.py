@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from cli_runner import run_opbench as opbench
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def opbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "accuracy", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 def test_two_machines_in_one_results_directory_are_set_side_by_side(tmp_path):

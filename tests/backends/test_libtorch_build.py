@@ -21,7 +21,7 @@ from torch.utils.file_baton import FileBaton
 from accuracy.backends.libtorch import BUILDING, LibTorchBackend, build, build_name
 from accuracy.core.errors import OpbenchError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cpp_extension_load(build_dir: Path):

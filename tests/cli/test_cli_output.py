@@ -15,7 +15,7 @@ from accuracy.core.formatting import format_number
 from accuracy.workflows.evaluation import make_case
 from accuracy.workflows.explain import relative_gap_note
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
