@@ -142,7 +142,17 @@ STOP_GRACE = 30.0  # seconds asv gets to stop its benchmark processes after SIGI
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGINT to asv's process group, as a Ctrl-C at the terminal sends; then SIGKILL to what is left."""
+    """SIGINT to asv's process group, as a Ctrl-C at the terminal sends; then SIGKILL to what is left.
+
+    asv starts each benchmark process and its forkserver in a process group of their own
+    (asv.util.check_output's setpgid), which a signal to asv's group never reaches: they are
+    listed before asv goes, and any still alive after it are killed too.
+    """
+    import psutil
+
+    family: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        family = psutil.Process(proc.pid).children(recursive=True)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -150,3 +160,6 @@ def _stop_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):  # asv gone: no benchmark process of its outlives it
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    for child in family:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
