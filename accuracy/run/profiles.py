@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from accuracy.backends import framework_names
 from accuracy.core.dtypes import ALL_DTYPES
 from accuracy.core.threads import all_cores
 
@@ -47,7 +48,7 @@ class Profile:
 
 BOTH_THREAD_COUNTS = tuple(sorted({1, all_cores()}))
 # the frameworks add ~90 parameter combinations to the default run even when lean (docs/asv-suite.md)
-FRAMEWORKS = ("tensorflow", "onnxruntime", "libtorch", "jax")
+FRAMEWORKS = tuple(framework_names())  # each backend says which framework it runs (its `framework`)
 # quick and default run at all cores only: every benchmark is its own process, and a 1-thread column
 # would double them (docs/asv-suite.md). The 1-thread result is still run and judged there (see
 # `_measure_now`); its timing is in the full profile.

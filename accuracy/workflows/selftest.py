@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accuracy.backends import get_backend
+from accuracy.backends import backends_for, get_backend
 from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
 from accuracy.core.dtypes import ALL_DTYPES, FORMATS, FloatFormat, ulp
 from accuracy.core.threads import all_cores
@@ -299,13 +299,14 @@ def selftest_task(
     (mutants' arrays are what make a case large, and nothing reads them after judging)."""
     op = get_op(op_name)
     with ExitStack() as limits:
-        for backend in dict.fromkeys(get_backend(name) for name in ("torch", *(i.backend for i in op.impls))):
+        names = ("torch", *(name for impl in op.impls for name in backends_for(impl.backend)))
+        for backend in dict.fromkeys(get_backend(name) for name in names):
             if backend.available():
                 limits.enter_context(backend.thread_limit(threads))
         report = selftest_case(op, dtype, size, condition, everything)
     if report is not None:
         for m in report.mutants:
-            m.output = m.output[:0]
+            m.output = np.empty(0, m.output.dtype)
     return report
 
 

@@ -272,8 +272,8 @@ def test_contract_backend_framework_lists_derive_from_its_attributes(tmp_path):
     site = _package(tmp_path, "opbench_tiny", FRAMEWORK_PLUGIN, "[opbench.backends]\ntiny = opbench_tiny\n")
     code = (
         "import json; from accuracy.backends import framework_names; from accuracy.backends import environment; "
-        "import benchmarks.common as c; "
-        "print(json.dumps([framework_names(), c.FRAMEWORKS, environment._frameworks()['tinyframe']]))"
+        "from accuracy.run import profiles; "
+        "print(json.dumps([framework_names(), list(profiles.FRAMEWORKS), environment._frameworks()['tinyframe']]))"
     )
     out = _python(site, code)
     assert out.returncode == 0, out.stderr

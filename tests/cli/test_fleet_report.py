@@ -14,6 +14,8 @@ def test_two_machines_in_one_results_directory_are_set_side_by_side(tmp_path):
         run = opbench(
             "run",
             "--quick",
+            "--profile",  # every track, the output digest included: the quick profile records two
+            "default",
             "--bench",
             r"bench_products\.Dot\.",
             "--results",

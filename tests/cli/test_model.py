@@ -284,5 +284,5 @@ def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
     """TorchScript's end-to-end run replaces leaves by stand-ins; a model reading its own dtype
     from its parameters (bert2) failed there when they held none."""
     monkeypatch.chdir(Path(__file__).parents[2])
-    report = run_model("tests.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
+    report = run_model("tests.cli.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
     assert report.within_rounding and report.ports[0]["compared"] == 1

@@ -123,7 +123,7 @@ def test_a_plain_asv_publish_keeps_the_pages_offline_and_every_implementation_dr
 
     from accuracy.run.offline_pages import GRAPH_SCRIPT
 
-    plugins = load_json(str(Path(__file__).resolve().parents[1] / "asv.conf.json"), js_comments=True)["plugins"]
+    plugins = load_json(str(Path(__file__).resolve().parents[2] / "asv.conf.json"), js_comments=True)["plugins"]
     config = json.loads(next(published.parent.glob("asv.conf.json")).read_text())
     html = tmp_path / "html"
     (tmp_path / "asv.conf.json").write_text(json.dumps(config | {"html_dir": str(html), "plugins": plugins}))

@@ -260,7 +260,7 @@ def _imported_by_the_suite(asv_command: str) -> set[str]:
         f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\nimport benchmarks.bench_products\n"
         "print(' '.join(m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax') if m in sys.modules))"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return set(proc.stdout.split())
