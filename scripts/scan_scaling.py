@@ -17,7 +17,7 @@ import time
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.cluster import work_pool
-from accuracy.workflows.scan import as_rows, scan, select_impls
+from accuracy.workflows.scan import CHUNK, as_rows, scan, select_impls
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
         first = first or rows
         assert rows == first, f"{mode} differs from in-process"
         baseline = baseline or wall
-        chunks = -(-result.total // (1 << 18))
+        chunks = -(-result.total // CHUNK)
         print(
             f"| {mode} | {wall:.1f} | {baseline / wall:.2f} | {chunks} | {(wall - startup) / chunks:.3f} | "
             f"{startup:.1f} | {load:.1f}, {os.getloadavg()[0]:.1f} |"
