@@ -14,6 +14,7 @@ from functools import cache
 from accuracy.backends.base import Backend
 from accuracy.backends.blas.backend import blas_backends, blas_discovery
 from accuracy.backends.pytorch import TORCH_VARIANTS
+from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
 
@@ -26,6 +27,7 @@ __all__ = [
     "framework_backends",
     "framework_names",
     "get_backend",
+    "start_tensorflow",
 ]
 
 BACKEND_MODULES = ("base", "pytorch", "tensorflow", "onnxruntime", "libtorch", "jax")
@@ -67,3 +69,11 @@ def get_backend(name: str) -> Backend:
         return blas_backends()[name]
     known = ", ".join([*catalog, *blas_backends()])
     raise OpbenchError(f"unknown backend {name!r}; choose from {known}")
+
+
+def start_tensorflow() -> None:
+    """Start TensorFlow's runtime with opbench's thread pools before other code (a Keras model
+    being built) starts it with TF's defaults, which no later call could resize."""
+    backend = get_backend("tensorflow")
+    assert isinstance(backend, StartupThreadsBackend)
+    backend.ensure_started()

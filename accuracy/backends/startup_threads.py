@@ -75,13 +75,20 @@ class StartupThreadsBackend(ThreadsPerCall):
     def to_native(self, array: np.ndarray):
         return Deferred(np.array(array, copy=True))
 
-    def call(self, fn, inputs: dict):
-        threads = self.requested_threads or all_cores()
+    def ensure_started(self) -> None:
+        """Start the runtime at the requested count, unless it runs already. Code that runs the
+        framework outside a backend call (a Keras model being built) calls this first: a runtime
+        started there would keep the framework's default pools, which no later call can resize."""
         if self.started_threads is None:
             self.preload()
             self._zygote = _Zygote(self)
+            threads = self.requested_threads or all_cores()
             self.start(threads)
             self.started_threads = threads
+
+    def call(self, fn, inputs: dict):
+        threads = self.requested_threads or all_cores()
+        self.ensure_started()
         if threads != self.started_threads:
             assert self._zygote is not None  # forked when the runtime started
             return self._zygote.call(threads, fn, {k: v.array for k, v in inputs.items()})

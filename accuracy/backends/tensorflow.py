@@ -14,6 +14,7 @@ from functools import cached_property
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.dtypes import SINGLE_DOUBLE
+from accuracy.core.errors import OpbenchError
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 # TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
@@ -44,8 +45,15 @@ class TensorFlowBackend(StartupThreadsBackend):
 
     def start(self, threads: int) -> None:
         tf = self.namespace
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # TF's "cannot be modified after initialization"
+            raise OpbenchError(
+                f"TensorFlow's runtime was started in this process before opbench sized its thread pools,"
+                f" so it cannot run at {threads} threads: build Keras models after"
+                " accuracy.backends.start_tensorflow(), or in a fresh process"
+            ) from None
 
     def to_tensor(self, array):
         return self.namespace.constant(array)

@@ -360,9 +360,9 @@ def keras_port(made, calls: list[LayerCall]) -> KerasPort:
 
     source = f"--keras {made}" if isinstance(made, str) else "keras"
     if isinstance(made, str):
-        from accuracy.backends import get_backend
+        from accuracy.backends import start_tensorflow
 
-        get_backend("tensorflow").namespace  # noqa: B018  TensorFlow first, imported without its log lines
+        start_tensorflow()  # before any Keras layer starts TF's runtime
         try:
             made = load_function(made, "--keras")()
         except OpbenchError:

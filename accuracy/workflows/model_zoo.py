@@ -135,6 +135,9 @@ def keras_small_cnn(*, bn_epsilon: float = 1e-5, same_padding: bool = False, cha
     The defaults are a correct port; each keyword reintroduces a known port bug: Keras
     BatchNormalization's default epsilon (1e-3), padding="same" for torch's padding=1 at stride 2
     (TensorFlow pads after only), and a channels-last Flatten before the Dense."""
+    from accuracy.backends import start_tensorflow
+
+    start_tensorflow()  # before any Keras layer starts TF's runtime
     import keras
 
     torch_model = small_cnn().eval()

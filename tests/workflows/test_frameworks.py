@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -129,6 +131,42 @@ def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
             seen[n] = int(backend.to_numpy(backend.call(probe, {}), get_format("float64")))
     assert seen == {1: 1, 2: 2}
     assert backend.started_threads in (1, 2) and backend._zygote is not None
+
+
+def test_tensorflow_runs_at_every_count_after_a_keras_model_was_built():
+    """Building a Keras model starts TF's runtime; its pools must still be opbench's, so the
+    registry's TF implementations run afterwards at the default and at one thread (CI once
+    failed here: a model test had started TF first, with its own pools)."""
+    code = """
+from accuracy.backends import get_backend
+from accuracy.backends.tensorflow import intra_op_threads
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.model_zoo import keras_small_cnn
+keras_small_cnn()
+backend = get_backend("tensorflow")
+for n in (2, 1):
+    with backend.thread_limit(n):
+        print(int(backend.to_numpy(backend.call(intra_op_threads, {}), get_format("float64"))))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "1"]
+
+
+def test_a_runtime_started_elsewhere_is_a_one_line_error():
+    code = """
+import tensorflow as tf
+tf.constant(1.0) + 1.0
+from accuracy.backends import get_backend
+from accuracy.backends.tensorflow import intra_op_threads
+from accuracy.core.errors import OpbenchError
+try:
+    get_backend("tensorflow").call(intra_op_threads, {})
+except OpbenchError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "started in this process before opbench sized its thread pools" in done.stdout, done.stderr[-2000:]
 
 
 def _hide(monkeypatch, modules=(), commands=()):
