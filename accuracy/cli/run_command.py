@@ -110,7 +110,10 @@ def run(args) -> int:
         raise OpbenchError(
             f"asv wrote no results (no benchmark matched, or the run failed before saving); see {outcome.log}"
         )
-    print(f"opbench: results in {results / outcome.machine}, HTML in {html}, asv's log in {outcome.log}")
+    where = str(results / outcome.machine)
+    if outcome.label:
+        where += f", environment {outcome.label} (compare it by that name)"
+    print(f"opbench: results in {where}, HTML in {html}, asv's log in {outcome.log}")
     for line in outcome.warnings:
         warn(line)
     for line in summarize(outcome.written):

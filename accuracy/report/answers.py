@@ -31,7 +31,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
 from accuracy.report.compare import UNCHANGED, compare_specs
-from accuracy.report.fingerprint import fingerprint_path
+from accuracy.report.fingerprint import fingerprint_path, short_env_name
 from accuracy.report.tidy import op_of_class, tidy
 
 ENV_KEYS = ["machine", "env_name"]
@@ -60,7 +60,7 @@ def latest_cases(frame: pd.DataFrame) -> pd.DataFrame:
         if metric.name not in wide:
             wide[metric.name] = math.nan
     several = wide[ENV_KEYS].drop_duplicates().shape[0] > 1
-    wide["env"] = (wide["env_name"] + " on " + wide["machine"]) if several else ""
+    wide["env"] = (wide["env_name"].map(short_env_name) + " on " + wide["machine"]) if several else ""
     return wide
 
 
@@ -447,7 +447,7 @@ def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
     if len(same_env) > 1:
         specs = (same_env.iloc[-2]["commit_hash"], newest["commit_hash"])
         scope = frame.loc[(frame["machine"] == newest["machine"]) & (frame["env_name"] == newest["env_name"])]
-        names = tuple(f"commit {c[:8]} ({newest['env_name']})" for c in specs)
+        names = tuple(f"commit {c[:8]} ({short_env_name(newest['env_name'])})" for c in specs)
     else:
         others = runs.loc[runs["commit_hash"] == newest["commit_hash"]]
         if len(others) < 2:
@@ -459,7 +459,7 @@ def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
             else (base["machine"], new["machine"])
         )
         scope = frame.loc[frame["commit_hash"] == newest["commit_hash"]]
-        names = specs
+        names = tuple(short_env_name(spec) for spec in specs)
     try:
         comparison = compare_specs(scope, results_dir, *specs)
     except OpbenchError as exc:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 FINGERPRINT_COLUMNS = ("blas", "blas_threads", "torch_version", "numpy_version")
+# `opbench run` in this environment runs asv through a Python at .asv/python/env-<digest>/python,
+# so asv's environment name (the path, with / as _) carries the stack's label: one machine, one
+# environment per stack (accuracy.run.environment_python)
+ENV_LABEL = re.compile(r"_(env-[0-9a-f]{8})_python$")
 
 
 PENDING_SUFFIX = ".pending"  # `opbench run` writes X.fingerprint.pending, then X.json, then renames
@@ -110,6 +115,23 @@ def fingerprint_digest(data: dict, knobs: dict[str, str]) -> str:
         "error": data.get("error"),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def environment_label(data: dict, knobs: dict[str, str]) -> str:
+    """The short name of a stack (`env-3f2a9c1b`): what asv's pages and `opbench compare` show."""
+    return f"env-{fingerprint_digest(data, knobs)}"
+
+
+def label_of(env_name: str) -> str | None:
+    """The stack label inside an asv environment name from `opbench run`, else None."""
+    found = ENV_LABEL.search(env_name)
+    return found.group(1) if found else None
+
+
+def short_env_name(env_name: str) -> str:
+    """How an environment is shown: its stack label, or asv's name where it has none (a history
+    run's virtualenv, `virtualenv-py3.11-numpy2.4.6`)."""
+    return label_of(env_name) or env_name
 
 
 def _version(entry: object) -> str | None:

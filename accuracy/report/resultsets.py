@@ -1,6 +1,7 @@
 """Name a result set the way a user thinks of it: a machine, an environment, a commit, a stack.
 
-`resolve` tries, in order: an exact machine or asv environment name, or a commit hash prefix;
+`resolve` tries, in order: an exact machine or asv environment name, an environment's stack label
+as `opbench run` prints it (`env-3f2a9c1b`), or a commit hash prefix;
 then a unique prefix of a machine or environment name (`virtualenv-py3.11-numpy2.3`); then a
 `package==version` alias (`numpy==2.4.6`, several joined by commas), matched against each results
 file's fingerprint and, for asv matrix environments, the package versions in its name. A name
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.report.fingerprint import label_of
 from accuracy.report.stack import read_stack
 
 KEY_DIMS = ("machine", "env_name")
@@ -72,6 +74,9 @@ def resolve(
 
 def _exact(frame: pd.DataFrame, spec: str, role: str) -> dict[str, pd.Series]:
     matches = {column: frame[column] == spec for column in KEY_DIMS if (frame[column] == spec).any()}
+    labelled = frame["env_name"].map(label_of) == spec  # env-<digest>, as `opbench run` prints it
+    if labelled.any():
+        matches["env_name"] = labelled
     if _HEX.match(spec):
         hit = frame["commit_hash"].str.lower().str.startswith(spec.lower())
         if hit.any():
@@ -154,7 +159,7 @@ def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
 
 def _available(frame: pd.DataFrame) -> str:
     machines = ", ".join(sorted(frame["machine"].unique()))
-    envs = ", ".join(sorted(frame["env_name"].unique()))
+    envs = ", ".join(sorted({label_of(name) or name for name in frame["env_name"].unique()}))
     commits = frame.drop_duplicates("commit_hash").sort_values("commit_date", ascending=False)["commit_hash"].str[:8]
     more = f" (+{len(commits) - 10} older)" if len(commits) > 10 else ""
     return f"machines: {machines}; environments: {envs}; commits: {', '.join(commits[:10])}{more}"

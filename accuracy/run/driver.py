@@ -5,7 +5,8 @@ reproducible and safe: a private copy of asv.conf.json with absolute paths, asv 
 staging copy, the run split into batches (whole benchmark modules, accuracy/run/batches.py) whose
 results are copied into the results directory as each batch ends (under a lock, with the
 environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
-the results of a changed environment filed under a new machine name instead of over the old ones.
+the results of a changed environment filed under a new asv environment instead of over the old
+ones (accuracy/run/environment_python.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, replace_atomic, write_atomic
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
+from accuracy.run.environment_python import environment_python, relabel_python
 from accuracy.run.offline_pages import finish_pages
 from accuracy.run.profiles import DEFAULT, PROFILE_VAR, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
@@ -273,6 +275,7 @@ def _terminate_as_interrupt(received: list[str]):
 class RunOutcome:
     status: int  # asv's exit status, the worst of the batches
     machine: str  # the machine name the results are filed under
+    label: str | None  # the environment's stack label (env-<digest>); None for a history run
     written: list[Path]
     log: Path
     warnings: list[str]  # files that could not be read, pages that still need the internet, ...
@@ -298,6 +301,8 @@ def run_suite(
     this environment the machine name gets the environment digest, so a changed stack (an
     upgraded package, another BLAS kernel, a knob) files its results beside the old ones.
     """
+    from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
+
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
         check_commit_range(repo, commits)
@@ -307,7 +312,7 @@ def run_suite(
     warnings: list[str] = []
     with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
         try:
-            check_no_links(results, None if commits is None else machine)
+            check_no_links(results, machine)
             warnings += recover_interrupted_saves(results, tmp)
             # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
             env = dict(
@@ -317,11 +322,7 @@ def run_suite(
                 **knobs,
             )
             here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
-            if here is not None:
-                from accuracy.report.fingerprint import fingerprint_digest  # not at import: pulls in pandas
-
-                machine = f"{machine}-{fingerprint_digest(json.loads(here), knobs)}"
-                check_no_links(results, machine)
+            label = None if here is None else environment_label(json.loads(here), knobs)
             staging = tmp / "results"
             _stage(results, staging, machine)
             private = write_private_config(config, staging, html, tmp)
@@ -332,7 +333,10 @@ def run_suite(
             if commits:
                 args += [commits]
             else:
-                args += ["--python=same", "--set-commit-hash", head_commit(repo), "--launch-method", "forkserver"]
+                assert label is not None  # a run in this environment has its fingerprint
+                python = environment_python(config, label)
+                args += [f"--environment=existing:{python}", "--set-commit-hash", head_commit(repo)]
+                args += ["--launch-method", "forkserver"]
             if quick:
                 args.append("--quick")
             if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
@@ -370,6 +374,9 @@ def run_suite(
                         for p in changed
                     }
                 else:
+                    assert label is not None
+                    for path in changed:
+                        relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
                 with _stop_deferred():
                     try:
@@ -390,7 +397,7 @@ def run_suite(
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
     if written:
         warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
-    return RunOutcome(status, machine, list(written), log.path, warnings)
+    return RunOutcome(status, machine, label, list(written), log.path, warnings)
 
 
 @contextmanager

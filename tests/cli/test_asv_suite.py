@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,9 +97,9 @@ TINY_CONF = {
 }
 
 TINY_BENCH = """
-import tiny
-
 def track_value():
+    import tiny  # here, not at import: a run in the test's environment (no tiny) still discovers the suite
+
     return tiny.VALUE
 track_value.unit = "ulp"
 
@@ -191,6 +192,32 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
     assert [point[1] for point in json.loads(graph.read_text())] == [1, 2, 3]
 
 
+def test_history_and_this_environment_are_one_machine_in_asvs_pages(tiny_repo, tmp_path):
+    """Issue 22 item 8: a run in this environment and a history run on the same machine are one
+    machine in asv's pages (they were `ci` and `ci-<digest>`), and the legend names Python by
+    version and stack label, never by a path."""
+    results = tmp_path / "results"
+    common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
+    history = run_opbench("run", *common, "--commits", "HEAD^!", "--no-report", cwd=tiny_repo)
+    assert history.returncode == 0, history.stderr[-3000:] + history.stdout[-3000:]
+    here = run_opbench("run", *common, "--no-report", cwd=tiny_repo)
+    assert here.returncode == 0, here.stderr[-3000:] + here.stdout[-3000:]
+    [label] = re.findall(r"environment (env-[0-9a-f]{8}) \(compare it by that name\)", here.stdout)
+    assert sorted(p.name for p in results.iterdir() if not p.name.startswith(".")) == ["benchmarks.json", "ci", "logs"]
+    index = json.loads((tmp_path / "html" / "index.json").read_text())
+    assert index["params"]["machine"] == ["ci"]
+    assert sorted(index["params"]["python"]) == ["3.11", f"3.11 {label}"]
+    envs = {json.loads(p.read_text())["env_name"] for p in (results / "ci").glob("*.json") if p.name != "machine.json"}
+    assert len(envs) == 2 and any(e.endswith(f"_{label}_python") for e in envs)
+    # the label is how a user names the set
+    itself = run_opbench("compare", "--results", str(results), label, label, cwd=tiny_repo)
+    assert itself.returncode == 2 and "are the same result set (1 results file)" in itself.stderr, itself.stderr
+    [history_env] = envs - {e for e in envs if e.endswith(f"_{label}_python")}
+    compared = run_opbench("compare", "--results", str(results), history_env, label, cwd=tiny_repo)
+    # both names resolve; the tiny suite has no op cases for compare to pair
+    assert f"and NEW {label!r} share no benchmark results" in compared.stderr, compared.stderr
+
+
 BATCH_BENCHES = {
     "bench_a.py": "def track_first():\n    return 1\n",
     # long enough that the SIGINT lands while it runs, however loaded the machine
@@ -251,7 +278,7 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, sto
         start_new_session=True,
     )
     deadline = time.monotonic() + 240
-    while not list(results.glob("ci-*/*.fingerprint")) and time.monotonic() < deadline and proc.poll() is None:
+    while not list(results.glob("ci/*.fingerprint")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
     time.sleep(2)  # into the second batch
     if stop == "SIGINT":
@@ -266,7 +293,7 @@ def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, sto
         time.sleep(0.5)
     assert _session_processes(proc.pid) == []  # asv and its benchmark processes stopped with it
     assert (results / ".opbench.lock").read_text() == ""  # no stale pid
-    [machine_dir] = results.glob("ci-*")
+    machine_dir = results / "ci"
     described = json.loads((machine_dir / "machine.json").read_text())
     assert all(described[field] for field in ("arch", "cpu", "os", "ram")), described  # not [none] in asv's pages
     assert err.strip().splitlines() == [

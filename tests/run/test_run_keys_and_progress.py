@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import copy
 import io
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accuracy.report.fingerprint import fingerprint_digest
 from accuracy.run.progress import ClassProgress
@@ -203,3 +208,36 @@ def test_an_op_name_for_bench_selects_that_ops_class_whole():
     assert not re.search(regex, "bench_attention.Attention.time_op('numpy:softmax(q k^T) v@float32', 64)")
     assert op_bench_regex(r"bench_activations\.Softmax\.") == r"bench_activations\.Softmax\."  # a regex as given
     assert op_bench_regex(None) is None
+
+
+@given(
+    digest=st.text("0123456789abcdef", min_size=8, max_size=8),
+    folder=st.text("abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=20).filter(
+        lambda f: f not in (".", "..")
+    ),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_stack_label_survives_asvs_environment_name(tmp_path, digest, folder):
+    """`opbench run` names asv's environment through the wrapper's path; the report and compare
+    read the label back from asv's name, wherever the checkout is."""
+    from asv.environment import ExistingEnvironment
+
+    from accuracy.report.fingerprint import label_of, short_env_name
+    from accuracy.run.environment_python import environment_python
+
+    config = tmp_path / folder / "asv.conf.json"
+    config.parent.mkdir(exist_ok=True)
+    label = f"env-{digest}"
+    python = environment_python(config, label)
+    env = ExistingEnvironment.__new__(ExistingEnvironment)  # asv's own naming, without starting Python
+    env._executable, env._tagged_env_vars = str(python), {}
+    assert label_of(env.name) == label and short_env_name(env.name) == label
+    assert short_env_name("virtualenv-py3.11-numpy2.4.6") == "virtualenv-py3.11-numpy2.4.6"
+
+
+def test_the_wrapper_runs_this_environments_python(tmp_path):
+    from accuracy.run.environment_python import environment_python
+
+    python = environment_python(tmp_path / "asv.conf.json", "env-0123abcd")
+    out = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == sys.prefix
