@@ -17,6 +17,7 @@ from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.run.profiles import FULL, QUICK, current_profile
+from accuracy.run.suite_passes import hide_outside_measure_pass
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
 from .common import scratch_folder, shared
@@ -170,3 +171,6 @@ def _scan_classes() -> dict[str, type]:
 globals().update(_scan_classes())
 if current_profile() == QUICK:  # the quick profile times the ops only
     del ExactGemm, CorrectlyRounded
+
+
+hide_outside_measure_pass(globals())  # `opbench run`'s read pass runs the generated tracks only

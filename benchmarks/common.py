@@ -25,12 +25,14 @@ from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import get_format
 from accuracy.core.files import write_atomic
 from accuracy.core.threads import all_cores
-from accuracy.judge.metric_table import Metric, benchmark_class_name, tracks
+from accuracy.judge.metric_table import BY_NAME, Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.run.profiles import Profile, current_profile
+from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, READ, current_pass
 from accuracy.workflows.evaluation import Case
 
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
+FAILED = "failed"  # a shared measurement that raised: its message
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
 # The frameworks are preloaded only in asv's forkserver (`benchmark.py run_server ...`), which forks
 # every benchmark process: anywhere else (asv's discovery, setup_cache, a spawned benchmark process,
@@ -41,16 +43,25 @@ FORKSERVER = sys.argv[1:2] == ["run_server"]
 
 def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
     """`measure()`, once per run: asv runs each track in its own process, so the first process to
-    need `key` leaves the result in the run's scratch folder (`_OpBenchmark.setup_cache`) for the
-    others. Without a scratch folder (a direct call, as in the tests) it measures every time."""
-    if scratch is None:
+    need `key` leaves the result in the run's scratch folder (`_OpBenchmark.setup_cache`, or the
+    folder `opbench run`'s two passes share) for the others. A measurement that raised is
+    recorded too: the other tracks of the case fail with its message instead of measuring again.
+    Without a scratch folder (a direct call, as in the tests) it measures every time."""
+    folder = os.environ.get(MEASUREMENTS_VAR) or scratch
+    if folder is None:
         return measure()
-    # the folder is the run's (environment and commit); they only make the key explicit
     where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
-    path = Path(scratch) / f"{hashlib.sha256(f'{where}|{key}'.encode()).hexdigest()}.json"
+    path = Path(folder) / f"{hashlib.sha256(f'{where}|{key}'.encode()).hexdigest()}.json"
     if path.exists():
-        return json.loads(path.read_text())
-    measured = measure()
+        measured = json.loads(path.read_text())
+        if FAILED in measured:
+            raise RuntimeError(f"the measurement of this case failed: {measured[FAILED]}")
+        return measured
+    try:
+        measured = measure()
+    except Exception as exc:
+        write_atomic(path, json.dumps({FAILED: f"{type(exc).__name__}: {exc}"}))
+        raise
     write_atomic(path, json.dumps(measured))  # a concurrent reader sees all or nothing
     return measured
 
@@ -91,19 +102,26 @@ class _OpBenchmark:
         # asv passes setup_cache's folder first; a direct call (tests) passes the parameters only
         scratch, params = (args[0], args[1:]) if len(args) > len(self.param_names) else (None, args)
         self.scratch = None if scratch is None else Path(scratch)
-        p = dict(zip(self.param_names, params, strict=True))
-        impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
+        self.p = dict(zip(self.param_names, params, strict=True))
+        self._threads = None
+        if current_pass() != READ:  # a read-pass track only reads the measurement: no framework is touched
+            self._prepare()
+
+    def _prepare(self) -> None:
+        """The case's rounded inputs in the backend's arrays, under the case's thread count."""
+        impl_name, dtype = self.p["impl_dtype"].rsplit("@", 1)
         op = get_op(self.op_name)
-        self.case = Case(op, get_format(dtype), p["size"], p.get("condition", DEFAULT_CONDITION))
+        self.case = Case(op, get_format(dtype), self.p["size"], self.p.get("condition", DEFAULT_CONDITION))
         self.impl = op.impl(impl_name, dtype)
         self.backend = get_backend(self.impl.backend)
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
-        self.threads = p["threads"]
+        self.threads = self.p["threads"]
         self._threads = self.backend.thread_limit(self.threads)
         self._threads.__enter__()
 
     def teardown(self, *args):
-        self._threads.__exit__(None, None, None)
+        if self._threads is not None:
+            self._threads.__exit__(None, None, None)
 
     def _call(self):
         self.backend.call(self.impl.fn, self.native)
@@ -116,8 +134,10 @@ class _OpBenchmark:
         """The error summary and the verdict, measured once per run and shared by the value tracks:
         the op, the references, the bound and the typical tier are evaluated by the first track
         process of a parameter combination (see `shared`)."""
-        case = self.case
-        key = f"{self.op_name}|{self.impl.name}|{case.fmt.name}|{case.size}|{case.condition}|{self.threads}"
+        p = self.p
+        impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
+        condition = p.get("condition", DEFAULT_CONDITION)
+        key = f"{self.op_name}|{impl_name}|{dtype}|{p['size']}|{condition}|{p['threads']}"
         return shared(self.scratch, key, self._measure_now)
 
     def _measure_now(self) -> dict:
@@ -126,6 +146,8 @@ class _OpBenchmark:
         One more run at the other end of the thread range (1 thread, or all cores from the 1-thread
         column) says whether the bits change with threads; at all cores a 1-thread result with other
         bits is judged too, and the tracks report the worse."""
+        if self._threads is None:  # a read-pass track whose measurement is missing measures itself
+            self._prepare()
         outputs = [self.case.run(self.impl) for _ in range(RUNS)]
         differs = any(out.tobytes() != outputs[0].tobytes() for out in outputs[1:])
         other_threads = self.case.run(self.impl, all_cores() if self.threads == 1 else 1)
@@ -172,6 +194,7 @@ def _track_method(metric: Metric):
 
 for _metric in tracks():
     setattr(_OpBenchmark, _metric.track, _track_method(_metric))
+MEASURING_TRACK = BY_NAME["verdict_tier"].track  # in the measure pass, with time_op: it measures each case
 
 
 def _cases(op, profile: Profile) -> list[str]:
@@ -191,12 +214,19 @@ def benchmark_classes(family: str) -> dict[str, type]:
     profile = current_profile()
     # tracks the profile leaves out are hidden from asv's discovery (it collects functions only)
     hidden = {metric.track: None for metric in tracks() if not profile.records(metric.name)}
+    # `opbench run`'s two passes (accuracy/run/suite_passes.py): the measuring benchmarks, then the readers
+    measuring = {"time_op", MEASURING_TRACK}
+    suite_pass = current_pass()
+    if suite_pass == MEASURE:
+        hidden |= {metric.track: None for metric in tracks() if metric.track not in measuring}
+    elif suite_pass == READ:
+        hidden |= dict.fromkeys(measuring)
     classes = {}
     for op in all_ops():
         cases = _cases(op, profile)
         if op.family != family or not cases:
             continue
-        for backend in {case.split(":")[0] for case in cases} if FORKSERVER else ():
+        for backend in {case.split(":")[0] for case in cases} if FORKSERVER and suite_pass != READ else ():
             get_backend(backend).preload()  # paid once, not per benchmark process
         name = benchmark_class_name(op.name)
         conditions = op.condition_names()

@@ -5,6 +5,7 @@ here, never timed in a test: timings depend on the machine and on what else it r
 
     python scripts/measure_loop.py --count                 # asv processes per profile, nothing run
     python scripts/measure_loop.py --cli                   # CLI latency, one process per command
+    python scripts/measure_loop.py --forks                 # one fork of asv's server, per pass
     python scripts/measure_loop.py --run quick --run default   # opbench run end to end (minutes)
 
 Counting is asv's own discovery of the suite under each profile (asv_runner.discovery): asv 0.6
@@ -53,18 +54,48 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, ASV_PYTHONPATH=path, **extra)
 
 
-def count(profile: str) -> dict:
-    """asv processes of a plain `asv run` of the suite under `profile`, from asv's discovery."""
+def count(profile: str, suite_pass: str | None = None) -> dict:
+    """asv processes of a plain `asv run` of the suite under `profile` (or of one of `opbench
+    run`'s passes), from asv's discovery."""
     proc = subprocess.run(
         [sys.executable, "-c", COUNT_CODE],
         cwd=ROOT,
-        env=_env(OPBENCH_PROFILE=profile),
+        env=_env(OPBENCH_PROFILE=profile, **({"OPBENCH_PASS": suite_pass} if suite_pass else {})),
         capture_output=True,
         text=True,
         check=True,
     )
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     return found | {"processes": found["benchmarks"] + found["setup_cache"]}
+
+
+FORK_CODE = """
+import gc, json, os, resource, sys, time
+sys.argv = ["benchmark.py", "run_server"]  # what asv's forkserver is: it preloads the frameworks
+import benchmarks.bench_elementwise
+gc.freeze()
+start = time.perf_counter()
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+print(json.dumps({"fork_s": (time.perf_counter() - start) / 20, "rss_mb": rss_mb}))
+"""
+
+
+def fork_cost(suite_pass: str) -> dict:
+    """Seconds per fork of a server like asv's forkserver in `suite_pass`, and its memory."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_CODE],
+        cwd=ROOT,
+        env=_env(OPBENCH_PASS=suite_pass),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, int]:
@@ -127,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", action="store_true", help="asv processes per profile (nothing is run)")
     parser.add_argument("--cli", action="store_true", help="CLI latency")
+    parser.add_argument("--forks", action="store_true", help="what asv's fork of its server costs, per pass")
     parser.add_argument("--run", action="append", default=[], choices=PROFILES, help="time `opbench run`")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
@@ -140,9 +172,19 @@ def main(argv: list[str] | None = None) -> int:
                 if profile in args.run:
                     seconds, status = time_run(profile)
                     wall = f"{seconds:.0f} s" + ("" if status == 0 else f" (exit {status})")
-                detail = f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache)"
+                measure, read = count(profile, "measure"), count(profile, "read")
+                detail = (
+                    f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache):"
+                    f" {measure['processes']} measure pass + {read['processes']} read pass"
+                )
                 command = "--quick" if profile == "quick" else f"--profile {profile}"
                 rows.append((f"`opbench run {command}`", detail, wall))
+    if args.forks:
+        for suite_pass in ("measure", "read"):
+            cost = fork_cost(suite_pass)
+            rows.append(
+                (f"one fork of the {suite_pass} pass's server ({cost['rss_mb']} MB)", "", f"{cost['fork_s']:.3f} s")
+            )
     if args.cli:
         for label, cli_args in CLI.items():
             seconds, status = _timed(opbench(*cli_args))

@@ -112,9 +112,29 @@ def _frameworks() -> dict:
     return out
 
 
-def fingerprint() -> dict:
-    """Everything about this process's numerical stack that can change a number."""
-    torch = _torch_info()  # imported first so threadpoolctl also sees torch's OpenMP runtime
+def _versions_only(dist: str, module: str) -> dict:
+    """What is known of a framework without importing it (seconds each): installed, and which version."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    if importlib.util.find_spec(module) is None:
+        return {"available": False}
+    try:
+        return {"available": True, "version": version(dist), "runtime": FULL_HINT}
+    except PackageNotFoundError:
+        return {"available": True, "version": None, "runtime": FULL_HINT}
+
+
+FULL_HINT = "not imported: `opbench info --full` imports it for its runtime details"
+
+
+def fingerprint(full: bool = True) -> dict:
+    """Everything about this process's numerical stack that can change a number.
+
+    `full=False` imports no framework (torch, TensorFlow, JAX, ONNX Runtime take seconds each):
+    their versions come from the installed metadata, and their runtime details (torch's CPU
+    capability, oneDNN, thread pools, devices) are left out. `opbench run` records the full one."""
+    torch = _torch_info() if full else _versions_only("torch", "torch")  # first: threadpoolctl sees its OpenMP
     blas_providers = _blas_providers()  # loaded (and registered with threadpoolctl) before it lists
     return {
         "python": sys.version.split()[0],
@@ -147,6 +167,27 @@ def fingerprint() -> dict:
         "blas_providers": blas_providers,
         "numpy": _numpy_info(),
         "torch": torch,
-        "frameworks": _frameworks(),
+        "frameworks": _frameworks() if full else _framework_versions(),
         "devices": ["cpu"] + [f"cuda:{i} {name}" for i, name in enumerate(torch.get("cuda_devices", []))],
     }
+
+
+# the distribution whose version a framework reports, and its top module (a plugin's: its own name)
+FRAMEWORK_PACKAGES = {
+    "tensorflow": ("tensorflow-cpu", "tensorflow"),
+    "onnxruntime": ("onnxruntime", "onnxruntime"),
+    "libtorch": ("torch", "torch"),
+    "jax": ("jax", "jax"),
+}
+
+
+def _framework_versions() -> dict:
+    """Each framework's install and version, from its metadata: nothing is imported."""
+    from accuracy.backends import framework_backends
+
+    out: dict[str, dict[str, Any]] = {}
+    for backend in framework_backends():
+        if backend.framework not in out:
+            dist, module = FRAMEWORK_PACKAGES.get(backend.framework, (backend.framework, backend.framework))
+            out[backend.framework] = _versions_only(dist, module) if backend.available() else {"available": False}
+    return out

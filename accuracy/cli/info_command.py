@@ -9,13 +9,20 @@ from accuracy.cli.arguments import add_command, add_json
 
 
 def register(sub) -> None:
-    add_json(add_command(sub, "info", run, help="versions, BLAS libraries, CPU dispatch and devices"))
+    parser = add_command(sub, "info", run, help="versions, BLAS libraries, CPU dispatch and devices")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="import torch and every framework for their runtime details (CPU capability, oneDNN, threads, "
+        "devices; seconds): what `opbench run` records",
+    )
+    add_json(parser)
 
 
 def run(args) -> int:
     from accuracy.backends.environment import fingerprint
 
-    info = fingerprint()
+    info = fingerprint(full=args.full)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -37,7 +44,9 @@ def run(args) -> int:
     for error in info["blas_providers"]["load_errors"]:
         print(f"  not loaded: {error}")
     t = info["torch"]
-    if t.get("available"):
+    if t.get("runtime"):
+        print(f"torch {t['version']} (runtime details: opbench info --full)")
+    elif t.get("available"):
         print(
             f"torch {t['version']}: cpu capability {t['cpu_capability']}, mkl={t['mkl']}, "
             f"oneDNN={t['mkldnn']}, threads={t['num_threads']}, cuda={t['cuda_available']}"
@@ -46,6 +55,9 @@ def run(args) -> int:
         if not fw.get("available"):
             print(f"{name}: not available{' (' + fw['error'] + ')' if fw.get('error') else ''}")
             continue
+        if fw.get("runtime"):
+            print(f"{name} {fw['version']} (not imported)")
+            continue
         details = {k: v for k, v in fw.items() if k not in ("available", "version", "knobs", "build")}
         print(f"{name} {fw['version']}: " + ", ".join(f"{k}={v}" for k, v in details.items()))
         print("  knobs: " + "; ".join(f"{k}={v}" for k, v in fw["knobs"].items()))
@@ -53,5 +65,6 @@ def run(args) -> int:
     print(f"numpy SIMD enabled: {' '.join(info['numpy']['simd_enabled'])}")
     if info["env"]:
         print("environment: " + " ".join(f"{k}={val}" for k, val in info["env"].items()))
-    print(f"devices: {', '.join(info['devices'])}")
+    devices = ", ".join(info["devices"])
+    print(f"devices: {devices}" if args.full else f"devices: {devices} (CUDA devices: opbench info --full)")
     return 0

@@ -36,9 +36,11 @@ from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
 from accuracy.run.results_store import (
     check_no_links,
     merge_benchmarks_json,
+    read_benchmarks_json,
     recover_interrupted_saves,
     results_lock,
 )
+from accuracy.run.suite_passes import MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 SAFE_PATH = ("-P",)  # Python 3.11: the current directory is not put on the import path of a subprocess
@@ -342,12 +344,11 @@ def run_suite(
             if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
             batches = plan_batches(private, bench)
-            modules = {
-                name.split(".", 1)[0]
-                for name in json.loads((staging / "benchmarks.json").read_text())
-                if name != "version"
-            }
-            progress = ClassProgress([owner for batch in batches for owner in batch.classes])
+            suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
+            modules = {name.split(".", 1)[0] for name in suite}
+            progress = ClassProgress([owner for batch in batches for owner in batch.classes], passes=PASSES)
+            measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
+            measurements.mkdir()
             pythons = environment_pythons(private) if here is None else {}
             env_fingerprints: dict[str, str] = {}
             written: dict[Path, None] = {}
@@ -358,14 +359,22 @@ def run_suite(
                 folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
                 batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
                 before = _result_files(staging, machine)
-                status = max(
-                    status,
-                    log.call(
-                        [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
-                        env,
-                        progress=progress,
-                    ),
-                )
+                discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
+                for suite_pass in PASSES:
+                    if suite_pass == READ and _ran_whole(suite, batch, discovered):
+                        progress.total -= len(batch.classes)  # a suite without passes ran whole in the first
+                        break
+                    progress.stage = f"{suite_pass} pass, "
+                    status = max(
+                        status,
+                        log.call(
+                            [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                            env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements)},
+                            progress=progress,
+                        ),
+                    )
+                    discovered |= read_benchmarks_json(staging / "benchmarks.json") or {}
+                write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
                 busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
                 if here is None:
@@ -398,6 +407,12 @@ def run_suite(
     if written:
         warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
     return RunOutcome(status, machine, label, list(written), log.path, warnings)
+
+
+def _ran_whole(suite: list[str], batch: Batch, discovered: dict) -> bool:
+    """Whether the measure pass ran every benchmark of the batch's modules: a suite that does not
+    split into passes (any other project's) then has nothing left for the read pass."""
+    return all(name in discovered for name in suite if name.split(".", 1)[0] in batch.modules)
 
 
 @contextmanager

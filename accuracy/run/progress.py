@@ -35,9 +35,11 @@ class ClassProgress:
     classes times the classes left.
     """
 
-    def __init__(self, classes: list[str], out=None):
+    def __init__(self, classes: list[str], out=None, passes: tuple[str, ...] = ()):
         self._classes = set(classes)
         self._out = out or sys.stdout
+        self._passes = max(len(passes), 1)  # `opbench run` runs each class once per pass (suite_passes.py)
+        self.stage = ""  # the pass running now, shown beside each class
         self.total = 0
         self.done = 0
         self._current: str | None = None
@@ -47,7 +49,8 @@ class ClassProgress:
         match = _TOTAL.search(line)
         if match:
             if not self.total:  # the first batch: the clock starts; later batches go on counting
-                self.total = len(self._classes) * (int(match.group(1)) // max(int(match.group(2)), 1))
+                runs = int(match.group(1)) // max(int(match.group(2)), 1)  # commits x environments
+                self.total = len(self._classes) * runs * self._passes
                 self._started = time.monotonic()
             return
         for match in _NAME.finditer(line):
@@ -82,7 +85,7 @@ class ClassProgress:
         left = max(self.total - self.done, 0)
         eta = f"ETA {_duration(elapsed / self.done * left)}" if left else "done"
         print(
-            f"[{self.done}/{self.total}] {self._current} ({_duration(now - self._class_started)}), "
+            f"[{self.done}/{self.total}] {self._current} ({self.stage}{_duration(now - self._class_started)}), "
             f"elapsed {_duration(elapsed)}, {eta}",
             file=self._out,
             flush=True,

@@ -139,13 +139,13 @@ def merge_benchmarks_json(staged: Path, target: Path) -> tuple[str, list[str]]:
     Returns the merged text and the warnings to show.
     """
     warnings = []
-    merged = _read_benchmarks(target) if target.is_file() else {}
+    merged = read_benchmarks_json(target) if target.is_file() else {}
     if merged is None:
         aside = target.with_name(f"{target.name}.unreadable-{os.getpid()}")
         replace_atomic(target, aside)
         warnings.append(f"{target} was unreadable (kept as {aside.name}); rebuilt from this run's benchmarks")
         merged = {}
-    staged_data = _read_benchmarks(staged)
+    staged_data = read_benchmarks_json(staged)
     if staged_data is None:
         warnings.append(f"asv's benchmarks.json for this batch was unreadable; {target} keeps its old entries")
         staged_data = {}
@@ -153,7 +153,7 @@ def merge_benchmarks_json(staged: Path, target: Path) -> tuple[str, list[str]]:
     return json.dumps(merged, indent=4, sort_keys=True), warnings
 
 
-def _read_benchmarks(path: Path) -> dict | None:
+def read_benchmarks_json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

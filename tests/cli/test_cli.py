@@ -98,7 +98,7 @@ def test_list_text():
 
 @pytest.mark.slow  # end to end: imports every framework to fingerprint it
 def test_info_json():
-    out = run_opbench("info", "--json")
+    out = run_opbench("info", "--json", "--full")
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["blas"], "threadpoolctl sees at least one BLAS"
@@ -270,6 +270,19 @@ def test_the_cli_answers_without_importing_what_it_does_not_run(args):
     """`--help`, `list` and a bad-input error import no framework, pandas, matplotlib, scipy.linalg or
     asv: each costs seconds (torch alone 11 s under load), which issue 20 budgets at 1.5 s."""
     assert _loaded_after(*args) == set()
+
+
+def test_info_names_every_framework_and_its_version_without_importing_one():
+    """`opbench info` answers in a second (issue 20): versions from the installed metadata;
+    `--full` imports the frameworks for their runtime details."""
+    from importlib.metadata import version
+
+    assert _loaded_after("info") & set(FRAMEWORK_MODULES) == set()
+    out = run_opbench("info", "--json")
+    frameworks = json.loads(out.stdout)["frameworks"]
+    assert frameworks["onnxruntime"]["version"] == version("onnxruntime")
+    assert frameworks["jax"]["version"] == version("jax") and "--full" in frameworks["jax"]["runtime"]
+    assert f"torch {version('torch')} (runtime details: opbench info --full)" in run_opbench("info").stdout
 
 
 def test_backends_say_whether_they_are_available_without_importing_their_framework():

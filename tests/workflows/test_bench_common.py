@@ -7,9 +7,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np
+import pytest
 
+from accuracy.run.profiles import PROFILE_VAR
+from accuracy.run.suite_passes import MEASURE, PASS_VAR, READ
 from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions
-from benchmarks.common import output_digest
+from benchmarks.common import output_digest, shared
 
 
 def _values(cls, params, scratch=None):
@@ -177,7 +180,6 @@ def test_bound_ratio_track_of_a_float16_matmul_computed_in_float32():
 
 
 def _suite(monkeypatch, profile: str, family: str) -> dict[str, type]:
-    from accuracy.run.profiles import PROFILE_VAR
     from benchmarks.common import benchmark_classes
 
     monkeypatch.setenv(PROFILE_VAR, profile)
@@ -225,8 +227,6 @@ def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own
 
     from asv_runner.benchmarks._base import get_setup_cache_key
 
-    from accuracy.run.profiles import PROFILE_VAR
-
     monkeypatch.setenv(PROFILE_VAR, "full")
     import benchmarks.bench_references as references
 
@@ -251,19 +251,91 @@ def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own
     importlib.reload(references)
 
 
-def _imported_by_the_suite(asv_command: str) -> set[str]:
-    """The libraries a fresh process has imported after importing a suite module, as asv's
-    `benchmark.py ASV_COMMAND ...` process would."""
+def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: str = "bench_products") -> set[str]:
+    """The libraries a fresh process has imported after importing a suite module (every one:
+    "*"), as asv's `benchmark.py ASV_COMMAND ...` process would."""
+    import os
     import subprocess
 
+    modules = (
+        "import importlib, pkgutil, benchmarks\n"
+        "for m in pkgutil.iter_modules(benchmarks.__path__): importlib.import_module('benchmarks.' + m.name)\n"
+        if module == "*"
+        else f"import benchmarks.{module}\n"
+    )
     code = (
-        f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\nimport benchmarks.bench_products\n"
-        "print(' '.join(m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax') if m in sys.modules))"
+        f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\n{modules}"
+        "print(' '.join(m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax', 'onnxruntime') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        env=dict(os.environ, **(env or {})),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return set(proc.stdout.split())
+
+
+def test_the_read_pass_forks_from_a_server_without_frameworks():
+    """`opbench run`'s read pass: asv forks every track process from a server that imported the
+    suite alone (a fork costs in proportion to the server's memory), for every module."""
+    assert _imported_by_the_suite("run_server", {PASS_VAR: READ}, "*") == set()
+    assert {"torch", "tensorflow", "jax", "onnxruntime"} <= _imported_by_the_suite("run_server", {PASS_VAR: MEASURE})
+
+
+def _benchmarks(module, env: dict, monkeypatch) -> set[str]:
+    """asv's view of a suite module under `env`: its classes' time_/track_ methods."""
+    import importlib
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    module = importlib.reload(module)
+    found = {
+        f"{name}.{method}"
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and cls.__module__ in (module.__name__, "benchmarks.common")
+        for method in dir(cls)
+        if method.startswith(("time_", "track_")) and callable(getattr(cls, method))
+    }
+    for name in env:
+        monkeypatch.delenv(name)
+    importlib.reload(module)
+    return found
+
+
+def test_the_two_passes_split_every_benchmark_of_a_plain_run_between_them(monkeypatch):
+    """Together the passes run what a plain `asv run` runs, each benchmark once: the measure
+    pass the op timings, the verdict track (which measures the case) and the hand-written
+    classes; the read pass the other tracks."""
+    from benchmarks import bench_references
+
+    for module in (bench_products, bench_references):
+        plain = _benchmarks(module, {PROFILE_VAR: "full"}, monkeypatch)
+        measure = _benchmarks(module, {PROFILE_VAR: "full", PASS_VAR: MEASURE}, monkeypatch)
+        read = _benchmarks(module, {PROFILE_VAR: "full", PASS_VAR: READ}, monkeypatch)
+        assert measure | read == plain and not measure & read
+    assert {b.rsplit(".", 1)[1] for b in _benchmarks(bench_products, {PASS_VAR: MEASURE}, monkeypatch)} == {
+        "time_op",
+        "track_verdict_tier",
+    }
+    assert not _benchmarks(bench_references, {PASS_VAR: READ}, monkeypatch)
+
+
+def test_a_failed_measurement_fails_the_other_tracks_with_its_message(tmp_path):
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise FloatingPointError("the op overflowed")
+
+    for _ in range(2):
+        with pytest.raises(Exception, match="the op overflowed"):
+            shared(tmp_path, "case", broken)
+    assert calls == [1]  # measured once: the second track read the failure
 
 
 def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():

@@ -1,0 +1,45 @@
+"""Each batch of `opbench run` in two asv runs: one that measures, one that only reads.
+
+asv 0.6 starts one process per benchmark and parameter combination by forking its forkserver,
+and a fork costs in proportion to the server's memory: measured here (2 cores, a VM), 0.02 s
+from a server that imported the suite, ~0.4 s from one that preloaded TensorFlow, JAX and ONNX
+Runtime (scripts/measure_loop.py --forks). Of a generated class's benchmarks, only `time_op` and
+the first accuracy track (the verdict tier, which measures the case and leaves the result in a
+shared folder) run a framework; the other tracks read that result. So the *measure* pass runs
+those two with the frameworks preloaded, and the *read* pass runs the other tracks from a server
+that preloads nothing. A track that finds no result (its measurement crashed) measures itself.
+
+A plain `asv run` sets neither variable: one run with every benchmark, sharing through asv's
+`setup_cache` folder as before.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+PASS_VAR = "OPBENCH_PASS"
+MEASUREMENTS_VAR = "OPBENCH_MEASUREMENTS"  # the folder both passes share measurements through
+MEASURE: Literal["measure"] = "measure"
+READ: Literal["read"] = "read"
+PASSES = (MEASURE, READ)
+
+
+def current_pass() -> Literal["measure", "read"] | None:
+    """The pass `opbench run` set for this asv run; None for a plain `asv run` (every benchmark)."""
+    value = os.environ.get(PASS_VAR)
+    if value is None:
+        return None
+    if value == MEASURE:
+        return MEASURE
+    if value == READ:
+        return READ
+    raise ValueError(f"{PASS_VAR}={value!r}; choose from {', '.join(PASSES)}")
+
+
+def hide_outside_measure_pass(namespace: dict) -> None:
+    """A hand-written benchmark module runs once, in the measure pass: the read pass sees none of
+    its classes (asv discovers what a module's namespace holds)."""
+    if current_pass() == READ:
+        for name in [n for n, v in namespace.items() if isinstance(v, type) and v.__module__ == namespace["__name__"]]:
+            del namespace[name]
