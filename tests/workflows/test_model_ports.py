@@ -8,10 +8,12 @@ would count none. The models are accuracy.workflows.model_zoo's small ones."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 import numpy as np
 import pytest
+import torch
 from hidden_tools import hide
 
 from accuracy.backends import get_backend
@@ -92,3 +94,18 @@ def test_without_a_compiler_torchscript_runs_in_process_and_says_so(monkeypatch,
     assert main(["model", _spec("small_cnn"), "--inputs", inputs, "--port", "torchscript"]) == 0
     assert f"torchscript [float32]: {NO_COMPILER}; layer by layer" in capsys.readouterr().out
     assert handles == []  # nothing ran from C++
+
+
+def test_a_cpp_module_gives_the_traced_bits_and_is_freed_with_its_python_object():
+    backend = get_backend("libtorch")
+    layer = torch.nn.Linear(4, 3).eval()
+    x = torch.linspace(-2, 2, 8).reshape(2, 4)
+    traced = torch.jit.trace(layer, (x,), check_trace=False)
+    script = backend.script(traced)
+    handle = script.handle
+    with torch.no_grad():
+        assert script(x).numpy().tobytes() == traced(x).numpy().tobytes()
+    del script
+    gc.collect()
+    with pytest.raises(RuntimeError, match=f"no loaded TorchScript module has handle {handle}"):
+        backend.namespace.script_forward(handle, [x])
