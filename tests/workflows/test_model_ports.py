@@ -109,3 +109,22 @@ def test_a_cpp_module_gives_the_traced_bits_and_is_freed_with_its_python_object(
     gc.collect()
     with pytest.raises(RuntimeError, match=f"no loaded TorchScript module has handle {handle}"):
         backend.namespace.script_forward(handle, [x])
+
+
+def test_a_failed_libtorch_build_runs_in_process_and_says_why(monkeypatch):
+    """A compiler that is there but cannot build (cpp_extension raises RuntimeError) is no reason
+    to lose the port: it runs in-process, and its description names the failure."""
+
+    def failed_build():
+        raise RuntimeError("Error building extension 'x_0'\nninja: build stopped")
+
+    monkeypatch.setattr(get_backend("libtorch"), "preload", failed_build)
+    model = load_model(_spec("small_cnn"))
+    port = build_port("torchscript", model, example_inputs("small_cnn"))
+    assert port.description == (
+        "TorchScript in-process (the LibTorch build failed: RuntimeError: Error building extension 'x_0')"
+    )
+    handles = _count_cpp_forwards(monkeypatch)
+    calls, _ = record(model, example_inputs("small_cnn"))
+    assert port.isolated(port.units(calls)[0], calls[0].inputs).shape == tuple(calls[0].output.shape)
+    assert handles == []
