@@ -1,4 +1,5 @@
-"""LibTorch, PyTorch's C++ library, called through its C++ API (libtorch.cpp).
+"""LibTorch, PyTorch's C++ library, called through its C++ API (libtorch.cpp), and TorchScript
+run from C++ as a LibTorch application runs it (libtorch_script.cpp: torch::jit::load, forward).
 
 The C++ functions are compiled once per environment against the installed torch with
 torch.utils.cpp_extension and cached on disk (TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by
@@ -6,7 +7,7 @@ default). They are registered as torch.ops.opbench_libtorch.* and run in the sam
 the Python front end uses, so threads are torch's own (set in-process) and the question "does
 LibTorch give PyTorch's bits?" is measured, not assumed.
 
-One build directory per interpreter prefix, torch version and source (`build_name`): the
+One build directory per interpreter prefix, torch version and sources (`build_name`): the
 project's .venv, a second clone's and each asv history virtualenv used to share one and rebuild it
 in turn (16-54 s each, silently). cpp_extension's own lock (a `lock` file, FileBaton) is left
 behind by a killed build and then waited on forever, so the build runs under an flock of ours
@@ -23,7 +24,9 @@ import importlib.util
 import os
 import shutil
 import sys
+import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
@@ -32,7 +35,10 @@ from accuracy.backends.base import Backend
 from accuracy.backends.pytorch import TorchBackend
 from accuracy.core.errors import OpbenchError
 
-SOURCE = Path(__file__).with_name("libtorch.cpp")
+# The ops, and TorchScript from C++ in a second source: ninja compiles them side by side (24 s and
+# 19 s alone; 40 s together on the shared 2-core machine, load 2-3), and the ops' source stays free
+# of the JIT's headers.
+SOURCES = [Path(__file__).with_name("libtorch.cpp"), Path(__file__).with_name("libtorch_script.cpp")]
 LIBRARY = "opbench_libtorch"  # the TORCH_LIBRARY namespace in libtorch.cpp: torch.ops.opbench_libtorch
 BUILD_TIMEOUT_VAR = "OPBENCH_LIBTORCH_BUILD_TIMEOUT"
 BUILD_TIMEOUT = 900.0  # seconds to wait for another process's build (one takes 16-54 s alone, minutes on a busy box)
@@ -109,11 +115,17 @@ class LibTorchBackend(Backend):
 
     def available(self) -> bool:
         """torch installed and a C++ compiler and ninja to build against it; checked without building."""
-        return (
-            importlib.util.find_spec("torch") is not None
-            and shutil.which("c++") is not None
-            and shutil.which("ninja") is not None
-        )
+        return self.missing() is None
+
+    def missing(self) -> str | None:
+        """What keeps LibTorch from being built here ("no C++ compiler"), or None."""
+        if importlib.util.find_spec("torch") is None:
+            return "no torch"
+        if shutil.which("c++") is None:
+            return "no C++ compiler"
+        if shutil.which("ninja") is None:
+            return "no ninja"
+        return None
 
     @cached_property
     def torch(self):
@@ -123,7 +135,7 @@ class LibTorchBackend(Backend):
 
     @cached_property
     def build_name(self) -> str:
-        return build_name(sys.prefix, self.torch.__version__, SOURCE.read_bytes())
+        return build_name(sys.prefix, self.torch.__version__, b"\0".join(s.read_bytes() for s in SOURCES))
 
     @cached_property
     def build_directory(self) -> Path:
@@ -141,7 +153,7 @@ class LibTorchBackend(Backend):
             self.build_directory,
             lambda: cpp_extension.load(
                 name=self.build_name,
-                sources=[str(SOURCE)],
+                sources=[str(s) for s in SOURCES],
                 build_directory=str(self.build_directory),
                 is_python_module=False,
                 extra_cflags=["-O2", "-w"],
@@ -152,6 +164,10 @@ class LibTorchBackend(Backend):
     def preload(self) -> None:
         """Build once (or load the cached build): loading a library is safe before a fork."""
         _ = self.namespace
+
+    def script(self, traced) -> CppScript:
+        """`traced` (a torch.jit.ScriptModule) saved and loaded by torch::jit::load in C++."""
+        return CppScript(self.namespace, traced)
 
     def to_native(self, array):
         _ = self.namespace  # build (or load the cached build) before the first tensor crosses over
@@ -170,6 +186,25 @@ class LibTorchBackend(Backend):
             "cxx11_abi": bool(self.torch._C._GLIBCXX_USE_CXX11_ABI),
             "knobs": {"threads": "at::set_num_threads, the same pool as PyTorch's (set in-process)"},
         }
+
+
+class CppScript:
+    """A TorchScript module run from C++: saved with torch.jit.save to a temporary file, loaded
+    there by torch::jit::load, and called with Module::forward on each call of this object. The
+    C++ module is freed when this object is."""
+
+    def __init__(self, namespace, traced) -> None:
+        import torch
+
+        self.namespace = namespace
+        with tempfile.TemporaryDirectory(prefix="opbench-script-") as tmp:
+            path = Path(tmp) / "module.pt"
+            torch.jit.save(traced, str(path))
+            self.handle: int = namespace.script_load(str(path))
+        weakref.finalize(self, namespace.script_free, self.handle)
+
+    def __call__(self, *inputs):
+        return self.namespace.script_forward(self.handle, list(inputs))
 
 
 BACKENDS = [LibTorchBackend()]

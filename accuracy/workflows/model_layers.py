@@ -251,7 +251,7 @@ class ModelReport:
         lines += self.answers()
         lines += [f"{a['port']}: absent ({a['reason']})" for a in self.absent]
         for p in self.ports:
-            lines += ["", f"{p['port']} [{p['dtype']}], layer by layer on identical inputs:"]
+            lines += ["", f"{p['port']} [{p['dtype']}]: {p['description']}; layer by layer on identical inputs:"]
             lines += format_table(
                 ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated"],
                 [
@@ -329,6 +329,7 @@ def _port_report(port: Port, calls, reference64: dict, inputs64_out, judged: dic
     reference_out = reference64[OUTPUT_KEY]
     return {
         "port": port.name,
+        "description": port.description,
         "dtype": port.fmt.name,
         "first_not_within": flagged[0]["path"] if flagged else None,
         "compared": len(compared),

@@ -8,7 +8,8 @@ A port answers two questions for `opbench model`:
   error each layer inherits.
 
 Built-in ports: `onnxruntime` / `onnxruntime-noopt` (torch.onnx.export, graph optimizations on /
-off), `torchscript` (each leaf traced, run in-process), `compile` (each leaf torch.compile'd),
+off), `torchscript` (each leaf traced, then run from C++ by LibTorch: torch::jit::load and
+forward; in-process where no C++ compiler is), `compile` (each leaf torch.compile'd),
 `bfloat16` / `float16` (weights and activations), `threads:N`, and `cuda` / `cuda-tf32` where a
 GPU is. Ports brought by the user: an activations file from any runtime, or a Keras model with a
 mapping from its layers to the torch module paths.
@@ -16,12 +17,16 @@ mapping from its layers to the torch module paths.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from accuracy.backends import get_backend
+from accuracy.backends.libtorch import LibTorchBackend
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
+from accuracy.workflows.check import _first_line
 from accuracy.workflows.model_activations import (
     INPUT_SUFFIX,
     OUTPUT_KEY,
@@ -34,6 +39,8 @@ from accuracy.workflows.model_activations import (
 )
 
 FLOAT32 = FORMATS["float32"]
+SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
+SCRIPT_IN_PROCESS = "TorchScript in-process ({})"  # why C++ is not there: "no C++ compiler"
 DEFAULT_PORTS = ("onnxruntime", "onnxruntime-noopt", "torchscript")
 GPU_PORTS = ("cuda", "cuda-tf32")  # added to the defaults where a GPU is
 PORT_NAMES = (
@@ -88,6 +95,7 @@ def port_inputs(tensors: list, fmt: FloatFormat) -> list:
 
 class Port:
     name: str
+    description: str  # what runs, in words: the report says it next to the port's name
     fmt: FloatFormat = FLOAT32
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
@@ -124,9 +132,17 @@ class TorchPort(Port):
     """The reference's own modules, in another dtype, thread count or device, or traced / compiled."""
 
     def __init__(
-        self, name: str, model, dtype: str = "float32", device: str = "cpu", threads=None, wrap=None, tf32=False
+        self,
+        name: str,
+        model,
+        description: str,
+        dtype: str = "float32",
+        device: str = "cpu",
+        threads=None,
+        wrap=None,
+        tf32=False,
     ):
-        self.name, self.model, self.fmt = name, model, FORMATS[dtype]
+        self.name, self.model, self.description, self.fmt = name, model, description, FORMATS[dtype]
         self.device, self.threads, self.wrap, self.tf32 = device, threads, wrap, tf32
         self._layers: dict[str, object] = {}
 
@@ -137,8 +153,6 @@ class TorchPort(Port):
 
         stack = contextlib.ExitStack()
         if self.threads:
-            from accuracy.backends import get_backend
-
             stack.enter_context(get_backend("torch").thread_limit(self.threads))
         if self.device == "cuda":
             for flags in (torch.backends.cuda.matmul, torch.backends.cudnn):
@@ -200,6 +214,23 @@ def _trace(module, example: tuple):
         raise OpbenchError(f"torchscript: {type(module).__name__} does not trace: {exc}".splitlines()[0]) from None
 
 
+def torchscript_port(model) -> TorchPort:
+    """Each leaf traced in Python, saved, and loaded and run from C++ by LibTorch (torch::jit::load,
+    Module::forward), as a C++ application runs a TorchScript model; in-process where LibTorch
+    cannot be built here, and the port's description says which ran."""
+    libtorch = get_backend("libtorch")
+    assert isinstance(libtorch, LibTorchBackend)
+    missing = libtorch.missing()
+    if missing is None:
+        try:
+            libtorch.preload()  # build (once per environment) or load the cached build
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # cpp_extension's failed build
+            missing = f"the LibTorch build failed: {type(exc).__name__}: {_first_line(exc)}"
+    if missing is not None:
+        return TorchPort("torchscript", model, SCRIPT_IN_PROCESS.format(missing), wrap=_trace)
+    return TorchPort("torchscript", model, SCRIPT_FROM_CPP, wrap=lambda m, example: libtorch.script(_trace(m, example)))
+
+
 def _compile(module, example: tuple):
     import torch
 
@@ -220,6 +251,7 @@ class OnnxPort(Port):
         from accuracy.backends import onnx_graph
 
         self.name, self.optimized, self.onnx_graph = name, optimized, onnx_graph
+        self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"
         names = list(inputs)
         args = tuple(torch.as_tensor(inputs[k]) for k in names)
         inferred = onnx.shape_inference.infer_shapes(onnx_graph.export(model, args, names))  # Extractor needs shapes
@@ -300,6 +332,7 @@ class FilePort(Port):
 
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays
+        self.description = "an activations file"
         outputs = [a for k, a in arrays.items() if "/" not in k]
         self.fmt = format_of(outputs[0])
 
@@ -333,6 +366,7 @@ class KerasPort(Port):
 
         keras_port.check_mapping(model, mapping, {c.key for c in calls}, source)
         self.name, self.model, self.keras = name, model, keras_port
+        self.description = "a Keras model, its layers mapped to the torch layers"
         order = [layer.name for layer in model.layers]
         self.chains: dict[str, list[str]] = {}
         for layer in sorted(mapping, key=order.index):
@@ -381,18 +415,19 @@ def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     if name in ("onnxruntime", "onnxruntime-noopt"):
         return OnnxPort(name, model, inputs, optimized=name == "onnxruntime")
     if name == "torchscript":
-        return TorchPort(name, model, wrap=_trace)
+        return torchscript_port(model)
     if name == "compile":
-        return TorchPort(name, model, wrap=_compile)
+        return TorchPort(name, model, "each leaf torch.compile'd (inductor)", wrap=_compile)
     if name in ("bfloat16", "float16"):
-        return TorchPort(name, model, dtype=name)
+        return TorchPort(name, model, f"PyTorch, weights and activations in {name}", dtype=name)
     if name.startswith("threads:"):
         count = name.partition(":")[2]
         if not count.isdigit() or int(count) < 1:
             raise OpbenchError(f"--port {name}: expected threads:N with N >= 1, e.g. threads:1")
-        return TorchPort(name, model, threads=int(count))
+        return TorchPort(name, model, f"PyTorch on {count} intra-op threads", threads=int(count))
     if name in ("cuda", "cuda-tf32"):
         if not torch.cuda.is_available():
             return "no CUDA device on this machine"
-        return TorchPort(name, model, device="cuda", tf32=name == "cuda-tf32")
+        tf32 = name == "cuda-tf32"
+        return TorchPort(name, model, f"PyTorch on CUDA, TF32 {'on' if tf32 else 'off'}", device="cuda", tf32=tf32)
     raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")

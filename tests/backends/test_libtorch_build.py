@@ -106,10 +106,9 @@ def test_each_environment_and_torch_and_source_has_its_own_build():
     }
     assert len(others) == 4 and here not in others
     backend = LibTorchBackend()
+    sources = b"\0".join(
+        (ROOT / "accuracy" / "backends" / f).read_bytes() for f in ("libtorch.cpp", "libtorch_script.cpp")
+    )
     assert (
-        backend.build_directory.name
-        == backend.build_name
-        == build_name(
-            sys.prefix, backend.torch.__version__, (ROOT / "accuracy" / "backends" / "libtorch.cpp").read_bytes()
-        )
+        backend.build_directory.name == backend.build_name == build_name(sys.prefix, backend.torch.__version__, sources)
     )

@@ -7,12 +7,11 @@ read back from each framework, and each framework's absence is simulated.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import sys
 
 import pytest
+from hidden_tools import hide
 
 from accuracy.backends import framework_backends, get_backend
 from accuracy.backends import jax as jax_backend
@@ -169,12 +168,6 @@ except OpbenchError as exc:
     assert "started in this process before opbench sized its thread pools" in done.stdout, done.stderr[-2000:]
 
 
-def _hide(monkeypatch, modules=(), commands=()):
-    real_find_spec, real_which = importlib.util.find_spec, shutil.which
-    monkeypatch.setattr(importlib.util, "find_spec", lambda m, *a: None if m in modules else real_find_spec(m, *a))
-    monkeypatch.setattr(shutil, "which", lambda c, *a: None if c in commands else real_which(c, *a))
-
-
 @pytest.mark.parametrize(
     "backend,hidden",
     [
@@ -185,7 +178,7 @@ def _hide(monkeypatch, modules=(), commands=()):
     ],
 )
 def test_a_missing_framework_makes_its_implementations_absent(monkeypatch, backend, hidden):
-    _hide(monkeypatch, **hidden)
+    hide(monkeypatch, **hidden)
     assert not get_backend(backend).available()
     report = explain("softmax", "float32", 64, 1)
     names = {r["impl"].split(":")[0] for r in report["implementations"]}
