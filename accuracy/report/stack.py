@@ -1,6 +1,6 @@
 """What ran: the software stack a results file was measured on, flattened from its fingerprint.
 
-A fingerprint (`opbench info --json`, saved beside each asv results file) is nested; comparing
+A fingerprint (`opbench info --json --full`, saved beside each asv results file) is nested; comparing
 two of them needs flat "what -> which" pairs, e.g. `blas numpy-openblas` -> `OpenBLAS 0.3.30
 SkylakeX, 2 threads`. `stack_difference` lists the pairs that differ between BASE and NEW: the
 packages, BLAS libraries and their kernels, thread counts and process-start knobs that explain a

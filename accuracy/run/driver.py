@@ -141,14 +141,15 @@ def head_commit(repo: Path) -> str:
 
 
 def take_fingerprint(python: str, env: dict) -> dict:
-    """`opbench info --json` from a fresh process of `python` with `env`: the stack as it starts.
+    """`opbench info --json --full` from a fresh process of `python` with `env`: the stack as it
+    starts, the frameworks' runtime details included.
 
     A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start; with
     -P (safe_path), so that an accuracy.py or asv.py in the current directory is never imported
     in place of the real one. A fingerprint that cannot be taken is an error, never filed as one.
     """
     proc = subprocess.run(
-        [python, *SAFE_PATH, "-m", "accuracy", "info", "--json"], capture_output=True, text=True, env=env
+        [python, *SAFE_PATH, "-m", "accuracy", "info", "--json", "--full"], capture_output=True, text=True, env=env
     )
     try:
         if proc.returncode == 0:
@@ -156,7 +157,7 @@ def take_fingerprint(python: str, env: dict) -> dict:
     except ValueError:
         pass
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise OpbenchError(f"cannot fingerprint the environment of {python} (`opbench info --json` failed: {last})")
+    raise OpbenchError(f"cannot fingerprint the environment of {python} (`opbench info --json --full` failed: {last})")
 
 
 def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:

@@ -245,6 +245,9 @@ def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprin
     monkeypatch.chdir(tmp_path)
     fingerprint = driver.take_fingerprint(sys.executable, dict(os.environ))
     assert "error" not in fingerprint and fingerprint["blas"]
+    # the full stack, as a run records it: the frameworks' runtime details, not only their versions
+    assert fingerprint["torch"]["cpu_capability"] and "runtime" not in fingerprint["torch"]
+    assert "onednn_enabled" in fingerprint["frameworks"]["tensorflow"]
 
 
 def test_a_fingerprint_that_cannot_be_taken_is_an_error_not_a_digest():
