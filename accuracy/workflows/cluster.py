@@ -60,6 +60,10 @@ class WorkPool(Protocol):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> WorkFuture: ...
 
+    def share(self, value: Any) -> Any:
+        """`value` as an argument of many work items: sent to a cluster once, not once per item."""
+        ...
+
 
 def stack_signature() -> dict[str, Any]:
     """This process's numerical stack: package versions and the CPU dispatch numpy and torch chose.
@@ -104,6 +108,9 @@ class _ThreadPool:
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         return self._pool.submit(fn, *args)
 
+    def share(self, value: Any) -> Any:
+        return value
+
 
 class _DaskFuture:
     """A distributed future whose result() turns a lost scheduler into one clear error."""
@@ -140,6 +147,20 @@ class _DaskPool:
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> _DaskFuture:
         # pure=False: the same arguments submitted twice are two work items, never deduplicated
         return _DaskFuture(self._client.submit(fn, *args, pure=False), self.name)
+
+    def share(self, value: Any) -> Any:
+        (future,) = self._client.scatter([value], broadcast=True)  # a list: the value is one piece of data
+        return future
+
+
+def worker_name() -> str:
+    """The Dask worker a task runs on, for the errors it raises; "this process" outside a worker."""
+    from distributed import get_worker
+
+    try:
+        return f"Dask worker {get_worker().address}"
+    except ValueError:
+        return "this process"
 
 
 def _local_workers(spec: str) -> int:

@@ -374,10 +374,21 @@ def keras_port(made, calls: list[LayerCall]) -> KerasPort:
     return KerasPort("keras", made[0], made[1], calls, source)
 
 
+def check_port_name(name: str) -> None:
+    """One line for a port name `build_port` would refuse, before any port is built anywhere."""
+    if name.startswith("threads:"):
+        count = name.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+            raise OpbenchError(f"--port {name}: expected threads:N with N >= 1, e.g. threads:1")
+    elif name not in PORT_NAMES:
+        raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")
+
+
 def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     import torch
 
+    check_port_name(name)
     if name in ("onnxruntime", "onnxruntime-noopt"):
         return OnnxPort(name, model, inputs, optimized=name == "onnxruntime")
     if name == "torchscript":
@@ -387,12 +398,7 @@ def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     if name in ("bfloat16", "float16"):
         return TorchPort(name, model, dtype=name)
     if name.startswith("threads:"):
-        count = name.partition(":")[2]
-        if not count.isdigit() or int(count) < 1:
-            raise OpbenchError(f"--port {name}: expected threads:N with N >= 1, e.g. threads:1")
-        return TorchPort(name, model, threads=int(count))
-    if name in ("cuda", "cuda-tf32"):
-        if not torch.cuda.is_available():
-            return "no CUDA device on this machine"
-        return TorchPort(name, model, device="cuda", tf32=name == "cuda-tf32")
-    raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")
+        return TorchPort(name, model, threads=int(name.partition(":")[2]))
+    if not torch.cuda.is_available():  # name is cuda or cuda-tf32
+        return "no CUDA device on this machine"
+    return TorchPort(name, model, device="cuda", tf32=name == "cuda-tf32")
