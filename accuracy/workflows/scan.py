@@ -229,9 +229,9 @@ def scan(
     kernels release the GIL), or to the Dask cluster `dask` names (accuracy.workflows.cluster) in
     larger chunks (`cluster_chunk`), each implementation held to one thread meanwhile. Merging
     does not depend on the chunks or their order, so the result is the same bits whatever ran
-    it. `progress(done, total, seconds)` is called after
-    each chunk. Ctrl-C, or a cluster whose scheduler goes away, stops the scan and returns the
-    chunks merged so far, with `interrupted` (and `error` for the cluster) set.
+    it. `progress(done, total, seconds)` is called after each chunk. Ctrl-C, or a cluster whose
+    scheduler goes away, stops the scan and returns the chunks merged so far, with `interrupted`
+    (and `error` for the cluster) set.
     """
     if not scannable(op):
         raise OpbenchError(
