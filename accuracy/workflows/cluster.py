@@ -212,6 +212,9 @@ def work_pool(dask: str | None, threads: int = 1) -> Iterator[WorkPool]:
                     processes=True,
                     host="127.0.0.1",
                     dashboard_address=None,
+                    # the scheduler's HTTP endpoints (health, metrics) on a free port: 8787 may be
+                    # another cluster's, and Dask would say so on stderr
+                    scheduler_kwargs={"dashboard_address": ":0"},
                     silence_logs=50,
                 )
             client = Client(cluster, timeout=CONNECT_TIMEOUT_S)

@@ -3,6 +3,7 @@ its chunks, a lost scheduler ends in one line with the partial table, a mixed fl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -209,3 +210,16 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith("opbench: error: on Dask worker tcp://127.0.0.1:")
     assert "cannot import only_here" in captured.err
+
+
+def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
+    """Dask's default HTTP port may be another cluster's (another user's, here): that is no news."""
+    import socket
+
+    with socket.socket() as other:
+        with contextlib.suppress(OSError):  # already held by someone else: as good
+            other.bind(("127.0.0.1", 8787))
+            other.listen()
+        with cluster.work_pool("local:1") as pool:
+            assert pool.workers == 1
+    assert not [w for w in recwarn if "8787" in str(w.message)]
