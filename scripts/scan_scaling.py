@@ -3,8 +3,9 @@
     python scripts/scan_scaling.py exp --dtype float32
 
 Each mode scans the same function and implementations; the rows are checked to be identical, and
-the table gives wall time, speedup over in-process, the per-chunk cost and the cluster's overhead
-(start-up plus the stack check), with the load average before and after, for the docs.
+the table gives wall time, speedup over in-process, the chunks (a cluster's are larger:
+scan.cluster_chunk), the cost per chunk and the cluster's overhead (start-up plus the stack check),
+with the load averages (1, 5, 15 minutes, as `uptime` shows them) before and after, for the docs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import time
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.cluster import work_pool
-from accuracy.workflows.scan import CHUNK, as_rows, scan, select_impls
+from accuracy.workflows.scan import CHUNK, as_rows, cluster_chunk, scan, select_impls
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def main() -> None:
@@ -36,14 +41,13 @@ def main() -> None:
     baseline, first = None, None
     for mode in args.modes.split(","):
         dask = None if mode == "in-process" else mode
-        load = os.getloadavg()[0]
+        load = _load()
         started = time.perf_counter()
-        if dask is None:
-            startup = 0.0
-        else:
-            with work_pool(dask):
-                pass
-            startup = time.perf_counter() - started
+        workers = 0
+        if dask is not None:
+            with work_pool(dask) as pool:
+                workers = pool.workers
+        startup = time.perf_counter() - started
         began = time.perf_counter()
         result = scan(op, fmt, impls, dask=dask)
         wall = time.perf_counter() - began  # the scan starts its own cluster: start-up is inside
@@ -51,10 +55,10 @@ def main() -> None:
         first = first or rows
         assert rows == first, f"{mode} differs from in-process"
         baseline = baseline or wall
-        chunks = -(-result.total // CHUNK)
+        chunks = -(-result.total // (cluster_chunk(result.total, workers) if workers else CHUNK))
         print(
             f"| {mode} | {wall:.1f} | {baseline / wall:.2f} | {chunks} | {(wall - startup) / chunks:.3f} | "
-            f"{startup:.1f} | {load:.1f}, {os.getloadavg()[0]:.1f} |"
+            f"{startup:.1f} | {load}; {_load()} |"
         )
 
 

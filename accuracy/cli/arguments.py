@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
@@ -50,6 +52,17 @@ def add_dask(parser: argparse.ArgumentParser) -> None:
         help="run the work items on a Dask cluster: a scheduler address (tcp://HOST:PORT) or local:N "
         "for N worker processes here (default: this process)",
     )
+
+
+def item_progress(command: str) -> Callable[[int, int, str, float], None]:
+    """`progress(done, total, label, seconds)` for work items that take seconds each (self-test
+    cases, model ports): one line per finished item on stderr, with an ETA."""
+
+    def progress(done: int, total: int, label: str, seconds: float) -> None:
+        eta = seconds * (total - done) / done
+        print(f"{command}: [{done}/{total}] {label}, {seconds:.0f} s, ETA {eta:.0f} s", file=sys.stderr)
+
+    return progress
 
 
 def labelled_file(flag: str, text: str, example: str) -> tuple[str, str]:

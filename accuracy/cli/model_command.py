@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accuracy.cli.arguments import add_command, add_json, labelled_file
+from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
 
@@ -56,6 +56,7 @@ def register(sub) -> None:
     )
     p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
+    add_dask(p)
     add_json(p)
 
 
@@ -67,7 +68,17 @@ def run(args) -> int:
         raise OpbenchError(f"--html {args.html}: already exists")
     from accuracy.workflows.model_layers import run_model  # torch, pandas: only when it runs
 
-    report = run_model(args.factory, args.inputs, args.port, files, args.save_activations, args.train, args.keras)
+    report = run_model(
+        args.factory,
+        args.inputs,
+        args.port,
+        files,
+        args.save_activations,
+        args.train,
+        args.keras,
+        dask=args.dask,
+        progress=item_progress("model"),
+    )
     if args.html:
         from accuracy.report.model_page import write_model_page
 

@@ -6,7 +6,7 @@ import json
 import sys
 
 from accuracy.catalog.registry import get_op
-from accuracy.cli.arguments import add_command, add_dask, add_json
+from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress
 from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.formatting import format_table
 from accuracy.workflows.cluster import ClusterLost
@@ -125,11 +125,6 @@ def markdown(reports: list[dict], total: dict) -> str:
     return "\n".join(lines)
 
 
-def _progress(done: int, total: int, label: str, seconds: float) -> None:
-    eta = seconds * (total - done) / done
-    print(f"selftest: [{done}/{total}] {label}, {seconds:.0f} s, ETA {eta:.0f} s", file=sys.stderr)
-
-
 def run(args) -> int:
     for name in args.ops:
         get_op(name)  # unknown names fail with one line before any work
@@ -137,7 +132,12 @@ def run(args) -> int:
     cases, lost = [], None
     try:
         for case in selftest(
-            args.ops or None, dtypes, small=args.small, everything=args.everything, progress=_progress, dask=args.dask
+            args.ops or None,
+            dtypes,
+            small=args.small,
+            everything=args.everything,
+            progress=item_progress("selftest"),
+            dask=args.dask,
         ):
             cases.append(case)
     except ClusterLost as exc:  # what finished is printed, as for a scan

@@ -30,6 +30,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_table
 from accuracy.judge.verdicts import UNDETERMINED, WITHIN
 from accuracy.workflows.check import _first_line, _json_safe, _worst_text, check_function, check_op
+from accuracy.workflows.cluster import thread_limits, work_pool, worker_name
 from accuracy.workflows.model_activations import (
     OUTPUT_KEY,
     LayerCall,
@@ -51,6 +52,7 @@ from accuracy.workflows.model_ports import (
     Port,
     Unit,
     build_port,
+    check_port_name,
     keras_port,
     port_inputs,
 )
@@ -393,9 +395,14 @@ def run_model(
     save_path: Path | str | None = None,
     train: bool = False,
     keras=None,
+    dask: str | None = None,
+    progress=None,
 ) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
-    written: bad input is one OpbenchError."""
+    written: bad input is one OpbenchError.
+
+    The ports are evaluated here, or each as one work item on the Dask cluster `dask` names
+    (`progress(done, total, port, seconds)` after each); the report is the same either way."""
     import torch
 
     model = load_model(spec, train)
@@ -403,15 +410,103 @@ def run_model(
     calls, out = run_reference(model, given, str(inputs))
     _check_save_path(save_path)
     file_ports = _labelled_files(activations_files or {}, calls)
-    brought = file_ports + ([keras_port(keras, calls)] if keras else [])
+    if keras is not None and dask is not None and not isinstance(keras, str):
+        raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
+    brought = [p.name for p in file_ports] + (["keras"] if keras else [])
     names = list(ports or ([] if brought else [*DEFAULT_PORTS, *(GPU_PORTS if torch.cuda.is_available() else ())]))
-    clash = sorted({p.name for p in brought} & set(names))
+    clash = sorted(set(brought) & set(names))
     if clash:
         raise OpbenchError(f"--activations label {clash[0]!r} is also a --port: give it another label")
+    for name in names:
+        check_port_name(name)
+    jobs = [PortJob(name) for name in dict.fromkeys(names)] + [PortJob(p.name, file=p) for p in file_ports]
+    jobs += [PortJob("keras", keras=keras)] if keras else []
+    if dask is None:
+        reports, absent = _ports_here(jobs, model, given, calls)
+    else:
+        reports, absent = _ports_on_cluster(jobs, dask, spec, train, model, given, progress)
+    if save_path is not None:
+        save_activations(save_path, activations(calls, out))
+    shapes = {k: list(v.shape) for k, v in given.items()}
+    mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
+    return ModelReport(spec, mode, shapes, reports, absent)
+
+
+@dataclass(frozen=True)
+class PortJob:
+    """One port to evaluate, built where it runs: a built-in port by name, an activations file's
+    arrays, or a Keras port (its factory MODULE:FUNCTION, or the (model, mapping) it returned)."""
+
+    name: str
+    file: FilePort | None = None
+    keras: object = None
+
+    def build(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
+        if self.file is not None:
+            return self.file
+        if self.keras is not None:
+            return keras_port(self.keras, calls)
+        return build_port(self.name, model, inputs)
+
+
+def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[dict], list[dict]]:
+    """Every port in this process: (port reports, absent ports)."""
     built, absent = [], []
-    for name in dict.fromkeys(names):
-        port = build_port(name, model, given)
-        (absent.append({"port": name, "reason": port}) if isinstance(port, str) else built.append(port))
+    for job in jobs:
+        port = job.build(model, given, calls)
+        (absent.append({"port": job.name, "reason": port}) if isinstance(port, str) else built.append(port))
+    return _evaluate_ports(built, model, given, calls), absent
+
+
+def _ports_on_cluster(
+    jobs: list[PortJob], dask: str, spec: str, train: bool, model, given: dict, progress
+) -> tuple[list[dict], list[dict]]:
+    """Each port as one work item on a Dask cluster, collected in the order of `jobs`.
+
+    Workers build the model from its factory and take this process's weights (bitwise the same
+    model, even from a factory that draws unseeded weights), and run on this process's torch
+    thread count, so each port's numbers are the ones this process would get."""
+    import torch
+
+    reports, absent, start = [], [], time.perf_counter()
+    with work_pool(dask) as pool:
+        state, shared = pool.share(model.state_dict()), pool.share(given)
+        futures = [pool.submit(port_task, spec, train, state, shared, job, torch.get_num_threads()) for job in jobs]
+        try:
+            for i, (job, future) in enumerate(zip(jobs, futures, strict=True)):
+                report, reason = future.result()
+                (absent.append({"port": job.name, "reason": reason}) if report is None else reports.append(report))
+                if progress:
+                    progress(i + 1, len(jobs), job.name, time.perf_counter() - start)
+        finally:
+            for future in futures:
+                future.cancel()
+    return reports, absent
+
+
+def port_task(
+    spec: str, train: bool, state: dict, given: dict[str, np.ndarray], job: PortJob, threads: int
+) -> tuple[dict | None, str | None]:
+    """One port of `opbench model --dask` on a worker: (its report, None), or (None, why it is absent)."""
+    with thread_limits([get_backend("torch")], threads, for_life=True):
+        try:
+            model = load_model(spec, train)
+        except OpbenchError as exc:
+            raise OpbenchError(f"on {worker_name()}: {exc}") from None
+        model.load_state_dict(state)
+        calls, _ = run_reference(model, given, "the inputs")
+        port = job.build(model, given, calls)
+        if isinstance(port, str):
+            return None, port
+        (report,) = _evaluate_ports([port], model, given, calls)
+        return report, None
+
+
+def _evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[dict]:
+    """Each port's report: every unit's isolated output and the end-to-end run, then the units
+    judged, those fed the same inputs once for all their ports (a row depends on its port only)."""
+    import torch
+
     reference64_calls, out64 = record(
         converted(model, torch.float64),
         {k: (v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v) for k, v in given.items()},
@@ -420,7 +515,7 @@ def run_model(
     own: dict = {}
     collected = []  # (port, its units, its end-to-end run, seconds)
     groups: dict[tuple, tuple] = {}  # units fed the same inputs: judged once for all their ports
-    for port in [*built, *brought]:
+    for port in ports:
         started = time.perf_counter()
         units = port.units(calls)
         for unit in units:
@@ -463,11 +558,7 @@ def run_model(
     for port, units, e2e, seconds in collected:
         judged = {u.key: verdicts[(port.name, u.key)] for u in units if (port.name, u.key) in verdicts}
         reports.append(_port_report(port, calls, reference64, own, judged, units, e2e, seconds))
-    if save_path is not None:
-        save_activations(save_path, activations(calls, out))
-    shapes = {k: list(v.shape) for k, v in given.items()}
-    mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    return ModelReport(spec, mode, shapes, reports, absent)
+    return reports
 
 
 def _tensor(array: np.ndarray):

@@ -408,10 +408,21 @@ def keras_port(made, calls: list[LayerCall]) -> KerasPort:
     return KerasPort("keras", made[0], made[1], calls, source)
 
 
+def check_port_name(name: str) -> None:
+    """One line for a port name `build_port` would refuse, before any port is built anywhere."""
+    if name.startswith("threads:"):
+        count = name.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+            raise OpbenchError(f"--port {name}: expected threads:N with N >= 1, e.g. threads:1")
+    elif name not in PORT_NAMES:
+        raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")
+
+
 def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     import torch
 
+    check_port_name(name)
     if name in ("onnxruntime", "onnxruntime-noopt"):
         return OnnxPort(name, model, inputs, optimized=name == "onnxruntime")
     if name == "torchscript":
@@ -422,12 +433,8 @@ def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
         return TorchPort(name, model, f"PyTorch, weights and activations in {name}", dtype=name)
     if name.startswith("threads:"):
         count = name.partition(":")[2]
-        if not count.isdigit() or int(count) < 1:
-            raise OpbenchError(f"--port {name}: expected threads:N with N >= 1, e.g. threads:1")
         return TorchPort(name, model, f"PyTorch on {count} intra-op threads", threads=int(count))
-    if name in ("cuda", "cuda-tf32"):
-        if not torch.cuda.is_available():
-            return "no CUDA device on this machine"
-        tf32 = name == "cuda-tf32"
-        return TorchPort(name, model, f"PyTorch on CUDA, TF32 {'on' if tf32 else 'off'}", device="cuda", tf32=tf32)
-    raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")
+    if not torch.cuda.is_available():  # name is cuda or cuda-tf32
+        return "no CUDA device on this machine"
+    tf32 = name == "cuda-tf32"
+    return TorchPort(name, model, f"PyTorch on CUDA, TF32 {'on' if tf32 else 'off'}", device="cuda", tf32=tf32)

@@ -30,10 +30,14 @@ from accuracy.judge.error_metrics import correctly_rounded, ulp_error
 from accuracy.reference.correctly_rounded import cores
 from accuracy.reference.exact import Exact
 from accuracy.reference.hard_inputs import hard_inputs
-from accuracy.workflows.cluster import ClusterLost, work_pool
+from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool
 
 SCAN_DTYPES = ("float32", "float16", "bfloat16")
-CHUNK = 1 << 18  # inputs per task: ~15 MB of working arrays; a few tasks are in flight at a time
+CHUNK = 1 << 18  # inputs per task here: ~15 MB of working arrays; a few tasks are in flight at a time
+# On a cluster a task also pays the scheduler's round trip and the worker's fresh allocations (see
+# docs/scale-out.md): 8 times larger tasks make that small, while leaving each worker several tasks.
+CLUSTER_CHUNK = 1 << 21
+TASKS_PER_WORKER = 4
 HISTOGRAM_EDGES = (0.5, 1.0, 2.0, 4.0, 16.0, 256.0, np.inf)  # ulp-error bins: (0, 0.5], (0.5, 1], ...
 WORST_KEPT = 3
 _BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
@@ -49,14 +53,18 @@ class ImplScan:
     not_correctly_rounded: int = 0
     max_ulp: float = 0.0  # 0 until a result differs from the correctly rounded one
     max_steps: float = 0.0  # representable numbers between a result and the correctly rounded one
-    worst: list[tuple[float, float, float, float]] = field(default_factory=list)  # (ulp, x, result, exact)
+    # (ulp, x, result, exact, position of x among the scanned inputs): the position breaks ties
+    worst: list[tuple[float, float, float, float, int]] = field(default_factory=list)
     histogram: list[int] = field(default_factory=lambda: [0] * len(HISTOGRAM_EDGES))
 
     def contract_holds(self) -> bool | None:
         return None if self.contract is None else self.max_steps <= self.contract.max_ulp
 
-    def add(self, x: np.ndarray, result: np.ndarray, exact: Exact, rounded: np.ndarray, fmt: FloatFormat) -> None:
-        """Measure `result` on inputs `x` against the reference, correctly rounded to `rounded`."""
+    def add(
+        self, x: np.ndarray, result: np.ndarray, exact: Exact, rounded: np.ndarray, fmt: FloatFormat, start: int = 0
+    ) -> None:
+        """Measure `result` on inputs `x` (positions start.. of the scan) against the reference,
+        correctly rounded to `rounded`."""
         part = ImplScan(self.impl, self.contract, checked=x.size)
         differs = np.flatnonzero(result != rounded)
         differs = differs[~(np.isnan(result[differs]) & np.isnan(rounded[differs]))]
@@ -66,30 +74,31 @@ class ImplScan:
             errors = ulp_error(result[differs], Exact(exact.hi[differs], exact.lo[differs]))
             part.max_steps = _max_steps(result[differs], rounded[differs], fmt)
             part.histogram = [h + c for h, c in zip(part.histogram, _bin_counts(errors), strict=False)]
-            top = (
-                np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT]
-                if errors.size > WORST_KEPT
-                else np.arange(errors.size)
-            )
-            order = top[np.lexsort((top, -errors[top]))]  # largest first, the first input among equals
+            top = np.arange(errors.size)
+            if errors.size > WORST_KEPT:  # the kept few, and every error tied with the smallest of them
+                kept = np.argpartition(-errors, WORST_KEPT - 1)[:WORST_KEPT]
+                top = np.union1d(kept, np.flatnonzero(errors >= errors[kept].min()))
+            order = top[np.lexsort((top, -errors[top]))][:WORST_KEPT]  # largest first, the first input among equals
             part.worst = [
                 (
                     float(errors[i]),
                     float(x[differs[i]]),
                     float(result[differs[i]]),
                     float(exact.hi[differs[i]] + exact.lo[differs[i]]),
+                    start + int(differs[i]),
                 )
                 for i in order
             ]
         self.merge(part)
 
     def merge(self, part: ImplScan) -> None:
-        """Take in a scan of further inputs (the earlier input first among equal errors)."""
+        """Take in a scan of further inputs, in any order: among equal errors the earlier input
+        comes first, so the result does not depend on how the inputs were chunked or merged."""
         self.checked += part.checked
         self.not_correctly_rounded += part.not_correctly_rounded
         self.max_steps = max(self.max_steps, part.max_steps)
         self.histogram = [h + c for h, c in zip(self.histogram, part.histogram, strict=False)]
-        self.worst = sorted(self.worst + part.worst, key=lambda w: -w[0])[:WORST_KEPT]
+        self.worst = sorted(self.worst + part.worst, key=lambda w: (-w[0], w[4]))[:WORST_KEPT]
         self.max_ulp = self.worst[0][0] if self.worst else 0.0
 
 
@@ -217,11 +226,12 @@ def scan(
     """Scan `impls` of `op` over every input of `fmt` (or `sample` float64 inputs).
 
     Chunks of inputs go to `threads` workers here (default: every core; numpy's and torch's
-    kernels release the GIL), or to the Dask cluster `dask` names (accuracy.workflows.cluster),
-    each implementation held to one thread meanwhile. Results are merged in chunk order, so the
-    result is the same bits whatever ran it. `progress(done, total, seconds)` is called after
-    each chunk. Ctrl-C, or a cluster whose scheduler goes away, stops the scan and returns the
-    chunks merged so far, with `interrupted` (and `error` for the cluster) set.
+    kernels release the GIL), or to the Dask cluster `dask` names (accuracy.workflows.cluster) in
+    larger chunks (`cluster_chunk`), each implementation held to one thread meanwhile. Merging
+    does not depend on the chunks or their order, so the result is the same bits whatever ran
+    it. `progress(done, total, seconds)` is called after each chunk. Ctrl-C, or a cluster whose
+    scheduler goes away, stops the scan and returns the chunks merged so far, with `interrupted`
+    (and `error` for the cluster) set.
     """
     if not scannable(op):
         raise OpbenchError(
@@ -244,31 +254,33 @@ def scan(
         for impl in impls
     ]
     result = ScanResult(op.name, fmt, total, scans)
-    threads, chunk = threads or cores(), chunk or CHUNK
-
-    def submit(pool, start):
-        stop = min(total, start + chunk)
-        x = inputs[start:stop] if inputs is not None else None
-        if dask is None:
-            return stop - start, pool.submit(scan_chunk, op, fmt, impls, start, stop, x, False)
-        return stop - start, pool.submit(scan_chunk_named, op.name, fmt, impls, start, stop, x)
+    threads = threads or cores()
 
     start_time = time.perf_counter()
     with ExitStack() as limits, work_pool(dask, threads) as pool:
-        if dask is None:  # here, for the whole scan; a cluster's tasks hold their own threads
-            limits.enter_context(_one_thread_each(impls))
+        if dask is None:  # here, for the whole scan; a cluster's workers hold their own threads
+            limits.enter_context(thread_limits(scan_backends(impls), 1))
+        size = chunk or (CHUNK if dask is None else cluster_chunk(total, pool.workers))
+
+        def submit(start: int) -> tuple[int, Any]:
+            stop = min(total, start + size)
+            x = inputs[start:stop] if inputs is not None else None
+            if dask is None:
+                return stop - start, pool.submit(scan_chunk, op, fmt, impls, start, stop, x)
+            return stop - start, pool.submit(scan_chunk_named, op.name, fmt, impls, start, stop, x)
+
         in_flight: deque[Any] = deque()
         try:
-            for start in [*_spread(range(0, total, chunk)), None]:
+            for start in [*_spread(range(0, total, size)), None]:
                 if start is not None:
-                    in_flight.append(submit(pool, start))
-                while in_flight and (start is None or len(in_flight) > 2 * threads):
-                    size, future = in_flight[0]
+                    in_flight.append(submit(start))
+                while in_flight and (start is None or len(in_flight) > 2 * pool.workers):
+                    inputs_done, future = in_flight[0]
                     parts = future.result()
                     in_flight.popleft()
                     for s, p in zip(scans, parts, strict=True):
                         s.merge(p)
-                    result.done += size
+                    result.done += inputs_done
                     result.seconds = time.perf_counter() - start_time
                     if progress:
                         progress(result.done, total, result.seconds)
@@ -281,16 +293,22 @@ def scan(
     return result
 
 
-def _one_thread_each(impls: list[Impl]) -> ExitStack:
-    """Every backend of the scan (and torch, whose float64 twins the reference runs) on one thread."""
-    stack = ExitStack()
-    for backend in dict.fromkeys([get_backend("torch"), *(get_backend(impl.backend) for impl in impls)]):
-        stack.enter_context(backend.thread_limit(1))
-    return stack
+def cluster_chunk(total: int, workers: int) -> int:
+    """Inputs per task on a cluster: CLUSTER_CHUNK, halved (never below CHUNK) while that would
+    leave fewer than TASKS_PER_WORKER tasks per worker. A power of two, as `_spread` wants."""
+    size = CLUSTER_CHUNK
+    while size > CHUNK and total < TASKS_PER_WORKER * workers * size:
+        size //= 2
+    return size
+
+
+def scan_backends(impls: list[Impl]) -> list[Any]:
+    """Every backend a scan runs: the implementations' and torch, whose float64 twins the reference runs."""
+    return list(dict.fromkeys([get_backend("torch"), *(get_backend(impl.backend) for impl in impls)]))
 
 
 def scan_chunk(
-    op: OpInfo, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None, own_threads: bool
+    op: OpInfo, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None
 ) -> list[ImplScan]:
     """One chunk (bit patterns start..stop-1, or the sample `x`) through the reference and each impl.
 
@@ -298,20 +316,6 @@ def scan_chunk(
     """
     if x is None:
         x = all_inputs(fmt, start, stop)
-    with _one_thread_each(impls) if own_threads else ExitStack():
-        return _scan_chunk(op, fmt, impls, x)
-
-
-def scan_chunk_named(
-    op_name: str, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None
-) -> list[ImplScan]:
-    """`scan_chunk` on a Dask worker: the op by name (its exact reference holds mpmath values that
-    do not pickle), from the worker's own registry, and the worker's threads held to one."""
-    return scan_chunk(get_op(op_name), fmt, impls, start, stop, x, True)
-
-
-def _scan_chunk(op: OpInfo, fmt: FloatFormat, impls: list[Impl], x: np.ndarray) -> list[ImplScan]:
-    """The reference once, then every implementation: a fresh ImplScan per impl."""
     with np.errstate(all="ignore"):  # NaN inputs, overflow to infinity: expected here
         exact = op.exact({"x": x.astype(np.float64)}, fmt)
         rounded = fmt.round(exact.hi)
@@ -323,9 +327,19 @@ def _scan_chunk(op: OpInfo, fmt: FloatFormat, impls: list[Impl], x: np.ndarray) 
     parts = []
     for impl in impls:
         part = ImplScan(None, None)
-        part.add(x, _run(impl, x, fmt), exact, rounded, fmt)
+        part.add(x, _run(impl, x, fmt), exact, rounded, fmt, start)
         parts.append(part)
     return parts
+
+
+def scan_chunk_named(
+    op_name: str, fmt: FloatFormat, impls: list[Impl], start: int, stop: int, x: np.ndarray | None
+) -> list[ImplScan]:
+    """`scan_chunk` on a Dask worker: the op by name (its exact reference holds mpmath values that
+    do not pickle), from the worker's own registry; the worker holds its backends to one thread
+    from its first task on (`thread_limits(..., for_life=True)`), not per task."""
+    with thread_limits(scan_backends(impls), 1, for_life=True):
+        return scan_chunk(get_op(op_name), fmt, impls, start, stop, x)
 
 
 def _spread(starts: range) -> list[int]:
@@ -360,7 +374,7 @@ def as_rows(result: ScanResult) -> list[dict]:
                 "max_ulp_from_correctly_rounded": s.max_steps,
                 "worst": [
                     {"x": hex_of(x, fmt), "x_value": x, "result": hex_of(r, fmt), "exact": e, "ulp": u}
-                    for u, x, r, e in s.worst
+                    for u, x, r, e, _ in s.worst
                 ],
                 "histogram": {_bin_label(i): c for i, c in enumerate(s.histogram)},
                 "contract_max_ulp": None if s.contract is None else s.contract.max_ulp,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +35,7 @@ from accuracy.judge.error_metrics import rounding_error
 from accuracy.judge.precision import TF32, compute_format
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, Evidence
 from accuracy.reference.inputs import DEFAULT_CONDITION
-from accuracy.workflows.cluster import work_pool
+from accuracy.workflows.cluster import thread_limits, work_pool
 from accuracy.workflows.evaluation import Case
 
 MUST_CATCH = 16.0  # the issue's target: catch every mutant at >= 16x the least accurate correct error
@@ -280,10 +279,10 @@ def selftest(
 
     if dask is None:
         for i, case in enumerate(cases):
-            yield from finished(i, selftest_task(*case, everything, threads))
+            yield from finished(i, selftest_task(*case, everything, threads, False))
         return
     with work_pool(dask) as pool:
-        futures = [pool.submit(selftest_task, *case, everything, threads) for case in cases]
+        futures = [pool.submit(selftest_task, *case, everything, threads, True) for case in cases]
         try:
             for i, future in enumerate(futures):
                 yield from finished(i, future.result())
@@ -293,16 +292,15 @@ def selftest(
 
 
 def selftest_task(
-    op_name: str, dtype: str, size: int | None, condition: str, everything: bool, threads: int
+    op_name: str, dtype: str, size: int | None, condition: str, everything: bool, threads: int, on_worker: bool
 ) -> CaseReport | None:
-    """One case by name, on `threads` threads in every backend it uses; the report keeps no outputs
-    (mutants' arrays are what make a case large, and nothing reads them after judging)."""
+    """One case by name, on `threads` threads in every backend it uses (held for the worker's life
+    on a Dask worker); the report keeps no outputs (mutants' arrays are what make a case large, and
+    nothing reads them after judging)."""
     op = get_op(op_name)
-    with ExitStack() as limits:
-        names = ("torch", *(name for impl in op.impls for name in backends_for(impl.backend)))
-        for backend in dict.fromkeys(get_backend(name) for name in names):
-            if backend.available():
-                limits.enter_context(backend.thread_limit(threads))
+    names = ("torch", *(name for impl in op.impls for name in backends_for(impl.backend)))
+    backends = [backend for backend in dict.fromkeys(get_backend(name) for name in names) if backend.available()]
+    with thread_limits(backends, threads, for_life=on_worker):
         report = selftest_case(op, dtype, size, condition, everything)
     if report is not None:
         for m in report.mutants:

@@ -3,6 +3,7 @@ its chunks, a lost scheduler ends in one line with the partial table, a mixed fl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,3 +160,66 @@ def test_bad_dask_addresses_are_one_line(address, message, capsys, monkeypatch):
     assert main(["scan", "exp", "--dtype", "float16", "--dask", address]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def _model(capsys, *args: str) -> tuple[int, dict, str]:
+    """`opbench model ARGS --json`: exit status, the report without its timings, and stderr."""
+    status = main(["model", *args, "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    for port in report["ports"]:
+        assert port.pop("seconds") >= 0
+    return status, report, captured.err
+
+
+def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path):
+    """Each port is one work item; an activations file travels as data, and the workers build the
+    model from its factory with this process's weights."""
+    saved = tmp_path / "reference.safetensors"
+    cnn = ["accuracy.workflows.model_zoo:small_cnn", "--inputs", "x=2x3x8x8"]
+    assert main(["model", *cnn, "--port", "threads:1", "--save-activations", str(saved)]) == 0
+    capsys.readouterr()
+    ports = ["--port", "onnxruntime", "--port", "torchscript", "--port", "bfloat16", "--port", "cuda"]
+    for args in (
+        [*cnn, *ports, "--activations", f"torch={saved}"],
+        ["accuracy.workflows.model_zoo:small_transformer", "--inputs", "x=2x4x16"],
+    ):
+        here = _model(capsys, *args)
+        assert here[2] == ""  # progress is for the cluster's work items
+        status, report, err = _model(capsys, *args, "--dask", "local:2")
+        assert (status, report) == here[:2]
+        names = [p["port"] for p in report["ports"]] + [a["port"] for a in report["absent_ports"]]
+        lines = err.splitlines()
+        assert len(lines) == len(names) and lines[-1].startswith(f"model: [{len(names)}/{len(names)}] ")
+    assert [p["port"] for p in report["ports"]] == ["onnxruntime", "onnxruntime-noopt", "torchscript"]
+    assert here[0] == 0 and all(p["compared"] > 0 for p in report["ports"])
+
+
+def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
+    dask_cluster, tmp_path, monkeypatch, capsys
+):
+    address, _, _ = dask_cluster
+    block = ["accuracy.workflows.model_zoo:small_transformer", "--inputs", "x=2x4x16", "--port", "torchscript"]
+    assert _model(capsys, *block, "--dask", address)[:2] == _model(capsys, *block)[:2]
+
+    (tmp_path / "only_here.py").write_text("from accuracy.workflows.model_zoo import small_transformer as make\n")
+    monkeypatch.chdir(tmp_path)  # importable here (the current directory), not where the workers run
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["model", "only_here:make", "--inputs", "x=2x4x16", "--dask", address]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("opbench: error: on Dask worker tcp://127.0.0.1:")
+    assert "cannot import only_here" in captured.err
+
+
+def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
+    """Dask's default HTTP port may be another cluster's (another user's, here): that is no news."""
+    import socket
+
+    with socket.socket() as other:
+        with contextlib.suppress(OSError):  # already held by someone else: as good
+            other.bind(("127.0.0.1", 8787))
+            other.listen()
+        with cluster.work_pool("local:1") as pool:
+            assert pool.workers == 1
+    assert not [w for w in recwarn if "8787" in str(w.message)]

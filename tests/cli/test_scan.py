@@ -59,6 +59,24 @@ def test_a_result_one_ulp_off_is_counted_and_its_input_reported():
     assert row["contract_holds"] is None  # a variant nobody published a contract for
 
 
+def test_the_worst_inputs_do_not_depend_on_the_chunks(monkeypatch):
+    """A cluster scans in larger chunks than this process, and chunks finish in any order: among
+    equal errors the first inputs are reported whatever the chunking. A negated exp errs by
+    infinitely many ulps on every input that overflows: thousands of ties."""
+    from accuracy.workflows import scan as scan_module
+
+    run = scan_module._run
+    monkeypatch.setattr(scan_module, "_run", lambda impl, x, fmt: -run(impl, x, fmt))
+    op, fmt = get_op("exp"), get_format("float16")
+    rows = [as_rows(scan(op, fmt, [op.impl("numpy:np.exp")], chunk=c, threads=1)) for c in (1024, 4096, 1 << 16)]
+    assert rows[0] == rows[1] == rows[2]
+    x = all_inputs(fmt, 0, 1 << 16)
+    with np.errstate(all="ignore"):  # NaN inputs, overflow
+        overflows = np.flatnonzero(np.isinf(np.exp(x.astype(np.float64)).astype(np.float16)) & np.isfinite(x))
+    assert [w["x"] for w in rows[0][0]["worst"]] == [f"0x{i:04x}" for i in overflows[:3]]
+    assert [w["ulp"] for w in rows[0][0]["worst"]] == [math.inf] * 3
+
+
 def test_every_scannable_op_scans_bfloat16():
     """Each elementwise op of the registry, with its first implementation (all of them cost minutes)."""
     fmt = get_format("bfloat16")
