@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar
 
-from accuracy.run.suite_passes import hide_outside_measure_pass
+from .common import hide_outside_measure_pass
 
 MODEL = "accuracy.workflows.model_zoo:small_cnn"
 PORTS = ["onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"]

@@ -17,10 +17,9 @@ from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.run.profiles import FULL, QUICK, current_profile
-from accuracy.run.suite_passes import hide_outside_measure_pass
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
-from .common import scratch_folder, shared
+from .common import hide_outside_measure_pass, scratch_folder, shared
 
 SCANNED = ("exp", "log", "tanh", "sin")  # float32 whole-domain scans of the full profile
 

@@ -28,11 +28,32 @@ from accuracy.core.threads import all_cores
 from accuracy.judge.metric_table import BY_NAME, Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.run.profiles import Profile, current_profile
-from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, READ, current_pass
 from accuracy.workflows.evaluation import Case
 
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
 FAILED = "failed"  # a shared measurement that raised: its message
+MEASURE, READ = "measure", "read"
+
+
+def current_pass() -> str | None:
+    """`opbench run`'s pass for this asv run (accuracy/run/suite_passes.py), None for a plain run.
+    asv runs this suite (the checkout's) against each commit's installed opbench: one from before
+    the passes (a history run of an older commit) runs every benchmark in the first pass."""
+    try:
+        from accuracy.run.suite_passes import current_pass as installed
+    except ImportError:
+        return None
+    return installed()
+
+
+def hide_outside_measure_pass(namespace: dict) -> None:
+    """A hand-written benchmark module runs once, in the measure pass: the read pass sees none of
+    its classes (asv discovers what a module's namespace holds)."""
+    if current_pass() == READ:
+        for name in [n for n, v in namespace.items() if isinstance(v, type) and v.__module__ == namespace["__name__"]]:
+            del namespace[name]
+
+
 SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits alone keep history
 # The frameworks are preloaded only in asv's forkserver (`benchmark.py run_server ...`), which forks
 # every benchmark process: anywhere else (asv's discovery, setup_cache, a spawned benchmark process,
@@ -47,7 +68,7 @@ def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
     folder `opbench run`'s two passes share) for the others. A measurement that raised is
     recorded too: the other tracks of the case fail with its message instead of measuring again.
     Without a scratch folder (a direct call, as in the tests) it measures every time."""
-    folder = os.environ.get(MEASUREMENTS_VAR) or scratch
+    folder = os.environ.get("OPBENCH_MEASUREMENTS") or scratch  # suite_passes.MEASUREMENTS_VAR
     if folder is None:
         return measure()
     where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"

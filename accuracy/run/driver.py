@@ -147,10 +147,12 @@ def take_fingerprint(python: str, env: dict) -> dict:
     A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start; with
     -P (safe_path), so that an accuracy.py or asv.py in the current directory is never imported
     in place of the real one. A fingerprint that cannot be taken is an error, never filed as one.
+    An older opbench (a history run's commit) has no --full: its `info --json` was always full.
     """
-    proc = subprocess.run(
-        [python, *SAFE_PATH, "-m", "accuracy", "info", "--json", "--full"], capture_output=True, text=True, env=env
-    )
+    command = [python, *SAFE_PATH, "-m", "accuracy", "info", "--json", "--full"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if proc.returncode == 2 and "unrecognized arguments: --full" in proc.stderr:
+        proc = subprocess.run(command[:-1], capture_output=True, text=True, env=env)
     try:
         if proc.returncode == 0:
             return json.loads(proc.stdout)

@@ -10,7 +10,9 @@ those two with the frameworks preloaded, and the *read* pass runs the other trac
 that preloads nothing. A track that finds no result (its measurement crashed) measures itself.
 
 A plain `asv run` sets neither variable: one run with every benchmark, sharing through asv's
-`setup_cache` folder as before.
+`setup_cache` folder as before. The suite (benchmarks/common.py) reads the pass through
+`current_pass` where the installed opbench has this module, and runs whole in the first pass
+where it does not (a history run of an older commit).
 """
 
 from __future__ import annotations
@@ -35,11 +37,3 @@ def current_pass() -> Literal["measure", "read"] | None:
     if value == READ:
         return READ
     raise ValueError(f"{PASS_VAR}={value!r}; choose from {', '.join(PASSES)}")
-
-
-def hide_outside_measure_pass(namespace: dict) -> None:
-    """A hand-written benchmark module runs once, in the measure pass: the read pass sees none of
-    its classes (asv discovers what a module's namespace holds)."""
-    if current_pass() == READ:
-        for name in [n for n, v in namespace.items() if isinstance(v, type) and v.__module__ == namespace["__name__"]]:
-            del namespace[name]
