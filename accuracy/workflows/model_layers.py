@@ -450,12 +450,17 @@ class PortJob:
 
 
 def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[dict], list[dict]]:
-    """Every port in this process: (port reports, absent ports)."""
+    """Every port in this process: (port reports, absent ports), under the thread limits a Dask
+    worker's `port_task` holds (torch's count, and the BLAS libraries held to it too), so that a
+    port gives the same bits here and on a cluster whatever limits this process had before."""
+    import torch
+
     built, absent = [], []
-    for job in jobs:
-        port = job.build(model, given, calls)
-        (absent.append({"port": job.name, "reason": port}) if isinstance(port, str) else built.append(port))
-    return _evaluate_ports(built, model, given, calls), absent
+    with thread_limits([get_backend("torch")], torch.get_num_threads()):
+        for job in jobs:
+            port = job.build(model, given, calls)
+            (absent.append({"port": job.name, "reason": port}) if isinstance(port, str) else built.append(port))
+        return _evaluate_ports(built, model, given, calls), absent
 
 
 def _ports_on_cluster(
