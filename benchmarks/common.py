@@ -66,18 +66,23 @@ def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
     """`measure()`, once per run: asv runs each track in its own process, so the first process to
     need `key` leaves the result in the run's scratch folder (`_OpBenchmark.setup_cache`, or the
     folder `opbench run`'s two passes share) for the others. A measurement that raised is
-    recorded too: the other tracks of the case fail with its message instead of measuring again.
+    recorded too: the other tracks of the case fail with its message instead of measuring again,
+    and so do they where the measuring process died (each would wait for asv's timeout again).
     Without a scratch folder (a direct call, as in the tests) it measures every time."""
     folder = os.environ.get("OPBENCH_MEASUREMENTS") or scratch  # suite_passes.MEASUREMENTS_VAR
     if folder is None:
         return measure()
     where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
     path = Path(folder) / f"{hashlib.sha256(f'{where}|{key}'.encode()).hexdigest()}.json"
+    started = path.with_suffix(".started")
     if path.exists():
         measured = json.loads(path.read_text())
         if FAILED in measured:
             raise RuntimeError(f"the measurement of this case failed: {measured[FAILED]}")
         return measured
+    if started.exists():  # its process died measuring (asv's timeout, a crash): not once per track
+        raise RuntimeError("the measurement of this case did not finish in the process that started it")
+    write_atomic(started, "")
     try:
         measured = measure()
     except Exception as exc:

@@ -7,7 +7,8 @@ Runtime (scripts/measure_loop.py --forks). Of a generated class's benchmarks, on
 the first accuracy track (the verdict tier, which measures the case and leaves the result in a
 shared folder) run a framework; the other tracks read that result. So the *measure* pass runs
 those two with the frameworks preloaded, and the *read* pass runs the other tracks from a server
-that preloads nothing. A track that finds no result (its measurement crashed) measures itself.
+that preloads nothing. A track whose case was never measured (a `--bench` that selects read
+tracks only) measures it itself.
 
 A plain `asv run` sets neither variable: one run with every benchmark, sharing through asv's
 `setup_cache` folder as before. The suite (benchmarks/common.py) reads the pass through

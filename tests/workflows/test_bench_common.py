@@ -338,6 +338,22 @@ def test_a_failed_measurement_fails_the_other_tracks_with_its_message(tmp_path):
     assert calls == [1]  # measured once: the second track read the failure
 
 
+def test_a_measurement_whose_process_died_is_not_started_again(tmp_path):
+    """asv kills a track at its timeout: the case's other tracks fail at once instead of each
+    measuring (and waiting for the timeout) again."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    code = "import os, sys\nfrom benchmarks.common import shared\nshared(sys.argv[1], 'case', lambda: os._exit(9))"
+    died = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=root, env=dict(os.environ, PYTHONPATH=str(root))
+    )
+    assert died.returncode == 9
+    with pytest.raises(RuntimeError, match="did not finish in the process that started it"):
+        shared(tmp_path, "case", lambda: {"max_ulp": 0.5})
+
+
 def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():
     """`asv run --quick` times a single call: the forkserver imports torch and scipy before it forks,
     or each benchmark's one timed call would import them (scipy's dot measured 3 s instead of 4 us).
