@@ -76,18 +76,16 @@ def page_blocks(page: Path) -> list[Block]:
     text = page.read_text(encoding="utf-8")
     blocks = []
     for m in FENCE.finditer(text):
-        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        marks = MARK.search(before)
+        marks: list[str] = []  # every mark comment on the lines just above the fence (`slow`, then `exit 1`)
+        for line in reversed(text[: m.start()].rstrip("\n").split("\n")):
+            found = MARK.search(line)
+            if not found:
+                break
+            marks[:0] = parse_marks(found["marks"])
         indent = len(m["indent"])
         code = "".join(line[indent:] for line in m["code"].splitlines(keepends=True))
         blocks.append(
-            Block(
-                page=page,
-                line=text.count("\n", 0, m.start()) + 1,
-                lang=m["lang"],
-                code=code,
-                marks=parse_marks(marks["marks"]) if marks else (),
-            )
+            Block(page=page, line=text.count("\n", 0, m.start()) + 1, lang=m["lang"], code=code, marks=tuple(marks))
         )
     return blocks
 
@@ -294,3 +292,12 @@ def test_the_architecture_page_names_every_module_of_each_layer():
         problems += [f"{layer}: {name} named but absent" for name in sorted(files - {p.name for p in present})]
         problems += [f"{layer}: {p.name} not named" for p in present if p.stem not in stems]
     assert problems == []
+
+
+def test_stacked_mark_comments_all_apply(tmp_path):
+    """`<!-- slow -->` above `<!-- exit 1 -->` marks the block slow too (only the nearest comment
+    was read, so the README's slow model example ran in `make test-fast`)."""
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n<!-- slow -->\n<!-- exit 1 -->\n```sh\nfalse\n```\n")
+    [block] = page_blocks(page)
+    assert block.mark("slow") == "" and block.mark("exit") == "1"

@@ -478,6 +478,7 @@ def test_ctrl_c_while_importing_prints_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "opbench: error: interrupted\n"
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_explain_prints_one_line():
     proc = start_opbench("explain", "matmul", "--size", "1500")
     time.sleep(5)  # past interpreter start-up, which is Python's own and prints its own message

@@ -126,6 +126,7 @@ def test_explain_json():
     assert all(r["verdict"] == "within rounding" for r in report["implementations"])
 
 
+@pytest.mark.slow
 def test_explain_stderr_is_clean_of_tensorflow_logs(monkeypatch):
     """exp runs TensorFlow's tf.math.exp: its C++ INFO lines (absl's preamble, cpu_feature_guard's
     advice to rebuild) never reach explain's stderr unless the user asks for them."""

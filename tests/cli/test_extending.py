@@ -132,6 +132,7 @@ def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
     assert out.stderr.count("warning: plugin 'broken'") == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_the_catalog_is_complete_whichever_op_module_is_imported_first():
     from accuracy.catalog.registry import OP_MODULES, all_ops
 
@@ -233,6 +234,7 @@ def _package(root: Path, name: str, source: str, entry_points: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_contract_implementation_joins_a_builtin_op(tmp_path):
     """Row "implementation": an `opbench.impls` entry point adds implementations to `exp`; they are
     listed, explained, judged per dtype and timed by asv; a name exp already has is left out."""
@@ -266,6 +268,7 @@ def test_contract_op_family_gets_asv_classes(tmp_path):
     assert out.stdout.split()[:2] == ["polynomials", "square"] and "numpy:x * x@float32" in out.stdout
 
 
+@pytest.mark.slow
 def test_contract_backend_framework_lists_derive_from_its_attributes(tmp_path):
     """Row "backend": a plugin framework backend is one declaration; the fingerprint and the asv
     profiles' framework lists pick it up from its `framework` attribute."""
@@ -282,6 +285,7 @@ def test_contract_backend_framework_lists_derive_from_its_attributes(tmp_path):
     assert info == {"available": True, "version": "0.1"}
 
 
+@pytest.mark.slow
 def test_contract_metric_is_one_table_entry(tmp_path):
     """Row "metric": one entry in the metric table is an asv track on every op's benchmark and a
     column of explain (here mean_ulp, a field every measurement already has)."""

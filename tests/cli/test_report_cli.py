@@ -79,6 +79,7 @@ def test_skipped_files_are_warned_on_stderr(opbench_main, shared_results, tmp_pa
     assert len(warnings) == 1
 
 
+@pytest.mark.slow
 def test_python_dash_m_accuracy_report(shared_results, tmp_path):
     done = run_opbench("report", "--results", shared_results, "--out", tmp_path)
     assert done.returncode == 0, done.stderr

@@ -39,6 +39,7 @@ def test_page_title_tables_and_decoded_images(report_page, tmp_path):
     assert all(w > 100 for w in widths)
 
 
+@pytest.mark.slow
 def test_screenshot_is_not_blank(report_page, tmp_path):
     shot = tmp_path / "page.png"
     chromium(tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2400", report_page.as_uri())

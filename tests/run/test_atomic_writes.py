@@ -240,6 +240,7 @@ def test_remove_stale_temps_takes_only_temporary_names(tmp_path):
 # --- subprocesses never import from the current directory (item 12) ------------------------------
 
 
+@pytest.mark.slow
 def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprint(tmp_path, monkeypatch):
     (tmp_path / "accuracy.py").write_text("raise SystemExit('not opbench')\n")
     monkeypatch.chdir(tmp_path)
@@ -250,6 +251,7 @@ def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprin
     assert "onednn_enabled" in fingerprint["frameworks"]["tensorflow"]
 
 
+@pytest.mark.slow
 def test_a_fingerprint_that_cannot_be_taken_is_an_error_not_a_digest():
     env = dict(os.environ, OPBENCH_BLAS=":")  # `opbench info` refuses it with exit 2
     with pytest.raises(OpbenchError, match=r"cannot fingerprint .*OPBENCH_BLAS entry ':' names no library"):

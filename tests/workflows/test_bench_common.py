@@ -280,6 +280,7 @@ def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: st
     return set(proc.stdout.split())
 
 
+@pytest.mark.slow
 def test_the_read_pass_forks_from_a_server_without_frameworks():
     """`opbench run`'s read pass: asv forks every track process from a server that imported the
     suite alone (a fork costs in proportion to the server's memory), for every module."""
@@ -354,6 +355,7 @@ def test_a_measurement_whose_process_died_is_not_started_again(tmp_path):
         shared(tmp_path, "case", lambda: {"max_ulp": 0.5})
 
 
+@pytest.mark.slow
 def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():
     """`asv run --quick` times a single call: the forkserver imports torch and scipy before it forks,
     or each benchmark's one timed call would import them (scipy's dot measured 3 s instead of 4 us).

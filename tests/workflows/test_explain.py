@@ -32,6 +32,7 @@ def linear(request):
     return explain("linear", request.param)
 
 
+@pytest.mark.slow
 def test_seed_case_linear_spellings_differ_but_both_within_rounding(linear):
     """The seed case: F.linear and x @ W.T + b differ in bits, both are rounding."""
     rows = _rows(linear)
@@ -48,6 +49,7 @@ def test_seed_case_linear_spellings_differ_but_both_within_rounding(linear):
         assert r["run_to_run"] is True, r
 
 
+@pytest.mark.slow
 def test_pair_classes_follow_both_verdicts(linear):
     rows = _rows(linear)
     severity = ["within rounding", "suspicious", "beyond rounding"]

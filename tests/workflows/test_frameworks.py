@@ -132,6 +132,7 @@ def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
     assert backend.started_threads in (1, 2) and backend._zygote is not None
 
 
+@pytest.mark.slow
 def test_tensorflow_runs_at_every_count_after_a_keras_model_was_built():
     """Building a Keras model starts TF's runtime; its pools must still be opbench's, so the
     registry's TF implementations run afterwards at the default and at one thread (CI once
@@ -152,6 +153,7 @@ for n in (2, 1):
     assert done.stdout.split() == ["2", "1"]
 
 
+@pytest.mark.slow
 def test_a_runtime_started_elsewhere_is_a_one_line_error():
     code = """
 import tensorflow as tf

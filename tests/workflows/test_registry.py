@@ -111,7 +111,7 @@ def test_fp64_reference_within_float64_bound(op_name, condition):
 
 
 DEFAULTS = [
-    ("linear", "torch:F.linear"),
+    pytest.param("linear", "torch:F.linear", marks=pytest.mark.slow),  # ~11 s: the default size's exact GEMM
     ("matmul", "numpy:a @ b"),
     ("matmul", "torch:torch.matmul"),
     ("gemv", "numpy:a @ x"),

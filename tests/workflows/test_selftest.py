@@ -30,6 +30,7 @@ def small_reports():
     return reports
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", [op.name for op in all_ops()])
 def test_no_false_alarm_on_any_correct_implementation(op, small_reports):
     cases = {k: r for k, r in small_reports.items() if k[0] == op}
@@ -37,12 +38,14 @@ def test_no_false_alarm_on_any_correct_implementation(op, small_reports):
     assert [a for r in cases.values() for a in r.false_alarms] == []
 
 
+@pytest.mark.slow
 def test_catch_rate_meets_the_target(small_reports):
     total = summary(list(small_reports.values()))
     assert total["false_alarms"] == 0
     assert total["must_catch"] > 1000 and total["catch_rate"] >= 0.95, total
 
 
+@pytest.mark.slow
 def test_must_catch_mutants_are_those_at_16x_the_least_accurate_correct_error(small_reports):
     r = small_reports[("sum", "float32", "random")]
     assert r.least_ulp >= 0.5
