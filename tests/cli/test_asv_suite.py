@@ -150,32 +150,9 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
         ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     # the root commit alone, then the rest of history: two runs accumulate in one results dir
-    run_opbench(
-        "run",
-        "--config",
-        str(tiny_repo / "asv.conf.json"),
-        "--commits",
-        f"{first}^!",
-        "--results",
-        str(results),
-        "--machine",
-        "ci",
-        "--no-report",
-        cwd=tiny_repo,
-    )
-    proc = run_opbench(
-        "run",
-        "--config",
-        str(tiny_repo / "asv.conf.json"),
-        "--commits",
-        f"{first}..HEAD",
-        "--results",
-        str(results),
-        "--machine",
-        "ci",
-        "--no-report",
-        cwd=tiny_repo,
-    )
+    common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
+    run_opbench("run", *common, "--commits", f"{first}^!", "--no-report", cwd=tiny_repo)
+    proc = run_opbench("run", *common, "--commits", f"{first}..HEAD", "--no-report", cwd=tiny_repo)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "failed" in proc.stdout  # the crash is reported, and the run went on
     files = sorted(p for p in (results / "ci").glob("*.json") if p.name != "machine.json")
