@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
-from accuracy.report.fingerprint import label_of
+from accuracy.report.fingerprint import label_of, short_env_name
 from accuracy.report.stack import read_stack
 
 KEY_DIMS = ("machine", "env_name")
@@ -159,7 +159,7 @@ def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
 
 def _available(frame: pd.DataFrame) -> str:
     machines = ", ".join(sorted(frame["machine"].unique()))
-    envs = ", ".join(sorted({label_of(name) or name for name in frame["env_name"].unique()}))
+    envs = ", ".join(sorted({short_env_name(name) for name in frame["env_name"].unique()}))
     commits = frame.drop_duplicates("commit_hash").sort_values("commit_date", ascending=False)["commit_hash"].str[:8]
     more = f" (+{len(commits) - 10} older)" if len(commits) > 10 else ""
     return f"machines: {machines}; environments: {envs}; commits: {', '.join(commits[:10])}{more}"

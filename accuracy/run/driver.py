@@ -302,9 +302,10 @@ def run_suite(
     """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
 
     `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
-    they are set for asv's benchmark processes, and the fingerprint records them. For runs in
-    this environment the machine name gets the environment digest, so a changed stack (an
-    upgraded package, another BLAS kernel, a knob) files its results beside the old ones.
+    they are set for asv's benchmark processes, and the fingerprint records them. A run in this
+    environment goes to asv as the environment `env-<digest>` of the stack (environment_python.py),
+    so a changed stack (an upgraded package, another BLAS kernel, a knob) files its results beside
+    the old ones, under the same machine. Each batch runs as two passes (suite_passes.py).
     """
     from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
 
@@ -365,7 +366,7 @@ def run_suite(
                 discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
                 for suite_pass in PASSES:
                     if suite_pass == READ and _ran_whole(suite, batch, discovered):
-                        progress.total -= len(batch.classes)  # a suite without passes ran whole in the first
+                        progress.skip(batch.classes)  # a suite without passes ran whole in the first
                         break
                     progress.stage = f"{suite_pass} pass, "
                     status = max(

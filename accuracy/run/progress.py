@@ -91,6 +91,10 @@ class ClassProgress:
             flush=True,
         )
 
+    def skip(self, classes: tuple[str, ...]) -> None:
+        """A pass of `classes` that will not run after all: the count and the ETA leave it out."""
+        self.total -= len(classes)
+
     def finish(self) -> None:
         self._finish_class()
         self._current = None
