@@ -133,15 +133,19 @@ class _OpBenchmark:
         if current_pass() != READ:  # a read-pass track only reads the measurement: no framework is touched
             self._prepare()
 
+    def _spec(self) -> tuple[str, str, int, str, int]:
+        """(implementation, dtype, size, condition, threads) of the parameter combination."""
+        impl_name, dtype = self.p["impl_dtype"].rsplit("@", 1)
+        return impl_name, dtype, self.p["size"], self.p.get("condition", DEFAULT_CONDITION), self.p["threads"]
+
     def _prepare(self) -> None:
         """The case's rounded inputs in the backend's arrays, under the case's thread count."""
-        impl_name, dtype = self.p["impl_dtype"].rsplit("@", 1)
+        impl_name, dtype, size, condition, self.threads = self._spec()
         op = get_op(self.op_name)
-        self.case = Case(op, get_format(dtype), self.p["size"], self.p.get("condition", DEFAULT_CONDITION))
+        self.case = Case(op, get_format(dtype), size, condition)
         self.impl = op.impl(impl_name, dtype)
         self.backend = get_backend(self.impl.backend)
         self.native = {k: self.backend.to_native(v) for k, v in self.case.inputs.items()}
-        self.threads = self.p["threads"]
         self._threads = self.backend.thread_limit(self.threads)
         self._threads.__enter__()
 
@@ -160,10 +164,7 @@ class _OpBenchmark:
         """The error summary and the verdict, measured once per run and shared by the value tracks:
         the op, the references, the bound and the typical tier are evaluated by the first track
         process of a parameter combination (see `shared`)."""
-        p = self.p
-        impl_name, dtype = p["impl_dtype"].rsplit("@", 1)
-        condition = p.get("condition", DEFAULT_CONDITION)
-        key = f"{self.op_name}|{impl_name}|{dtype}|{p['size']}|{condition}|{p['threads']}"
+        key = "|".join(map(str, (self.op_name, *self._spec())))
         return shared(self.scratch, key, self._measure_now)
 
     def _measure_now(self) -> dict:
