@@ -7,6 +7,9 @@ here, never timed in a test: timings depend on the machine and on what else it r
     python scripts/measure_loop.py --cli                   # CLI latency, one process per command
     python scripts/measure_loop.py --forks                 # one fork of asv's server, per pass
     python scripts/measure_loop.py --run quick --run default   # opbench run end to end (minutes)
+    python scripts/measure_loop.py --run history           # a further commit of a history run
+    python scripts/measure_loop.py --make-test             # make test, then make test-fast, in a fresh clone
+    python scripts/measure_loop.py --cli --repeat 3        # each timing three times in a row
 
 Counting is asv's own discovery of the suite under each profile (asv_runner.discovery): asv 0.6
 starts one process per benchmark and parameter combination, plus one per setup_cache key and run.
@@ -26,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("quick", "default", "full")
+RUNS = (*PROFILES, "history")
 CLI = {  # what issue 20 budgets, one fresh process each
     "opbench --help": ["--help"],
     "opbench list": ["list"],
@@ -117,11 +121,10 @@ def readme_check_block() -> str | None:
     return None
 
 
-def time_check() -> tuple[float, int] | None:
+def time_check() -> tuple[float, int]:
     """The example's first `opbench check`, after its set-up lines ran untimed in a fresh folder."""
     block = readme_check_block()
-    if block is None:
-        return None
+    assert block is not None, "the docs lost the README's check example"
     lines = block.splitlines()
     first = next(i for i, line in enumerate(lines) if CHECK_LINE in line)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,14 +135,16 @@ def time_check() -> tuple[float, int] | None:
 
 
 def time_run(profile: str) -> tuple[float, int]:
-    """`opbench run` end to end (asv, publish, report) into a scratch results folder."""
+    """`opbench run` end to end (asv, publish, report) into a scratch results folder; "history" is
+    the default profile at HEAD as one commit of a history run (`--commits HEAD^!`), in asv's own
+    environment, which the first such run builds (time the second: a further commit)."""
     with tempfile.TemporaryDirectory(prefix="opbench-measure-") as tmp:
         folder = Path(tmp)
-        quick = ["--quick"] if profile == "quick" else ["--profile", profile]
+        which = {"quick": ["--quick"], "history": ["--commits", "HEAD^!"]}.get(profile, ["--profile", profile])
         return _timed(
             opbench(
                 "run",
-                *quick,
+                *which,
                 "--results",
                 str(folder / "results"),
                 "--html",
@@ -148,6 +153,20 @@ def time_run(profile: str) -> tuple[float, int]:
                 str(folder / "reports"),
             )
         )
+
+
+def time_make_test() -> list[tuple[str, float, int]]:
+    """`make test` in a fresh clone of this checkout's HEAD (a new venv: everything installed, as
+    CI does), then `make test-fast` in that clone, as the edit-test loop runs it."""
+    with tempfile.TemporaryDirectory(prefix="opbench-clone-") as tmp:
+        clone = Path(tmp) / "opbench"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        timed = []
+        for target in ("test", "test-fast"):
+            start = time.perf_counter()
+            proc = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True)
+            timed.append((f"`make {target}`", time.perf_counter() - start, proc.returncode))
+        return timed
 
 
 def _load() -> str:
@@ -159,25 +178,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", action="store_true", help="asv processes per profile (nothing is run)")
     parser.add_argument("--cli", action="store_true", help="CLI latency")
     parser.add_argument("--forks", action="store_true", help="what asv's fork of its server costs, per pass")
-    parser.add_argument("--run", action="append", default=[], choices=PROFILES, help="time `opbench run`")
+    parser.add_argument("--run", action="append", default=[], choices=RUNS, help="time `opbench run`")
+    parser.add_argument("--make-test", action="store_true", help="`make test` and `make test-fast` in a fresh clone")
+    parser.add_argument("--repeat", type=int, default=1, help="time each item this many times in a row")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"commit {commit.stdout.strip()}, {os.cpu_count()} CPUs, load average before: {_load()}\n")
     rows: list[tuple[str, str, str]] = []
+
+    def repeated(measure, answers: tuple[int, ...] = (0, 2)) -> str:
+        """Each of `--repeat` measurements in a row, with the load averages after each; an exit
+        status other than `answers` (a verdict's 1, a bad input's 2) is shown."""
+        shown = []
+        for _ in range(args.repeat):
+            seconds, status = measure()
+            digits = 2 if seconds < 10 else 0
+            failed = "" if status in answers else f" (exit {status})"
+            shown.append(f"{seconds:.{digits}f} s{failed} [{_load()}]")
+        return "; ".join(shown)
+
     if args.count or args.run:
-        for profile in PROFILES:
+        for profile in RUNS:
             if args.count or profile in args.run:
-                c = count(profile)
-                wall = ""
-                if profile in args.run:
-                    seconds, status = time_run(profile)
-                    wall = f"{seconds:.0f} s" + ("" if status == 0 else f" (exit {status})")
-                measure, read = count(profile, "measure"), count(profile, "read")
+                base = "default" if profile == "history" else profile
+                c = count(base)
+                wall = repeated(lambda p=profile: time_run(p)) if profile in args.run else ""
+                measure, read = count(base, "measure"), count(base, "read")
                 detail = (
                     f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache):"
                     f" {measure['processes']} measure pass + {read['processes']} read pass"
                 )
-                command = "--quick" if profile == "quick" else f"--profile {profile}"
+                command = {"quick": "--quick", "history": "--commits HEAD^! (a further commit)"}.get(
+                    profile, f"--profile {profile}"
+                )
                 rows.append((f"`opbench run {command}`", detail, wall))
     if args.forks:
         for suite_pass in ("measure", "read"):
@@ -187,11 +220,14 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.cli:
         for label, cli_args in CLI.items():
-            seconds, status = _timed(opbench(*cli_args))
-            rows.append((f"`{label}`", "", f"{seconds:.2f} s" + ("" if status in (0, 2) else f" (exit {status})")))
-        checked = time_check()
-        if checked is not None:
-            rows.append((f"`{CHECK_LINE} ...`", "", f"{checked[0]:.2f} s"))
+            rows.append((f"`{label}`", "", repeated(lambda a=cli_args: _timed(opbench(*a)))))
+        if readme_check_block() is not None:
+            rows.append((f"`{CHECK_LINE} ...`", "", repeated(time_check, answers=(0, 1))))
+    if args.make_test:
+        runs = [time_make_test() for _ in range(args.repeat)]
+        for i, (label, _, _) in enumerate(runs[0]):
+            walls = [f"{run[i][1]:.0f} s" + ("" if run[i][2] == 0 else f" (exit {run[i][2]})") for run in runs]
+            rows.append((label + (" in a fresh clone" if label == "`make test`" else ""), "", "; ".join(walls)))
     print("| what | asv processes | wall |")
     print("|---|---|---|")
     for row in rows:

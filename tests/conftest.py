@@ -1,4 +1,4 @@
-"""Shared fixtures: an isolated reference cache, and results directories with known answers."""
+"""Shared fixtures: the test run's own reference cache, and results directories with known answers."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ import pytest
 from fixtures_answers import write_suite_results
 from fixtures_report import make_results_dir
 
-# Every test process (and every subprocess it starts, which inherits os.environ) uses a private,
-# throwaway reference cache, never the user's ~/.cache/opbench. Set at import time so that
-# module-scoped fixtures, which run before function-scoped ones, are isolated too.
-_SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
+# Every test process (and every subprocess it starts, which inherits os.environ) uses the test run's
+# own throwaway reference cache, never the user's ~/.cache/opbench; set at import time, so that
+# module-scoped fixtures use it too. The run's tests and xdist workers share it, as `opbench` runs
+# share a user's: an entry is keyed by its inputs and checked by its digest on every read, so a test
+# gets the same bits computed or read, and the exact references and typical models many tests need
+# are computed once per run instead of once per test. Tests of the cache itself take `cache_path`.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN:
+    _SESSION_CACHE = os.path.join(tempfile.gettempdir(), f"opbench-test-cache-{_RUN}")
+    os.makedirs(_SESSION_CACHE, exist_ok=True)
+else:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
 os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
 
 # `make test` runs on every core (pytest-xdist). asv keeps its machine list in ~/.asv-machine.json and
@@ -24,18 +32,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["HOME"] = tempfile.mkdtemp(prefix=f"opbench-test-home-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path, monkeypatch):
-    """Each test gets its own empty cache directory, so no test depends on another's entries."""
+@pytest.fixture
+def cache_path(tmp_path, monkeypatch):
+    """A private, empty reference cache for this test (not created until something is cached)."""
     cache = tmp_path / "refcache"
     monkeypatch.setenv("OPBENCH_CACHE", str(cache))
     return cache
-
-
-@pytest.fixture
-def cache_path(_isolated_cache):
-    """The per-test reference cache directory (not created until something is cached)."""
-    return _isolated_cache
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,7 @@ def _versions() -> dict:
     return out
 
 
-def _installed_packages() -> dict[str, str]:
+def installed_packages() -> dict[str, str]:
     """Every installed distribution: any of them can change a number (a plugin, a BLAS wheel)."""
     from importlib.metadata import distributions
 
@@ -148,7 +148,7 @@ def fingerprint(full: bool = True) -> dict:
             if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))
         },
         "versions": _versions(),
-        "packages": _installed_packages(),
+        "packages": installed_packages(),
         "blas": [
             {
                 k: lib.get(k)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from contextlib import contextmanager
 from functools import partial
 
@@ -76,18 +77,22 @@ class TorchCompileBackend(TorchBackend):
         super().__init__("cpu")
         self.name = "torch-compile"
         self._compiled: dict = {}
+        # A scan calls from two threads at once: dynamo's first import then deadlocked on its module
+        # lock, and its compile caches are not documented thread-safe. One call at a time.
+        self._one_at_a_time = threading.Lock()
 
     def call(self, fn, inputs: dict):
-        if fn not in self._compiled:
-            config = importlib.import_module("torch._dynamo.config")
-            # one process may see an op at many dtypes, sizes and thread counts (explain, tests);
-            # past dynamo's limit it would silently run eager, so allow more and fail loudly after.
-            # The count is per code object, and every compiled partial shares dynamo's wrapper
-            # (external_utils `inner`): the limit covers all ops of the process together
-            config.recompile_limit = max(config.recompile_limit, 512)  # type: ignore[attr-defined]  # torch._dynamo.config sets its attributes at import
-            config.fail_on_recompile_limit_hit = True  # type: ignore[attr-defined]
-            self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
-        return self._compiled[fn](**inputs)
+        with self._one_at_a_time:
+            if fn not in self._compiled:
+                config = importlib.import_module("torch._dynamo.config")
+                # one process may see an op at many dtypes, sizes and thread counts (explain, tests);
+                # past dynamo's limit it would silently run eager, so allow more and fail loudly after.
+                # The count is per code object, and every compiled partial shares dynamo's wrapper
+                # (external_utils `inner`): the limit covers all ops of the process together
+                config.recompile_limit = max(config.recompile_limit, 512)  # type: ignore[attr-defined]  # torch._dynamo.config sets its attributes at import
+                config.fail_on_recompile_limit_hit = True  # type: ignore[attr-defined]
+                self._compiled[fn] = self.namespace.compile(partial(fn, self.namespace), dynamic=False)
+            return self._compiled[fn](**inputs)
 
 
 class TorchCudaModeBackend(TorchBackend):

@@ -19,6 +19,8 @@ import importlib
 import importlib.util
 import os
 import pickle
+import select
+import threading
 from collections.abc import Callable
 from functools import cached_property, partial
 
@@ -26,6 +28,8 @@ import numpy as np
 
 from accuracy.backends.base import ThreadsPerCall
 from accuracy.core.threads import all_cores
+
+PARENT_CHECK_S = 1.0  # how often an idle forked child checks that its parent is still there
 
 
 class Deferred:
@@ -47,6 +51,8 @@ class StartupThreadsBackend(ThreadsPerCall):
     def __init__(self):
         self.started_threads: int | None = None  # the count this process's runtime started at
         self._zygote: _Zygote | None = None
+        # a scan runs chunks on several threads: one of them starts the runtime and forks the zygote
+        self._starting = threading.Lock()
 
     def available(self) -> bool:
         """Whether the framework is installed; found without importing it (absent is never an error)."""
@@ -79,12 +85,13 @@ class StartupThreadsBackend(ThreadsPerCall):
         """Start the runtime at the requested count, unless it runs already. Code that runs the
         framework outside a backend call (a Keras model being built) calls this first: a runtime
         started there would keep the framework's default pools, which no later call can resize."""
-        if self.started_threads is None:
-            self.preload()
-            self._zygote = _Zygote(self)
-            threads = self.requested_threads or all_cores()
-            self.start(threads)
-            self.started_threads = threads
+        with self._starting:
+            if self.started_threads is None:
+                self.preload()
+                self._zygote = _Zygote(self)
+                threads = self.requested_threads or all_cores()
+                self.start(threads)
+                self.started_threads = threads
 
     def call(self, fn, inputs: dict):
         threads = self.requested_threads or all_cores()
@@ -130,17 +137,30 @@ def _resolve(key: tuple) -> Callable:
 
 
 class _Channel:
-    """Pickled messages over a pair of pipes."""
+    """Pickled messages over a pair of pipes, one request and its reply at a time.
 
-    def __init__(self, read_fd: int, write_fd: int):
+    The end a forked child reads from also watches the child's parent (`parent`, its pid): a fork
+    copies every open pipe end into the child, so another child forked beside it may hold the
+    write end this child reads, and then EOF never comes when the parent exits (two zygotes forked
+    at once did so, and kept `opbench scan ... | cat` waiting for ever). A child leaves within
+    PARENT_CHECK_S of its parent, whoever holds its pipes.
+    """
+
+    def __init__(self, read_fd: int, write_fd: int, parent: int | None = None):
         self.reader = os.fdopen(read_fd, "rb")
         self.writer = os.fdopen(write_fd, "wb")
+        self.parent = parent
 
     def send(self, message) -> None:
         pickle.dump(message, self.writer)
         self.writer.flush()
 
     def receive(self):
+        # nothing is left in the reader's buffer between messages (request, then reply), so the pipe
+        # itself says whether one is coming
+        while self.parent is not None and not select.select([self.reader], [], [], PARENT_CHECK_S)[0]:
+            if os.getppid() != self.parent:
+                raise EOFError("the parent process exited")
         return pickle.load(self.reader)
 
 
@@ -153,7 +173,7 @@ def _fork(child) -> tuple[int, _Channel]:
         os.close(down_w)
         os.close(up_r)
         try:
-            child(_Channel(down_r, up_w))
+            child(_Channel(down_r, up_w, parent=os.getppid()))
         finally:
             os._exit(0)
     os.close(down_r)
@@ -167,11 +187,13 @@ class _Zygote:
     def __init__(self, backend: StartupThreadsBackend):
         self.backend = backend
         self.pid, self.channel = _fork(self._serve)
+        self._turn = threading.Lock()  # one request and its reply at a time, whichever thread asks
 
     def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
-        self.channel.send((threads, _function_key(fn), arrays))
         try:
-            ok, value = self.channel.receive()
+            with self._turn:
+                self.channel.send((threads, _function_key(fn), arrays))
+                ok, value = self.channel.receive()
         except EOFError:
             raise RuntimeError(f"{self.backend.name} worker process exited") from None
         if not ok:
@@ -179,6 +201,7 @@ class _Zygote:
         return value
 
     def _serve(self, parent: _Channel) -> None:
+        self.backend._starting = threading.Lock()  # forked while the parent's starting thread held it
         workers: dict[int, _Channel] = {}
         while True:
             try:

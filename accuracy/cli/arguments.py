@@ -65,6 +65,13 @@ def item_progress(command: str) -> Callable[[int, int, str, float], None]:
     return progress
 
 
+def stopped_early(why: str, covered: str) -> int:
+    """A long command stopped before the end (Ctrl-C, a lost Dask scheduler) after printing what it
+    had: one line saying so, and exit status 2, the same for scan, self-test and model."""
+    print(f"opbench: error: {why}; {covered}", file=sys.stderr)
+    return 2
+
+
 def labelled_file(flag: str, text: str, example: str) -> tuple[str, str]:
     """`LABEL=FILE` of a repeatable flag (`--output tf=out.npy`), split; anything else is one line."""
     label, sep, path = text.partition("=")

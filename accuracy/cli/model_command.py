@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file
+from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
 
@@ -84,4 +84,6 @@ def run(args) -> int:
 
         write_model_page(args.html, report.as_dict(), report.answers())
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    if report.interrupted:
+        return stopped_early(report.interrupted, "the report covers the ports finished so far")
     return 0 if report.within_rounding else 1

@@ -6,12 +6,10 @@ import json
 import sys
 
 from accuracy.catalog.registry import get_op
-from accuracy.cli.arguments import add_command, add_dask, add_json
+from accuracy.cli.arguments import add_command, add_dask, add_json, stopped_early
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table
-
-INTERRUPTED_EXIT = 2
 
 
 def register(sub) -> None:
@@ -152,7 +150,5 @@ def run(args) -> int:
     else:
         print(render(rows, result))
     if result.interrupted:
-        why = result.error or "interrupted"
-        print(f"opbench: error: {why}; the table covers the inputs scanned so far", file=sys.stderr)
-        return INTERRUPTED_EXIT
+        return stopped_early(result.error or "interrupted", "the table covers the inputs scanned so far")
     return 0

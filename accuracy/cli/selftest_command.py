@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from accuracy.catalog.registry import get_op
-from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress
+from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, stopped_early
 from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.formatting import format_table
 from accuracy.workflows.cluster import ClusterLost
@@ -148,6 +147,5 @@ def run(args) -> int:
     else:
         print(markdown(reports, total) if args.markdown else render(reports, total))
     if lost is not None:
-        print(f"opbench: error: {lost}; the table covers the cases finished so far", file=sys.stderr)
-        return 2
+        return stopped_early(str(lost), "the table covers the cases finished so far")
     return 0 if total["false_alarms"] == 0 and total["catch_rate"] >= CATCH_TARGET else 1

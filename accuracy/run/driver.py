@@ -40,10 +40,16 @@ from accuracy.run.results_store import (
     recover_interrupted_saves,
     results_lock,
 )
+from accuracy.run.stack_fingerprint import (
+    FingerprintJob,
+    last_fingerprint,
+    save_fingerprint,
+    stack_key,
+    take_fingerprint,
+)
 from accuracy.run.suite_passes import MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
-SAFE_PATH = ("-P",)  # Python 3.11: the current directory is not put on the import path of a subprocess
 
 
 def load_asv_config(path: Path) -> dict:
@@ -138,28 +144,6 @@ def head_commit(repo: Path) -> str:
     except (OSError, subprocess.CalledProcessError):
         raise OpbenchError(f"{repo} is not a git checkout with a commit; asv records results per commit") from None
     return out.stdout.strip()
-
-
-def take_fingerprint(python: str, env: dict) -> dict:
-    """`opbench info --json --full` from a fresh process of `python` with `env`: the stack as it
-    starts, the frameworks' runtime details included.
-
-    A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start; with
-    -P (safe_path), so that an accuracy.py or asv.py in the current directory is never imported
-    in place of the real one. A fingerprint that cannot be taken is an error, never filed as one.
-    An older opbench (a history run's commit) has no --full: its `info --json` was always full.
-    """
-    command = [python, *SAFE_PATH, "-m", "accuracy", "info", "--json", "--full"]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
-    if proc.returncode == 2 and "unrecognized arguments: --full" in proc.stderr:
-        proc = subprocess.run(command[:-1], capture_output=True, text=True, env=env)
-    try:
-        if proc.returncode == 0:
-            return json.loads(proc.stdout)
-    except ValueError:
-        pass
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise OpbenchError(f"cannot fingerprint the environment of {python} (`opbench info --json --full` failed: {last})")
 
 
 def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
@@ -316,6 +300,7 @@ def run_suite(
     saved: list[Batch] = []
     signals: list[str] = []
     warnings: list[str] = []
+    fresh: FingerprintJob | None = None
     with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
         try:
             check_no_links(results, machine)
@@ -327,8 +312,17 @@ def run_suite(
                 PYTHONIOENCODING="utf-8",
                 **knobs,
             )
-            here = None if commits else json.dumps(take_fingerprint(sys.executable, env), indent=2)
-            label = None if here is None else environment_label(json.loads(here), knobs)
+            here, label, fresh = None, None, None
+            if not commits:  # this environment: its last fingerprint names it now, a fresh one is filed
+                key = stack_key(env)
+                last = last_fingerprint(key)
+                if last is None:
+                    last = take_fingerprint(sys.executable, env)
+                    save_fingerprint(key, last)
+                    here = json.dumps(last, indent=2)
+                else:
+                    fresh = FingerprintJob(env)
+                label = environment_label(last, knobs)
             staging = tmp / "results"
             _stage(results, staging, machine)
             private = write_private_config(config, staging, html, tmp)
@@ -353,7 +347,7 @@ def run_suite(
             progress = ClassProgress([owner for batch in batches for owner in batch.classes], passes=PASSES)
             measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
             measurements.mkdir()
-            pythons = environment_pythons(private) if here is None else {}
+            pythons = environment_pythons(private) if commits else {}
             env_fingerprints: dict[str, str] = {}
             written: dict[Path, None] = {}
             status = 0
@@ -381,13 +375,16 @@ def run_suite(
                 write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
                 busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
-                if here is None:
+                if commits:
                     fingerprints = {
                         p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints, warnings), busiest)
                         for p in changed
                     }
                 else:
                     assert label is not None
+                    if fresh is not None:
+                        here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
+                    assert here is not None
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
@@ -402,6 +399,9 @@ def run_suite(
         except KeyboardInterrupt:
             by = f" by {signals[0]}" if signals else ""
             raise OpbenchError(_interrupted(results, machine, batches, saved, by)) from None
+        finally:
+            if fresh is not None:
+                fresh.cancel()
         if written:
             publish_config = write_private_config(
                 config, results, html, tmp / "publish", branches=graph_branches(config)
@@ -428,6 +428,22 @@ def _staging_dir(results: Path):
         raise OpbenchError(f"{os_error_line('create a staging directory beside', results, exc)}") from None
     with tmp as folder:
         yield Path(folder)
+
+
+def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
+    """The fingerprint taken during the run, which is the one filed: it must name the environment
+    the run started under (the stack's last fingerprint), or nothing is saved."""
+    from accuracy.report.fingerprint import environment_label
+
+    fingerprint = job.result()
+    save_fingerprint(key, fingerprint)
+    now = environment_label(fingerprint, knobs)
+    if now != label:
+        raise OpbenchError(
+            f"this environment's stack is {now} now, not {label} as when it last ran (a change opbench's "
+            "quick check of the installed packages, knobs and CPU does not see): nothing was saved; run again"
+        )
+    return json.dumps(fingerprint, indent=2)
 
 
 def _with_load(fingerprint: str, busiest: float) -> str:

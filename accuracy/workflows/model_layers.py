@@ -30,7 +30,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_table
 from accuracy.judge.verdicts import UNDETERMINED, WITHIN
 from accuracy.workflows.check import _first_line, _json_safe, _worst_text, check_function, check_op
-from accuracy.workflows.cluster import thread_limits, work_pool, worker_name
+from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model_activations import (
     OUTPUT_KEY,
     LayerCall,
@@ -208,6 +208,9 @@ class ModelReport:
     inputs: dict[str, list[int]]
     ports: list[dict]
     absent: list[dict] = field(default_factory=list)
+    # a sweep stopped early (Ctrl-C, a lost Dask scheduler): why, and the ports it never finished
+    interrupted: str | None = None
+    not_run: list[str] = field(default_factory=list)
 
     @property
     def within_rounding(self) -> bool:
@@ -224,11 +227,15 @@ class ModelReport:
                 "inputs": self.inputs,
                 "ports": self.ports,
                 "absent_ports": self.absent,
+                "interrupted": self.interrupted,
+                "ports_not_run": self.not_run,
             }
         )
 
     def answers(self) -> list[str]:
         lines = []
+        if self.interrupted:
+            lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
         for p in self.ports:
             counts = f"{p['compared']} units compared, {p['not_compared']} not compared"
             if p["first_not_within"] is None:
@@ -421,15 +428,18 @@ def run_model(
         check_port_name(name)
     jobs = [PortJob(name) for name in dict.fromkeys(names)] + [PortJob(p.name, file=p) for p in file_ports]
     jobs += [PortJob("keras", keras=keras)] if keras else []
+    interrupted, not_run = None, []
     if dask is None:
         reports, absent = _ports_here(jobs, model, given, calls)
     else:
-        reports, absent = _ports_on_cluster(jobs, dask, spec, train, model, given, progress)
+        reports, absent, interrupted = _ports_on_cluster(jobs, dask, spec, train, model, given, progress)
+        finished = {r["port"] for r in reports} | {a["port"] for a in absent}
+        not_run = [job.name for job in jobs if job.name not in finished]
     if save_path is not None:
         save_activations(save_path, activations(calls, out))
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    return ModelReport(spec, mode, shapes, reports, absent)
+    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run)
 
 
 @dataclass(frozen=True)
@@ -465,15 +475,16 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[di
 
 def _ports_on_cluster(
     jobs: list[PortJob], dask: str, spec: str, train: bool, model, given: dict, progress
-) -> tuple[list[dict], list[dict]]:
-    """Each port as one work item on a Dask cluster, collected in the order of `jobs`.
+) -> tuple[list[dict], list[dict], str | None]:
+    """Each port as one work item on a Dask cluster, collected in the order of `jobs`, and why the
+    sweep stopped early (Ctrl-C, a lost scheduler) or None: then the ports finished so far.
 
     Workers build the model from its factory and take this process's weights (bitwise the same
     model, even from a factory that draws unseeded weights), and run on this process's torch
     thread count, so each port's numbers are the ones this process would get."""
     import torch
 
-    reports, absent, start = [], [], time.perf_counter()
+    reports, absent, start, stopped = [], [], time.perf_counter(), None
     with work_pool(dask) as pool:
         state, shared = pool.share(model.state_dict()), pool.share(given)
         futures = [pool.submit(port_task, spec, train, state, shared, job, torch.get_num_threads()) for job in jobs]
@@ -483,10 +494,12 @@ def _ports_on_cluster(
                 (absent.append({"port": job.name, "reason": reason}) if report is None else reports.append(report))
                 if progress:
                     progress(i + 1, len(jobs), job.name, time.perf_counter() - start)
+        except (KeyboardInterrupt, ClusterLost) as stop:
+            stopped = str(stop) if isinstance(stop, ClusterLost) else "interrupted"
         finally:
             for future in futures:
                 future.cancel()
-    return reports, absent
+    return reports, absent, stopped
 
 
 def port_task(

@@ -327,7 +327,14 @@ def scan_chunk(
     parts = []
     for impl in impls:
         part = ImplScan(None, None)
-        part.add(x, _run(impl, x, fmt), exact, rounded, fmt, start)
+        try:
+            result = _run(impl, x, fmt)
+        except Exception as exc:  # a library's failure is one line naming it, wherever the chunk ran
+            why = (str(exc).strip().splitlines() or [""])[-1]
+            raise OpbenchError(
+                f"{impl.name} failed on inputs {start}..{stop - 1}: {type(exc).__name__}: {why}"
+            ) from None
+        part.add(x, result, exact, rounded, fmt, start)
         parts.append(part)
     return parts
 

@@ -22,50 +22,6 @@ def _results_file(results: Path) -> dict:
     return json.loads(files[0].read_text()), files[0]
 
 
-def test_quick_run_records_paired_timing_and_accuracy(tmp_path):
-    results = tmp_path / "results"
-    proc = run_opbench(
-        "run",
-        "--quick",
-        "--profile",  # every track: --quick alone runs the quick profile's two (test_bench_common.py)
-        "default",
-        "--bench",
-        r"bench_products\.Dot\.",
-        "--results",
-        str(results),
-        "--machine",
-        "ci",
-        "--report",
-        str(tmp_path / "reports"),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    data, path = _results_file(results)
-    cols = data["result_columns"]
-    values = {name: dict(zip(cols, row, strict=False)) for name, row in data["results"].items()}
-    timing = values["bench_products.Dot.time_op"]
-    assert all(v is not None and 0 < v < 1 for v in timing["result"])
-    impls = list(timing["params"][0])
-    assert "'numpy:np.dot@float32'" in impls and "'torch:torch.dot@float32'" in impls
-    for track in ("track_max_ulp", "track_bound_ratio", "track_max_rel_fp64", "track_nonfinite"):
-        assert values[f"bench_products.Dot.{track}"]["params"] == timing["params"]
-    ulps = values["bench_products.Dot.track_max_ulp"]["result"]
-    ratios = values["bench_products.Dot.track_bound_ratio"]["result"]
-    assert all(u > 0 for u in ulps)  # a float32 dot of 4096 terms is never exact here
-    # always provably within rounding; 0 where the result is correctly rounded (OpenBLAS's sdot on
-    # this machine), which np.sum(x * y) never is on these inputs
-    assert all(0 <= r < 1 for r in ratios) and max(ratios) > 0
-    # the fingerprint sits beside the results file and names the BLAS that ran
-    fp = json.loads(path.with_suffix(".fingerprint").read_text())
-    assert any(lib["internal_api"] == "openblas" for lib in fp["blas"])
-    # asv publish made history pages holding these benchmarks
-    html = tmp_path / "html"
-    assert (html / "index.html").is_file()
-    index = json.loads((html / "index.json").read_text())
-    assert "bench_products.Dot.track_bound_ratio" in index["benchmarks"]
-    assert list(html.glob("graphs/**/bench_products.Dot.time_op.json"))
-    assert (tmp_path / "reports" / "latest" / "index.html").is_file()
-
-
 def test_asv_check_passes_on_the_suite(tmp_path):
     from accuracy.run.driver import write_private_config
 
@@ -193,6 +149,38 @@ def test_history_and_this_environment_are_one_machine_in_asvs_pages(tiny_repo, t
     compared = run_opbench("compare", "--results", str(results), history_env, label, cwd=tiny_repo)
     # both names resolve; the tiny suite has no op cases for compare to pair
     assert f"and NEW {label!r} share no benchmark results" in compared.stderr, compared.stderr
+
+
+def test_a_run_starts_on_the_stacks_last_fingerprint_and_files_a_fresh_one(tiny_repo, tmp_path, monkeypatch):
+    """The fingerprint (seconds: every framework imported) is taken beside the run, not before it; the
+    run starts under the label of the stack's last fingerprint. A stack that changed where the quick
+    key does not look (here: the saved fingerprint altered) is caught before anything is saved."""
+    monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "cache"))
+    results = tmp_path / "results"
+    common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
+    first = run_opbench("run", *common, "--no-report", cwd=tiny_repo)  # nothing saved yet: taken first
+    assert first.returncode == 0, first.stderr[-3000:]
+    [saved] = (tmp_path / "cache" / "fingerprints").glob("*.json")
+    [label] = re.findall(r"environment (env-[0-9a-f]{8}) ", first.stdout)
+    files = {p: p.read_bytes() for p in (results / "ci").iterdir()}
+
+    stale = json.loads(saved.read_text())
+    stale["packages"]["a-package-since-removed"] = "1.0"
+    saved.write_text(json.dumps(stale))
+    changed = run_opbench("run", *common, "--no-report", cwd=tiny_repo)
+    assert changed.returncode == 2 and changed.stderr.count("\n") == 1, changed.stderr
+    assert f"this environment's stack is {label} now, not env-" in changed.stderr
+    assert "nothing was saved; run again" in changed.stderr
+    assert {p: p.read_bytes() for p in (results / "ci").iterdir()} == files  # not a byte changed
+    assert json.loads(saved.read_text())["packages"] == json.loads(files[_fingerprint_of(results)])["packages"]
+
+    again = run_opbench("run", *common, "--no-report", cwd=tiny_repo)  # the fresh one was kept
+    assert again.returncode == 0 and f"environment {label} " in again.stdout, again.stderr[-3000:]
+
+
+def _fingerprint_of(results: Path) -> Path:
+    [fingerprint] = (results / "ci").glob("*.fingerprint")
+    return fingerprint
 
 
 BATCH_BENCHES = {

@@ -210,7 +210,7 @@ def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path
 def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     dask_cluster, tmp_path, monkeypatch, capsys
 ):
-    address, _, _ = dask_cluster
+    address, scheduler, _ = dask_cluster
     block = ["accuracy.workflows.model_zoo:small_transformer", "--inputs", "x=2x4x16", "--port", "torchscript"]
     assert _model(capsys, *block, "--dask", address)[:2] == _model(capsys, *block)[:2]
 
@@ -222,6 +222,22 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith("opbench: error: on Dask worker tcp://127.0.0.1:")
     assert "cannot import only_here" in captured.err
+
+    # the scheduler goes away after the first port: the ports finished so far, marked partial, then one line
+    from accuracy.cli import model_command
+
+    def kill_the_scheduler(done, total, label, seconds):
+        if scheduler.poll() is None:
+            os.killpg(scheduler.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(model_command, "item_progress", lambda command: kill_the_scheduler)
+    ports = ["torchscript", "onnxruntime", "threads:1", "bfloat16"]
+    status, report, err = _model(capsys, *block[:-2], *(a for p in ports for a in ("--port", p)), "--dask", address)
+    assert status == 2 and err.count("\n") == 1
+    assert f"the Dask scheduler at {address} went away" in err and "the ports finished so far" in err
+    done = [p["port"] for p in report["ports"]]
+    assert done[0] == "torchscript" and report["ports_not_run"] and report["interrupted"] in err
+    assert done + report["ports_not_run"] == ports  # ports are collected in order: the rest were not run
 
 
 def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):

@@ -191,3 +191,17 @@ def test_the_float64_sample_starts_with_the_functions_hard_and_edge_inputs():
         r = mpmath.mpf(closest) % (mpmath.pi / 2)
         assert min(r, mpmath.pi / 2 - r) < mpmath.mpf(2) ** -60
     assert hard_inputs("erf").size == 0 and sample_float64(40).size == 40
+
+
+def test_a_library_that_fails_mid_scan_is_one_line_naming_it(monkeypatch, capsys):
+    """A scan of relu crashed with a traceback when torch.compile's first import deadlocked in two
+    scan threads; whatever a library raises, the scan ends with one line that names it."""
+
+    def broken(impl, x, fmt):
+        raise RuntimeError("dynamo traceback line\nDeadlockError: deadlock detected by _ModuleLock('torch._dynamo')")
+
+    monkeypatch.setattr("accuracy.workflows.scan._run", broken)
+    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("opbench: error: numpy:np.exp failed on inputs 0..")
+    assert err.rstrip().endswith("RuntimeError: DeadlockError: deadlock detected by _ModuleLock('torch._dynamo')")

@@ -94,6 +94,7 @@ def test_pages_point_at_local_copies(offline):
         assert (offline / VENDOR_DIR / package.folder / "package.json").is_file()
 
 
+@pytest.mark.slow  # asv publish and Chromium
 @needs_chromium
 def test_asv_pages_render_with_the_network_cut_off(published, offline, tmp_path):
     # as asv publishes them, the pages ask the CDNs and show the error page instead

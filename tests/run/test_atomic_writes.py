@@ -22,7 +22,7 @@ from accuracy.core.files import atomic_directory, remove_stale_temps, write_atom
 from accuracy.report.fingerprint import read_fingerprint
 from accuracy.report.load import load_results
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
-from accuracy.run import driver
+from accuracy.run import driver, stack_fingerprint
 from accuracy.run.progress import AsvLog
 from accuracy.run.results_store import merge_benchmarks_json, recover_interrupted_saves
 
@@ -244,7 +244,7 @@ def test_remove_stale_temps_takes_only_temporary_names(tmp_path):
 def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprint(tmp_path, monkeypatch):
     (tmp_path / "accuracy.py").write_text("raise SystemExit('not opbench')\n")
     monkeypatch.chdir(tmp_path)
-    fingerprint = driver.take_fingerprint(sys.executable, dict(os.environ))
+    fingerprint = stack_fingerprint.take_fingerprint(sys.executable, dict(os.environ))
     assert "error" not in fingerprint and fingerprint["blas"]
     # the full stack, as a run records it: the frameworks' runtime details, not only their versions
     assert fingerprint["torch"]["cpu_capability"] and "runtime" not in fingerprint["torch"]
@@ -255,7 +255,7 @@ def test_an_accuracy_py_in_the_current_directory_does_not_replace_the_fingerprin
 def test_a_fingerprint_that_cannot_be_taken_is_an_error_not_a_digest():
     env = dict(os.environ, OPBENCH_BLAS=":")  # `opbench info` refuses it with exit 2
     with pytest.raises(OpbenchError, match=r"cannot fingerprint .*OPBENCH_BLAS entry ':' names no library"):
-        driver.take_fingerprint(sys.executable, env)
+        stack_fingerprint.take_fingerprint(sys.executable, env)
 
 
 def test_an_asv_py_in_the_current_directory_is_never_run(tmp_path, monkeypatch):
@@ -271,7 +271,7 @@ def test_an_asv_py_in_the_current_directory_is_never_run(tmp_path, monkeypatch):
 def test_safe_path_keeps_pythonpath():
     """-P, not -I: developers and asv's own environments rely on PYTHONPATH."""
     proc = subprocess.run(
-        [sys.executable, *driver.SAFE_PATH, "-c", "import sys; print(sys.path)"],
+        [sys.executable, *stack_fingerprint.SAFE_PATH, "-c", "import sys; print(sys.path)"],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH="/opbench-marker"),

@@ -55,3 +55,41 @@ def test_torch_compile_runs_on_the_same_inputs_and_stays_within_rounding():
     verdicts = {case.judge(case.op.impl(name)).verdict for name in ("torch-compile:F.gelu", "torch:F.gelu")}
     assert verdicts == {"within rounding"}
     assert 0 < compiled.bound_ratio <= 1
+
+
+def test_torch_compile_compiles_once_and_runs_one_call_at_a_time_from_many_threads(monkeypatch):
+    """A scan calls from two threads: both compiled at once, and dynamo's first import deadlocked."""
+    import threading
+    import time
+
+    from accuracy.backends.pytorch import TorchCompileBackend
+
+    backend, compiles, inside, most = TorchCompileBackend(), [], [0], [0]
+
+    def fake_compile(fn, dynamic):
+        compiles.append(fn)
+
+        def run(**inputs):
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.05)
+            inside[0] -= 1
+            return fn(**inputs)
+
+        return run
+
+    monkeypatch.setattr(backend, "namespace", type("ns", (), {"compile": staticmethod(fake_compile)}))
+    monkeypatch.setattr("importlib.import_module", lambda name: type("config", (), {"recompile_limit": 8}))
+    barrier, results = threading.Barrier(4), []
+
+    def op(ns, x):
+        return x + 1
+
+    def call():
+        barrier.wait()
+        results.append(backend.call(op, {"x": 1}))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert results == [2, 2, 2, 2] and len(compiles) == 1 and most[0] == 1

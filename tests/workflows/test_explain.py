@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -27,9 +29,14 @@ def _pair(report, a, b):
     raise AssertionError(f"no pair {a} / {b}")
 
 
+@functools.cache  # xdist tears module fixtures down whenever a worker's queue runs dry: compute once
+def _explained_linear(dtype: str) -> dict:
+    return explain("linear", dtype)
+
+
 @pytest.fixture(scope="module", params=["float32", "float64"])
 def linear(request):
-    return explain("linear", request.param)
+    return _explained_linear(request.param)
 
 
 @pytest.mark.slow
@@ -83,6 +90,7 @@ def test_std_ddof0_is_beyond_rounding_with_its_semantics_named(dtype):
     assert all(r["run_to_run"] for r in report["reproducibility"])
 
 
+@pytest.mark.slow  # ~7 s: explains many ops whole
 def test_notes_never_contradict_verdicts():
     """A note that says "not a rounding difference" sits only beside a verdict that is not within."""
     for op_name, dtype in (("var", "float16"), ("std", "float32"), ("gelu", "float32")):

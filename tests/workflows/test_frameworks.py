@@ -53,6 +53,7 @@ def test_small_size_against_exact(op, impl):
         assert judgement.verdict == "within rounding", (impl.name, judgement)
 
 
+@pytest.mark.slow  # each finding at the size that shows it, in its framework: seconds each
 @pytest.mark.parametrize(
     "op,impl",
     [

@@ -3,6 +3,8 @@ correct implementation, and the must-catch mutants caught."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,11 @@ pytestmark = pytest.mark.xdist_group("selftest")
 
 @pytest.fixture(scope="module")
 def small_reports():
+    return _small_reports()
+
+
+@functools.cache  # xdist tears module fixtures down whenever a worker's queue runs dry: compute once
+def _small_reports():
     """Every op, dtype and condition at the op's test size (float16 through float64)."""
     reports = {}
     for op in all_ops():

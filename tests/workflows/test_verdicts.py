@@ -111,6 +111,7 @@ def test_judge_takes_any_inputs_and_outputs_against_mpmath():
     assert judge(op, {"x": x}, dropped, fmt).verdict in ALARMS
 
 
+@pytest.mark.slow  # ~5 s: the typical tier's model of a large sum
 def test_typical_tier_catches_what_the_worst_case_bound_lets_through():
     """The issue's bugs that passed as within rounding: a 1% bias, a lost term, a float16
     accumulator, a mean divided by n - 1; each inside the worst-case bound."""
@@ -189,13 +190,13 @@ def test_explicit_inverse_is_suspicious_where_it_loses_backward_stability():
     assert ev.judge(np.linalg.solve(a, b), good).verdict == WITHIN
 
 
-def test_judgements_are_deterministic_and_use_the_vocabulary():
+def test_judgements_are_deterministic_and_their_tier_orders_the_verdicts():
     case = make_case("softmax", "float32", 64)
     impl = case.op.impl("torch:torch.softmax")
     out = case.run(impl)
     a = Evidence(case.op, case.inputs, case.fmt, case.exact).judge(out, impl)
     b = Evidence(case.op, case.inputs, case.fmt, case.exact).judge(out, impl)
-    assert a == b and a.verdict in VERDICTS and a.tier == VERDICTS.index(a.verdict)
+    assert a == b and a.verdict == WITHIN and a.tier == VERDICTS.index(WITHIN) == 0
 
 
 def test_tf32_mode_computes_every_float32_product_in_tf32_even_a_declared_formula():
