@@ -12,6 +12,7 @@ from cli_runner import ROOT, run_main, run_opbench
 from core_ops import CORE_OPS
 
 from accuracy.backends import get_backend
+from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import all_ops
 
 
@@ -115,7 +116,9 @@ def test_explain_stderr_is_clean_of_tensorflow_logs(monkeypatch):
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     out = run_opbench("explain", "exp", "--dtype", "float32", "--size", "64", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "tensorflow:tf.math.exp" in out.stdout and out.stderr == ""
+    # in a fresh environment another test may be building LibTorch meanwhile: opbench says so, once
+    noise = [line for line in out.stderr.splitlines() if BUILDING not in line]
+    assert "tensorflow:tf.math.exp" in out.stdout and noise == []
 
 
 def test_explain_text_answers_first():
