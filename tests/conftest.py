@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,11 @@ if _RUN:
 else:
     _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
 os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
+
+# A suite started in the background (`make test &` in a script) inherits SIGINT ignored, and so would
+# every opbench it starts; the Ctrl-C tests need it delivered, as at a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # `make test` runs on every core (pytest-xdist). asv keeps its machine list in ~/.asv-machine.json and
 # rewrites it without a lock, so each worker gets its own HOME; the caches stay shared (the compiled
