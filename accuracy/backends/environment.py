@@ -25,9 +25,12 @@ def _numpy_info() -> dict:
     }
 
 
-def _cpu_info() -> dict:
-    """Model and clock as Linux reports them: with the SIMD width (numpy's) they give the
-    report's theoretical peak. `mhz` is the current clock of the first core, None elsewhere."""
+# the environment variables a fingerprint records: the knobs that act at process start
+RECORDED_ENV_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_")
+
+
+def first_core_cpuinfo() -> dict[str, str]:
+    """The first core's fields of /proc/cpuinfo (model, flags, clock, ...); empty where there is none."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
@@ -38,6 +41,13 @@ def _cpu_info() -> dict:
                 fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def _cpu_info() -> dict:
+    """Model and clock as Linux reports them: with the SIMD width (numpy's) they give the
+    report's theoretical peak. `mhz` is the current clock of the first core, None elsewhere."""
+    fields = first_core_cpuinfo()
     try:
         mhz = float(fields["cpu MHz"])
     except (KeyError, ValueError):
@@ -142,11 +152,7 @@ def fingerprint(full: bool = True) -> dict:
         "machine": platform.machine(),
         "cpu_count": len(os.sched_getaffinity(0)),
         "cpu": _cpu_info(),
-        "env": {
-            k: os.environ[k]
-            for k in sorted(os.environ)
-            if k.startswith(("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_"))
-        },
+        "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(RECORDED_ENV_PREFIXES)},
         "versions": _versions(),
         "packages": installed_packages(),
         "blas": [

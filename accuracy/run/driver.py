@@ -312,7 +312,7 @@ def run_suite(
                 PYTHONIOENCODING="utf-8",
                 **knobs,
             )
-            here, label, fresh = None, None, None
+            here, label = None, None
             if not commits:  # this environment: its last fingerprint names it now, a fresh one is filed
                 key = stack_key(env)
                 last = last_fingerprint(key)
@@ -341,6 +341,9 @@ def run_suite(
                 args.append("--quick")
             if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
+            if fresh is not None:  # taken beside the discovery; nothing is timed beside it
+                assert label is not None  # named by the stack's last fingerprint
+                here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
             batches = plan_batches(private, bench)
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
             modules = {name.split(".", 1)[0] for name in suite}
@@ -381,10 +384,7 @@ def run_suite(
                         for p in changed
                     }
                 else:
-                    assert label is not None
-                    if fresh is not None:
-                        here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
-                    assert here is not None
+                    assert label is not None and here is not None
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
@@ -431,8 +431,8 @@ def _staging_dir(results: Path):
 
 
 def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
-    """The fingerprint taken during the run, which is the one filed: it must name the environment
-    the run started under (the stack's last fingerprint), or nothing is saved."""
+    """The fingerprint taken while asv discovered the suite, which is the one filed: it must name
+    the environment the run started under (the stack's last fingerprint), or nothing runs."""
     from accuracy.report.fingerprint import environment_label
 
     fingerprint = job.result()

@@ -4,9 +4,10 @@ The fingerprint is `opbench info --json --full` from a fresh process: every fram
 seconds (7.5 s here, most of it TensorFlow). Its digest names the asv environment a run in this
 environment files under, so it is needed before asv starts. A run therefore starts on the
 fingerprint this stack had last time, found by a cheap key (the interpreter, the installed
-distributions, the process-start knobs and the CPU), while a fresh one is taken beside the first
-batch; before anything is saved the fresh one must give the same digest, and it is the one filed.
-A stack changed in a way the key misses is caught there: nothing is saved, one line says so.
+distributions, the process-start knobs and the CPU), while a fresh one is taken beside asv's
+discovery of the suite; before the first benchmark runs, the fresh one must give the same digest,
+and it is the one filed. A stack changed in a way the key misses is caught there: nothing is run
+or saved, one line says so.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accuracy.backends.environment import RECORDED_ENV_PREFIXES
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import write_atomic
 
 SAFE_PATH = ("-P",)  # Python 3.11: the current directory is not put on the import path of a subprocess
 # what the fingerprint records of the environment, and what else changes the libraries a process loads
-KEYED_ENV_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "NPY_", "ATEN_", "TF_", "XLA_", "OPBENCH_BLAS")
+KEYED_ENV_PREFIXES = (*RECORDED_ENV_PREFIXES, "OPBENCH_BLAS")
 KEYED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
 NICE = 10  # the background fingerprint's niceness
 
@@ -59,9 +61,8 @@ def take_fingerprint(python: str, env: dict) -> dict:
 
 
 class FingerprintJob:
-    """`take_fingerprint` of this interpreter in the background, while asv discovers the suite and
-    its server imports the frameworks, before it times anything; niced, so that a timing it still
-    overlaps on a busy machine keeps its core."""
+    """`take_fingerprint` of this interpreter in the background, while asv discovers the suite; niced,
+    so the discovery keeps its core. The run waits for it before asv times anything."""
 
     def __init__(self, env: dict):
         self._proc = subprocess.Popen(
@@ -86,20 +87,14 @@ class FingerprintJob:
 
 def stack_key(env: dict) -> str:
     """What decides this interpreter's fingerprint, read without importing any framework (~0.1 s)."""
-    from accuracy.backends.environment import installed_packages
+    from accuracy.backends.environment import first_core_cpuinfo, installed_packages
 
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            cpu = cpuinfo.read().split("\n\n", 1)[0]  # the first core: model, flags, microcode
-    except OSError:
-        pass
-    cpu = "\n".join(line for line in cpu.splitlines() if not line.startswith(("cpu MHz", "bogomips")))
     key = {
         "python": [os.path.realpath(sys.executable), sys.version],
         "packages": installed_packages(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(KEYED_ENV_PREFIXES) or k in KEYED_ENV},
-        "cpu": cpu,
+        # model, flags, microcode; not the clock, which moves
+        "cpu": {k: v for k, v in first_core_cpuinfo().items() if k not in ("cpu MHz", "bogomips")},
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
