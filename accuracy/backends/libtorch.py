@@ -54,10 +54,11 @@ def build_name(prefix: str, torch_version: str, source: bytes) -> str:
 
 
 @contextlib.contextmanager
-def build_lock(build_dir: Path, timeout: float | None = None) -> Iterator[None]:
-    """Hold the build directory: waits (saying for whom) up to `timeout` seconds for another
-    process, and removes a `lock` file a killed build left behind (its owner is gone: we hold
-    the flock every builder takes first), so cpp_extension never waits on it forever."""
+def build_lock(build_dir: Path, timeout: float | None = None, built: bool = False) -> Iterator[None]:
+    """Hold the build directory: waits up to `timeout` seconds for another process (saying for
+    whom, unless the build is there already and the holder only loads it, a moment), and removes
+    a `lock` file a killed build left behind (its owner is gone: we hold the flock every builder
+    takes first), so cpp_extension never waits on it forever."""
     if timeout is None:
         timeout = float(os.environ.get(BUILD_TIMEOUT_VAR, BUILD_TIMEOUT))
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +75,7 @@ def build_lock(build_dir: Path, timeout: float | None = None) -> Iterator[None]:
                         f"the LibTorch backend is being built by another process (pid {holder}) in {build_dir}; "
                         f"waited {timeout:g} s (set {BUILD_TIMEOUT_VAR} to wait longer)"
                     ) from None
-                if not said:
+                if not said and not built:
                     print(f"opbench: waiting for pid {holder}, {BUILDING} in {build_dir}", file=sys.stderr)
                     said = True
                 time.sleep(min(0.2, max(timeout, 0.0)))
@@ -98,7 +99,7 @@ def _holder(owner) -> str:
 
 def build(name: str, build_dir: Path, load: Callable[[], object], timeout: float | None = None) -> None:
     """`load()` (cpp_extension.load) under the build lock, saying so on stderr when it compiles."""
-    with build_lock(build_dir, timeout):
+    with build_lock(build_dir, timeout, built=(build_dir / f"{name}.so").exists()):
         if not (build_dir / f"{name}.so").exists():
             print(f"opbench: {BUILDING} in {build_dir}", file=sys.stderr)
         load()

@@ -13,18 +13,15 @@ input and output tensors (the weights' Identity nodes included).
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import re
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, quiet_stderr
 
 OPSET = 17  # LayerNormalization is an ONNX op from opset 17 on
 _CALL_SUFFIX = re.compile(r"(.+)_(\d+)")
@@ -37,7 +34,7 @@ def export(model, args: tuple, input_names: list[str]):
 
     buffer = io.BytesIO()
     try:
-        with warnings.catch_warnings(), _quiet_stderr():
+        with warnings.catch_warnings(), quiet_stderr():  # the exporter dumps the graph on failure
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 model,
@@ -54,22 +51,6 @@ def export(model, args: tuple, input_names: list[str]):
         named = f"op {op.group(1)} does not export: " if op else ""
         raise OpbenchError(f"the model does not export to ONNX (opset {OPSET}): {named}{text}") from None
     return onnx.load_from_string(buffer.getvalue())
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """The exporter's C++ side prints the whole TorchScript graph to stderr when an op fails;
-    the error is one line (OpbenchError), so that print goes to /dev/null."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:

@@ -9,12 +9,15 @@ TF fixes when its runtime starts (see accuracy.backends.startup_threads).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from functools import cached_property
+from pathlib import Path
+from types import ModuleType
 
 from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.dtypes import SINGLE_DOUBLE
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, quiet_stderr
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 # TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
@@ -62,21 +65,51 @@ class TensorFlowBackend(StartupThreadsBackend):
         return fn(self.namespace, **tensors).numpy()
 
     def info(self) -> dict:
-        """Version, math libraries and the knobs in effect (importing TF starts no runtime)."""
-        tf = self.namespace
-        from tensorflow.python.util import _pywrap_util_port
-
+        """Version, math libraries and the knobs in effect, read without importing TensorFlow: the
+        import takes 5 s here, most of the fingerprint every `opbench run` waits for. The build's
+        facts are a static module of the package (what tf.sysconfig.get_build_info returns), and
+        whether oneDNN is on is TF's own answer, from its small util extension (knob applied)."""
+        package = _package_dir(self.module)
+        build = _module_at("build_info", package / "python" / "platform" / "build_info.py").build_info
+        (extension,) = (package / "python" / "util").glob("_pywrap_util_port*.so")
+        with quiet_stderr():  # it loads TF's C++ libraries, whose logging ignores LOG_LEVEL_VAR this early
+            util_port = _module_at(f"{self.module}.python.util._pywrap_util_port", extension)
+            onednn_enabled = bool(util_port.IsMklEnabled())  # logs "oneDNN custom operations are on"
         return {
-            "version": tf.__version__,
+            "version": _version(_distribution(self.module)),
             "keras": _version("keras"),
             "math_libraries": "Eigen (bundled), oneDNN (bundled)",
-            "onednn_enabled": bool(_pywrap_util_port.IsMklEnabled()),  # TF's own answer, knob applied
+            "onednn_enabled": onednn_enabled,
             "knobs": {
                 ONEDNN_VAR: os.environ.get(ONEDNN_VAR, "unset (TF decides per CPU)"),
                 "threads": "intra/inter-op fixed at runtime start; other counts in a worker process",
             },
-            "build": dict(tf.sysconfig.get_build_info()),
+            "build": dict(build),
         }
+
+
+def _package_dir(module: str) -> Path:
+    spec = importlib.util.find_spec(module)  # finds the package without running its __init__
+    assert spec is not None and spec.submodule_search_locations, module  # available() found it
+    return Path(spec.submodule_search_locations[0])
+
+
+def _module_at(name: str, path: Path) -> ModuleType:
+    """The module `name` of a package, loaded from its file without importing the package. Under
+    its full name: an extension module files itself in sys.modules, where the package's own import
+    later finds it (loaded twice under two names, TF's crashes the process)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _distribution(module: str) -> str:
+    """The distribution installing `module` (tensorflow-cpu here, tensorflow elsewhere)."""
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions().get(module, [module])[0]
 
 
 def _version(dist: str):

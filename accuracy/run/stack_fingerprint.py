@@ -1,13 +1,13 @@
 """The fingerprint `opbench run` files beside each results file, and how a run gets it early.
 
-The fingerprint is `opbench info --json --full` from a fresh process: every framework imported,
-seconds (7.5 s here, most of it TensorFlow). Its digest names the asv environment a run in this
-environment files under, so it is needed before asv starts. A run therefore starts on the
-fingerprint this stack had last time, found by a cheap key (the interpreter, the installed
-distributions, the process-start knobs and the CPU), while a fresh one is taken beside asv's
-discovery of the suite; before the first benchmark runs, the fresh one must give the same digest,
-and it is the one filed. A stack changed in a way the key misses is caught there: nothing is run
-or saved, one line says so.
+The fingerprint is `opbench info --json --full` from a fresh process: every framework's runtime
+details, 3 s here (most of it importing torch; 7.5 s while it imported TensorFlow). Its digest
+names the asv environment a run in this environment files under, so it is needed before asv
+starts. A run therefore starts on the fingerprint this stack had last time, found by a cheap key
+(the interpreter, the installed distributions, the process-start knobs and the CPU), while a fresh
+one is taken beside asv's discovery of the suite; before the first benchmark runs, the fresh one
+must give the same digest, and it is the one filed. A stack changed in a way the key misses is
+caught there: nothing is run or saved, one line says so.
 """
 
 from __future__ import annotations

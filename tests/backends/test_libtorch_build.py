@@ -95,6 +95,22 @@ def test_a_built_extension_loads_without_a_word(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_process_loading_a_built_extension_is_waited_for_without_a_word(tmp_path, capsys):
+    """Dask workers start LibTorch together: one holds the lock while it loads the build; the other
+    once said it waited for a build that was not happening."""
+    build_dir = tmp_path / "opbench_libtorch_x"
+    build_dir.mkdir()
+    (build_dir / "opbench_libtorch_x.so").write_bytes(b"")
+    holder = _holder(build_dir, make_stale_lock=False)
+    try:
+        with pytest.raises(OpbenchError, match=f"another process \\(pid {holder.pid}\\)"):
+            build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=0.5)
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    assert capsys.readouterr().err == ""
+
+
 def test_each_environment_and_torch_and_source_has_its_own_build():
     here = build_name("/work/a/.venv", "2.13.0", b"source")
     assert here == build_name("/work/a/.venv", "2.13.0", b"source")

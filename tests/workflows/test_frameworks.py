@@ -7,6 +7,8 @@ read back from each framework, and each framework's absence is simulated.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -152,6 +154,31 @@ for n in (2, 1):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["2", "1"]
+
+
+@pytest.mark.parametrize("onednn", ["", "1"])
+def test_tensorflow_info_is_what_tensorflow_says_without_importing_it(onednn):
+    """The fingerprint every run waits for reads TF's version, build and oneDNN switch from the
+    package's files (the import is 5 s here), quietly; imported afterwards, TF gives the same."""
+    code = """
+import json, sys
+from accuracy.backends import get_backend
+info = get_backend("tensorflow").info()
+assert "tensorflow" not in sys.modules, "imported tensorflow"
+print("info done", file=sys.stderr, flush=True)
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+print(json.dumps([info, tf.__version__, bool(_pywrap_util_port.IsMklEnabled()), dict(tf.sysconfig.get_build_info())]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != tf_backend.ONEDNN_VAR} | (
+        {tf_backend.ONEDNN_VAR: onednn} if onednn else {}
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.startswith("info done"), done.stderr  # TF's C++ log lines kept off the terminal
+    info, version, onednn_enabled, build = json.loads(done.stdout)
+    assert (info["version"], info["onednn_enabled"], info["build"]) == (version, onednn_enabled, build)
+    assert onednn_enabled is (onednn == "1")  # unset: off on this AVX2 CPU (the module's docstring)
 
 
 @pytest.mark.slow

@@ -1,0 +1,71 @@
+"""Import torchvision beside a torch build its C++ ops were not compiled for.
+
+The torchvision wheel here is a CUDA build; beside the CPU torch its C++ library does not load.
+Its Python model code (resnet18 and the rest) is plain PyTorch and works, but its import fails
+in `torchvision/_meta_registrations.py`: every fake registration there is guarded by
+`torchvision.extension._has_ops()` except `register_fake("torchvision::nms")`, which needs the
+operator's schema (`torchvision::qnms` likewise). Where torchvision's C++ library does not load,
+defining those two schemas (as torchvision's C++ declares them) before the import lets
+torchvision import; `nms` itself then still fails when called, as any torchvision op without its
+C++ library does. Where the library loads, nothing is defined. transformers imports
+torchvision when it is installed, so its models go through here too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from accuracy.core.errors import OpbenchError
+
+UNGUARDED_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+_library = None  # the torch.library fragment that holds the schema, kept alive for the process
+
+
+def _define_unguarded_schemas(spec) -> None:
+    """The schemas torchvision's import registers fakes for, where its C++ library cannot load."""
+    global _library
+    import torch
+
+    library = Path(spec.origin).parent / "_C.so"
+    try:
+        torch.ops.load_library(library)  # what torchvision.extension tries first
+        return
+    except (ImportError, OSError):
+        pass
+    if _library is None:
+        _library = torch.library.Library("torchvision", "FRAGMENT")
+        for schema in UNGUARDED_SCHEMAS:
+            _library.define(schema)
+
+
+def import_torchvision() -> ModuleType:
+    """torchvision, importable whether or not its C++ ops load."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        raise OpbenchError("torchvision is not installed (pip install 'opbench[models]')")
+    if "torchvision" not in sys.modules:
+        _define_unguarded_schemas(spec)
+    import torchvision
+
+    return torchvision
+
+
+def import_transformers() -> ModuleType:
+    """transformers, which imports torchvision when it is installed; offline (no downloads)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("USE_TF", "0")  # transformers would otherwise import tensorflow (tens of seconds)
+    if importlib.util.find_spec("transformers") is None:
+        raise OpbenchError("transformers is not installed (pip install 'opbench[models]')")
+    if importlib.util.find_spec("torchvision") is not None:
+        import_torchvision()
+    import transformers
+
+    return transformers

@@ -1,0 +1,1 @@
+"""Op declarations, one module per family; importing a module registers its ops."""

@@ -1,0 +1,1 @@
+"""The `opbench` command line: main.py dispatches, one thin module per subcommand."""

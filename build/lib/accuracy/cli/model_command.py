@@ -1,0 +1,89 @@
+"""`opbench model`: which layer of a port of a whole model stops being rounding, and by how much."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
+from accuracy.core.errors import OpbenchError
+from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub,
+        "model",
+        run,
+        help="judge a whole model's ports layer by layer: the first layer that is not rounding",
+        description="Run a PyTorch model (a factory MODULE:FUNCTION returning an nn.Module, put in eval mode) "
+        "and its ports layer by layer on identical inputs; judge each layer against its exact value with the "
+        "registry's bounds or check --fn's typical tier, and each port end to end. "
+        "Exit status: 0 all compared layers within rounding, 1 otherwise, 2 bad input.",
+    )
+    p.add_argument("factory", metavar="MODULE:FUNCTION", help="a function returning the torch.nn.Module")
+    p.add_argument(
+        "--inputs",
+        required=True,
+        metavar="FILE",
+        help="the model's inputs by argument name (.npz, .safetensors, .pt), or shapes to generate from the "
+        "seeded PCG64 as standard normal float32, e.g. x=1x3x224x224",
+    )
+    p.add_argument(
+        "--port",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"a port to build (repeatable): {', '.join(PORT_NAMES)} (default: {', '.join(DEFAULT_PORTS)}, "
+        "plus cuda and cuda-tf32 where a GPU is; a CUDA port without a GPU is reported absent, never an error)",
+    )
+    p.add_argument(
+        "--activations",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="another runtime's activations file (repeatable): keys <module path>, <module path>/in0, ..., output",
+    )
+    p.add_argument(
+        "--save-activations",
+        metavar="FILE",
+        help="write the reference model's activations (.safetensors or .npz) for another runtime to use",
+    )
+    p.add_argument(
+        "--keras",
+        metavar="MODULE:FUNCTION",
+        help="a Keras port: a function returning (keras model, {Keras layer name: torch module path})",
+    )
+    p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
+    p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
+    add_dask(p)
+    add_json(p)
+
+
+def run(args) -> int:
+    files = dict(labelled_file("--activations", a, "djl=activations_djl.safetensors") for a in args.activations)
+    if len(files) != len(args.activations):
+        raise OpbenchError("two --activations arguments share a label; give each its own")
+    if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
+        raise OpbenchError(f"--html {args.html}: already exists")
+    from accuracy.workflows.model_layers import run_model  # torch, pandas: only when it runs
+
+    report = run_model(
+        args.factory,
+        args.inputs,
+        args.port,
+        files,
+        args.save_activations,
+        args.train,
+        args.keras,
+        dask=args.dask,
+        progress=item_progress("model"),
+    )
+    if args.html:
+        from accuracy.report.model_page import write_model_page
+
+        write_model_page(args.html, report.as_dict(), report.answers())
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    if report.interrupted:
+        return stopped_early(report.interrupted, "the report covers the ports finished so far")
+    return 0 if report.within_rounding else 1

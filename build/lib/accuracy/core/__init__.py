@@ -1,0 +1,1 @@
+"""The lowest layer: user errors, float formats, thread pools, limits, output formatting, plugins."""

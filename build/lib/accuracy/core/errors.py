@@ -1,0 +1,35 @@
+"""User-facing problems: an error is one line and exit status 2; a warning is one line on stderr.
+Nothing else reaches stderr: what libraries' C++ sides print there is silenced (`quiet_stderr`)."""
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+
+class OpbenchError(Exception):
+    """Bad input from the user (unknown op, corrupt file, ...), never a bug in opbench."""
+
+
+def warn(line: str) -> None:
+    """Say something the user should know without stopping: `opbench: warning: ...` on stderr,
+    where it never mixes with a command's output (a table, JSON) on stdout."""
+    from accuracy.core.formatting import printable  # labels and paths in it may hold control characters
+
+    print(f"opbench: warning: {printable(line)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null for a while: C++ code writes there directly (a graph
+    dump, a library's log lines), past anything Python's sys.stderr could redirect."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

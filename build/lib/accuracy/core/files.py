@@ -1,0 +1,137 @@
+"""One way to write a file or a directory of files so that a reader sees the old or the new, never half.
+
+Every writer of results, fingerprints, cached references, saved inputs and reports goes through
+here: a temporary file in the same directory (same file system, so the rename is atomic), fsync,
+then os.replace. A full disk, a read-only disk or a kill leaves the old file as it was and no
+temporary file behind (a kill leaves one, named so that `remove_stale_temps` finds it). A symbolic
+link is never written through: it could point anywhere, e.g. at a system file when run as root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from accuracy.core.errors import OpbenchError
+
+TEMP_MARK = ".tmp-"  # every temporary name holds it: .<name>.tmp-<random>
+
+
+def os_error_line(action: str, path: Path | str, exc: OSError) -> str:
+    """'cannot write results/x.json: No space left on device': the one line for an I/O error."""
+    return f"cannot {action} {path}: {exc.strerror or exc}"
+
+
+def refuse_symlink(path: Path) -> None:
+    """A symbolic link where opbench writes is refused, never followed."""
+    if path.is_symlink():
+        raise OpbenchError(f"{path} is a symbolic link; opbench does not write through links (remove it)")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable; some file systems cannot open a directory, which is fine."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None]) -> Path:
+    """Write `content` (text, bytes, or a function that writes to a binary handle) to `path` atomically.
+
+    Raises OpbenchError (one line) on any OSError; the old file, if any, is untouched and the
+    temporary file is removed whatever went wrong, including a KeyboardInterrupt.
+    """
+    path = Path(path)
+    refuse_symlink(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TEMP_MARK}")
+    except OSError as exc:
+        raise OpbenchError(os_error_line("write", path, exc)) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if isinstance(content, str):
+                handle.write(content.encode("utf-8"))
+            elif isinstance(content, bytes):
+                handle.write(content)
+            else:
+                content(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results and reports are read by others
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OpbenchError(os_error_line("write", path, exc)) from None
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def replace_atomic(source: Path, target: Path) -> None:
+    """os.replace with the one-line error; `target` must not be a symbolic link."""
+    refuse_symlink(target)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        raise OpbenchError(os_error_line("write", target, exc)) from None
+    _fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `target`; on success it takes `target`'s place.
+
+    The old directory is moved aside, the new one renamed in and the old one deleted, so
+    `target` holds the whole old or the whole new contents, never a mix. On any error the
+    temporary directory is removed and `target` is as it was.
+    """
+    refuse_symlink(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}"))
+    except OSError as exc:
+        raise OpbenchError(os_error_line("write", target, exc)) from None
+    old: Path | None = None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}old-"))
+            os.replace(target, old / target.name)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        if old is not None and (old / target.name).exists() and not target.exists():
+            os.replace(old / target.name, target)  # the swap failed half-way: put the old one back
+        for leftover in (tmp, old):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise OpbenchError(os_error_line("write", target, exc)) from None
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(target.parent)
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete temporary files and directories a killed writer left in `folder` (call only while no
+    other writer can be at work there, e.g. under the results lock); return what was removed."""
+    removed = []
+    for entry in folder.glob(f".*{TEMP_MARK}*"):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed

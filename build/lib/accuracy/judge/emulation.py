@@ -1,0 +1,324 @@
+"""Run an op's numpy formula as a plain working-precision algorithm would, on the same inputs.
+
+The typical-error tier needs to know how far a *correct* algorithm at the compute precision
+lands from the exact value on these very inputs. `emulate` evaluates the op's own float64
+formula (`OpInfo.fp64`, or `OpInfo.working` where that leaves numpy's ufuncs) with every
+operation rounded to the working format:
+
+- mode "nearest": round-to-nearest after each operation, sums in plain recursive order (or
+  pairwise): the least accurate textbook algorithm, deterministic;
+- mode "random": Monte Carlo arithmetic (Parker 1997; Verificarlo, Denis et al. 2016): each
+  operation adds an independent rounding error uniform in +-ulp/2 (libm functions +-2 ulp);
+  a sum adds a Gaussian error with the variance recursive summation has, to first order,
+  averaged over the orders of its terms. Repeated runs sample the error distribution of a
+  correct recursive algorithm, the statistical model behind Higham & Mary's probabilistic bounds.
+
+Values are carried in long double (64-bit significand on x86) so that float64 rounding errors
+stay visible. A formula that leaves numpy's ufunc machinery (np.linalg, np.fft, np.einsum,
+scipy's array-API functions) cannot be emulated: `emulate` then returns None, never a guess.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from accuracy.core.dtypes import FloatFormat, ulp
+
+CARRIER = np.longdouble
+# functions a correctly rounded IEEE 754 operation computes; every other float ufunc is a libm call
+_IEEE_UFUNCS = {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.sqrt, np.square, np.reciprocal}
+# results that are exact in any format: no rounding error to add
+_EXACT_UFUNCS = {
+    np.negative,
+    np.positive,
+    np.absolute,
+    np.fabs,
+    np.maximum,
+    np.minimum,
+    np.fmax,
+    np.fmin,
+    np.sign,
+    np.copysign,
+    np.floor,
+    np.ceil,
+    np.trunc,
+    np.rint,
+}
+# longer sums are emulated pairwise (vectorised): a Python loop per term would take seconds
+RECURSIVE_LIMIT = 1 << 16
+LIBM_ULPS = 2.0
+# E[ulp(s)**2] / 12 / (u s)**2 for significands log-uniform on [1, 2): 4 * (3 / 8 / ln 2) / 12
+ROUNDING_VARIANCE = (
+    4 * (3 / 8 / np.log(2)) / 12
+)  # half-width of a libm function's emulated error: vectorised libms promise 1-4 ulp
+# functions that are compositions of ufuncs in numpy itself (safe to run on the emulated array)
+_OPAQUE_MODULES = ("numpy.linalg", "numpy.fft")
+# functions that only copy values, yet return a base ndarray: their result stays emulated
+_COPYING_FUNCTIONS = {np.concatenate}
+_OPAQUE_FUNCTIONS = {"einsum", "dot", "convolve", "correlate", "einsum_path", "vdot", "inner", "outer", "kron"}
+
+
+def recursive_sum_variance(total: ArrayLike, squares: ArrayLike, n: ArrayLike, fmt: FloatFormat) -> np.ndarray:
+    """Expected variance of the rounding errors of recursive summation in `fmt` over a *random*
+    order of n terms with sum `total` and sum of squares `squares`: sum_k E[s_k**2] for
+    sampling without replacement, times the mean squared rounding error per addition
+    (ulp(s)**2/12 with log-uniformly distributed significands: ROUNDING_VARIANCE u**2 s**2).
+    Averaging over orders keeps the scale valid for blocked and pairwise algorithms too."""
+    s = np.asarray(total, dtype=np.float64)
+    k = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    spread = np.maximum(np.asarray(squares, dtype=np.float64) / k - (s / k) ** 2, 0.0)
+    partial_squares = s**2 * (k + 1) * (2 * k + 1) / (6 * k) + spread * k * (k + 1) / 6
+    return ROUNDING_VARIANCE * fmt.u**2 * partial_squares + k * fmt.smallest_subnormal**2 / 12
+
+
+@dataclass
+class _Context:
+    fmt: FloatFormat  # the compute format: inside a sum, a product, a libm call
+    store: FloatFormat  # the format each operation's result is stored in (fmt, or narrower)
+    mode: str  # "nearest" or "random"
+    order: str  # "recursive" or "pairwise"
+    rng: np.random.Generator | None
+    memo: dict[Hashable, np.ndarray]  # per-input-set results shared by repeated random runs
+    opaque: list[str] = field(default_factory=list)
+
+    @property
+    def random(self) -> np.random.Generator:
+        """The generator mode "random" draws its errors from (it always has one)."""
+        assert self.rng is not None, 'emulation mode "random" needs an rng'
+        return self.rng
+
+    def noise(self, values: np.ndarray, half_width: float = 0.5, fmt: FloatFormat | None = None) -> np.ndarray:
+        return self.random.uniform(-half_width, half_width, np.shape(values)) * ulp(values, fmt or self.fmt)
+
+    def round(self, values: ArrayLike, ufunc: np.ufunc | None = None) -> np.ndarray:
+        """One operation's rounding in the compute format."""
+        array = np.asarray(values)
+        if array.dtype.kind != "f":
+            return array
+        if self.mode == "nearest":
+            return self.fmt.round(array.astype(np.float64)).astype(CARRIER)
+        width = 0.5 if ufunc is None or ufunc in _IEEE_UFUNCS else LIBM_ULPS
+        return array + self.noise(array, width).astype(CARRIER)
+
+    def to_storage(self, values: ArrayLike) -> np.ndarray:
+        """An operation's result stored in the narrower format (float16 computed in float32)."""
+        array = np.asarray(values)
+        if self.store == self.fmt or array.dtype.kind != "f":
+            return array
+        if self.mode == "nearest":
+            return self.store.round(array.astype(np.float64)).astype(CARRIER)
+        return array + self.noise(array, 0.5, self.store).astype(CARRIER)
+
+    def _memo(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def sum(self, x: ArrayLike, axis: int = -1) -> np.ndarray:
+        """Sum along `axis` in the emulated order, one rounding per addition."""
+        x = np.moveaxis(np.asarray(x, dtype=CARRIER), axis, -1)
+        if x.shape[-1] == 0:
+            return np.zeros(x.shape[:-1], dtype=CARRIER)
+        if self.mode == "random":  # first order: each partial sum s_k adds an error ~ ulp(s_k)
+            total = np.sum(x, axis=-1)
+            sigma = np.sqrt(recursive_sum_variance(total, np.sum(np.square(x), axis=-1), x.shape[-1], self.fmt))
+            return total + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+        if self.order == "pairwise" or x.shape[-1] > RECURSIVE_LIMIT:
+            while x.shape[-1] > 1:
+                head, tail = x[..., : x.shape[-1] // 2 * 2], x[..., x.shape[-1] // 2 * 2 :]
+                x = np.concatenate([self.round(head[..., 0::2] + head[..., 1::2]), tail], axis=-1)
+            return x[..., 0]
+        s = x[..., 0].copy()
+        for k in range(1, x.shape[-1]):
+            s = self.round(s + x[..., k])
+        return s
+
+    def cumsum(self, x: ArrayLike, axis: int = -1) -> np.ndarray:
+        x = np.moveaxis(np.asarray(x, dtype=CARRIER), axis, -1)
+        partial = np.cumsum(x, axis=-1)
+        if self.mode == "random":
+            errors = self.noise(partial).astype(CARRIER)
+            errors[..., 0] = 0
+            out = partial + np.cumsum(errors, axis=-1)
+        else:
+            out = np.empty_like(x)
+            s = x[..., 0].copy()
+            out[..., 0] = s
+            for k in range(1, x.shape[-1]):
+                s = self.round(s + x[..., k])
+                out[..., k] = s
+        return np.moveaxis(out, -1, axis)
+
+    def einsum(self, subscripts: str, a: ArrayLike, b: ArrayLike) -> np.ndarray:
+        """A two-operand contraction as sums of rounded products over the contracted indices."""
+        a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
+        inputs, output = subscripts.replace(" ", "").split("->")
+        left, right = inputs.split(",")
+        sizes = dict(zip(left, a.shape, strict=False)) | dict(zip(right, b.shape, strict=False))
+        n = int(np.prod([sizes[i] for i in set(left + right) - set(output)], dtype=np.int64))
+        if self.mode == "nearest":  # products rounded, then the rounded sum of n terms, recursive
+            terms = self.round(
+                np.einsum(f"{left},{right}->{output}{''.join(sorted(set(left + right) - set(output)))}", a, b)
+            )
+            return self.sum(terms.reshape(*terms.shape[: len(output)], -1))
+        exact = (
+            np.einsum(subscripts, a.astype(np.float64), b.astype(np.float64)).astype(CARRIER)
+            if self.fmt.precision < 53
+            else np.einsum(subscripts, a, b)
+        )
+        squares = np.einsum(subscripts, np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
+        sigma = np.sqrt(
+            recursive_sum_variance(exact, squares, n, self.fmt) + ROUNDING_VARIANCE * self.fmt.u**2 * squares
+        )
+        return exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+
+    def _exact_matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The product accurately enough to carry `fmt`'s rounding errors: float64 BLAS is ample
+        below float64 (and fast); float64 itself needs the long double loop."""
+        if self.fmt.precision < 53:
+            return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(CARRIER)
+        return np.matmul(a, b)
+
+    def matmul(self, a: ArrayLike, b: ArrayLike) -> np.ndarray:
+        """a @ b as sums of rounded products (no FMA), batched like np.matmul."""
+        a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
+        vec_a, vec_b = a.ndim == 1, b.ndim == 1
+        a = a[None, :] if vec_a else a
+        b = b[:, None] if vec_b else b
+        if self.mode == "random":
+            exact = self._memo(("matmul", _fingerprint(a), _fingerprint(b)), lambda: self._exact_matmul(a, b))
+            squares = np.matmul(np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
+            products = ROUNDING_VARIANCE * self.fmt.u**2 * squares  # each product rounded (no FMA)
+            sigma = np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
+            out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+        else:
+            out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
+            for k in range(a.shape[-1]):
+                term = self.round(a[..., :, k : k + 1] * b[..., k : k + 1, :])
+                out = term if k == 0 else self.round(out + term)
+        if vec_a and vec_b:
+            return out[..., 0, 0]
+        if vec_b:
+            return out[..., 0]
+        return out[..., 0, :] if vec_a else out
+
+
+def _fingerprint(a: np.ndarray) -> tuple[tuple[int, ...], bytes, bytes]:
+    """A memo key for a long double array (its padding bytes are arbitrary): the exact value
+    as float64 hi + lo."""
+    hi = a.astype(np.float64)
+    return a.shape, hi.tobytes(), (a - hi).astype(np.float64).tobytes()
+
+
+_CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar("emulation")
+
+
+def _call_wide(ufunc: np.ufunc, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The ufunc in long double where it has such a loop, else in float64 (scipy.special)."""
+    wide = [np.asarray(x, dtype=CARRIER) if np.asarray(x).dtype.kind == "f" else x for x in args]
+    try:
+        return ufunc(*wide, **kwargs)
+    except TypeError:
+        return ufunc(
+            *[np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "f" else x for x in args], **kwargs
+        ).astype(CARRIER)
+
+
+def _plain(value: Any) -> Any:
+    return value.view(np.ndarray) if isinstance(value, Emulated) else value
+
+
+def _wrap(value: ArrayLike) -> np.ndarray:
+    array = np.asarray(value)
+    return array.view(Emulated) if array.dtype.kind == "f" else array
+
+
+class Emulated(np.ndarray):
+    """An array whose arithmetic is rounded as the active emulation context says."""
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out: Any = None, **kwargs: Any) -> Any:
+        ctx = _CONTEXT.get()
+        args = [_plain(x) for x in inputs]
+        kwargs.pop("dtype", None)
+        if method == "__call__":
+            if ufunc is np.matmul:
+                result = ctx.to_storage(ctx.matmul(*args))
+            else:
+                result = _call_wide(ufunc, args, kwargs)
+                if ufunc not in _EXACT_UFUNCS:
+                    result = ctx.to_storage(ctx.round(result, ufunc))
+        elif method in ("reduce", "accumulate") and ufunc is np.add:
+            axis = kwargs.get("axis", 0)
+            x = np.asarray(args[0], dtype=CARRIER)
+            if method == "accumulate":
+                result = ctx.to_storage(ctx.cumsum(x, axis))
+            else:
+                axes = tuple(range(x.ndim)) if axis is None else np.atleast_1d(axis).tolist()
+                axes = sorted(a % x.ndim for a in axes)
+                flat = np.moveaxis(x, axes, range(-len(axes), 0)).reshape(*np.delete(x.shape, axes), -1)
+                result = ctx.to_storage(ctx.sum(flat))
+                if kwargs.get("keepdims"):
+                    result = np.expand_dims(result, tuple(axes))
+        elif method == "reduce" and ufunc in _EXACT_UFUNCS:
+            result = ufunc.reduce(*args, **kwargs)
+        else:
+            ctx.opaque.append(f"{ufunc.__name__}.{method}")
+            result = getattr(ufunc, method)(*args, **kwargs)
+        target = out[0] if isinstance(out, tuple) else out
+        if target is not None:
+            _plain(target)[...] = result
+            return target
+        return _wrap(result) if not isinstance(result, tuple) else tuple(_wrap(r) for r in result)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        ctx = _CONTEXT.get()
+        if func is np.einsum and len(args) == 3 and isinstance(args[0], str) and not kwargs:
+            return _wrap(ctx.to_storage(ctx.einsum(args[0], _plain(args[1]), _plain(args[2]))))
+        if func is np.dot and all(np.ndim(v) in (1, 2) for v in args[:2]) and len(args) == 2:
+            return _wrap(ctx.to_storage(ctx.matmul(_plain(args[0]), _plain(args[1]))))
+        module = getattr(func, "__module__", "") or ""
+        if module.startswith(_OPAQUE_MODULES) or func.__name__ in _OPAQUE_FUNCTIONS:
+            ctx.opaque.append(f"{module}.{func.__name__}")
+        result = super().__array_function__(func, types, args, kwargs)
+        return _wrap(result) if func in _COPYING_FUNCTIONS else result
+
+
+def stored(values: np.ndarray) -> np.ndarray:
+    """A formula's constants (an FFT's twiddle factors) as a working-precision algorithm holds
+    them: rounded to the compute format inside an emulation (randomly in mode "random"),
+    unchanged outside one."""
+    ctx = _CONTEXT.get(None)
+    return values if ctx is None else _wrap(ctx.round(np.asarray(values, dtype=CARRIER)))
+
+
+def emulate(
+    fn: Callable[..., Any],
+    inputs64: dict[str, np.ndarray],
+    fmt: FloatFormat,
+    mode: str = "nearest",
+    order: str = "recursive",
+    rng: np.random.Generator | None = None,
+    memo: dict[Hashable, np.ndarray] | None = None,
+    store: FloatFormat | None = None,
+) -> np.ndarray | None:
+    """`fn(**inputs)` evaluated in emulated `fmt` arithmetic, each operation's result stored in
+    `store` (default fmt); None where fn is not emulable. Random runs on the same inputs may
+    share `memo` (exact products)."""
+    ctx = _Context(fmt, store or fmt, mode, order, rng, {} if memo is None else memo)
+    token = _CONTEXT.set(ctx)
+    try:
+        with np.errstate(all="ignore"):
+            result = fn(**{k: np.asarray(v, dtype=CARRIER).view(Emulated) for k, v in inputs64.items()})
+    except (TypeError, ValueError):  # a formula using numpy in ways the emulation does not model
+        return None
+    finally:
+        _CONTEXT.reset(token)
+    if ctx.opaque or not isinstance(result, Emulated):
+        return None
+    return result.view(np.ndarray)

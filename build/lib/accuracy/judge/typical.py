@@ -1,0 +1,136 @@
+"""The typical-error tier: is an error consistent with what a correct algorithm makes *here*?
+
+Worst-case bounds (gamma_n |A||B|) are thousands of times larger than the error of any correct
+algorithm, so a lost term or a float16 accumulator stays inside them. This tier measures, on
+the same rounded inputs, the error of the least accurate correct algorithm at the compute
+precision — the op's own formula with plain recursive summation — and flags an error more
+than TYPICAL_Z times that scale (plus one ulp of the stored format, the final rounding).
+
+The scale per output element is the larger of
+- the RMS error of RANDOM_RUNS Monte Carlo runs of the recursive algorithm (emulate, mode
+  "random": independent rounding errors, the model of Higham & Mary's probabilistic analysis,
+  here evaluated on the data's own partial sums instead of bounded by sum|x|), and
+- the actual error of one deterministic round-to-nearest recursive run, which also covers
+  data whose rounding errors do not average out (repeated values, integers).
+
+TYPICAL_Z was chosen by measurement (`opbench selftest`, docs/verdicts.md): the largest error of any
+correct implementation in the catalog is below it, and every mutant at 16x the least accurate
+correct algorithm's error is above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge.emulation import emulate
+from accuracy.reference import cache as refcache
+from accuracy.reference.exact import Exact
+
+TYPICAL_Z = 12.0
+RANDOM_RUNS = 64
+SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
+MODEL_VERSION = 3  # bump when the emulation or the threshold changes: cached models are keyed by it
+
+
+@dataclass(frozen=True)
+class TypicalModel:
+    """Per element: the error scale of a correct algorithm and the threshold the tier flags."""
+
+    scale: np.ndarray  # absolute error scale of the least accurate correct algorithm
+    threshold: np.ndarray  # TYPICAL_Z * scale + one ulp of the stored format
+    compute: str
+
+    def ratio(self, abs_error: np.ndarray) -> float:
+        """max |error| / threshold over finite elements: > 1 is atypically large."""
+        ok = np.isfinite(abs_error) & np.isfinite(self.threshold)
+        if not ok.any():
+            return 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(abs_error[ok] == 0, 0.0, abs_error[ok] / self.threshold[ok])
+        return float(np.max(r))
+
+    def threshold_ulps(self, exact: Exact, storage: FloatFormat) -> tuple[float, float]:
+        """(median, smallest) over elements of the error in ulps the tier flags."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = self.threshold / ulp(exact.hi, storage)
+        t = t[np.isfinite(t)]
+        return (float(np.median(t)), float(np.min(t))) if t.size else (float("inf"), float("inf"))
+
+
+def _error(result: ArrayLike, exact: Exact) -> np.ndarray:
+    r = np.asarray(result, dtype=np.longdouble)
+    return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
+
+
+def model_from_runs(
+    random_runs: list[np.ndarray],
+    deterministic: np.ndarray | None,
+    exact: Exact,
+    storage: FloatFormat,
+    compute: str,
+    normwise_axes: tuple[int, ...] = (),
+) -> TypicalModel:
+    """The tier from a correct working-precision algorithm's runs on these inputs: the scale is
+    the larger of the Monte Carlo runs' RMS error and the deterministic run's error (None: none),
+    pooled (RMS) over `normwise_axes`; TYPICAL_Z of it plus one ulp of storage is flagged."""
+    rms = np.sqrt(np.mean(np.square([_error(run, exact) for run in random_runs]), axis=0))
+    scale = rms if deterministic is None else np.maximum(rms, _error(deterministic, exact))
+    if normwise_axes:
+        scale = np.broadcast_to(np.sqrt(np.mean(np.square(scale), axis=normwise_axes, keepdims=True)), scale.shape)
+    scale = np.where(np.isfinite(exact.hi), scale, np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)
+    return TypicalModel(scale, threshold, compute)
+
+
+def typical_model(
+    fp64_formula: Callable[..., Any],
+    inputs64: dict[str, np.ndarray],
+    exact: Exact,
+    storage: FloatFormat,
+    compute: FloatFormat,
+    normwise_axes: tuple[int, ...] = (),
+) -> TypicalModel | None:
+    """The tier on these inputs from the op's formula emulated at `compute`, or None where the
+    formula cannot be emulated."""
+    memo: dict[Hashable, np.ndarray] = {}
+    runs = []
+    for i in range(RANDOM_RUNS):
+        out = emulate(
+            fp64_formula, inputs64, compute, "random", rng=np.random.default_rng([SEED, i]), memo=memo, store=storage
+        )
+        if out is None or np.shape(out) != exact.shape:
+            return None
+        runs.append(out)
+    nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
+    return model_from_runs(runs, nearest, exact, storage, compute.name, normwise_axes)
+
+
+class _NotEmulable(Exception):
+    pass
+
+
+def cached_typical_model(
+    op: Any, inputs64: dict[str, np.ndarray], exact: Exact, storage: FloatFormat, compute: FloatFormat
+) -> TypicalModel | None:
+    """typical_model through the reference cache: asv measures each implementation in its own
+    process, and the model (64 emulated runs) is the same for all of them."""
+
+    def compute_model() -> Exact:
+        model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
+        if model is None:
+            raise _NotEmulable
+        return Exact(model.scale, model.threshold)
+
+    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}"
+    try:
+        stored = refcache.cached(refcache.cache_key(name, op.version, storage.name, inputs64), compute_model)
+    except _NotEmulable:
+        return None
+    return TypicalModel(stored.hi, stored.lo, compute.name)

@@ -1,0 +1,322 @@
+"""Verdicts: is this output rounding, or not? Four answers, each with a one-line reason.
+
+- `within rounding`: inside the worst-case bound at the implementation's compute precision
+  *and* consistent with the error a correct algorithm makes on these inputs (the typical tier,
+  an elementwise contract, or LAPACK's backward-error test);
+- `suspicious`: inside the worst-case bound but atypically large;
+- `beyond rounding`: outside the worst-case bound, outside the contract, non-finite where the
+  exact value is finite, or a declared semantic variant (it computes something else);
+- `undetermined`: no valid worst-case bound at this size and precision.
+
+`judge` takes any inputs and any output: the registry's generated cases and a user's own
+arrays are judged by the same code. A result equal to the exact value rounded to its format
+(+-inf on overflow, 0 or a subnormal on underflow) has error 0, whatever the tier.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge import backward_error as backward
+from accuracy.judge import contracts
+from accuracy.judge.error_metrics import correctly_rounded, error_over_bound, rounding_error
+from accuracy.judge.precision import compute_format, model_bound, scaled_unit_roundoff
+from accuracy.judge.typical import TypicalModel, cached_typical_model
+from accuracy.reference.exact import Exact
+
+
+class Verdict(StrEnum):
+    """The one verdict type. A StrEnum, so a verdict prints, compares and is saved (JSON, asv
+    results, the report) as exactly the words users read; its position is the asv tier."""
+
+    WITHIN = "within rounding"
+    SUSPICIOUS = "suspicious"
+    BEYOND = "beyond rounding"
+    UNDETERMINED = "undetermined"
+
+    @property
+    def tier(self) -> int:
+        """The asv track's number for this verdict (lower is better)."""
+        return VERDICTS.index(self)
+
+    @classmethod
+    def of_tier(cls, tier: float) -> Verdict:
+        return VERDICTS[int(tier)]
+
+
+WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = Verdict
+VERDICTS = tuple(Verdict)  # the index is the asv tier (lower is better)
+NAN = float("nan")
+
+
+def tier(verdict: str) -> int:
+    return Verdict(verdict).tier
+
+
+def bound_verdict(bound_ratio: float | None, nonfinite: int | None) -> Verdict:
+    """What the worst-case bound alone decides, for records that keep nothing else (asv results
+    from before the tier track): a non-finite result or error > bound is beyond rounding, a
+    vacuous bound (NaN or missing ratio) undetermined, error <= bound within rounding. `judge`
+    applies the same rule first; the typical tier and contracts need the output itself."""
+    if nonfinite:
+        return BEYOND
+    if bound_ratio is None or math.isnan(bound_ratio):
+        return UNDETERMINED
+    return WITHIN if bound_ratio <= 1 else BEYOND
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One output's verdict and the numbers behind it (ratios > 1 fail their tier)."""
+
+    verdict: Verdict
+    reason: str
+    compute: str  # the precision the implementation computes in (storage if the same)
+    bound_ratio: float = NAN  # max error / worst-case bound at the compute precision; NaN if vacuous
+    typical_ratio: float = NAN  # max error / the typical tier's threshold; NaN where not modelled
+    threshold_ulp: float = NAN  # the error (ulps, median element) the typical tier flags here
+    sharpest_threshold_ulp: float = NAN  # ... at its sharpest element
+    lapack_ratio: float = NAN  # LAPACK's test ratio (threshold 30) for linear algebra
+    contract: str = ""  # the elementwise contract applied, e.g. "3 ulp (numpy ...)"
+    semantics: str = ""  # a declared semantic variant, e.g. "ddof=0"
+    worst: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tier(self) -> int:
+        return tier(self.verdict)
+
+    @property
+    def label(self) -> str:
+        """The verdict as printed: a semantic variant names its semantics."""
+        return f"{self.verdict} (semantics: {self.semantics})" if self.semantics else self.verdict
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"tier": self.tier, "label": self.label}
+
+
+def _fmt_ulps(v: float) -> str:
+    return f"{v:.3g} ulp"
+
+
+class Evidence:
+    """Everything verdicts need about one input set, computed once and shared by every output
+    judged on it (explain judges every implementation on the same inputs)."""
+
+    def __init__(self, op: Any, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
+        self.op = op
+        self.fmt = fmt
+        self.inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in inputs.items()}
+        self.exact = exact if exact is not None else op.exact(self.inputs64, fmt)
+        self._bounds: dict[str, Any] = {}  # bounds by compute format, and "growth"
+        self._typical: dict[str, TypicalModel | None] = {}
+        self.ulp = ulp(self.exact.hi, fmt)
+
+    def growth(self) -> float:
+        """GEPP's growth for LU-based ops (1 elsewhere)."""
+        if "growth" not in self._bounds:
+            a = self.inputs64.get("a")
+            self._bounds["growth"] = (
+                backward.lu_growth(a) if self.op.name in backward.LU_BASED and a is not None else 1.0
+            )
+        return self._bounds["growth"]
+
+    def bound(self, compute: FloatFormat) -> np.ndarray:
+        if compute.name not in self._bounds:
+            algorithm = scaled_unit_roundoff(compute, self.growth()) if self.growth() > 1 else compute
+            self._bounds[compute.name] = model_bound(self.op, self.inputs64, self.exact, self.fmt, algorithm)
+        return self._bounds[compute.name]
+
+    def bound_for(self, impl: Any) -> tuple[FloatFormat, np.ndarray]:
+        """The precision `impl` computes in and its bound there (the precision model): what the
+        verdict, explain's bound ratio and the asv track all use."""
+        compute = compute_format(impl, self.fmt, self.op.family)
+        return compute, self.bound(compute)
+
+    def typical(self, compute: FloatFormat) -> TypicalModel | None:
+        if compute.name not in self._typical:
+            self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
+        return self._typical[compute.name]
+
+    def worst(self, output: np.ndarray, err: np.ndarray, per_element_limit: ArrayLike) -> dict[str, Any]:
+        """The element that decided: largest error relative to what its tier allows there."""
+        with np.errstate(all="ignore"):
+            score = np.where(err == 0, 0.0, err / per_element_limit)
+        score = np.where(np.isnan(score), err, score)
+        if score.size == 0:
+            return {}
+        flat = int(np.argmax(score))
+        index = np.unravel_index(flat, err.shape) if err.ndim else ()
+        out = np.asarray(output).astype(np.float64)
+        worst = {
+            "index": [int(i) for i in index],
+            "result": float(out[index]),
+            "exact": float(self.exact.hi[index]) + float(self.exact.lo[index]),
+            "error_ulp": float(err[index] / self.ulp[index]),
+            "allowed_ulp": float(np.broadcast_to(per_element_limit, err.shape)[index] / self.ulp[index]),
+        }
+        elementwise = {k: float(v[index]) for k, v in self.inputs64.items() if v.shape == err.shape}
+        if elementwise:
+            worst["inputs"] = elementwise
+        return worst
+
+    def judge(self, output: np.ndarray, impl: Any = None, contract: contracts.Contract | None = None) -> Judgement:
+        """The verdict on `output` (in the case's format) as computed by `impl` (None: unknown);
+        `contract` holds it to a stated ulp contract instead of the one `impl` publishes."""
+        output = np.asarray(output)
+        if output.shape != self.exact.shape:
+            raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
+        if hasattr(impl, "at"):  # a registry Impl: its declarations at this dtype (Impl.per_dtype)
+            impl = impl.at(self.fmt.name)
+        compute, bound = self.bound_for(impl)
+        semantics = getattr(impl, "semantics", "") or ""
+        err = rounding_error(output, self.exact, self.fmt)
+        vacuous = not np.all(np.isfinite(bound))
+        ratio_to_bound = error_over_bound(err, bound)
+        common: dict[str, Any] = {"compute": compute.name, "semantics": semantics, "bound_ratio": ratio_to_bound}
+        nonfinite = int(np.count_nonzero(np.isinf(err)))
+
+        if semantics:
+            return Judgement(
+                BEYOND,
+                f"semantics: {semantics}: a different quantity than the reference computes, "
+                "whatever the size of the difference",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
+        if nonfinite:
+            return Judgement(
+                BEYOND,
+                f"{nonfinite} non-finite result(s) where the correctly rounded value is finite",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
+
+        contract = contract or contracts.contract_for(self.op.name, impl, self.fmt, compute)
+        if contract is not None:
+            return self._by_contract(output, err, contract, common)
+        if not np.any(err):  # error 0 everywhere: every ratio is 0, whatever the bounds
+            return Judgement(
+                WITHIN,
+                f"correctly rounded: every element is the exact value rounded to {self.fmt.name}",
+                **common,
+                typical_ratio=0.0,
+            )
+        by_bound = bound_verdict(ratio_to_bound, nonfinite)  # nonfinite is 0 and some error is not here
+        if by_bound == BEYOND:
+            return Judgement(
+                BEYOND,
+                f"error {ratio_to_bound:.3g}x the worst-case bound at {compute.name} ({self.op.bound_doc})",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
+        ratio = backward.lapack_ratio(self.op.name, self.inputs64, output, self.exact, self.fmt.u, self.growth())
+        if ratio is not None:  # backward error needs no forward bound: it judges kappa*eta >= 1 too
+            return self._by_backward_error(output, err, bound, ratio, vacuous, common)
+        if by_bound == UNDETERMINED:
+            return Judgement(
+                UNDETERMINED,
+                f"no valid worst-case bound at {compute.name} for this size "
+                f"({self.op.bound_doc} is infinite: n*u >= 1 or kappa*eta >= 1)",
+                **common,
+            )
+        return self._by_typical(output, err, bound, compute, common)
+
+    def _by_contract(
+        self, output: np.ndarray, err: np.ndarray, contract: contracts.Contract, common: dict[str, Any]
+    ) -> Judgement:
+        steps = contracts.ulps_from_correctly_rounded(output, correctly_rounded(self.exact, self.fmt), self.fmt)
+        worst_steps = float(np.max(steps, initial=0.0))
+        text = f"{contract.max_ulp} ulp ({contract.source})"
+        limit = (contract.max_ulp + 0.5) * self.ulp
+        fields = {**common, "contract": text, "worst": self.worst(output, err, limit)}
+        if worst_steps > contract.max_ulp:
+            return Judgement(
+                BEYOND,
+                f"{worst_steps:.0f} ulp from the correctly rounded value, outside its contract of {text}",
+                **fields,
+            )
+        return Judgement(WITHIN, f"within its contract of {text}", **fields)
+
+    def _by_backward_error(
+        self,
+        output: np.ndarray,
+        err: np.ndarray,
+        bound: np.ndarray,
+        ratio: float,
+        vacuous: bool,
+        common: dict[str, Any],
+    ) -> Judgement:
+        doc = backward.RATIO_DOCS[self.op.name]
+        fields = {**common, "lapack_ratio": ratio, "worst": self.worst(output, err, bound)}
+        forward = "the forward bound is vacuous here (kappa*eta >= 1)" if vacuous else "inside the worst-case bound"
+        if ratio > backward.LAPACK_THRESHOLD:
+            return Judgement(
+                SUSPICIOUS,
+                f"LAPACK test ratio {ratio:.3g} > {backward.LAPACK_THRESHOLD:g} ({doc}): "
+                f"not what a backward-stable algorithm gives; {forward}",
+                **fields,
+            )
+        return Judgement(
+            WITHIN,
+            f"backward stable: LAPACK test ratio {ratio:.3g} <= {backward.LAPACK_THRESHOLD:g} ({doc}); {forward}",
+            **fields,
+        )
+
+    def _by_typical(
+        self, output: np.ndarray, err: np.ndarray, bound: np.ndarray, compute: FloatFormat, common: dict[str, Any]
+    ) -> Judgement:
+        model = self.typical(compute)
+        if model is None:
+            return Judgement(
+                WITHIN,
+                "inside the worst-case bound (typical tier not modelled: the op's formula leaves numpy's ufuncs)",
+                worst=self.worst(output, err, bound),
+                **common,
+            )
+        ratio = model.ratio(err)
+        median, sharpest = model.threshold_ulps(self.exact, self.fmt)
+        fields = {
+            **common,
+            "typical_ratio": ratio,
+            "threshold_ulp": median,
+            "sharpest_threshold_ulp": sharpest,
+            "worst": self.worst(output, err, model.threshold),
+        }
+        flags = f"flags errors >= {_fmt_ulps(median)} here"
+        if ratio > 1:
+            return Judgement(
+                SUSPICIOUS,
+                f"inside the worst-case bound but {ratio:.3g}x the typical threshold: "
+                f"a plain recursive {compute.name} algorithm errs far less on these inputs ({flags})",
+                **fields,
+            )
+        return Judgement(
+            WITHIN, f"inside the worst-case bound and typical of a correct {compute.name} algorithm ({flags})", **fields
+        )
+
+
+def pair_verdict(a: Judgement, b: Judgement) -> Verdict:
+    """A pair of differing results is as good as its worse side; undetermined if either is."""
+    if UNDETERMINED in (a.verdict, b.verdict):
+        return UNDETERMINED
+    return max(a.verdict, b.verdict, key=tier)
+
+
+def judge(
+    op: Any,
+    inputs: dict[str, np.ndarray],
+    output: np.ndarray,
+    fmt: FloatFormat,
+    impl: Any = None,
+    exact: Exact | None = None,
+) -> Judgement:
+    """The verdict on any output of `op` for any inputs (rounded to `fmt`, fed to both the op
+    and the reference); `impl` supplies the precision model, semantics and contract."""
+    return Evidence(op, inputs, fmt, exact).judge(output, impl)

@@ -1,0 +1,71 @@
+"""On-disk cache of exact references, keyed by a hash of the inputs and the op's version.
+
+Exact references can take seconds (mpmath); the cache makes repeated runs cheap. Each entry
+stores a digest of its key and its payload, so a corrupt or truncated entry, or a valid entry
+copied or renamed onto another key (float64 exp's reference under float32 exp's key), is
+detected and recomputed, never trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import write_atomic
+from accuracy.reference.exact import Exact
+
+# 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
+# 3: the digest binds the entry to its key (format 2 entries simply miss)
+CACHE_FORMAT = 3
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opbench" / "refs"
+    return Path(os.environ.get("OPBENCH_CACHE", default))
+
+
+def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(f"{CACHE_FORMAT}:{op_name}:{op_version}:{fmt_name}".encode())
+    for name in sorted(inputs):
+        a = np.ascontiguousarray(inputs[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _digest(key: str, hi: np.ndarray, lo: np.ndarray) -> str:
+    return hashlib.sha256(key.encode() + b"\0" + hi.tobytes() + lo.tobytes() + str(hi.shape).encode()).hexdigest()
+
+
+def _read(path: Path, key: str) -> Exact | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            hi, lo, digest = data["hi"], data["lo"], str(data["digest"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # bad CRC, truncated zip
+        return None
+    return Exact(hi, lo) if digest == _digest(key, hi, lo) else None
+
+
+def _write(path: Path, key: str, exact: Exact) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(
+        path, lambda f: np.savez(f, hi=exact.hi, lo=exact.lo, digest=np.array(_digest(key, exact.hi, exact.lo)))
+    )
+
+
+def cached(key: str, compute: Callable[[], Exact]) -> Exact:
+    """The cached Exact for `key`, or `compute()` stored for next time."""
+    path = cache_dir() / f"{key}.npz"
+    exact = _read(path, key) if path.exists() else None
+    if exact is None:
+        exact = compute()
+        with contextlib.suppress(OSError, OpbenchError):  # a read-only or full cache only costs time
+            _write(path, key, exact)
+    return exact

@@ -1,0 +1,469 @@
+"""Is an upgrade safe? Compare two asv result sets (BASE, NEW) case by case and give one verdict.
+
+A case is one op x parameter combination (implementation, dtype, size, condition, threads).
+What is compared comes from the metric table (`accuracy.judge.metric_table`):
+- **Time** by `time_op`'s samples alone (`accuracy.report.changes`: asv's test and the ratio
+  threshold). Too few samples, or a ratio past the threshold that asv's test does not confirm,
+  is "inconclusive", never "slower". GFLOP/s is derived from the same samples and only shown.
+- **Accuracy** by verdict tier: a case that leaves `within rounding` (or goes from suspicious to
+  beyond rounding) makes the upgrade NOT SAFE; a change that stays within rounding is reported
+  as such. Results without a tier track are judged by the bound ratio alone.
+- **Bits** by output digest: bitwise identical, changed within rounding, changed beyond
+  rounding. A case whose bits differ from run to run is compared as "not reproducible", never
+  as a regression.
+
+Exit status: 0 SAFE, 1 NOT SAFE, 3 INCONCLUSIVE (nothing got worse, but some timing could not be
+decided); bad input is 2, as everywhere in opbench.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from accuracy.core.errors import OpbenchError
+from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
+from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
+from accuracy.report import changes
+from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
+from accuracy.report.load import load_results, param_columns
+from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
+from accuracy.report.stack import read_load, stack_difference
+
+DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
+SAFE, NOT_SAFE, INCONCLUSIVE = "SAFE", "NOT SAFE", "INCONCLUSIVE"
+EXIT_CODES = {SAFE: 0, NOT_SAFE: 1, INCONCLUSIVE: 3}
+
+ACCURACY_SLOTS = tuple(m.name for m in compared(ACCURACY))
+TIER = BY_NAME["verdict_tier"].name
+RUN_TO_RUN = BY_NAME["bits_differ_run_to_run"].name
+THREADS_DIFFER = BY_NAME["bits_differ_1_vs_all_threads"].name
+DIGEST = compared(IDENTITY)[0].name
+_SLOTS = ("time", "gflops", *ACCURACY_SLOTS, *(m.name for m in compared(REPRODUCIBILITY)), DIGEST)
+_FAILURE_SLOTS = ("time", TIER, "max_ulp")  # never NaN by design: missing means the benchmark failed
+
+# bits of a case between BASE and NEW; a change is named by NEW's verdict
+IDENTICAL, NOT_REPRODUCIBLE, NO_DIGEST = "bitwise identical", "not reproducible", "no digest"
+CHANGED_BITS = ("changed within rounding", "changed, suspicious", "changed beyond rounding", "changed, undetermined")
+# row verdicts, worst first; leaving within rounding, failing and slower make the upgrade NOT SAFE
+FAILING, SLOWER = "newly failing", "slower"
+LEFT_WITHIN = tuple(f"now {v}" for v in VERDICTS if v != WITHIN)  # now suspicious / beyond / undetermined
+TIME_INCONCLUSIVE, NOW_WITHIN, FASTER = "speed inconclusive", f"now {WITHIN}", "faster"
+CHANGED_WITHIN, STILL_OUTSIDE, UNCHANGED = CHANGED_BITS[0], f"changed, still not {WITHIN}", "unchanged"
+BAD = frozenset({*LEFT_WITHIN, FAILING, SLOWER})
+VERDICT_ORDER = (
+    *LEFT_WITHIN,
+    FAILING,
+    SLOWER,
+    TIME_INCONCLUSIVE,
+    STILL_OUTSIDE,
+    CHANGED_WITHIN,
+    NOW_WITHIN,
+    FASTER,
+    NOT_REPRODUCIBLE,
+    UNCHANGED,
+)
+
+
+@dataclass
+class Comparison:
+    base: ResultSet
+    new: ResultSet
+    time_threshold: float
+    rows: list[dict]
+    key_dims: list[str]
+    only_in_base: int
+    only_in_new: int
+    warnings: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # why timings are not comparable (busy_machine)
+    overlap: str | None = None  # what BASE and NEW share (`overlap`), said in the summary
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {v: sum(v in row["verdicts"] for row in self.rows) for v in VERDICT_ORDER}
+
+    @property
+    def verdict(self) -> str:
+        if any(row["bad"] for row in self.rows):
+            return NOT_SAFE
+        return INCONCLUSIVE if any(row["time_change"] == changes.INCONCLUSIVE for row in self.rows) else SAFE
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def stack_difference(self) -> list[tuple[str, str, str]]:
+        return stack_difference(self.base.stack, self.new.stack)
+
+    def bits(self) -> dict[str, int]:
+        """How many cases are bitwise identical, changed (by NEW's verdict) or not reproducible."""
+        out: dict[str, int] = {}
+        for row in self.rows:
+            out[row["bits"]] = out.get(row["bits"], 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def summary(self) -> list[str]:
+        """The verdict line, then one line each on bits and on speed."""
+        counts, pct = self.counts, f"{(self.time_threshold - 1) * 100:.3g}%"
+        timed = sum(row["time_change"] is not None for row in self.rows)
+        undecided = sum(row["time_change"] == changes.INCONCLUSIVE for row in self.rows)
+        verdict = self.verdict
+        if verdict == NOT_SAFE:
+            left = sum(counts[v] for v in LEFT_WITHIN)
+            parts = (
+                [
+                    f"{_n(left, 'case')} left within rounding ("
+                    + ", ".join(f"{counts[v]} {v}" for v in LEFT_WITHIN if counts[v])
+                    + ")"
+                ]
+                if left
+                else []
+            )
+            if counts[SLOWER]:
+                parts.append(f"{_n(counts[SLOWER], 'significant slowdown')} beyond {pct}")
+            if counts[FAILING]:
+                parts.append(f"{counts[FAILING]} newly failing")
+            head = "NOT SAFE: " + ", ".join(parts)
+        else:
+            head = f"{verdict}: no case left within rounding, no significant slowdown beyond {pct}"
+            if verdict == INCONCLUSIVE and self.busy:
+                head += (
+                    f"; but the speed of {undecided} of {timed} timed cases is undecided: the machine was "
+                    f"busy ({'; '.join(self.busy)}), so no time difference is taken as real: rerun on an "
+                    "idle machine"
+                )
+            elif verdict == INCONCLUSIVE:
+                head += (
+                    f"; but the speed of {undecided} of {timed} timed cases is undecided (fewer than 2 "
+                    "samples, or a change asv's test does not confirm): rerun with more samples"
+                )
+        bits = "bits: " + ", ".join(f"{count} {what}" for what, count in self.bits().items())
+        speed = [f"{counts[v]} {v}" for v in (SLOWER, FASTER) if counts[v]]
+        speed.append(f"{timed - counts[SLOWER] - counts[FASTER] - undecided} same")
+        if undecided:
+            speed.append(f"{undecided} inconclusive")
+        lost = sum(row[f"{THREADS_DIFFER}_base"] == 0 and row[f"{THREADS_DIFFER}_new"] == 1 for row in self.rows)
+        tail = f"; 1-vs-all-threads bitwise reproducibility lost in {_n(lost, 'case')}" if lost else ""
+        lines = [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
+        lines += [self.overlap] if self.overlap else []
+        return lines + ([self.confirm_slowdowns()] if counts[SLOWER] else [])
+
+    def confirm_slowdowns(self) -> str:
+        """How to confirm the slowdowns: each side's samples of a case come from one process, run
+        back to back, so a slow spell of the machine shifts them all and asv's test takes it for
+        a change (an idle rerun of the whole matrix found 3 such, 1.25-1.91x, gone on a rerun).
+        A second run of just those classes, compared on its own, tells which are real."""
+        classes = sorted({row["benchmark_class"] for row in self.rows if SLOWER in row["verdicts"]})
+        pattern = "|".join(c.replace(".", r"\.") for c in classes)
+        return (
+            f"confirm the slowdowns with a second run of their classes in another results directory, "
+            f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
+            f"--config and --commits), then opbench compare --results DIR2 BASE NEW"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "base": self.base.describe(),
+            "new": self.new.describe(),
+            "stack_difference": [{"what": w, "base": b, "new": n} for w, b, n in self.stack_difference],
+            "time_threshold": self.time_threshold,
+            "matched_on": ["op", "params", *self.key_dims],
+            "verdict": self.verdict,
+            "summary": self.summary(),
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "bits": self.bits(),
+            "only_in_base": self.only_in_base,
+            "only_in_new": self.only_in_new,
+            "warnings": self.warnings,
+            "busy": self.busy,
+            "overlap": self.overlap,
+            "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows],
+        }
+
+
+def compare_results(results_dir, base: str, new: str, time_threshold: float = DEFAULT_TIME_THRESHOLD) -> Comparison:
+    """Load `results_dir` and compare result set `new` against `base`."""
+    if not (time_threshold > 1 and math.isfinite(time_threshold)):
+        raise OpbenchError(f"--time-threshold must be a ratio above 1 (e.g. 1.10), not {time_threshold}")
+    loaded = load_results(results_dir)
+    comparison = compare_specs(loaded.frame, results_dir, base, new, time_threshold, loaded.warnings)
+    comparison.warnings = list(loaded.warnings)
+    return comparison
+
+
+def compare_specs(
+    frame: pd.DataFrame,
+    results_dir,
+    base: str,
+    new: str,
+    time_threshold: float = DEFAULT_TIME_THRESHOLD,
+    warnings: Sequence[str] = (),
+) -> Comparison:
+    """THE decision on BASE against NEW in `frame`: `opbench compare` and the report's Changes
+    section both call this, so they cannot disagree (they did: the report left out the busy-machine
+    rule and called timings faster that compare called inconclusive)."""
+    stacks = file_stacks(results_dir, frame)
+    base_set = resolve(frame, base, "BASE", stacks, warnings)
+    new_set = resolve(frame, new, "NEW", stacks, warnings)
+    busy = [why for s in (base_set, new_set) if (why := busy_machine(results_dir, s))]
+    return compare_sets(base_set, new_set, time_threshold, busy)
+
+
+def _files(result_set: ResultSet) -> set[tuple[str, str]]:
+    return set(result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False, name=None))
+
+
+def overlap(base: ResultSet, new: ResultSet) -> str | None:
+    """What BASE and NEW share: a set compared with itself is bad input (every case would be
+    "unchanged" by construction); sets that share some results files are said to."""
+    base_files, new_files = _files(base), _files(new)
+    if base_files == new_files:
+        raise OpbenchError(
+            f"BASE {base.spec!r} and NEW {new.spec!r} are the same result set "
+            f"({_n(len(base_files), 'results file')}): name two different sets to compare"
+        )
+    shared = sorted(base_files & new_files)
+    if not shared:
+        return None
+    return (
+        f"BASE and NEW overlap: {_n(len(shared), 'results file')} in both ("
+        + ", ".join(f"{m}/{f}" for m, f in shared)
+        + "); their cases compare with themselves"
+    )
+
+
+def compare_sets(
+    base: ResultSet, new: ResultSet, time_threshold: float = DEFAULT_TIME_THRESHOLD, busy: Sequence[str] = ()
+) -> Comparison:
+    """One row per case present in both sets, worst first. `busy` says when the machine was busy
+    (`busy_machine`): a timing change is then inconclusive, never slower or faster."""
+    # Machine / env name are part of the row key when both sets share a value: comparing two
+    # machines that both ran env e1 and e2 pairs e1 with e1; comparing env a with env b does not.
+    key_dims = [
+        dim
+        for dim in KEY_DIMS
+        if set(base.frame[dim]) & set(new.frame[dim])
+        and (base.frame[dim].nunique() > 1 or new.frame[dim].nunique() > 1)
+    ]
+    shared = overlap(base, new)
+    wide_base, wide_new = _wide(base, key_dims), _wide(new, key_dims)
+    index = ["op", "params", *key_dims]
+    merged = wide_base.merge(wide_new, on=index, how="inner", suffixes=("_base", "_new"))
+    if merged.empty:
+        raise OpbenchError(
+            f"BASE {base.spec!r} and NEW {new.spec!r} share no benchmark results "
+            f"({len(wide_base)} vs {len(wide_new)} cases, none with the same op and parameters)"
+        )
+    params = _param_lookup(base.frame)
+    rows = [_row(record, index, params, time_threshold, bool(busy)) for record in merged.to_dict("records")]
+    rows.sort(key=_sort_key)
+    return Comparison(
+        base,
+        new,
+        time_threshold,
+        rows,
+        key_dims,
+        only_in_base=len(wide_base) - len(merged),
+        only_in_new=len(wide_new) - len(merged),
+        busy=list(busy),
+        overlap=shared,
+    )
+
+
+def busy_machine(results_dir, result_set: ResultSet) -> str | None:
+    """Why this set's timings cannot be compared with another run's: other work competed for the
+    CPUs (a 1-minute load average above the CPU count plus one, the benchmark's own threads
+    and asv's process), so a time difference may be the machine's, not the software's."""
+    pairs = result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False)
+    loads = [load for m, f in pairs if (load := read_load(Path(results_dir) / m / f))]
+    if not loads:
+        return None
+    highest, cpus = max(loads)
+    return f"load average up to {highest:.3g} on {cpus} CPUs during {result_set.role}" if highest > cpus + 1 else None
+
+
+_STATS = ("value", "ci_99_a", "ci_99_b", "repeat", "samples", "failed")
+
+
+def _wide(result_set: ResultSet, key_dims: list[str]) -> pd.DataFrame:
+    """One row per case; columns <slot>, <slot>_ci_99_a, ..., <slot>_failed."""
+    frame = result_set.frame.copy()
+    frame["op"] = frame["benchmark"].str.rsplit(".", n=1).str[0]
+    # time by time_op alone: a class may time more (bench_references' time_reference, time_dgemm)
+    timed_op = (frame["metric"] != "time") | frame["benchmark"].str.endswith(f".{TIME_BENCHMARK}")
+    frame = frame.loc[frame["metric"].isin(_SLOTS) & timed_op].assign(slot=lambda f: f["metric"])
+    index = ["op", "params", *key_dims]
+    if frame.duplicated([*index, "slot"]).any():
+        dims = [d for d in KEY_DIMS if d not in key_dims and frame[d].nunique() > 1]
+        what = " and ".join(d.replace("env_name", "environment") for d in dims) or "benchmark of the same metric"
+        listed = ", ".join(sorted(frame[dims[0]].unique())) if dims else "duplicate rows"
+        raise OpbenchError(
+            f"{result_set.role} {result_set.spec!r} covers more than one {what} ({listed}) "
+            "that the other set cannot be matched against; name a narrower set"
+        )
+    stats = [s for s in _STATS if s in frame.columns]
+    wide = frame.pivot(index=index, columns="slot", values=stats)
+    wide.columns = [slot if stat == "value" else f"{slot}_{stat}" for stat, slot in wide.columns]
+    return wide.reset_index()
+
+
+def _param_lookup(frame: pd.DataFrame) -> dict[tuple[str, str], dict]:
+    columns = param_columns(frame)
+    firsts = frame.assign(op=frame["benchmark"].str.rsplit(".", n=1).str[0]).drop_duplicates(["op", "params"])
+    return {
+        (rec["op"], rec["params"]): {c: _as_given(rec[c]) for c in columns if not _missing(rec[c])}
+        for rec in firsts[["op", "params", *columns]].to_dict("records")
+    }
+
+
+def _row(record: dict, index: list[str], params: dict, threshold: float, busy: bool) -> dict:
+    p = params.get((record["op"], record["params"]), {})
+    impl, _, dtype = str(p.get("impl_dtype", "")).rpartition("@")
+    row: dict = {
+        "op": record["op"].rsplit(".", 1)[-1],
+        "benchmark_class": record["op"],
+        "impl": impl or p.get("impl"),
+        "dtype": dtype or p.get("dtype"),
+        "size": p.get("size"),
+        "condition": p.get("condition"),
+        "threads": p.get("threads"),
+        "params": record["params"],
+    } | {dim: record[dim] for dim in index[2:]}
+
+    def get(slot: str, side: str) -> float | None:
+        value: Any = record.get(f"{slot}_{side}")
+        return None if _missing(value) else float(value)
+
+    for slot in _SLOTS:
+        row[f"{slot}_base"], row[f"{slot}_new"] = get(slot, "base"), get(slot, "new")
+    verdicts: list[str] = []
+    row["newly_failing"] = [
+        s
+        for s in _FAILURE_SLOTS
+        if get(s, "base") is not None and get(s, "new") is None and _flag(record.get(f"{s}_failed_new"))
+    ]
+    if row["newly_failing"]:
+        verdicts.append(FAILING)
+    verdicts += _speed(row, record, threshold, busy)
+    verdicts += _accuracy(row)
+    verdicts = sorted(set(verdicts), key=VERDICT_ORDER.index) or [UNCHANGED]
+    row["verdicts"] = verdicts
+    row["verdict"] = ", ".join(verdicts)
+    row["bad"] = any(v in BAD for v in verdicts)
+    return row
+
+
+def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
+    """time_op's samples decide; GFLOP/s (derived from them) is only shown."""
+    t_base, t_new = row["time_base"], row["time_new"]
+    row["time_ratio"] = t_new / t_base if t_base and t_new is not None else None
+    row["time_change"] = row["time_ratio_low"] = row["time_ratio_high"] = None
+    if row["time_ratio"] is None:
+        return []
+    base, new = (_timing(record, side) for side in ("base", "new"))
+    row["time_samples_base"], row["time_samples_new"] = base.repeat, new.repeat
+    row["time_change"] = timing_change(base, new, threshold)
+    row["time_ratio_low"], row["time_ratio_high"] = ratio_interval(base, new) or (None, None)
+    if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
+        row["time_change"] = changes.INCONCLUSIVE
+    return (
+        [{changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}[row["time_change"]]]
+        if row["time_change"] != changes.SAME
+        else []
+    )
+
+
+def _timing(record: dict, side: str) -> Timing:
+    return Timing.of(
+        record[f"time_{side}"],
+        *(record.get(f"time_{stat}_{side}") for stat in ("ci_99_a", "ci_99_b", "repeat", "samples")),
+    )
+
+
+def _accuracy(row: dict) -> list[str]:
+    """Verdict tiers decide; bits and errors say what changed within a tier."""
+    tier_base, tier_new = _tier(row, "base"), _tier(row, "new")
+    row["verdict_base"] = None if tier_base is None else Verdict.of_tier(tier_base)
+    row["verdict_new"] = None if tier_new is None else Verdict.of_tier(tier_new)
+    reproducible = not (row[f"{RUN_TO_RUN}_base"] == 1 or row[f"{RUN_TO_RUN}_new"] == 1)
+    row["bits"] = _bits(row, reproducible, tier_new)
+    if tier_base is None or tier_new is None:
+        return []
+    out = [] if reproducible else [NOT_REPRODUCIBLE]
+    if tier_base != tier_new and (tier_new == 0 or tier_base == 0 or (tier_base, tier_new) == (1, 2)):
+        # leaving within rounding is bad, and so is suspicious -> beyond rounding
+        return [*out, f"now {Verdict.of_tier(tier_new)}"]
+    if row["bits"] in (IDENTICAL, NOT_REPRODUCIBLE) or (row["bits"] == NO_DIGEST and _errors_equal(row)):
+        return out
+    return [*out, CHANGED_WITHIN if tier_new == 0 else STILL_OUTSIDE]
+
+
+def _tier(row: dict, side: str) -> int | None:
+    """The verdict tier; for results from before the tier track, the judge's bound-only rule."""
+    tier = row[f"{TIER}_{side}"]
+    if tier is not None:
+        return int(tier)
+    bound, nonfinite = row[f"bound_ratio_{side}"], row[f"nonfinite_{side}"]
+    if nonfinite is None and bound is None:
+        return None
+    return bound_verdict(bound, nonfinite).tier
+
+
+def _bits(row: dict, reproducible: bool, tier_new: int | None) -> str:
+    if not reproducible:
+        return NOT_REPRODUCIBLE
+    digest_base, digest_new = row[f"{DIGEST}_base"], row[f"{DIGEST}_new"]
+    if digest_base is None or digest_new is None:
+        if _errors_equal(row):
+            return NO_DIGEST
+    elif digest_base == digest_new:
+        return IDENTICAL
+    return "changed" if tier_new is None else CHANGED_BITS[tier_new]
+
+
+def _errors_equal(row: dict) -> bool:
+    return all(_same(row[f"{s}_base"], row[f"{s}_new"]) for s in ACCURACY_SLOTS)
+
+
+def _same(a, b) -> bool:
+    return a == b or (a is None and b is None) or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+
+def _sort_key(row: dict) -> tuple:
+    rank = min(VERDICT_ORDER.index(v) for v in row["verdicts"])
+    ratio = row["time_ratio"] if row["time_ratio"] is not None else 1.0
+    return (rank, -ratio, row["op"], str(row["params"]))
+
+
+def _as_given(value):
+    """Parameters as they were given: 128, not 128.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _flag(value) -> bool:
+    return not _missing(value) and bool(value)
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return _jsonable(value.item())
+    return value
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,84 @@
+"""`opbench model --html`: one self-contained page per model run, the answer first.
+
+Per port: the first layer not within rounding, a figure of each unit's introduced error and the
+port's propagated difference through depth (log scale; flagged units marked), then the
+per-layer table. The figure shows at a glance whether a large final difference comes from one
+bad layer (one jump in introduced error) or from correct layers amplified along the way.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from accuracy.core.errors import OpbenchError
+from accuracy.report.plots import WIDTH, to_png_base64
+
+COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
+TINY = 1e-12  # an exact (0) error is drawn here on the log scale
+
+
+def layer_figure(port: dict) -> str | None:
+    """Introduced and propagated error per unit, in execution order (base64 PNG); None if nothing to draw."""
+    layers = port["layers"]
+    if not layers:
+        return None
+    x = list(range(len(layers)))
+    fig = Figure(figsize=(WIDTH, 3.6))
+    ax = fig.add_subplot()
+    for key, style in (("introduced", "o-"), ("propagated", "s--")):
+        values = [r.get(key) for r in layers]
+        points = [(i, max(v, TINY)) for i, v in zip(x, values, strict=True) if v is not None and v == v]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, label=key, markersize=4)
+    flagged = [i for i, r in enumerate(layers) if r["verdict"] not in ("within rounding", "not compared")]
+    for i in flagged:
+        ax.axvline(i, color="tab:red", alpha=0.4)
+    ax.set_yscale("log")
+    ax.set_xticks(x, [r["path"] for r in layers], rotation=90, fontsize=7)
+    ax.set_ylabel("normwise relative error")
+    ax.set_title(f"{port['port']} [{port['dtype']}]: red lines mark layers not within rounding")
+    ax.legend()
+    fig.tight_layout()
+    return to_png_base64(fig)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return html.escape("-" if value is None else str(value))
+
+
+def model_page(report: dict, answers: list[str]) -> str:
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>opbench model</title>",
+        f"<h1>{html.escape(report['model'])}</h1><p>{html.escape(report['mode'])} mode</p>",
+        "<h2>Answer</h2><ul>" + "".join(f"<li>{html.escape(a)}</li>" for a in answers) + "</ul>",
+    ]
+    for port in report["ports"]:
+        parts.append(f"<h2>{html.escape(port['port'])} [{port['dtype']}]</h2>")
+        figure = layer_figure(port)
+        if figure:
+            parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
+        head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", *COLUMNS, "reason"))
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{_cell(v)}</td>"
+                for v in (" + ".join(r["covers"]), r["op"], r["verdict"], *(r.get(c) for c in COLUMNS), r["reason"])
+            )
+            + "</tr>"
+            for r in port["layers"]
+        )
+        parts.append(f"<table><tr>{head}</tr>{rows}</table>")
+    return "\n".join(parts)
+
+
+def write_model_page(path: Path | str, report: dict, answers: list[str]) -> Path:
+    path = Path(path)
+    if path.exists():
+        raise OpbenchError(f"--html {path}: already exists")
+    path.write_text(model_page(report, answers))
+    return path

@@ -1,0 +1,1 @@
+"""Driving asv for `opbench run`: batches, the results store, progress, fingerprints, offline pages."""

@@ -1,0 +1,82 @@
+"""`opbench run` in batches of whole modules of the suite, each saved when it ends.
+
+asv writes a run's results file only when the whole run is over, so a Ctrl-C loses all of it.
+Run a few times over parts of the suite instead, and every finished part is kept: asv merges a
+run on the same commit and environment into the results file already there
+(`Results.load_data` before `Results.save`, asv 0.6.6), and the merged file is moved into the
+results directory before the next batch starts. Each batch gets a private copy of the benchmark
+directory that holds its modules and the suite's helpers only, so asv imports those modules and
+not the whole suite once more for every batch.
+
+Each batch costs one asv start-up (discovery, and the forkserver preloading the frameworks:
+~15 s here), so there are at most BATCHES of them: one per module made `make bench` spend 3 of
+its 10 minutes starting asv (12 modules).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+BATCHES = 4  # a Ctrl-C keeps all but the batch it interrupts: about 3/4 of a run or more
+
+
+@dataclass(frozen=True)
+class Batch:
+    modules: tuple[str, ...]  # top-level modules (or packages) of the benchmark directory
+    classes: tuple[str, ...]  # what of them is selected: benchmark classes, or free functions
+
+
+def plan_batches(private_config: Path, bench: str | None) -> list[Batch]:
+    """Batches from the benchmarks.json that asv's discovery wrote, selected as `asv run --bench` selects."""
+    from asv.benchmarks import Benchmarks
+    from asv.config import Config
+
+    selected = Benchmarks.load(Config.load(str(private_config)), regex=bench).keys()
+    by_module: dict[str, set[str]] = {}
+    for name in selected:
+        owner = name.rsplit(".", 1)[0]
+        by_module.setdefault(name.split(".", 1)[0], set()).add(owner)
+    return group_modules(by_module)
+
+
+def group_modules(by_module: dict[str, set[str]], count: int = BATCHES) -> list[Batch]:
+    """Whole modules in name order; a batch closes once it holds 1/count of the classes."""
+    share = sum(map(len, by_module.values())) / count
+    batches: list[Batch] = []
+    modules: list[str] = []
+    classes: list[str] = []
+    for module, owners in sorted(by_module.items()):
+        modules.append(module)
+        classes += sorted(owners)
+        if len(classes) >= share:
+            batches.append(Batch(tuple(modules), tuple(classes)))
+            modules, classes = [], []
+    if modules:
+        batches.append(Batch(tuple(modules), tuple(classes)))
+    return batches
+
+
+def batch_benchmark_dir(source: Path, batch: Batch, benchmark_modules: set[str], parent: Path) -> Path:
+    """A copy of `source` without the other batches' modules, under the same name (asv imports
+    the benchmark directory as a package named after it)."""
+    others = benchmark_modules - set(batch.modules)
+
+    def skipped(folder: str, names: list[str]) -> set[str]:
+        top = Path(folder) == source
+        return {n for n in names if n == "__pycache__" or (top and n.removesuffix(".py") in others)}
+
+    target = parent / source.name
+    shutil.copytree(source, target, ignore=skipped)
+    return target
+
+
+def describe(batches: list[Batch]) -> str:
+    """`bench_products (Dot, Gemv), bench_reductions (Sum)`: what a list of batches covers."""
+    parts = []
+    for batch in batches:
+        for module in batch.modules:
+            inner = [owner.split(".", 1)[1] for owner in batch.classes if owner.startswith(f"{module}.")]
+            parts.append(f"{module} ({', '.join(inner)})" if inner else module)
+    return ", ".join(parts)

@@ -1,0 +1,492 @@
+"""Drive asv for `opbench run`: machine info, the run itself, fingerprints, HTML, report.
+
+asv does the benchmarking and keeps the results; this module makes the calls non-interactive,
+reproducible and safe: a private copy of asv.conf.json with absolute paths, asv writing into a
+staging copy, the run split into batches (whole benchmark modules, accuracy/run/batches.py) whose
+results are copied into the results directory as each batch ends (under a lock, with the
+environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
+the results of a changed environment filed under a new asv environment instead of over the old
+ones (accuracy/run/environment_python.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import os_error_line, replace_atomic, write_atomic
+from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
+from accuracy.run.environment_python import environment_python, relabel_python
+from accuracy.run.offline_pages import finish_pages
+from accuracy.run.profiles import DEFAULT, PROFILE_VAR, QUICK
+from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
+from accuracy.run.results_store import (
+    check_no_links,
+    merge_benchmarks_json,
+    read_benchmarks_json,
+    recover_interrupted_saves,
+    results_lock,
+)
+from accuracy.run.stack_fingerprint import (
+    FingerprintJob,
+    last_fingerprint,
+    save_fingerprint,
+    stack_key,
+    take_fingerprint,
+)
+from accuracy.run.suite_passes import MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
+
+FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
+
+
+def load_asv_config(path: Path) -> dict:
+    """asv.conf.json allows // comments; asv's own loader reads them."""
+    from asv.util import load_json
+
+    if not path.is_file():
+        raise OpbenchError(f"asv config not found: {path}")
+    try:
+        conf = load_json(str(path), js_comments=True)
+    except Exception as exc:  # asv raises its own UserError types for malformed files
+        raise OpbenchError(f"cannot read asv config {path}: {exc}") from None
+    if not isinstance(conf, dict):
+        raise OpbenchError(f"asv config {path} holds a JSON {type(conf).__name__}, not an object of settings")
+    return conf
+
+
+def project_repo(config_path: Path) -> Path:
+    """The repository asv benchmarks, as the config names it (relative to the config file)."""
+    return (config_path.resolve().parent / load_asv_config(config_path).get("repo", ".")).resolve()
+
+
+def graph_branches(config_path: Path) -> list[str]:
+    """The branches `asv publish` should graph: the branch checked out first (asv's pages open on
+    the first), then the configured ones. asv graphs only commits of configured branches, so a run
+    on a feature branch would publish empty graphs. A detached HEAD has no branch to add."""
+    configured = list(load_asv_config(config_path).get("branches", ["main"]))
+    head = subprocess.run(
+        ["git", "-C", str(project_repo(config_path)), "symbolic-ref", "--short", "-q", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return ([head] if head and head not in configured else []) + configured
+
+
+def write_private_config(
+    config_path: Path,
+    results: Path,
+    html: Path,
+    workdir: Path,
+    benchmark_dir: Path | None = None,
+    branches: list[str] | None = None,
+) -> Path:
+    """A copy of the project's asv config with every path absolute and results redirected
+    (and the benchmark directory, for a batch; the branches to graph, for a publish)."""
+    root = config_path.resolve().parent
+    conf = load_asv_config(config_path)
+    if branches is not None:
+        conf["branches"] = branches
+    for key, default in (("repo", "."), ("benchmark_dir", "benchmarks"), ("env_dir", "env")):
+        conf[key] = str((root / conf.get(key, default)).resolve())
+    if benchmark_dir is not None:
+        conf["benchmark_dir"] = str(benchmark_dir.resolve())
+    conf["results_dir"] = str(results.resolve())
+    conf["html_dir"] = str(html.resolve())
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "asv.conf.json"
+    out.write_text(json.dumps(conf, indent=2))
+    return out
+
+
+def default_machine_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", platform.node() or "machine")
+
+
+def register_machine(machine: str) -> None:
+    """Record this machine for asv under `machine`, with asv's own description of it.
+
+    `asv machine --yes --machine NAME` records the name alone (asv 0.6.6 fills in its defaults
+    only when no field is given), and asv's pages then show [none] for arch, cpu, os and ram.
+    Fields already recorded under the name are kept.
+    """
+    from asv.machine import Machine, MachineCollection
+    from asv.util import UserError
+
+    try:
+        known = MachineCollection.load(machine)
+    except UserError:
+        known = {}
+    info = Machine.get_defaults() | {k: v for k, v in known.items() if v} | {"machine": machine}
+    try:
+        MachineCollection.save(machine, info)
+    except OSError as exc:
+        raise OpbenchError(
+            os_error_line("record the machine in", MachineCollection.get_machine_file_path(), exc)
+        ) from None
+
+
+def head_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise OpbenchError(f"{repo} is not a git checkout with a commit; asv records results per commit") from None
+    return out.stdout.strip()
+
+
+def environment_pythons(private_config: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """asv environment name -> (its python, its matrix env vars), from asv's own matrix expansion."""
+    from asv.config import Config
+    from asv.environment import get_environments
+
+    conf = Config.load(str(private_config))
+    return {
+        env.name: (str(Path(conf.env_dir) / env.dir_name / "bin" / "python"), env.env_vars)
+        for env in get_environments(conf, None, verbose=False)
+    }
+
+
+def check_commit_range(repo: Path, commits: str) -> None:
+    """asv takes git's range syntax; asking git first turns a typo into one clear line."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-list", "--max-count=1", commits, "--"], capture_output=True, text=True
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        reason = (proc.stderr.strip().splitlines() or ["it selects no commits"])[0]
+        raise OpbenchError(f"--commits {commits!r} is not a commit range of {repo}: {reason}")
+
+
+def _result_files(results: Path, machine: str) -> dict[Path, float]:
+    folder = results / machine
+    if not folder.is_dir():
+        return {}
+    return {p: p.stat().st_mtime_ns for p in folder.glob("*.json") if p.name != "machine.json"}
+
+
+def _stage(results: Path, staging: Path, machine: str) -> None:
+    """Give asv a private copy of what it merges into: this machine's results and benchmarks.json.
+    A full disk here changes nothing in the results directory: one line."""
+    try:
+        staging.mkdir()
+        if (results / "benchmarks.json").is_file():
+            shutil.copy2(results / "benchmarks.json", staging / "benchmarks.json")
+        if (results / machine).is_dir():
+            shutil.copytree(results / machine, staging / machine)
+    except (OSError, shutil.Error) as exc:
+        reason = os_error_line("copy the results to", staging, exc) if isinstance(exc, OSError) else str(exc)
+        raise OpbenchError(f"{reason}; nothing was run and {results} is unchanged") from None
+
+
+def _commit(
+    staging: Path, results: Path, machine: str, changed: list[Path], fingerprints: dict[Path, str]
+) -> tuple[list[Path], list[str]]:
+    """Copy a batch's files into the results directory, each by an atomic rename; return the
+    results files written and the warnings to show.
+
+    Copies, not moves: the next batch's asv merges into the staged files. A results file and
+    its fingerprint are committed as a pair: the fingerprint, holding the digest of its results,
+    goes to X.fingerprint.pending, then X.json is replaced, then the pending file is renamed.
+    A kill between any two steps leaves a state `fingerprint_path` reads right and
+    `recover_interrupted_saves` completes. Files the run did not touch are left alone.
+    """
+    from accuracy.report.fingerprint import PENDING_SUFFIX, RESULTS_DIGEST, results_digest
+
+    target = results / machine
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        merged, warnings = merge_benchmarks_json(staging / "benchmarks.json", results / "benchmarks.json")
+        machine_info = (staging / machine / "machine.json").read_bytes()
+    except OSError as exc:
+        raise OpbenchError(os_error_line("save into", target, exc)) from None
+    write_atomic(results / "benchmarks.json", merged)
+    write_atomic(target / "machine.json", machine_info)
+    written = []
+    for path in changed:
+        content = path.read_bytes()
+        fingerprint = json.loads(fingerprints[path]) | {RESULTS_DIGEST: results_digest(content)}
+        final = target / path.with_suffix(FINGERPRINT_SUFFIX).name
+        pending = final.with_name(final.name + PENDING_SUFFIX)
+        write_atomic(pending, json.dumps(fingerprint, indent=2))
+        write_atomic(target / path.name, content)
+        replace_atomic(pending, final)
+        written.append(target / path.name)
+    return written, warnings
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a run the way Ctrl-C does
+
+
+@contextmanager
+def _stop_deferred():
+    """Ctrl-C, SIGTERM and SIGHUP wait until a batch's files are all in place (delivered right after)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
+
+
+@contextmanager
+def _terminate_as_interrupt(received: list[str]):
+    """SIGTERM and SIGHUP (a closed terminal, a job scheduler, `kill`) raise KeyboardInterrupt as
+    Ctrl-C does, so that they too stop asv, keep every finished batch, remove the staging
+    directory and clear the lock file. `received` gets the signal's name. Python only lets
+    the main thread set handlers; elsewhere the defaults stay."""
+
+    def interrupt(signum: int, _frame) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class RunOutcome:
+    status: int  # asv's exit status, the worst of the batches
+    machine: str  # the machine name the results are filed under
+    label: str | None  # the environment's stack label (env-<digest>); None for a history run
+    written: list[Path]
+    log: Path
+    warnings: list[str]  # files that could not be read, pages that still need the internet, ...
+
+
+def run_suite(
+    *,
+    config: Path,
+    results: Path,
+    html: Path,
+    machine: str,
+    quick: bool,
+    bench: str | None,
+    commits: str | None,
+    profile: str | None,
+    knobs: dict[str, str],
+    verbose: bool,
+) -> RunOutcome:
+    """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
+
+    `knobs` are environment variables that only act at process start (OPENBLAS_CORETYPE, ...):
+    they are set for asv's benchmark processes, and the fingerprint records them. A run in this
+    environment goes to asv as the environment `env-<digest>` of the stack (environment_python.py),
+    so a changed stack (an upgraded package, another BLAS kernel, a knob) files its results beside
+    the old ones, under the same machine. Each batch runs as two passes (suite_passes.py).
+    """
+    from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
+
+    repo = project_repo(config)  # reads and checks the config before anything is locked or written
+    if commits:
+        check_commit_range(repo, commits)
+    batches: list[Batch] = []
+    saved: list[Batch] = []
+    signals: list[str] = []
+    warnings: list[str] = []
+    fresh: FingerprintJob | None = None
+    with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
+        try:
+            check_no_links(results, machine)
+            warnings += recover_interrupted_saves(results, tmp)
+            # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
+            env = dict(
+                os.environ,
+                **{PROFILE_VAR: profile or (QUICK.name if quick else DEFAULT.name)},
+                PYTHONIOENCODING="utf-8",
+                **knobs,
+            )
+            here, label = None, None
+            if not commits:  # this environment: its last fingerprint names it now, a fresh one is filed
+                key = stack_key(env)
+                last = last_fingerprint(key)
+                if last is None:
+                    last = take_fingerprint(sys.executable, env)
+                    save_fingerprint(key, last)
+                    here = json.dumps(last, indent=2)
+                else:
+                    fresh = FingerprintJob(env)
+                label = environment_label(last, knobs)
+            staging = tmp / "results"
+            _stage(results, staging, machine)
+            private = write_private_config(config, staging, html, tmp)
+            log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
+            register_machine(machine)
+            # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
+            args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
+            if commits:
+                args += [commits]
+            else:
+                assert label is not None  # a run in this environment has its fingerprint
+                python = environment_python(config, label)
+                args += [f"--environment=existing:{python}", "--set-commit-hash", head_commit(repo)]
+                args += ["--launch-method", "forkserver"]
+            if quick:
+                args.append("--quick")
+            if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
+                raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
+            if fresh is not None:  # taken beside the discovery; nothing is timed beside it
+                assert label is not None  # named by the stack's last fingerprint
+                here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
+            batches = plan_batches(private, bench)
+            suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
+            modules = {name.split(".", 1)[0] for name in suite}
+            progress = ClassProgress([owner for batch in batches for owner in batch.classes], passes=PASSES)
+            measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
+            measurements.mkdir()
+            pythons = environment_pythons(private) if commits else {}
+            env_fingerprints: dict[str, str] = {}
+            written: dict[Path, None] = {}
+            status = 0
+            busiest = os.getloadavg()[0]
+            for index, batch in enumerate(batches):
+                workdir = tmp / f"batch-{index}"
+                folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
+                batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
+                before = _result_files(staging, machine)
+                discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
+                for suite_pass in PASSES:
+                    if suite_pass == READ and _ran_whole(suite, batch, discovered):
+                        progress.skip(batch.classes)  # a suite without passes ran whole in the first
+                        break
+                    progress.stage = f"{suite_pass} pass, "
+                    status = max(
+                        status,
+                        log.call(
+                            [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                            env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements)},
+                            progress=progress,
+                        ),
+                    )
+                    discovered |= read_benchmarks_json(staging / "benchmarks.json") or {}
+                write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
+                busiest = max(busiest, os.getloadavg()[0])
+                changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
+                if commits:
+                    fingerprints = {
+                        p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints, warnings), busiest)
+                        for p in changed
+                    }
+                else:
+                    assert label is not None and here is not None
+                    for path in changed:
+                        relabel_python(path, label)
+                    fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
+                with _stop_deferred():
+                    try:
+                        files, batch_warnings = _commit(staging, results, machine, changed, fingerprints)
+                    except OpbenchError as exc:
+                        raise OpbenchError(f"{exc}; {_kept(results, machine, batches, saved)}") from None
+                    written.update(dict.fromkeys(files))
+                    warnings += batch_warnings
+                    saved.append(batch)
+        except KeyboardInterrupt:
+            by = f" by {signals[0]}" if signals else ""
+            raise OpbenchError(_interrupted(results, machine, batches, saved, by)) from None
+        finally:
+            if fresh is not None:
+                fresh.cancel()
+        if written:
+            publish_config = write_private_config(
+                config, results, html, tmp / "publish", branches=graph_branches(config)
+            )
+            if log.call(["publish", "--config", str(publish_config)], env) != 0:
+                raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
+    if written:
+        warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
+    return RunOutcome(status, machine, label, list(written), log.path, warnings)
+
+
+def _ran_whole(suite: list[str], batch: Batch, discovered: dict) -> bool:
+    """Whether the measure pass ran every benchmark of the batch's modules: a suite that does not
+    split into passes (any other project's) then has nothing left for the read pass."""
+    return all(name in discovered for name in suite if name.split(".", 1)[0] in batch.modules)
+
+
+@contextmanager
+def _staging_dir(results: Path):
+    """asv's private working copy, beside the results directory (the same file system)."""
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix=f".{results.name}-staging-", dir=results.resolve().parent)
+    except OSError as exc:
+        raise OpbenchError(f"{os_error_line('create a staging directory beside', results, exc)}") from None
+    with tmp as folder:
+        yield Path(folder)
+
+
+def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
+    """The fingerprint taken while asv discovered the suite, which is the one filed: it must name
+    the environment the run started under (the stack's last fingerprint), or nothing runs."""
+    from accuracy.report.fingerprint import environment_label
+
+    fingerprint = job.result()
+    save_fingerprint(key, fingerprint)
+    now = environment_label(fingerprint, knobs)
+    if now != label:
+        raise OpbenchError(
+            f"this environment's stack is {now} now, not {label} as when it last ran (a change opbench's "
+            "quick check of the installed packages, knobs and CPU does not see): nothing was saved; run again"
+        )
+    return json.dumps(fingerprint, indent=2)
+
+
+def _with_load(fingerprint: str, busiest: float) -> str:
+    """The fingerprint plus how busy the machine was (1-minute load average, sampled as each batch
+    starts and ends): `opbench compare` will not call a timing change real when other work was
+    competing for the CPUs (accuracy/report/compare.py)."""
+    return json.dumps(
+        json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}}, indent=2
+    )
+
+
+def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch], by: str = "") -> str:
+    """The one line after a Ctrl-C (or SIGTERM, SIGHUP: `by`): exactly which batches are in the results directory."""
+    if not saved:
+        return f"interrupted{by} before any batch finished: nothing was saved; {results} is unchanged"
+    return f"interrupted{by}: {_kept(results, machine, batches, saved)}"
+
+
+def _kept(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
+    """Which batches are in the results directory and which are not."""
+    if not saved:
+        return f"no batch was saved; the results in {results} are as before"
+    left = [module for batch in batches if batch not in saved for module in batch.modules]
+    return (
+        f"kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+        f"not run or not finished, so not saved: {', '.join(left)}; HTML not published"
+    )
+
+
+def _env_fingerprint(
+    path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str], warnings: list[str]
+) -> str:
+    """The fingerprint of the asv environment that wrote a history run's results file
+    (taken once per environment and run: every batch runs in the same environments).
+    One that cannot be taken is recorded as an error and shown as a warning, never silently."""
+    env_name = json.loads(path.read_text()).get("env_name")
+    if env_name not in cache:
+        python, extra = pythons.get(env_name, (None, {}))
+        try:
+            if python is None:
+                raise OpbenchError(f"no asv environment named {env_name!r} to fingerprint")
+            cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+        except OpbenchError as exc:
+            warnings.append(f"{exc}; its results are saved without a fingerprint of their stack")
+            cache[env_name] = json.dumps({"error": str(exc)})
+    return cache[env_name]

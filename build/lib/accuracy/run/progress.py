@@ -1,0 +1,172 @@
+"""A run you can follow: asv's full output to a log file, one progress line per benchmark class.
+
+asv prints thousands of lines (its machine questionnaire, per-parameter tables, percentages
+counted over steps of very different length). The terminal gets instead one line per finished
+benchmark class with an estimate of the time left; `-v` shows asv's own output as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOG_DIR = "logs"  # inside the results directory; asv and the report loader ignore it (no .json)
+_TOTAL = re.compile(r"Running (\d+) total benchmarks \(.*\* (\d+) benchmarks\)")
+_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class ClassProgress:
+    """Turns asv's output into one line per benchmark class: n/N, elapsed, ETA.
+
+    `classes` are the benchmark classes (or modules, for free functions) the run selected, over
+    all its batches; each commit x environment runs every one once, as asv's first
+    "Running N total benchmarks" line tells. The ETA is the mean measured time of the finished
+    classes times the classes left.
+    """
+
+    def __init__(self, classes: list[str], out=None, passes: tuple[str, ...] = ()):
+        self._classes = set(classes)
+        self._out = out or sys.stdout
+        self._passes = max(len(passes), 1)  # `opbench run` runs each class once per pass (suite_passes.py)
+        self.stage = ""  # the pass running now, shown beside each class
+        self.total = 0
+        self.done = 0
+        self._current: str | None = None
+        self._started = self._class_started = time.monotonic()
+
+    def feed(self, line: str) -> None:
+        match = _TOTAL.search(line)
+        if match:
+            if not self.total:  # the first batch: the clock starts; later batches go on counting
+                runs = int(match.group(1)) // max(int(match.group(2)), 1)  # commits x environments
+                self.total = len(self._classes) * runs * self._passes
+                self._started = time.monotonic()
+            return
+        for match in _NAME.finditer(line):
+            owner = self._owner(line, match)
+            if owner:
+                self._enter(owner)
+                return
+
+    def _owner(self, line: str, match: re.Match) -> str | None:
+        """The class of a benchmark name; asv cuts a long one to its end
+        ("...ttention.ScaledDotProductAttention.time_op")."""
+        owner = match.group(0).rsplit(".", 1)[0]
+        if owner in self._classes:
+            return owner
+        if line[max(match.start() - 3, 0) : match.start()] != "...":
+            return None
+        ends = [name for name in self._classes if name.endswith(owner)]
+        return ends[0] if len(ends) == 1 else None
+
+    def _enter(self, benchmark_class: str) -> None:
+        if benchmark_class == self._current:
+            return
+        self._finish_class()
+        self._current, self._class_started = benchmark_class, time.monotonic()
+
+    def _finish_class(self) -> None:
+        if self._current is None:
+            return
+        self.done += 1
+        now = time.monotonic()
+        elapsed = now - self._started
+        left = max(self.total - self.done, 0)
+        eta = f"ETA {_duration(elapsed / self.done * left)}" if left else "done"
+        print(
+            f"[{self.done}/{self.total}] {self._current} ({self.stage}{_duration(now - self._class_started)}), "
+            f"elapsed {_duration(elapsed)}, {eta}",
+            file=self._out,
+            flush=True,
+        )
+
+    def skip(self, classes: tuple[str, ...]) -> None:
+        """A pass of `classes` that will not run after all: the count and the ETA leave it out."""
+        self.total -= len(classes)
+
+    def finish(self) -> None:
+        self._finish_class()
+        self._current = None
+
+
+class AsvLog:
+    """Runs asv commands with all their output appended to one log file."""
+
+    def __init__(self, path: Path, verbose: bool):
+        self.path = path
+        self.verbose = verbose
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def call(self, args: list[str], env: dict, progress: ClassProgress | None = None) -> int:
+        """`python -P -m asv ARGS`; returns its exit status.
+
+        -P: an asv.py in the current directory is never run in asv's place. asv runs in its own
+        process group, so that a Ctrl-C (or a SIGTERM or SIGHUP that the caller turned into
+        KeyboardInterrupt) is passed on to asv and every benchmark process it started. Wait for
+        them to stop (killed after STOP_GRACE seconds), then re-raise.
+        """
+        with open(self.path, "a", encoding="utf-8") as log:
+            log.write(f"$ asv {' '.join(args)}\n")
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "asv", *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                process_group=0,
+            )
+            assert proc.stdout is not None  # piped above
+            try:
+                for line in proc.stdout:
+                    log.write(line)
+                    if self.verbose:
+                        print(line, end="", flush=True)
+                    elif progress is not None:
+                        progress.feed(line)
+            except KeyboardInterrupt:
+                _stop_group(proc)
+                raise
+            status = proc.wait()
+        if progress is not None and not self.verbose:
+            progress.finish()
+        return status
+
+
+STOP_GRACE = 30.0  # seconds asv gets to stop its benchmark processes after SIGINT
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT to asv's process group, as a Ctrl-C at the terminal sends; then SIGKILL to what is left.
+
+    asv starts each benchmark process and its forkserver in a process group of their own
+    (asv.util.check_output's setpgid), which a signal to asv's group never reaches: they are
+    listed before asv goes, and any still alive after it are killed too.
+    """
+    import psutil
+
+    family: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        family = psutil.Process(proc.pid).children(recursive=True)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_GRACE)
+    with contextlib.suppress(ProcessLookupError):  # asv gone: no benchmark process of its outlives it
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for child in family:
+        with contextlib.suppress(psutil.Error):
+            child.kill()

@@ -1,0 +1,199 @@
+"""Arrays in the files other frameworks write: .npy, .npz, .safetensors and PyTorch's .pt.
+
+A user brings inputs and outputs from TensorFlow, JAX, LibTorch, Java or C++. Every failure to
+read one is an OpbenchError naming the file, never a traceback: a bad file is bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import write_atomic
+
+READABLE = (".npy", ".npz", ".safetensors", ".pt")
+WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
+NPY_MAGIC = b"\x93NUMPY"
+# Array data one file may declare. Every element is then judged against an exact reference
+# (mpmath or double-double, several float64 arrays each), so a file past this is refused from its
+# headers, before anything is decompressed or allocated: a 3 MB .npz declaring 3 GB drove
+# `opbench check` to 19.8 GB before.
+MAX_FILE_BYTES = 1 << 30
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header
+
+
+def as_array(value, where: str) -> np.ndarray:
+    """A numpy array from what a Python caller holds: an array, a torch tensor or a list."""
+    if type(value).__module__.split(".")[0] == "torch":
+        return _from_torch(where, value)
+    try:
+        return np.asarray(value)
+    except Exception as exc:
+        raise OpbenchError(f"{where}: not an array ({type(value).__name__}: {exc})") from None
+
+
+def _from_torch(where, value) -> np.ndarray:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise OpbenchError(f"{where}: holds a {type(value).__name__}, not a tensor")
+    value = value.detach().cpu()
+    if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits as ml_dtypes'
+        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return value.numpy()
+
+
+def _load_pt(path: Path) -> dict[str, np.ndarray] | np.ndarray:
+    import torch
+
+    loaded = torch.load(path, map_location="cpu", weights_only=True)  # no pickled code runs
+    if isinstance(loaded, dict):
+        return {str(k): _from_torch(path, v) for k, v in loaded.items()}
+    return _from_torch(path, loaded)
+
+
+def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.torch import load_file  # the torch loader knows bfloat16; numpy's does not
+
+    return {k: _from_torch(path, v) for k, v in load_file(path).items()}
+
+
+def _first_bytes(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(len(NPY_MAGIC))
+
+
+def _npy_bytes(f) -> tuple[int, str]:
+    """Bytes of the array an .npy stream declares, and what it declares, from its header alone."""
+    version = np.lib.format.read_magic(f)
+    # format 3.0 is 2.0's layout with a UTF-8 header; the 2.0 reader parses the ASCII numpy writes
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _fortran, dtype = read(f)
+    return math.prod(shape) * dtype.itemsize, f"shape {shape} {dtype}"
+
+
+def _zip_bytes(path: Path, npz: bool) -> tuple[int, str]:
+    """Bytes a zip (.npz, torch's .pt) unpacks to: each member's declared size, and for an .npz the
+    shape its .npy header declares (numpy allocates that before reading a member's data)."""
+    total, what = 0, []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            declared, shape = info.file_size, ""
+            if npz and info.filename.endswith(".npy"):
+                with archive.open(info) as member:
+                    nbytes, shape = _npy_bytes(member)
+                declared = max(declared, nbytes)
+            total += declared
+            what.append(f"{info.filename.removesuffix('.npy')} {shape or _size(declared)}")
+    return total, ", ".join(what)
+
+
+def _safetensors_bytes(path: Path) -> tuple[int, str]:
+    """Bytes a .safetensors file's JSON header declares for its tensors (format: u64 length, header)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > SAFETENSORS_MAX_HEADER:
+            raise ValueError(f"header of {length} bytes, more than the format allows")
+        header = json.loads(f.read(length))
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    total = sum(int(v["data_offsets"][1]) - int(v["data_offsets"][0]) for v in tensors.values())
+    return total, ", ".join(f"{k} shape {tuple(v['shape'])} {v['dtype']}" for k, v in tensors.items())
+
+
+def _check_declared_size(path: Path, suffix: str) -> None:
+    """Refuse a file whose headers declare more than MAX_FILE_BYTES of array data, reading headers only."""
+    if suffix == ".npy":
+        with open(path, "rb") as f:
+            declared, what = _npy_bytes(f)
+    elif suffix == ".npz" or (suffix == ".pt" and zipfile.is_zipfile(path)):
+        declared, what = _zip_bytes(path, npz=suffix == ".npz")
+    elif suffix == ".safetensors":
+        declared, what = _safetensors_bytes(path)
+    else:  # torch's legacy (non-zip) format: its data is the file
+        declared, what = path.stat().st_size, "legacy torch file"
+    if declared > MAX_FILE_BYTES:
+        raise OpbenchError(
+            f"{path}: declares {_size(declared)} of array data ({what}), more than the {_size(MAX_FILE_BYTES)} "
+            "opbench check reads from one file; nothing was loaded (check a slice of it)"
+        )
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB"
+
+
+def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
+    suffix = path.suffix.lower()
+    if suffix not in READABLE:
+        raise OpbenchError(f"{path}: unknown file type {suffix or '(none)'}; use {', '.join(READABLE)}")
+    if not path.is_file():
+        raise OpbenchError(f"{path}: no such file")
+    try:
+        if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
+            raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
+        _check_declared_size(path, suffix)
+        if suffix == ".pt":
+            return _load_pt(path)
+        if suffix == ".safetensors":
+            return _load_safetensors(path)
+        loaded = np.load(path, allow_pickle=False)  # a pickled object array could run code
+        if suffix == ".npz":
+            with loaded:
+                return {k: loaded[k] for k in loaded.files}
+        return loaded
+    except OpbenchError:
+        raise
+    except Exception as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise OpbenchError(f"{path}: cannot read it as {suffix}: {detail}") from None
+
+
+def read_arrays(path: Path | str) -> dict[str, np.ndarray]:
+    """Named arrays (a model's inputs): an .npz, .safetensors or a .pt holding a dict."""
+    path = Path(path)
+    loaded = _load(path)
+    if not isinstance(loaded, dict):
+        raise OpbenchError(f"{path}: holds one unnamed array; inputs need names (save them as .npz or .safetensors)")
+    return loaded
+
+
+def read_array(path: Path | str) -> np.ndarray:
+    """One array (an output): an .npy or .pt tensor, or a keyed file holding exactly one."""
+    path = Path(path)
+    loaded = _load(path)
+    if isinstance(loaded, dict):
+        if len(loaded) != 1:
+            raise OpbenchError(
+                f"{path}: holds {len(loaded)} arrays ({', '.join(loaded) or 'none'}); an output file needs exactly one"
+            )
+        loaded = next(iter(loaded.values()))
+    return loaded
+
+
+def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool = False) -> Path:
+    """Save named arrays; an existing file is kept unless `force`."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in WRITABLE:
+        raise OpbenchError(f"{path}: cannot save {suffix or 'a file without extension'}; use {', '.join(WRITABLE)}")
+    if path.exists() and not force:
+        raise OpbenchError(f"{path}: already exists; pass --force to overwrite it")
+    if not path.parent.is_dir():
+        raise OpbenchError(f"{path}: directory {path.parent} does not exist")
+    if suffix == ".npz":
+        if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
+            raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")
+        # to a handle: given a name, np.savez appends .npz to any other spelling (.NPZ)
+        write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+    else:
+        from safetensors.numpy import save
+
+        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+    return path

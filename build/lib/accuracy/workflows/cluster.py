@@ -1,0 +1,271 @@
+"""Where a workflow's independent work items run: this process's thread pool, or a Dask cluster.
+
+Scans, self-tests and model sweeps are embarrassingly parallel. `work_pool(None, threads)` is the
+in-process default; `work_pool("local:N")` starts a `distributed.LocalCluster` of N one-thread
+worker processes, and `work_pool("tcp://HOST:PORT")` joins a running scheduler. Every pool hands
+back futures the caller collects in submission order, so results never depend on where or in
+which order the items ran.
+
+A fleet with mixed library versions or CPU dispatch would merge incomparable numbers, so each
+worker's numerical stack is compared with this process's before any work is sent.
+
+A worker holds the thread limits its tasks ask for for the rest of its life (`thread_limits` with
+`for_life`): entering and leaving them in every task cost ~9 ms a task on a worker, since
+threadpoolctl reads every loaded shared library each time.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext, suppress
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Protocol
+
+from accuracy.core.errors import OpbenchError
+
+LOCAL_PREFIX = "local:"
+CONNECT_TIMEOUT_S = 20
+# The packages whose versions change a number opbench reports; a worker must match all of them.
+STACK_PACKAGES = (
+    "opbench",
+    "numpy",
+    "scipy",
+    "torch",
+    "ml_dtypes",
+    "mpmath",
+    "tensorflow-cpu",
+    "onnxruntime",
+    "jax",
+    "jaxlib",
+)
+
+
+class ClusterLost(OpbenchError):
+    """The scheduler went away mid-run: the caller keeps what it merged and ends with one line."""
+
+
+class WorkFuture(Protocol):
+    def result(self) -> Any: ...
+    def cancel(self) -> Any: ...
+
+
+class WorkPool(Protocol):
+    """What scan and selftest need of a pool: submit a picklable function, collect its future."""
+
+    name: str
+    workers: int  # work items that run at once: threads here, worker threads on a cluster
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> WorkFuture: ...
+
+    def share(self, value: Any) -> Any:
+        """`value` as an argument of many work items: sent to a cluster once, not once per item."""
+        ...
+
+
+def stack_signature() -> dict[str, Any]:
+    """This process's numerical stack: package versions and the CPU dispatch numpy and torch chose.
+
+    Import-light on purpose (metadata, numpy's feature table, torch's capability string), so
+    asking every worker costs milliseconds.
+    """
+    from numpy._core._multiarray_umath import __cpu_features__  # type: ignore[import-not-found]
+
+    versions: dict[str, str | None] = {}
+    for name in STACK_PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    signature: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        **versions,
+        "numpy SIMD": ",".join(sorted(k for k, on in __cpu_features__.items() if on)),
+    }
+    if versions["torch"]:
+        import torch
+
+        signature["torch CPU capability"] = torch.backends.cpu.get_cpu_capability()
+    return signature
+
+
+def stack_mismatch(here: dict[str, Any], there: dict[str, Any]) -> str | None:
+    """The first difference between two stack signatures, as a phrase; None when they agree."""
+    for key in sorted(here.keys() | there.keys()):
+        if here.get(key) != there.get(key):
+            return f"{key} {there.get(key)} there, {here.get(key)} here"
+    return None
+
+
+class _ThreadPool:
+    name = "in-process"
+
+    def __init__(self, pool: ThreadPoolExecutor, workers: int):
+        self._pool, self.workers = pool, workers
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        return self._pool.submit(fn, *args)
+
+    def share(self, value: Any) -> Any:
+        return value
+
+
+class _DaskFuture:
+    """A distributed future whose result() turns a lost scheduler into one clear error."""
+
+    def __init__(self, future: Any, address: str):
+        self._future, self._address = future, address
+
+    def result(self) -> Any:
+        from distributed.comm.core import CommClosedError
+
+        try:
+            return self._future.result()
+        except (CommClosedError, OSError, TimeoutError) as exc:
+            raise ClusterLost(f"the Dask scheduler at {self._address} went away ({type(exc).__name__})") from exc
+        except Exception as exc:
+            if (
+                type(exc).__name__ in ("CancelledError", "FutureCancelledError")
+                and self._future.client.status != "running"
+            ):
+                raise ClusterLost(f"the Dask scheduler at {self._address} went away") from exc
+            raise
+
+    def cancel(self) -> Any:
+        try:
+            return self._future.cancel()
+        except Exception:  # the scheduler may already be gone: nothing left to cancel
+            return None
+
+
+class _DaskPool:
+    def __init__(self, client: Any, address: str, workers: int):
+        self._client, self.name, self.workers = client, address, workers
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> _DaskFuture:
+        # pure=False: the same arguments submitted twice are two work items, never deduplicated
+        return _DaskFuture(self._client.submit(fn, *args, pure=False), self.name)
+
+    def share(self, value: Any) -> Any:
+        (future,) = self._client.scatter([value], broadcast=True)  # a list: the value is one piece of data
+        return future
+
+
+def worker_name() -> str:
+    """The Dask worker a task runs on, for the errors it raises; "this process" outside a worker."""
+    from distributed import get_worker
+
+    try:
+        return f"Dask worker {get_worker().address}"
+    except ValueError:
+        return "this process"
+
+
+def _local_workers(spec: str) -> int:
+    count = spec[len(LOCAL_PREFIX) :]
+    if not count.isdigit() or int(count) < 1:
+        raise OpbenchError(f"--dask {spec!r}: expected local:N with N >= 1 workers, or a scheduler address")
+    return int(count)
+
+
+def check_workers(client: Any, address: str) -> int:
+    """Refuse a fleet whose numerical stack differs from this process's; returns the worker threads."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        raise OpbenchError(f"the Dask scheduler at {address} has no workers")
+    here = stack_signature()
+    for worker, there in sorted(client.run(stack_signature).items()):
+        mismatch = stack_mismatch(here, there)
+        if mismatch:
+            raise OpbenchError(
+                f"Dask worker {worker} has another numerical stack ({mismatch}): its results would not merge"
+            )
+    return sum(int(info.get("nthreads", 1)) for info in workers.values())
+
+
+@contextmanager
+def work_pool(dask: str | None, threads: int = 1) -> Iterator[WorkPool]:
+    """A pool for independent work items: `threads` threads here, or the cluster `dask` names."""
+    if dask is None:
+        with ThreadPoolExecutor(threads) as pool:
+            yield _ThreadPool(pool, threads)
+        return
+    try:
+        from dask import config as dask_config
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise OpbenchError("--dask needs the `dask` extra: pip install 'opbench[dask]'") from exc
+    cluster = None
+    try:
+        if dask.startswith(LOCAL_PREFIX):
+            # one thread per worker process: the kernels inside each task use one thread too.
+            # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in its workers, which turns off glibc's
+            # dynamic mmap threshold: every large array is then mapped afresh, and a scan chunk
+            # costs ~25% more CPU in page faults. These workers are ours and short-lived: glibc's
+            # default for them (None unsets a variable of that config).
+            with dask_config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+                cluster = LocalCluster(
+                    n_workers=_local_workers(dask),
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    # the scheduler's HTTP endpoints (health, metrics) on a free port: 8787 may be
+                    # another cluster's, and Dask would say so on stderr
+                    scheduler_kwargs={"dashboard_address": ":0"},
+                    silence_logs=50,
+                )
+            client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
+        else:
+            client = Client(dask, timeout=CONNECT_TIMEOUT_S)
+    except OpbenchError:
+        raise
+    except (OSError, TimeoutError, ValueError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {exc}") from exc
+    try:
+        yield _DaskPool(client, dask, check_workers(client, dask))
+    finally:
+        _close_quietly(client, cluster)
+
+
+_held = threading.local()  # on a worker thread: {backend name: threads held}, and the limits kept entered
+
+
+def thread_limits(backends: Iterable[Any], n: int, *, for_life: bool = False) -> AbstractContextManager[Any]:
+    """Every backend in `backends` (accuracy.backends objects) on `n` threads.
+
+    Here: for the block, the previous counts restored after. On a Dask worker (`for_life`): from
+    now on, for the life of this worker thread, and nothing to do when it already holds `n` for a
+    backend. Held per thread, not in a WorkerPlugin's setup, because a plugin sets up in the
+    worker's event-loop thread while tasks run in its executor threads (an OpenMP limit belongs
+    to the thread that set it), and each workflow asks for its own count.
+    """
+    if not for_life:
+        stack = ExitStack()
+        for backend in dict.fromkeys(backends):
+            stack.enter_context(backend.thread_limit(n))
+        return stack
+    if not hasattr(_held, "counts"):
+        # never closed: leaving the limits is what a worker should not pay for in every task
+        _held.counts, _held.limits = {}, ExitStack()
+    for backend in dict.fromkeys(backends):
+        if _held.counts.get(backend.name) != n:
+            _held.limits.enter_context(backend.thread_limit(n))
+            _held.counts[backend.name] = n
+    return nullcontext()
+
+
+def _close_quietly(client: Any, cluster: Any) -> None:
+    """Closing after the scheduler died logs reconnect noise and can raise: neither helps the user."""
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    for thing in (client, cluster):
+        if thing is None:
+            continue
+        with suppress(Exception):  # already gone
+            thing.close(timeout=5) if thing is client else thing.close()
