@@ -16,6 +16,7 @@ EXTRAS := .[test,blas,frameworks,models,dask,lint]
 # CPU build, say) are handed over. Then compileall writes the bytecode on every core (8 s; uv's
 # --compile-bytecode took 13 s more), so that no process compiles TensorFlow's sources again;
 # a file that does not compile (torch ships one in Python 3.12 syntax) is compiled by nobody.
+# LibTorch's backend is built here too, once, rather than inside the first command that calls it.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	{ $(BIN)/python -m pip install -q -c constraints.txt uv && \
@@ -23,6 +24,7 @@ $(STAMP): constraints.txt pyproject.toml
 	  $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '$(EXTRAS)'; } || \
 	  $(BIN)/python -m pip install -q -c constraints.txt -e '$(EXTRAS)'
 	$(BIN)/python -m compileall -q -j0 $(VENV)/lib >/dev/null || true
+	$(BIN)/python -m accuracy.backends.libtorch
 	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
 

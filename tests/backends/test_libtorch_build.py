@@ -16,9 +16,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hidden_tools import hide
 from torch.utils.file_baton import FileBaton
 
 from accuracy.backends.libtorch import BUILDING, LibTorchBackend, build, build_name
+from accuracy.backends.libtorch import main as libtorch_main
 from accuracy.core.errors import OpbenchError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +130,14 @@ def test_each_environment_and_torch_and_source_has_its_own_build():
     assert (
         backend.build_directory.name == backend.build_name == build_name(sys.prefix, backend.torch.__version__, sources)
     )
+
+
+def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys):
+    """`python -m accuracy.backends.libtorch` (make setup): the build, loaded; without a compiler,
+    one line and setup goes on, LibTorch's implementations then absent."""
+    assert libtorch_main() == 0
+    assert LibTorchBackend().info()["built"]
+    capsys.readouterr()  # in a fresh clone another test may have been building it meanwhile
+    hide(monkeypatch, commands=("c++",))
+    assert libtorch_main() == 0
+    assert capsys.readouterr().err == "opbench: the LibTorch backend is not built: no C++ compiler\n"

@@ -92,13 +92,12 @@ def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_and_survives_a_killed_
 
 def test_a_local_cluster_selftest_equals_in_process():
     """(A scan on a cluster is the in-process one bit for bit: above, on a scheduler of one's own.)"""
-    args = (["exp", "sum", "linear"], ("float32",))
+    args = (["exp", "sum"], ("float32",))  # exp: TensorFlow and JAX on the workers too
     in_process = [r.as_dict() for r in selftest(*args, small=True)]
     assert [(r["op"], r["condition"]) for r in in_process] == [
         ("exp", "random"),
         ("sum", "random"),
         ("sum", "cancelling"),
-        ("linear", "random"),
     ]
     assert all(r["mutants"] > 0 and not r["false_alarms"] for r in in_process)
     assert [r.as_dict() for r in selftest(*args, small=True, dask="local:2")] == in_process
