@@ -100,7 +100,10 @@ def tiny_repo(tmp_path):
     return repo
 
 
-def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_path):
+def test_history_across_three_commits_then_this_environment_on_the_same_machine(tiny_repo, tmp_path):
+    """History, with a failing benchmark recorded and the run going on; then a run in this
+    environment, which asv's pages show as the same machine (issue 22 item 8: they were `ci` and
+    `ci-<digest>`), the legend naming Python by version and stack label, never by a path."""
     results = tmp_path / "results"
     first = subprocess.run(
         ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
@@ -124,15 +127,6 @@ def test_history_across_three_commits_and_failures_are_recorded(tiny_repo, tmp_p
     graph = next((tmp_path / "html").glob("graphs/**/bench_tiny.track_value.json"))
     assert [point[1] for point in json.loads(graph.read_text())] == [1, 2, 3]
 
-
-def test_history_and_this_environment_are_one_machine_in_asvs_pages(tiny_repo, tmp_path):
-    """Issue 22 item 8: a run in this environment and a history run on the same machine are one
-    machine in asv's pages (they were `ci` and `ci-<digest>`), and the legend names Python by
-    version and stack label, never by a path."""
-    results = tmp_path / "results"
-    common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
-    history = run_opbench("run", *common, "--commits", "HEAD^!", "--no-report", cwd=tiny_repo)
-    assert history.returncode == 0, history.stderr[-3000:] + history.stdout[-3000:]
     here = run_opbench("run", *common, "--no-report", cwd=tiny_repo)
     assert here.returncode == 0, here.stderr[-3000:] + here.stdout[-3000:]
     [label] = re.findall(r"environment (env-[0-9a-f]{8}) \(compare it by that name\)", here.stdout)
@@ -207,8 +201,8 @@ def _session_processes(session: int) -> list[int]:
     "stop,by",
     [
         ("SIGINT", ""),  # Ctrl-C: SIGINT to the process group, as a terminal sends it
-        ("SIGTERM", " by SIGTERM"),  # kill, a job scheduler: to opbench alone
-        ("SIGHUP", " by SIGHUP"),  # the terminal closed
+        ("SIGTERM", " by SIGTERM"),  # kill, a job scheduler: to opbench alone (SIGHUP, a closed
+        # terminal, takes the same handler: tests/run/test_run_keys_and_progress.py)
     ],
 )
 def test_interrupted_run_keeps_every_finished_batch_and_says_which(tmp_path, stop, by):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import io
+import os
+import signal
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -241,3 +244,18 @@ def test_the_wrapper_runs_this_environments_python(tmp_path):
     python = environment_python(tmp_path / "asv.conf.json", "env-0123abcd")
     out = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == sys.prefix
+
+
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does_and_are_named():
+    """What a closed terminal (SIGHUP) or `kill` (SIGTERM) does to a run: a KeyboardInterrupt, as
+    Ctrl-C, named in the last line; handlers restored after. A run stopped each way, end to end,
+    is tests/cli/test_asv_suite.py's (SIGINT and SIGTERM)."""
+    from accuracy.run.driver import _terminate_as_interrupt
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        received: list[str] = []
+        with pytest.raises(KeyboardInterrupt), _terminate_as_interrupt(received):
+            os.kill(os.getpid(), sig)  # the handler runs as soon as os.kill returns
+        assert received == [sig.name]
+    assert {sig: signal.getsignal(sig) for sig in before} == before
