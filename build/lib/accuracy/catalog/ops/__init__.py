@@ -1,1 +1,0 @@
-"""Op declarations, one module per family; importing a module registers its ops."""

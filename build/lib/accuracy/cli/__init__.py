@@ -1,1 +1,0 @@
-"""The `opbench` command line: main.py dispatches, one thin module per subcommand."""

@@ -1,1 +1,0 @@
-"""Exact values: double-double arithmetic, correctly rounded references, their cache, seeded inputs, mpmath oracles."""

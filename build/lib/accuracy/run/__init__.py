@@ -1,1 +1,0 @@
-"""Driving asv for `opbench run`: batches, the results store, progress, fingerprints, offline pages."""
