@@ -156,6 +156,7 @@ for n in (2, 1):
     assert done.stdout.split() == ["2", "1"]
 
 
+@pytest.mark.slow  # a fresh process that imports TensorFlow
 @pytest.mark.parametrize("onednn", ["", "1"])
 def test_tensorflow_info_is_what_tensorflow_says_without_importing_it(onednn):
     """The fingerprint every run waits for reads TF's version, build and oneDNN switch from the
