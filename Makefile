@@ -16,7 +16,7 @@ EXTRAS := .[test,blas,frameworks,models,dask,lint]
 # CPU build, say) are handed over. Then compileall writes the bytecode (8 s; uv's --compile-bytecode
 # took 13 s more), so that no process compiles TensorFlow's sources again; a file that does not
 # compile (torch ships one in Python 3.12 syntax) is compiled by nobody. Beside it, LibTorch's
-# backend is built once (~12 s), rather than in the first command or benchmark that calls it.
+# backend is built once (16 s), rather than in the first command or benchmark that calls it.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	{ $(BIN)/python -m pip install -q -c constraints.txt uv && \

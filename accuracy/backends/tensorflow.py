@@ -70,7 +70,8 @@ class TensorFlowBackend(StartupThreadsBackend):
         facts are a static module of the package (what tf.sysconfig.get_build_info returns), and
         whether oneDNN is on is TF's own answer, from its small util extension (knob applied)."""
         package = _package_dir(self.module)
-        build = _module_at("build_info", package / "python" / "platform" / "build_info.py").build_info
+        build_file = package / "python" / "platform" / "build_info.py"
+        build = _module_at(f"{self.module}.python.platform.build_info", build_file)
         (extension,) = (package / "python" / "util").glob("_pywrap_util_port*.so")
         with quiet_stderr():  # it loads TF's C++ libraries, whose logging ignores LOG_LEVEL_VAR this early
             util_port = _module_at(f"{self.module}.python.util._pywrap_util_port", extension)
@@ -84,7 +85,7 @@ class TensorFlowBackend(StartupThreadsBackend):
                 ONEDNN_VAR: os.environ.get(ONEDNN_VAR, "unset (TF decides per CPU)"),
                 "threads": "intra/inter-op fixed at runtime start; other counts in a worker process",
             },
-            "build": dict(build),
+            "build": dict(build.build_info),
         }
 
 
