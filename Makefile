@@ -13,18 +13,17 @@ EXTRAS := .[test,blas,frameworks,models,dask,lint]
 # Reinstall whenever the pins or the project metadata change. uv installs the pinned stack in ~15 s
 # where pip takes ~2 min (measured here); pip, reading the same pins, is the fallback wherever uv
 # cannot be had. uv does not read pip's configuration: pip's find-links (a local wheel of torch's
-# CPU build, say) are handed over. Then compileall writes the bytecode (8 s; uv's --compile-bytecode
-# took 13 s more), so that no process compiles TensorFlow's sources again; a file that does not
-# compile (torch ships one in Python 3.12 syntax) is compiled by nobody. Beside it, LibTorch's
-# backend is built once (16 s), rather than in the first command or benchmark that calls it.
+# CPU build, say) are handed over. Then prepare_environment imports every framework opbench runs,
+# writing the bytecode of what is imported even where PYTHONDONTWRITEBYTECODE is set (compiling
+# the whole environment took 37 s here), and builds LibTorch's backend beside it (16 s), so that
+# no command, test or benchmark pays for either first.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	{ $(BIN)/python -m pip install -q -c constraints.txt uv && \
 	  UV_FIND_LINKS="$${UV_FIND_LINKS:-$$(echo $${PIP_FIND_LINKS:-} | tr ' ' ',')}" \
 	  $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '$(EXTRAS)'; } || \
 	  $(BIN)/python -m pip install -q -c constraints.txt -e '$(EXTRAS)'
-	{ $(BIN)/python -m compileall -q -j0 $(VENV)/lib >/dev/null || true; } & \
-	  $(BIN)/python -m accuracy.backends.libtorch && wait
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m accuracy.run.prepare_environment
 	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
 

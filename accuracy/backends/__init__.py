@@ -24,6 +24,7 @@ __all__ = [
     "Backend",
     "backends_for",
     "blas_discovery",
+    "catalog_backends",
     "framework_backends",
     "framework_names",
     "get_backend",
@@ -42,9 +43,14 @@ def _catalog() -> dict[str, Backend]:
     return {b.name: b for b in [*backends, *load_plugins(PLUGIN_GROUP, "BACKENDS", Backend)]}
 
 
+def catalog_backends() -> list[Backend]:
+    """Every backend of the catalog (a plugin's too), in order; the BLAS providers are found apart."""
+    return list(_catalog().values())
+
+
 def framework_backends() -> list[Backend]:
     """Every backend that runs an ML framework's own kernels (a plugin's too), in catalog order."""
-    return [b for b in _catalog().values() if b.framework]
+    return [b for b in catalog_backends() if b.framework]
 
 
 def framework_names() -> tuple[str, ...]:

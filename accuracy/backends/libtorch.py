@@ -210,18 +210,3 @@ class CppScript:
 
 
 BACKENDS = [LibTorchBackend()]
-
-
-def main() -> int:
-    """`python -m accuracy.backends.libtorch`: build the backend now, as `make setup` does, rather
-    than in the first command or benchmark that calls it (16 s here, 22 CPU-s on both cores)."""
-    backend = LibTorchBackend()
-    if backend.available():
-        backend.preload()
-    else:
-        print(f"opbench: the LibTorch backend is not built: {backend.missing()}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,8 +20,8 @@ from hidden_tools import hide
 from torch.utils.file_baton import FileBaton
 
 from accuracy.backends.libtorch import BUILDING, LibTorchBackend, build, build_name
-from accuracy.backends.libtorch import main as libtorch_main
 from accuracy.core.errors import OpbenchError
+from accuracy.run.prepare_environment import main as prepare_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,11 +133,11 @@ def test_each_environment_and_torch_and_source_has_its_own_build():
 
 
 def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys):
-    """`python -m accuracy.backends.libtorch` (make setup): the build, loaded; without a compiler,
-    one line and setup goes on, LibTorch's implementations then absent."""
-    assert libtorch_main() == 0
+    """`python -m accuracy.run.prepare_environment` (make setup): the build, loaded; without a
+    compiler, one line and setup goes on, LibTorch's implementations then absent."""
+    assert prepare_environment() == 0
     assert LibTorchBackend().info()["built"]
     capsys.readouterr()  # in a fresh clone another test may have been building it meanwhile
     hide(monkeypatch, commands=("c++",))
-    assert libtorch_main() == 0
+    assert prepare_environment() == 0
     assert capsys.readouterr().err == "opbench: the LibTorch backend is not built: no C++ compiler\n"
