@@ -47,7 +47,7 @@ from accuracy.run.stack_fingerprint import (
     stack_key,
     take_fingerprint,
 )
-from accuracy.run.suite_passes import MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
+from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
@@ -300,7 +300,8 @@ def run_suite(
     saved: list[Batch] = []
     signals: list[str] = []
     warnings: list[str] = []
-    fresh: FingerprintJob | None = None
+    fresh: FingerprintJob | None = None  # this environment's, taken beside the discovery
+    jobs: dict[str, FingerprintJob] = {}  # a history run's environments', beside its first read pass
     with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
         try:
             check_no_links(results, machine)
@@ -375,13 +376,14 @@ def run_suite(
                         ),
                     )
                     discovered |= read_benchmarks_json(staging / "benchmarks.json") or {}
+                    if commits and index == 0 and suite_pass == MEASURE:  # beside the read pass, which times nothing
+                        jobs = _fingerprint_jobs(pythons, env)
                 write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
                 busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
                 if commits:
                     fingerprints = {
-                        p: _with_load(_env_fingerprint(p, pythons, env, env_fingerprints, warnings), busiest)
-                        for p in changed
+                        p: _with_load(_env_fingerprint(p, jobs, env_fingerprints, warnings), busiest) for p in changed
                     }
                 else:
                     assert label is not None and here is not None
@@ -400,8 +402,9 @@ def run_suite(
             by = f" by {signals[0]}" if signals else ""
             raise OpbenchError(_interrupted(results, machine, batches, saved, by)) from None
         finally:
-            if fresh is not None:
-                fresh.cancel()
+            for job in [fresh, *jobs.values()]:
+                if job is not None:
+                    job.cancel()
         if written:
             publish_config = write_private_config(
                 config, results, html, tmp / "publish", branches=graph_branches(config)
@@ -473,19 +476,21 @@ def _kept(results: Path, machine: str, batches: list[Batch], saved: list[Batch])
     )
 
 
-def _env_fingerprint(
-    path: Path, pythons: dict[str, tuple[str, dict]], env: dict, cache: dict[str, str], warnings: list[str]
-) -> str:
-    """The fingerprint of the asv environment that wrote a history run's results file
-    (taken once per environment and run: every batch runs in the same environments).
-    One that cannot be taken is recorded as an error and shown as a warning, never silently."""
+def _fingerprint_jobs(pythons: dict[str, tuple[str, dict]], env: dict) -> dict[str, FingerprintJob]:
+    """A history run's environments, each fingerprinted once per run (every batch runs in the
+    same environments), as they are once the first batch's commits are installed."""
+    return {name: FingerprintJob({**env, **extra}, python) for name, (python, extra) in pythons.items()}
+
+
+def _env_fingerprint(path: Path, jobs: dict[str, FingerprintJob], cache: dict[str, str], warnings: list[str]) -> str:
+    """The fingerprint of the asv environment that wrote a history run's results file. One that
+    cannot be taken is recorded as an error and shown as a warning, never silently."""
     env_name = json.loads(path.read_text()).get("env_name")
     if env_name not in cache:
-        python, extra = pythons.get(env_name, (None, {}))
         try:
-            if python is None:
+            if env_name not in jobs:
                 raise OpbenchError(f"no asv environment named {env_name!r} to fingerprint")
-            cache[env_name] = json.dumps(take_fingerprint(python, {**env, **extra}), indent=2)
+            cache[env_name] = json.dumps(jobs[env_name].result(), indent=2)
         except OpbenchError as exc:
             warnings.append(f"{exc}; its results are saved without a fingerprint of their stack")
             cache[env_name] = json.dumps({"error": str(exc)})

@@ -52,35 +52,45 @@ def take_fingerprint(python: str, env: dict) -> dict:
     A fresh process, because the knobs (OPENBLAS_CORETYPE, ...) only act at process start; with
     -P (safe_path), so that an accuracy.py or asv.py in the current directory is never imported
     in place of the real one. A fingerprint that cannot be taken is an error, never filed as one.
-    An older opbench (a history run's commit) has no --full: its `info --json` was always full.
     """
-    proc = subprocess.run(_command(python), capture_output=True, text=True, env=env)
-    if proc.returncode == 2 and "unrecognized arguments: --full" in proc.stderr:
-        proc = subprocess.run(_command(python)[:-1], capture_output=True, text=True, env=env)
-    return _parsed(proc, python)
+    return FingerprintJob(env, python).result()
 
 
 class FingerprintJob:
-    """`take_fingerprint` of this interpreter in the background, while asv discovers the suite; niced,
-    so the discovery keeps its core. The run waits for it before asv times anything."""
+    """`take_fingerprint` in the background, while asv does work that times nothing (the discovery,
+    a read pass); niced, so that work keeps its core. The run waits for it before it is filed."""
 
-    def __init__(self, env: dict):
-        self._proc = subprocess.Popen(
-            _command(sys.executable),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+    def __init__(self, env: dict, python: str = sys.executable):
+        self._python, self._env = python, env
+        self._proc: subprocess.Popen | None = None
+        self._error = ""
+        try:
+            self._proc = subprocess.Popen(
+                _command(python),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        except OSError as exc:  # an environment asv could not create
+            self._error = exc.strerror or str(exc)
+            return
         with contextlib.suppress(OSError):  # not where priorities cannot be changed: it only runs sooner
             os.setpriority(os.PRIO_PROCESS, self._proc.pid, NICE)
 
     def result(self) -> dict:
+        """The fingerprint; an older opbench (a history run's commit) has no --full: its
+        `info --json` was always full."""
+        if self._proc is None:
+            raise OpbenchError(f"cannot fingerprint the environment of {self._python}: {self._error}")
         out, err = self._proc.communicate()
-        return _parsed(subprocess.CompletedProcess(self._proc.args, self._proc.returncode, out, err), sys.executable)
+        proc = subprocess.CompletedProcess(self._proc.args, self._proc.returncode, out, err)
+        if proc.returncode == 2 and "unrecognized arguments: --full" in err:
+            proc = subprocess.run(_command(self._python)[:-1], capture_output=True, text=True, env=self._env)
+        return _parsed(proc, self._python)
 
     def cancel(self) -> None:
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.communicate()
 
