@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from typing import Any
 
@@ -88,10 +89,26 @@ def _versions() -> dict:
 
 
 def installed_packages() -> dict[str, str]:
-    """Every installed distribution: any of them can change a number (a plugin, a BLAS wheel)."""
+    """Every installed distribution: any of them can change a number (a plugin, a BLAS wheel).
+
+    Each name and version is read from its metadata's header lines, which `Distribution.metadata`
+    parses into a whole email message first: 0.01 s against 0.13 s for the 115 here, on every
+    run's way to its first benchmark (the stack's key) and in its fingerprint."""
     from importlib.metadata import distributions
 
-    return dict(sorted((d.metadata["Name"].lower(), d.version) for d in distributions() if d.metadata["Name"]))
+    pairs = []
+    for dist in distributions():
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        header: dict[str, str] = {}
+        for field, value in METADATA_FIELD.findall(HEADER_END.split(text, 1)[0]):  # a description follows
+            header.setdefault(field, value)  # the first, as email's parser answers
+        if header.get("Name"):
+            pairs.append((header["Name"].lower(), header.get("Version", "")))
+    return dict(sorted(pairs))
+
+
+HEADER_END = re.compile(r"\r?\n\r?\n")
+METADATA_FIELD = re.compile(r"^(Name|Version):[ \t]*(.*?)\r?$", re.M)
 
 
 def _blas_providers() -> dict:

@@ -57,13 +57,13 @@ class JaxBackend(StartupThreadsBackend):
         return self._jitted[fn](**tensors).block_until_ready()
 
     def info(self) -> dict:
-        """Versions and knobs; reading this creates no XLA client (that would fix its threads)."""
-        jax = self.namespace
-        import jaxlib
+        """Versions and knobs, from the installed distributions: importing JAX would add a second
+        to every run's fingerprint, and creating its client would fix its threads."""
+        from importlib.metadata import version
 
         return {
-            "version": jax.__version__,
-            "jaxlib": jaxlib.__version__,
+            "version": version("jax"),
+            "jaxlib": version("jaxlib"),
             "math_libraries": "XLA CPU (bundled in jaxlib; Eigen and its own codegen)",
             "jax_enable_x64": "set at client start (float64 inputs stay float64)",
             "knobs": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},

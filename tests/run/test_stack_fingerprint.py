@@ -44,3 +44,33 @@ def test_a_saved_fingerprint_round_trips_and_a_damaged_one_is_none(cache_path):
         saved.write_text(damaged)
         assert last_fingerprint("k") is None
     assert os.listdir(saved.parent) == ["k.json"]  # atomic saves leave no temporary files
+
+
+def test_installed_packages_are_what_importlib_metadata_parses(tmp_path, monkeypatch):
+    """Read from the metadata's header lines, they are what `Distribution.metadata` gives, for every
+    distribution here and for the shapes it reads: folded fields, a description that repeats a
+    header, PKG-INFO instead of METADATA, a distribution without a name."""
+    from importlib.metadata import distributions
+
+    site = tmp_path / "site"
+    for folder, file, text in [
+        (
+            "Folded_Pkg-1.0.dist-info",
+            "METADATA",
+            "Metadata-Version: 2.1\nName: Folded_Pkg\nVersion: 1.0\n"
+            "Summary: one\n  continued\n\nName: not-this\nVersion: 9\n",
+        ),
+        (
+            "old_egg-2.0.egg-info",
+            "PKG-INFO",
+            "Metadata-Version: 1.0\r\nName: Old_Egg\r\nVersion: 2.0rc1\r\n\r\nVersion: 9\r\n",
+        ),
+        ("nameless-0.dist-info", "METADATA", "Metadata-Version: 2.1\nVersion: 3\n"),
+    ]:
+        (site / folder).mkdir(parents=True)
+        (site / folder / file).write_text(text)
+    monkeypatch.syspath_prepend(str(site))
+    named = [d for d in distributions() if d.metadata.get("Name")]
+    expected = dict(sorted((d.metadata["Name"].lower(), d.version) for d in named))
+    assert environment.installed_packages() == expected
+    assert expected["folded_pkg"] == "1.0" and expected["old_egg"] == "2.0rc1" and len(expected) > 100
