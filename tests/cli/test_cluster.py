@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from cli_runner import run_opbench
@@ -21,10 +23,33 @@ from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows import cluster
 from accuracy.workflows.scan import as_rows, scan
-from accuracy.workflows.selftest import selftest
 
 pytestmark = pytest.mark.slow
 CHUNK = 4096  # 16 chunks of float16: enough for a worker to die between them
+SCALE_OUT = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
+LOCAL = ["--dask", "local:2"]
+
+
+def _page_command(subcommand: str) -> list[str]:
+    """A line of docs/scale-out.md's Dask block, as `main` takes it: these tests run each line on
+    local:2 and in-process, in place of the docs test (the block is marked not run)."""
+    block = SCALE_OUT.read_text().split("runs each line, on local:2", 1)[1].split("```sh\n", 1)[1].split("\n```")[0]
+    for line in block.splitlines():
+        program, *words = shlex.split(line.split(" > ", 1)[0])
+        if program == ".venv/bin/opbench" and words[0] == subcommand:
+            assert words[-3:] == [*LOCAL, "--json"], line
+            return words
+    raise AssertionError(f"no `opbench {subcommand}` line in {SCALE_OUT}")
+
+
+def _in_process(words: list[str]) -> list[str]:
+    at = words.index("--dask")
+    return words[:at] + words[at + 2 :]
+
+
+def _json_of(capsys, words: list[str]) -> tuple[int, dict]:
+    status = main(words)
+    return status, json.loads(capsys.readouterr().out)
 
 
 def _dask(*args: str) -> subprocess.Popen:
@@ -90,17 +115,27 @@ def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_and_survives_a_killed_
     assert not result.interrupted and as_rows(result) == here
 
 
-def test_a_local_cluster_selftest_equals_in_process():
-    """(A scan on a cluster is the in-process one bit for bit: above, on a scheduler of one's own.)"""
-    args = (["exp", "sum"], ("float32",))  # exp: TensorFlow and JAX on the workers too
-    in_process = [r.as_dict() for r in selftest(*args, small=True)]
-    assert [(r["op"], r["condition"]) for r in in_process] == [
+def test_the_pages_scan_on_a_local_cluster_is_bitwise_the_in_process_one(capsys):
+    words = _page_command("scan")
+    status, here = _json_of(capsys, _in_process(words))
+    assert status == 0 and here["inputs"] == here["total"] == 1 << 16 and len(here["implementations"]) > 2
+    status, there = _json_of(capsys, words)
+    assert status == 0 and there.pop("seconds") >= 0 and here.pop("seconds") >= 0
+    assert there == here
+
+
+def test_the_pages_selftest_on_a_local_cluster_is_the_in_process_one(capsys):
+    """exp: TensorFlow and JAX on the workers too."""
+    words = _page_command("selftest")
+    status, here = _json_of(capsys, _in_process(words))
+    assert status == 0 and here["complete"]
+    assert [(r["op"], r["condition"]) for r in here["cases"]] == [
         ("exp", "random"),
         ("sum", "random"),
         ("sum", "cancelling"),
     ]
-    assert all(r["mutants"] > 0 and not r["false_alarms"] for r in in_process)
-    assert [r.as_dict() for r in selftest(*args, small=True, dask="local:2")] == in_process
+    assert all(r["mutants"] > 0 and not r["false_alarms"] for r in here["cases"])
+    assert _json_of(capsys, words) == (status, here)
 
 
 def test_a_scheduler_that_goes_away_ends_with_one_line_and_the_partial_table(dask_cluster, monkeypatch, capsys):
@@ -182,20 +217,20 @@ def _model_fresh(*args: str) -> tuple[int, dict, str]:
 
 
 def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path):
-    """Each port is one work item; an activations file travels as data, and the workers build the
-    model from its factory with this process's weights."""
+    """The page's sweep: each port is one work item; an activations file travels as data, and the
+    workers build the model from its factory with this process's weights."""
     saved = tmp_path / "reference.safetensors"
-    cnn = ["accuracy.workflows.model_zoo:small_cnn", "--inputs", "x=2x3x8x8"]
+    words = _page_command("model")
+    cnn = words[1 : words.index("--port")]
     assert main(["model", *cnn, "--port", "threads:1", "--save-activations", str(saved)]) == 0
     capsys.readouterr()
-    ports = ["--port", "onnxruntime", "--port", "torchscript", "--port", "bfloat16", "--port", "cuda"]
-    args = [*cnn, *ports, "--activations", f"torch={saved}"]
+    args = [*_in_process(words)[1:-1], "--activations", f"torch={saved}"]
     # in a fresh process, as a user runs it: this test process's history (other tests' global
     # state) once gave a report the fresh workers did not
     here = _model_fresh(*args)
     # progress is for the cluster's work items (LibTorch's one-time build may speak, in a fresh clone)
     assert [line for line in here[2].splitlines() if BUILDING not in line] == []
-    status, report, err = _model(capsys, *args, "--dask", "local:2")
+    status, report, err = _model(capsys, *args, *LOCAL)
     assert (status, report) == here[:2]
     names = [p["port"] for p in report["ports"]] + [a["port"] for a in report["absent_ports"]]
     lines = err.splitlines()
