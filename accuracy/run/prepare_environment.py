@@ -8,6 +8,7 @@ instead (`compileall`) took 37 s on both cores here, most of it for modules noth
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -16,8 +17,17 @@ from accuracy.backends import catalog_backends
 from accuracy.backends.libtorch import LibTorchBackend
 from accuracy.core.errors import OpbenchError
 
-# what the commands import beyond the backends: the report (matplotlib, pandas) and asv's run
-COMMAND_MODULES = ("accuracy.cli.main", "accuracy.report.render", "asv.commands.run", "asv.commands.publish")
+# imported later than a backend's preload: by the commands (the report: matplotlib, pandas; asv),
+# by torch.compile's first call (dynamo, inductor) and by --dask; an absent extra is skipped
+LATER_IMPORTS = (
+    "accuracy.cli.main",
+    "accuracy.report.render",
+    "asv.commands.run",
+    "asv.commands.publish",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "distributed",
+)
 
 
 def main() -> int:
@@ -31,8 +41,9 @@ def main() -> int:
         for backend in catalog_backends():
             if backend.available() and not isinstance(backend, LibTorchBackend):
                 backend.preload()
-        for module in COMMAND_MODULES:
-            importlib.import_module(module)
+        for module in LATER_IMPORTS:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
         try:
             why = libtorch.missing() if build is None else build.result()
         except OpbenchError as exc:
