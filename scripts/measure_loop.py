@@ -9,7 +9,7 @@ here, never timed in a test: timings depend on the machine and on what else it r
     python scripts/measure_loop.py --run quick --run default   # opbench run end to end (minutes)
     python scripts/measure_loop.py --run history           # a further commit of a history run
     python scripts/measure_loop.py --make-test             # make test, then make test-fast, in a fresh clone
-    python scripts/measure_loop.py --cli --repeat 3        # each timing three times in a row
+    python scripts/measure_loop.py --cli --repeat 3        # each timing three times in a row (runs: in rounds)
 
 Counting is asv's own discovery of the suite under each profile (asv_runner.discovery): asv 0.6
 starts one process per benchmark and parameter combination, plus one per setup_cache key and run.
@@ -180,29 +180,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forks", action="store_true", help="what asv's fork of its server costs, per pass")
     parser.add_argument("--run", action="append", default=[], choices=RUNS, help="time `opbench run`")
     parser.add_argument("--make-test", action="store_true", help="`make test` and `make test-fast` in a fresh clone")
-    parser.add_argument("--repeat", type=int, default=1, help="time each item this many times in a row")
+    parser.add_argument("--repeat", type=int, default=1, help="time each item this many times in a row; the runs in rounds")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"commit {commit.stdout.strip()}, {os.cpu_count()} CPUs, load average before: {_load()}\n")
     rows: list[tuple[str, str, str]] = []
 
-    def repeated(measure, answers: tuple[int, ...] = (0, 2)) -> str:
-        """Each of `--repeat` measurements in a row, with the load averages after each; an exit
-        status other than `answers` (a verdict's 1, a bad input's 2) is shown."""
-        shown = []
-        for _ in range(args.repeat):
-            seconds, status = measure()
-            digits = 2 if seconds < 10 else 0
-            failed = "" if status in answers else f" (exit {status})"
-            shown.append(f"{seconds:.{digits}f} s{failed} [{_load()}]")
-        return "; ".join(shown)
+    def shown(seconds: float, status: int, answers: tuple[int, ...] = (0, 2)) -> str:
+        """One measurement, with the load averages after it; an exit status other than `answers`
+        (a verdict's 1, a bad input's 2) is shown."""
+        digits = 2 if seconds < 10 else 0
+        failed = "" if status in answers else f" (exit {status})"
+        return f"{seconds:.{digits}f} s{failed} [{_load()}]"
 
+    def repeated(measure, answers: tuple[int, ...] = (0, 2)) -> str:
+        """Each of `--repeat` measurements in a row."""
+        return "; ".join(shown(*measure(), answers) for _ in range(args.repeat))
+
+    # the runs go in rounds (quick, default, history, quick, ...): each history run is compared
+    # with the default run just before it, under the same load
+    walls: dict[str, list[str]] = {profile: [] for profile in args.run}
+    for _ in range(args.repeat if args.run else 0):
+        for profile in RUNS:
+            if profile in walls:
+                walls[profile].append(shown(*time_run(profile)))
     if args.count or args.run:
         for profile in RUNS:
             if args.count or profile in args.run:
                 base = "default" if profile == "history" else profile
                 c = count(base)
-                wall = repeated(lambda p=profile: time_run(p)) if profile in args.run else ""
+                wall = "; ".join(walls.get(profile, []))
                 measure, read = count(base, "measure"), count(base, "read")
                 detail = (
                     f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache):"
