@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forks", action="store_true", help="what asv's fork of its server costs, per pass")
     parser.add_argument("--run", action="append", default=[], choices=RUNS, help="time `opbench run`")
     parser.add_argument("--make-test", action="store_true", help="`make test` and `make test-fast` in a fresh clone")
-    parser.add_argument("--repeat", type=int, default=1, help="time each item this many times in a row; the runs in rounds")
+    parser.add_argument("--repeat", type=int, default=1, help="time each item this many times (the runs in rounds)")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"commit {commit.stdout.strip()}, {os.cpu_count()} CPUs, load average before: {_load()}\n")
