@@ -88,6 +88,11 @@ def _versions() -> dict:
     return out
 
 
+# a metadata file's header lines end at the first blank line; a description follows
+HEADER_END = re.compile(r"\r?\n\r?\n")
+METADATA_FIELD = re.compile(r"^(Name|Version):[ \t]*(.*?)\r?$", re.M)
+
+
 def installed_packages() -> dict[str, str]:
     """Every installed distribution: any of them can change a number (a plugin, a BLAS wheel).
 
@@ -100,15 +105,11 @@ def installed_packages() -> dict[str, str]:
     for dist in distributions():
         text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
         header: dict[str, str] = {}
-        for field, value in METADATA_FIELD.findall(HEADER_END.split(text, 1)[0]):  # a description follows
+        for field, value in METADATA_FIELD.findall(HEADER_END.split(text, 1)[0]):
             header.setdefault(field, value)  # the first, as email's parser answers
         if header.get("Name"):
             pairs.append((header["Name"].lower(), header.get("Version", "")))
     return dict(sorted(pairs))
-
-
-HEADER_END = re.compile(r"\r?\n\r?\n")
-METADATA_FIELD = re.compile(r"^(Name|Version):[ \t]*(.*?)\r?$", re.M)
 
 
 def _blas_providers() -> dict:

@@ -31,7 +31,8 @@ LATER_IMPORTS = (
 
 
 def main() -> int:
-    """Exit 0 whatever LibTorch's build does: without it, its implementations are absent, said in one line."""
+    """Exit 0 where LibTorch cannot be built here (no compiler, ninja or torch; another process's
+    build held past the timeout): one line says why, and its implementations are then absent."""
     libtorch = LibTorchBackend()
     with ThreadPoolExecutor(1) as builder:
         build = None
@@ -44,10 +45,12 @@ def main() -> int:
         for module in LATER_IMPORTS:
             with contextlib.suppress(ImportError):
                 importlib.import_module(module)
-        try:
-            why = libtorch.missing() if build is None else build.result()
-        except OpbenchError as exc:
-            why = str(exc)
+        why = libtorch.missing()
+        if build is not None:
+            try:
+                build.result()
+            except OpbenchError as exc:
+                why = str(exc)
     if why:
         print(f"opbench: the LibTorch backend is not built: {why}", file=sys.stderr)
     return 0
