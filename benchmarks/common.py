@@ -60,6 +60,10 @@ SUITE_VERSION = 1  # bump when the meaning of a benchmark changes; code edits al
 # a test) that import is wasted (~9 CPU-s with TensorFlow); the backend imports its framework when
 # an implementation of it is about to run
 FORKSERVER = sys.argv[1:2] == ["run_server"]
+# what an `opbench run --bench` selection runs (accuracy/run/suite_passes.py, PRELOAD_VAR); unset:
+# every backend of the module's cases
+_SELECTED = os.environ.get("OPBENCH_PRELOAD")
+PRELOADED = None if _SELECTED is None else set(filter(None, _SELECTED.split(",")))
 
 
 def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
@@ -254,7 +258,8 @@ def benchmark_classes(family: str) -> dict[str, type]:
         if op.family != family or not cases:
             continue
         for backend in {case.split(":")[0] for case in cases} if FORKSERVER and suite_pass != READ else ():
-            get_backend(backend).preload()  # paid once, not per benchmark process
+            if PRELOADED is None or backend in PRELOADED:
+                get_backend(backend).preload()  # paid once, not per benchmark process
         name = benchmark_class_name(op.name)
         conditions = op.condition_names()
         grid = {"impl_dtype": cases, "size": list(op.bench_sizes[: profile.sizes])}

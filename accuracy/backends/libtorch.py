@@ -1,18 +1,21 @@
 """LibTorch, PyTorch's C++ library, called through its C++ API (libtorch.cpp), and TorchScript
 run from C++ as a LibTorch application runs it (libtorch_script.cpp: torch::jit::load, forward).
 
-The C++ functions are compiled once per environment against the installed torch with
+The C++ functions are compiled once per torch build against the installed torch with
 torch.utils.cpp_extension and cached on disk (TORCH_EXTENSIONS_DIR, ~/.cache/torch_extensions by
 default). They are registered as torch.ops.opbench_libtorch.* and run in the same libtorch_cpu
 the Python front end uses, so threads are torch's own (set in-process) and the question "does
 LibTorch give PyTorch's bits?" is measured, not assumed.
 
-One build directory per interpreter prefix, torch version and sources (`build_name`): the
-project's .venv, a second clone's and each asv history virtualenv used to share one and rebuild it
-in turn (16-54 s each, silently). cpp_extension's own lock (a `lock` file, FileBaton) is left
-behind by a killed build and then waited on forever, so the build runs under an flock of ours
-(released by the kernel when its holder dies): whoever holds it knows any `lock` file is stale
-and removes it; whoever waits gives up after BUILD_TIMEOUT_VAR seconds with one line.
+One build per torch build, Python ABI and sources (`build_name`), shared by every environment
+that has them (the project's .venv, a second clone's, asv's history virtualenvs): a finished
+build is loaded directly, never through cpp_extension.load, whose ninja file names one
+environment's torch headers and so rebuilt (16-54 s, silently) whenever another environment had
+used the directory last; a fresh clone compiled it again too. cpp_extension's own lock (a `lock`
+file, FileBaton) is left behind by a killed build and then waited on forever, so the build runs
+under an flock of ours (released by the kernel when its holder dies): whoever holds it knows any
+`lock` file is stale and removes it; whoever waits gives up after BUILD_TIMEOUT_VAR seconds with
+one line.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 import time
 import weakref
@@ -42,14 +46,15 @@ SOURCES = [Path(__file__).with_name("libtorch.cpp"), Path(__file__).with_name("l
 LIBRARY = "opbench_libtorch"  # the TORCH_LIBRARY namespace in libtorch.cpp: torch.ops.opbench_libtorch
 BUILD_TIMEOUT_VAR = "OPBENCH_LIBTORCH_BUILD_TIMEOUT"
 BUILD_TIMEOUT = 900.0  # seconds to wait for another process's build (one takes 16-54 s alone, minutes on a busy box)
-BUILDING = "building the LibTorch backend (once per environment)"
+BUILDING = "building the LibTorch backend (once per torch build)"
 OWNER_FILE = "opbench.owner"  # flock'ed by the process building or loading; holds its pid
 
 
-def build_name(prefix: str, torch_version: str, source: bytes) -> str:
-    """The extension's name and build directory: one per interpreter prefix (sys.prefix: a venv,
-    an asv environment), torch version and source, so environments never rebuild each other's."""
-    digest = hashlib.sha256(b"\0".join([os.path.realpath(prefix).encode(), torch_version.encode(), source])).hexdigest()
+def build_name(torch_build: str, python_abi: str, source: bytes) -> str:
+    """The extension's name and build directory: one per torch build (version, commit, C++ ABI),
+    Python ABI and source, whichever environment has them; the library links torch's own
+    libraries by name only (no path), so it loads in any environment with the same torch build."""
+    digest = hashlib.sha256(b"\0".join([torch_build.encode(), python_abi.encode(), source])).hexdigest()
     return f"{LIBRARY}_{digest[:16]}"
 
 
@@ -97,13 +102,22 @@ def _holder(owner) -> str:
     return owner.read().strip() or "unknown"
 
 
-def build(name: str, build_dir: Path, load: Callable[[], object], timeout: float | None = None) -> None:
-    """`load()` (cpp_extension.load) under the build lock, saying so on stderr when it compiles."""
+def build(
+    name: str,
+    build_dir: Path,
+    compile_library: Callable[[], object],
+    load: Callable[[Path], object],
+    timeout: float | None = None,
+) -> None:
+    """Under the build lock, `load` the finished library, or compile it (`compile_library`:
+    cpp_extension.load, which loads it too), saying so on stderr."""
     library = build_dir / f"{name}.so"
     with build_lock(build_dir, timeout, built=library.exists()):
-        if not library.exists():  # again: another process may have built it while this one waited
-            print(f"opbench: {BUILDING} in {build_dir}", file=sys.stderr)
-        load()
+        if library.exists():  # again: another process may have built it while this one waited
+            load(library)
+            return
+        print(f"opbench: {BUILDING} in {build_dir}", file=sys.stderr)
+        compile_library()
 
 
 class LibTorchBackend(Backend):
@@ -137,7 +151,10 @@ class LibTorchBackend(Backend):
 
     @cached_property
     def build_name(self) -> str:
-        return build_name(sys.prefix, self.torch.__version__, b"\0".join(s.read_bytes() for s in SOURCES))
+        torch = self.torch
+        torch_build = f"{torch.__version__} {torch.version.git_version} cxx11abi={torch.compiled_with_cxx11_abi()}"
+        sources = b"\0".join(s.read_bytes() for s in SOURCES)
+        return build_name(torch_build, sysconfig.get_config_var("EXT_SUFFIX") or "", sources)
 
     @cached_property
     def build_directory(self) -> Path:
@@ -153,13 +170,14 @@ class LibTorchBackend(Backend):
         build(
             self.build_name,
             self.build_directory,
-            lambda: cpp_extension.load(
+            compile_library=lambda: cpp_extension.load(
                 name=self.build_name,
                 sources=[str(s) for s in SOURCES],
                 build_directory=str(self.build_directory),
                 is_python_module=False,
                 extra_cflags=["-O2", "-w"],
             ),
+            load=lambda library: self.torch.ops.load_library(str(library)),
         )
         return getattr(self.torch.ops, LIBRARY)
 

@@ -15,8 +15,9 @@ its 10 minutes starting asv (12 modules).
 
 from __future__ import annotations
 
+import ast
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 BATCHES = 4  # a Ctrl-C keeps all but the batch it interrupts: about 3/4 of a run or more
@@ -26,6 +27,9 @@ BATCHES = 4  # a Ctrl-C keeps all but the batch it interrupts: about 3/4 of a ru
 class Batch:
     modules: tuple[str, ...]  # top-level modules (or packages) of the benchmark directory
     classes: tuple[str, ...]  # what of them is selected: benchmark classes, or free functions
+    # the backends the selected benchmarks run, for the measure pass's forkserver to preload
+    # (suite_passes.PRELOAD_VAR); None: every backend of the batch's modules (no --bench)
+    backends: frozenset[str] | None = None
 
 
 def plan_batches(private_config: Path, bench: str | None) -> list[Batch]:
@@ -33,12 +37,25 @@ def plan_batches(private_config: Path, bench: str | None) -> list[Batch]:
     from asv.benchmarks import Benchmarks
     from asv.config import Config
 
-    selected = Benchmarks.load(Config.load(str(private_config)), regex=bench).keys()
+    selected = Benchmarks.load(Config.load(str(private_config)), regex=bench)
     by_module: dict[str, set[str]] = {}
-    for name in selected:
+    backends: dict[str, set[str]] = {}  # per class: what its selected benchmarks run
+    for name, benchmark in selected.items():
         owner = name.rsplit(".", 1)[0]
         by_module.setdefault(name.split(".", 1)[0], set()).add(owner)
-    return group_modules(by_module)
+        backends.setdefault(owner, set()).update(_backends(benchmark))
+    batches = group_modules(by_module)
+    if bench is None:
+        return batches
+    return [replace(b, backends=frozenset().union(*(backends[owner] for owner in b.classes))) for b in batches]
+
+
+def _backends(benchmark: dict) -> set[str]:
+    """The backends of a generated benchmark's cases (`'numpy:np.dot@float32'`, asv's repr of
+    the `impl_dtype` parameter); none for a hand-written one."""
+    if benchmark.get("param_names", [])[:1] != ["impl_dtype"]:
+        return set()
+    return {ast.literal_eval(case).split(":", 1)[0] for case in benchmark["params"][0]}
 
 
 def group_modules(by_module: dict[str, set[str]], count: int = BATCHES) -> list[Batch]:

@@ -47,7 +47,7 @@ from accuracy.run.stack_fingerprint import (
     stack_key,
     take_fingerprint,
 )
-from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, PASS_VAR, PASSES, READ
+from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, PASS_VAR, PASSES, PRELOAD_VAR, READ
 
 FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
@@ -362,6 +362,7 @@ def run_suite(
                 batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
                 before = _result_files(staging, machine)
                 discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
+                preload = {} if batch.backends is None else {PRELOAD_VAR: ",".join(sorted(batch.backends))}
                 for suite_pass in PASSES:
                     if suite_pass == READ and _ran_whole(suite, batch, discovered):
                         progress.skip(batch.classes)  # a suite without passes ran whole in the first
@@ -371,7 +372,7 @@ def run_suite(
                         status,
                         log.call(
                             [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
-                            env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements)},
+                            env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements), **preload},
                             progress=progress,
                         ),
                     )

@@ -24,6 +24,9 @@ from typing import Literal
 
 PASS_VAR = "OPBENCH_PASS"
 MEASUREMENTS_VAR = "OPBENCH_MEASUREMENTS"  # the folder both passes share measurements through
+# the backends (comma-separated) that a `--bench` selection runs: the measure pass's forkserver
+# preloads those only, not every framework of the batch's modules (TensorFlow alone costs ~5 CPU-s)
+PRELOAD_VAR = "OPBENCH_PRELOAD"
 MEASURE: Literal["measure"] = "measure"
 READ: Literal["read"] = "read"
 PASSES = (MEASURE, READ)

@@ -223,7 +223,7 @@ def torchscript_port(model) -> TorchPort:
     missing = libtorch.missing()
     if missing is None:
         try:
-            libtorch.preload()  # build (once per environment) or load the cached build
+            libtorch.preload()  # build (once per torch build) or load the cached build
         except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # cpp_extension's failed build
             missing = f"the LibTorch build failed: {type(exc).__name__}: {_first_line(exc)}"
     if missing is not None:

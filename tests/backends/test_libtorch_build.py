@@ -1,7 +1,8 @@
-"""The LibTorch extension's build (issue 22 #1): one build directory per environment, a lock a
-killed build left behind recovered, a live builder waited for with a timeout and one line.
+"""The LibTorch extension's build (issue 22 #1): one build per torch build and source, shared by
+every environment, a lock a killed build left behind recovered, a live builder waited for with a
+timeout and one line.
 
-No compiler runs here: `load` stands in for cpp_extension.load and takes cpp_extension's own
+No compiler runs here: `compile_library` stands in for cpp_extension.load and takes cpp_extension's own
 lock (torch.utils.file_baton.FileBaton on `<build dir>/lock`) exactly as it does, so a stale
 lock that was not recovered would make it fail instead of waiting forever.
 """
@@ -37,6 +38,14 @@ def _cpp_extension_load(build_dir: Path):
     return load
 
 
+def _not_built(library: Path):
+    raise AssertionError(f"there is no {library.name} to load")
+
+
+def _built_already():
+    raise AssertionError("a finished build was compiled again")
+
+
 def _holder(build_dir: Path, make_stale_lock: bool) -> subprocess.Popen:
     """A process inside build_lock (as a build is), optionally having created cpp_extension's lock."""
     code = textwrap.dedent(
@@ -65,7 +74,7 @@ def test_a_lock_left_by_a_killed_build_is_recovered(tmp_path, capsys):
     holder.send_signal(signal.SIGKILL)  # killed mid-build: cpp_extension's `lock` file stays behind
     holder.wait(timeout=60)
     assert (build_dir / "lock").exists()
-    build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=5)
+    build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), _not_built, timeout=5)
     assert not (build_dir / "lock").exists()
     assert capsys.readouterr().err == f"opbench: {BUILDING} in {build_dir}\n"  # no .so yet: it says it builds
 
@@ -76,7 +85,7 @@ def test_a_live_builder_is_waited_for_then_one_line(tmp_path, capsys, monkeypatc
     try:
         monkeypatch.setenv("OPBENCH_LIBTORCH_BUILD_TIMEOUT", "0.5")
         with pytest.raises(OpbenchError) as error:
-            build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir))
+            build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), _not_built)
     finally:
         holder.kill()
         holder.wait(timeout=60)
@@ -93,7 +102,9 @@ def test_a_built_extension_loads_without_a_word(tmp_path, capsys):
     build_dir = tmp_path / "opbench_libtorch_x"
     build_dir.mkdir()
     (build_dir / "opbench_libtorch_x.so").write_bytes(b"")
-    build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=5)
+    loaded: list[Path] = []
+    build("opbench_libtorch_x", build_dir, _built_already, loaded.append, timeout=5)
+    assert loaded == [build_dir / "opbench_libtorch_x.so"]
     assert capsys.readouterr().err == ""
 
 
@@ -106,30 +117,38 @@ def test_a_process_loading_a_built_extension_is_waited_for_without_a_word(tmp_pa
     holder = _holder(build_dir, make_stale_lock=False)
     try:
         with pytest.raises(OpbenchError, match=f"another process \\(pid {holder.pid}\\)"):
-            build("opbench_libtorch_x", build_dir, _cpp_extension_load(build_dir), timeout=0.5)
+            build("opbench_libtorch_x", build_dir, _built_already, _not_built, timeout=0.5)
     finally:
         holder.kill()
         holder.wait(timeout=60)
     assert capsys.readouterr().err == ""
 
 
-def test_each_environment_and_torch_and_source_has_its_own_build():
-    here = build_name("/work/a/.venv", "2.13.0", b"source")
-    assert here == build_name("/work/a/.venv", "2.13.0", b"source")
+def test_each_torch_build_and_source_has_its_own_build_whichever_environment_has_them(monkeypatch):
+    """The project's .venv, a second clone's and asv's history virtualenvs once had one build each
+    (a fresh clone compiled for 40 s in `make setup`): they share it when their torch is the same
+    build, and load it without cpp_extension, whose ninja file would rebuild it for them."""
+    here = build_name("2.13.0+cpu abc123 cxx11abi=True", ".cpython-311-x86_64-linux-gnu.so", b"source")
     others = {
-        build_name("/work/b/.venv", "2.13.0", b"source"),  # a second clone's venv
-        build_name("/work/a/.asv/env/0c28faf1", "2.13.0", b"source"),  # an asv history environment
-        build_name("/work/a/.venv", "2.12.1", b"source"),
-        build_name("/work/a/.venv", "2.13.0", b"edited source"),
+        build_name("2.12.1+cpu def456 cxx11abi=True", ".cpython-311-x86_64-linux-gnu.so", b"source"),
+        build_name("2.13.0+cpu abc124 cxx11abi=True", ".cpython-311-x86_64-linux-gnu.so", b"source"),  # a rebuild
+        build_name("2.13.0+cpu abc123 cxx11abi=False", ".cpython-311-x86_64-linux-gnu.so", b"source"),
+        build_name("2.13.0+cpu abc123 cxx11abi=True", ".cpython-312-x86_64-linux-gnu.so", b"source"),
+        build_name("2.13.0+cpu abc123 cxx11abi=True", ".cpython-311-x86_64-linux-gnu.so", b"edited source"),
     }
-    assert len(others) == 4 and here not in others
+    assert len(others) == 5 and here not in others
     backend = LibTorchBackend()
-    sources = b"\0".join(
-        (ROOT / "accuracy" / "backends" / f).read_bytes() for f in ("libtorch.cpp", "libtorch_script.cpp")
-    )
-    assert (
-        backend.build_directory.name == backend.build_name == build_name(sys.prefix, backend.torch.__version__, sources)
-    )
+    assert backend.build_directory.name == backend.build_name
+    monkeypatch.setattr(sys, "prefix", "/elsewhere/.asv/env/0c28faf1")  # another environment, the same torch
+    assert LibTorchBackend().build_name == backend.build_name
+    # built (make setup): another environment loads the library and never calls cpp_extension
+    assert backend.info()["built"]
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "load", lambda **_: _built_already())
+    elsewhere = LibTorchBackend()
+    x = elsewhere.torch.linspace(-3, 3, 7, dtype=elsewhere.torch.float64)
+    assert elsewhere.torch.equal(elsewhere.namespace.exp(x), elsewhere.torch.exp(x))
 
 
 def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys):

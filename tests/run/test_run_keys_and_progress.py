@@ -142,6 +142,47 @@ def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     ]
 
 
+def _discovered(name: str, cases: list[str] | None = None) -> dict:
+    """One entry of asv's benchmarks.json: a generated benchmark (its cases as asv's repr) or a
+    hand-written one without parameters."""
+    params = {"param_names": ["impl_dtype", "size"], "params": [[repr(c) for c in cases], ["4096"]]} if cases else {}
+    return {"name": name, "type": "track", "version": "1", "param_names": [], "params": [], **params}
+
+
+def test_a_bench_selection_preloads_only_the_backends_its_benchmarks_run(tmp_path):
+    """`opbench run --bench 'bench_products\\.Dot\\.'` once preloaded TensorFlow, JAX and ONNX Runtime
+    in the measure pass's forkserver (every framework of the module) for a class that runs numpy
+    and torch: the batch names what its selected benchmarks run, as asv's `--bench` selects them."""
+    import json
+
+    from accuracy.run.batches import plan_batches
+
+    suite = {
+        "bench_products.Dot.time_op": _discovered(
+            "bench_products.Dot.time_op", ["numpy:np.dot@float32", "torch:torch.dot@float32"]
+        ),
+        "bench_products.Matmul.time_op": _discovered(
+            "bench_products.Matmul.time_op", ["tensorflow:tf.linalg.matmul@float32", "jax:jnp.matmul@float32"]
+        ),
+        "bench_references.Mpmath.track_cost": _discovered("bench_references.Mpmath.track_cost"),
+    }
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "benchmarks.json").write_text(json.dumps({**suite, "version": 2}))
+    config = tmp_path / "asv.conf.json"
+    config.write_text(json.dumps({"version": 1, "repo": ".", "results_dir": str(tmp_path / "results")}))
+
+    def backends(bench: str | None) -> list[frozenset[str] | None]:
+        return [batch.backends for batch in plan_batches(config, bench)]
+
+    assert backends(r"bench_products\.Dot\.") == [frozenset({"numpy", "torch"})]
+    assert set().union(*backends("bench_products")) == {"numpy", "torch", "tensorflow", "jax"}
+    assert backends(r"Mpmath") == [frozenset()]  # a hand-written benchmark runs no backend's preload
+    # a parameter value selects too (asv's -b); the whole class's backends are a safe superset
+    assert backends("tensorflow") == [frozenset({"tensorflow", "jax"})]
+    # no selection: the forkserver preloads what the modules' cases run, as before
+    assert set(backends(None)) == {None}
+
+
 def test_publish_graphs_the_branch_checked_out_beside_the_configured_ones(tmp_path):
     """asv publishes graphs for configured branches only: a run on a feature branch would
     show empty graphs unless that branch is added; a detached HEAD adds nothing."""

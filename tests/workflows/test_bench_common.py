@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from accuracy.run.profiles import PROFILE_VAR
-from accuracy.run.suite_passes import MEASURE, PASS_VAR, READ
+from accuracy.run.suite_passes import MEASURE, PASS_VAR, PRELOAD_VAR, READ
 from benchmarks import bench_activations, bench_linalg, bench_products, bench_reductions
 from benchmarks.common import output_digest, shared
 
@@ -281,11 +281,14 @@ def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: st
 
 
 @pytest.mark.slow
-def test_the_read_pass_forks_from_a_server_without_frameworks():
+def test_each_pass_forks_from_a_server_with_only_the_frameworks_it_runs():
     """`opbench run`'s read pass: asv forks every track process from a server that imported the
     suite alone (a fork costs in proportion to the server's memory), for every module."""
     assert _imported_by_the_suite("run_server", {PASS_VAR: READ}, "*") == set()
     assert {"torch", "tensorflow", "jax", "onnxruntime"} <= _imported_by_the_suite("run_server", {PASS_VAR: MEASURE})
+    # a `--bench` selection's measure pass preloads what its benchmarks run, and nothing else
+    selected = {PASS_VAR: MEASURE, PRELOAD_VAR: "numpy,torch"}
+    assert _imported_by_the_suite("run_server", selected) == {"torch"}
 
 
 def _benchmarks(module, env: dict, monkeypatch) -> set[str]:
