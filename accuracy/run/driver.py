@@ -7,6 +7,10 @@ results are copied into the results directory as each batch ends (under a lock, 
 environment fingerprint beside each results file), so a Ctrl-C keeps every finished batch, and
 the results of a changed environment filed under a new asv environment instead of over the old
 ones (accuracy/run/environment_python.py).
+
+A history run goes commit by commit (each batch and pass of one commit, then the next): asv
+installs the commit once, in its first call. Given the whole range, each of asv's calls
+reinstalled every commit of it in turn (4-7 s each, and a batch and pass is one call).
 """
 
 from __future__ import annotations
@@ -168,6 +172,28 @@ def check_commit_range(repo: Path, commits: str) -> None:
         raise OpbenchError(f"--commits {commits!r} is not a commit range of {repo}: {reason}")
 
 
+def history_commits(private_config: Path, commits: str | None) -> list[str | None]:
+    """The commits of a history run, as asv selects them from the range (newest first); [None]
+    for a run in this environment."""
+    if not commits:
+        return [None]
+    from asv.config import Config
+    from asv.repo import get_repo
+
+    return list(get_repo(Config.load(str(private_config))).get_hashes_from_range(commits))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One batch of the run, at one commit of a history run (None: this environment)."""
+
+    commit: str | None
+    batch: Batch
+
+    def __str__(self) -> str:
+        return describe([self.batch]) + (f" at {self.commit[:8]}" if self.commit else "")
+
+
 def _result_files(results: Path, machine: str) -> dict[Path, float]:
     folder = results / machine
     if not folder.is_dir():
@@ -296,8 +322,8 @@ def run_suite(
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
         check_commit_range(repo, commits)
-    batches: list[Batch] = []
-    saved: list[Batch] = []
+    plan: list[Step] = []
+    saved: list[Step] = []
     signals: list[str] = []
     warnings: list[str] = []
     fresh: FingerprintJob | None = None  # this environment's, taken beside the discovery
@@ -331,24 +357,27 @@ def run_suite(
             register_machine(machine)
             # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
             args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
-            if commits:
-                args += [commits]
-            else:
+            if not commits:
                 assert label is not None  # a run in this environment has its fingerprint
                 python = environment_python(config, label)
                 args += [f"--environment=existing:{python}", "--set-commit-hash", head_commit(repo)]
                 args += ["--launch-method", "forkserver"]
             if quick:
                 args.append("--quick")
-            if log.call([*args, "--config", str(private), "--bench", "just-discover"], env) != 0:
+            # a history run discovers as asv does over the range: in the newest commit that installs
+            discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
+            if log.call(discover, env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
             if fresh is not None:  # taken beside the discovery; nothing is timed beside it
                 assert label is not None  # named by the stack's last fingerprint
                 here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
             batches = plan_batches(private, bench)
+            at_commits = history_commits(private, commits)
+            plan = [Step(commit, batch) for commit in at_commits for batch in batches]
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
             modules = {name.split(".", 1)[0] for name in suite}
-            progress = ClassProgress([owner for batch in batches for owner in batch.classes], passes=PASSES)
+            classes = [owner for batch in batches for owner in batch.classes]
+            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits))
             measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
             measurements.mkdir()
             pythons = environment_pythons(private) if commits else {}
@@ -356,7 +385,8 @@ def run_suite(
             written: dict[Path, None] = {}
             status = 0
             busiest = os.getloadavg()[0]
-            for index, batch in enumerate(batches):
+            for index, step in enumerate(plan):
+                commit, batch = step.commit, step.batch
                 workdir = tmp / f"batch-{index}"
                 folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
                 batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
@@ -371,7 +401,12 @@ def run_suite(
                     status = max(
                         status,
                         log.call(
-                            [*args, "--config", str(batch_config), *(["--bench", bench] if bench else [])],
+                            [
+                                *args,
+                                *([f"{commit}^!"] if commit else []),
+                                *["--config", str(batch_config)],
+                                *(["--bench", bench] if bench else []),
+                            ],
                             env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements), **preload},
                             progress=progress,
                         ),
@@ -395,13 +430,13 @@ def run_suite(
                     try:
                         files, batch_warnings = _commit(staging, results, machine, changed, fingerprints)
                     except OpbenchError as exc:
-                        raise OpbenchError(f"{exc}; {_kept(results, machine, batches, saved)}") from None
+                        raise OpbenchError(f"{exc}; {_kept(results, machine, plan, saved)}") from None
                     written.update(dict.fromkeys(files))
                     warnings += batch_warnings
-                    saved.append(batch)
+                    saved.append(step)
         except KeyboardInterrupt:
             by = f" by {signals[0]}" if signals else ""
-            raise OpbenchError(_interrupted(results, machine, batches, saved, by)) from None
+            raise OpbenchError(_interrupted(results, machine, plan, saved, by)) from None
         finally:
             for job in [fresh, *jobs.values()]:
                 if job is not None:
@@ -459,20 +494,25 @@ def _with_load(fingerprint: str, busiest: float) -> str:
     )
 
 
-def _interrupted(results: Path, machine: str, batches: list[Batch], saved: list[Batch], by: str = "") -> str:
+def _interrupted(results: Path, machine: str, plan: list[Step], saved: list[Step], by: str = "") -> str:
     """The one line after a Ctrl-C (or SIGTERM, SIGHUP: `by`): exactly which batches are in the results directory."""
     if not saved:
         return f"interrupted{by} before any batch finished: nothing was saved; {results} is unchanged"
-    return f"interrupted{by}: {_kept(results, machine, batches, saved)}"
+    return f"interrupted{by}: {_kept(results, machine, plan, saved)}"
 
 
-def _kept(results: Path, machine: str, batches: list[Batch], saved: list[Batch]) -> str:
-    """Which batches are in the results directory and which are not."""
+def _kept(results: Path, machine: str, plan: list[Step], saved: list[Step]) -> str:
+    """Which batches (at which commits) are in the results directory and which are not."""
     if not saved:
         return f"no batch was saved; the results in {results} are as before"
-    left = [module for batch in batches if batch not in saved for module in batch.modules]
+    left = [
+        module + (f" at {step.commit[:8]}" if step.commit else "")
+        for step in plan
+        if step not in saved
+        for module in step.batch.modules
+    ]
     return (
-        f"kept {len(saved)} of {len(batches)} batches in {results / machine}: {describe(saved)}; "
+        f"kept {len(saved)} of {len(plan)} batches in {results / machine}: {', '.join(map(str, saved))}; "
         f"not run or not finished, so not saved: {', '.join(left)}; HTML not published"
     )
 

@@ -35,10 +35,11 @@ class ClassProgress:
     classes times the classes left.
     """
 
-    def __init__(self, classes: list[str], out=None, passes: tuple[str, ...] = ()):
+    def __init__(self, classes: list[str], out=None, passes: tuple[str, ...] = (), commits: int = 1):
         self._classes = set(classes)
         self._out = out or sys.stdout
         self._passes = max(len(passes), 1)  # `opbench run` runs each class once per pass (suite_passes.py)
+        self._commits = commits  # a history run calls asv once per commit (driver.py): asv counts one
         self.stage = ""  # the pass running now, shown beside each class
         self.total = 0
         self.done = 0
@@ -50,7 +51,7 @@ class ClassProgress:
         if match:
             if not self.total:  # the first batch: the clock starts; later batches go on counting
                 runs = int(match.group(1)) // max(int(match.group(2)), 1)  # commits x environments
-                self.total = len(self._classes) * runs * self._passes
+                self.total = len(self._classes) * runs * self._passes * self._commits
                 self._started = time.monotonic()
             return
         for match in _NAME.finditer(line):

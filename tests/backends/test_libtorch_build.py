@@ -151,6 +151,7 @@ def test_each_torch_build_and_source_has_its_own_build_whichever_environment_has
     assert elsewhere.torch.equal(elsewhere.namespace.exp(x), elsewhere.torch.exp(x))
 
 
+@pytest.mark.slow  # make setup's own step: every framework, torch.compile's and Dask's imports (7 CPU-s)
 def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys):
     """`python -m accuracy.run.prepare_environment` (make setup): the build, loaded; without a
     compiler, one line and setup goes on, LibTorch's implementations then absent."""

@@ -108,12 +108,22 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     first = subprocess.run(
         ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    # a second module: two batches, so two asv calls per commit
+    (tiny_repo / "benchmarks" / "bench_second.py").write_text("def track_one():\n    return 1\n")
     # the root commit alone, then the rest of history: two runs accumulate in one results dir
     common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
     run_opbench("run", *common, "--commits", f"{first}^!", "--no-report", cwd=tiny_repo)
     proc = run_opbench("run", *common, "--commits", f"{first}..HEAD", "--no-report", cwd=tiny_repo)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "failed" in proc.stdout  # the crash is reported, and the run went on
+    # commit by commit, each installed once: given the range, every asv call reinstalled each commit
+    log = sorted((results / "logs").glob("*.log"))[-1].read_text()
+    newest, older = subprocess.run(
+        ["git", "-C", str(tiny_repo), "rev-list", f"{first}..HEAD"], capture_output=True, text=True
+    ).stdout.split()
+    installs = re.findall(r"Installing ([0-9a-f]{8}) ", log)
+    assert installs == [newest[:8], older[:8]], installs
+    assert log.count(" total benchmarks (1 commits * 1 environments") == 4  # two modules at each of two commits
     files = sorted(p for p in (results / "ci").glob("*.json") if p.name != "machine.json")
     assert len(files) == 3
     tracked = []

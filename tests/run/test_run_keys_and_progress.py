@@ -109,6 +109,30 @@ def test_progress_prints_one_line_per_class_across_batches():
     assert "ETA" in lines[0] and lines[-1].endswith("done")
 
 
+def test_a_history_run_counts_every_class_at_every_commit_and_says_which_batches_it_kept(tmp_path):
+    """A history run calls asv once per commit, batch and pass (driver.py): asv's own count says one
+    commit, so the total comes from the run's commits; an interrupted one names the commits too."""
+    from accuracy.run.batches import Batch
+    from accuracy.run.driver import Step, _kept
+
+    out = io.StringIO()
+    classes = ["bench_products.Dot", "bench_products.Gemv", "bench_reductions.Sum"]
+    progress = ClassProgress(classes, out=out, passes=("measure", "read"), commits=3)
+    progress.feed("· Running 6 total benchmarks (1 commits * 1 environments * 6 benchmarks)\n")
+    progress.feed("[50.00%] ··· bench_products.Dot.time_op   ok\n")
+    progress.feed("[100.00%] ··· bench_products.Gemv.time_op   ok\n")
+    assert progress.total == 3 * 2 * 3
+    assert out.getvalue().startswith("[1/18] bench_products.Dot")
+
+    products, reductions = Batch(("bench_products",), tuple(classes[:2])), Batch(("bench_reductions",), classes[2:3])
+    plan = [Step(c, b) for c in ("a" * 40, "b" * 40) for b in (products, reductions)]
+    assert _kept(tmp_path, "ci", plan, plan[:3]) == (
+        f"kept 3 of 4 batches in {tmp_path / 'ci'}: bench_products (Dot, Gemv) at aaaaaaaa, "
+        "bench_reductions (Sum) at aaaaaaaa, bench_products (Dot, Gemv) at bbbbbbbb; "
+        "not run or not finished, so not saved: bench_reductions at bbbbbbbb; HTML not published"
+    )
+
+
 def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
     """Each batch is one asv start-up (~15 s with the frameworks' preload): 12 per run cost 3 minutes."""
     from accuracy.run.batches import BATCHES, group_modules
