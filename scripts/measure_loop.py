@@ -7,7 +7,7 @@ here, never timed in a test: timings depend on the machine and on what else it r
     python scripts/measure_loop.py --cli                   # CLI latency, one process per command
     python scripts/measure_loop.py --forks                 # one fork of asv's server, per pass
     python scripts/measure_loop.py --run quick --run default   # opbench run end to end (minutes)
-    python scripts/measure_loop.py --run history           # a further commit of a history run
+    python scripts/measure_loop.py --run history           # history runs of one and of two commits
     python scripts/measure_loop.py --make-test             # make test, then make test-fast, in a fresh clone
     python scripts/measure_loop.py --cli --repeat 3        # each timing three times in a row (runs: in rounds)
 
@@ -134,13 +134,17 @@ def time_check() -> tuple[float, int]:
         return _timed(["bash", "-c", lines[first]], folder)
 
 
+HISTORY = {"history": "HEAD^!", "history of two": "HEAD~2..HEAD"}  # one commit, then two (newest first)
+
+
 def time_run(profile: str) -> tuple[float, int]:
-    """`opbench run` end to end (asv, publish, report) into a scratch results folder; "history" is
-    the default profile at HEAD as one commit of a history run (`--commits HEAD^!`), in asv's own
-    environment, which the first such run builds (time the second: a further commit)."""
+    """`opbench run` end to end (asv, publish, report) into a scratch results folder. A history run
+    is the default profile in asv's own environment (built by an earlier run) over HISTORY's
+    range: a further commit costs what the two-commit run takes beyond the one-commit run."""
     with tempfile.TemporaryDirectory(prefix="opbench-measure-") as tmp:
         folder = Path(tmp)
-        which = {"quick": ["--quick"], "history": ["--commits", "HEAD^!"]}.get(profile, ["--profile", profile])
+        which = ["--commits", HISTORY[profile]] if profile in HISTORY else ["--quick"] if profile == "quick" else []
+        which = which or ["--profile", profile]
         return _timed(
             opbench(
                 "run",
@@ -200,10 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     # the runs go in rounds (quick, default, history, quick, ...): each history run is compared
     # with the default run just before it, under the same load
     walls: dict[str, list[str]] = {profile: [] for profile in args.run}
+    further: list[str] = []  # per round: the two-commit history run's wall beyond the one-commit run's
     for _ in range(args.repeat if args.run else 0):
         for profile in RUNS:
-            if profile in walls:
+            if profile in walls and profile != "history":
                 walls[profile].append(shown(*time_run(profile)))
+        if "history" in walls:
+            one, two = time_run("history"), time_run("history of two")
+            walls["history"].append(f"{shown(*one)}, two commits {shown(*two)}")
+            further.append(f"{two[0] - one[0]:.0f} s")
     if args.count or args.run:
         for profile in RUNS:
             if args.count or profile in args.run:
@@ -215,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{c['processes']} ({c['benchmarks']} benchmark + {c['setup_cache']} setup_cache):"
                     f" {measure['processes']} measure pass + {read['processes']} read pass"
                 )
-                command = {"quick": "--quick", "history": "--commits HEAD^! (a further commit)"}.get(
+                command = {"quick": "--quick", "history": "--commits HEAD^!, then HEAD~2..HEAD"}.get(
                     profile, f"--profile {profile}"
                 )
                 rows.append((f"`opbench run {command}`", detail, wall))
+                if profile == "history" and further:
+                    rows.append(("a further commit of a history run (two commits minus one)", "", "; ".join(further)))
     if args.forks:
         for suite_pass in ("measure", "read"):
             cost = fork_cost(suite_pass)
