@@ -4,16 +4,20 @@ Every available backend loads its framework now, and LibTorch's backend is built
 that no command, test or benchmark process pays for either first. Run with bytecode writing on,
 the imports leave the bytecode of exactly what opbench imports: compiling the whole environment
 instead (`compileall`) took 37 s on both cores here, most of it for modules nothing imports.
+Imports run on one core, so the frameworks that do not import torch (TensorFlow, JAX, ONNX
+Runtime) load in a second process, beside torch's in this one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from accuracy.backends import catalog_backends
+from accuracy.backends import catalog_backends, get_backend
 from accuracy.backends.libtorch import LibTorchBackend
 from accuracy.core.errors import OpbenchError
 
@@ -30,17 +34,25 @@ LATER_IMPORTS = (
 )
 
 
-def main() -> int:
+def main(argv: Sequence[str] = ()) -> int:
     """Exit 0 where LibTorch cannot be built here (no compiler, ninja or torch; another process's
-    build held past the timeout): one line says why, and its implementations are then absent."""
+    build held past the timeout): one line says why, and its implementations are then absent.
+    `--preload NAME...` (the second process) loads those backends only."""
+    if argv and argv[0] == "--preload":
+        for name in argv[1:]:
+            get_backend(name).preload()
+        return 0
+    available = [b for b in catalog_backends() if b.available()]
+    beside = [b.name for b in available if b.module != "torch"]
+    second = subprocess.Popen([sys.executable, "-m", "accuracy.run.prepare_environment", "--preload", *beside])
     libtorch = LibTorchBackend()
     with ThreadPoolExecutor(1) as builder:
         build = None
         if libtorch.available():  # the compiler, a subprocess, runs beside the imports
             libtorch.torch  # noqa: B018 - torch is imported here, not by both threads at once
             build = builder.submit(libtorch.preload)
-        for backend in catalog_backends():
-            if backend.available() and not isinstance(backend, LibTorchBackend):
+        for backend in available:
+            if backend.module == "torch" and not isinstance(backend, LibTorchBackend):
                 backend.preload()
         for module in LATER_IMPORTS:
             with contextlib.suppress(ImportError):
@@ -51,10 +63,12 @@ def main() -> int:
                 build.result()
             except OpbenchError as exc:
                 why = str(exc)
+    if second.wait() != 0:  # a framework that fails to load: its own traceback is on stderr
+        return second.returncode
     if why:
         print(f"opbench: the LibTorch backend is not built: {why}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
