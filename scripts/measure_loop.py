@@ -143,8 +143,10 @@ def time_run(profile: str) -> tuple[float, int]:
     range: a further commit costs what the two-commit run takes beyond the one-commit run."""
     with tempfile.TemporaryDirectory(prefix="opbench-measure-") as tmp:
         folder = Path(tmp)
-        which = ["--commits", HISTORY[profile]] if profile in HISTORY else ["--quick"] if profile == "quick" else []
-        which = which or ["--profile", profile]
+        if profile in HISTORY:
+            which = ["--commits", HISTORY[profile]]
+        else:
+            which = ["--quick"] if profile == "quick" else ["--profile", profile]
         return _timed(
             opbench(
                 "run",

@@ -190,8 +190,13 @@ class Step:
     commit: str | None
     batch: Batch
 
+    @property
+    def at(self) -> str:
+        """` at 1a2b3c4d` for a history run's commit, nothing in this environment."""
+        return f" at {self.commit[:8]}" if self.commit else ""
+
     def __str__(self) -> str:
-        return describe([self.batch]) + (f" at {self.commit[:8]}" if self.commit else "")
+        return describe([self.batch]) + self.at
 
 
 def _result_files(results: Path, machine: str) -> dict[Path, float]:
@@ -385,11 +390,15 @@ def run_suite(
             written: dict[Path, None] = {}
             status = 0
             busiest = os.getloadavg()[0]
+            benchmark_dir = Path(load_asv_config(private)["benchmark_dir"])
+            batch_configs: dict[Batch, Path] = {}  # each batch's, made once: a history run runs it at every commit
             for index, step in enumerate(plan):
                 commit, batch = step.commit, step.batch
-                workdir = tmp / f"batch-{index}"
-                folder = batch_benchmark_dir(Path(load_asv_config(private)["benchmark_dir"]), batch, modules, workdir)
-                batch_config = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
+                if batch not in batch_configs:
+                    workdir = tmp / f"batch-{len(batch_configs)}"
+                    folder = batch_benchmark_dir(benchmark_dir, batch, modules, workdir)
+                    batch_configs[batch] = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
+                batch_config = batch_configs[batch]
                 before = _result_files(staging, machine)
                 discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
                 preload = {} if batch.backends is None else {PRELOAD_VAR: ",".join(sorted(batch.backends))}
@@ -404,7 +413,8 @@ def run_suite(
                             [
                                 *args,
                                 *([f"{commit}^!"] if commit else []),
-                                *["--config", str(batch_config)],
+                                "--config",
+                                str(batch_config),
                                 *(["--bench", bench] if bench else []),
                             ],
                             env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements), **preload},
@@ -505,12 +515,7 @@ def _kept(results: Path, machine: str, plan: list[Step], saved: list[Step]) -> s
     """Which batches (at which commits) are in the results directory and which are not."""
     if not saved:
         return f"no batch was saved; the results in {results} are as before"
-    left = [
-        module + (f" at {step.commit[:8]}" if step.commit else "")
-        for step in plan
-        if step not in saved
-        for module in step.batch.modules
-    ]
+    left = [module + step.at for step in plan if step not in saved for module in step.batch.modules]
     return (
         f"kept {len(saved)} of {len(plan)} batches in {results / machine}: {', '.join(map(str, saved))}; "
         f"not run or not finished, so not saved: {', '.join(left)}; HTML not published"
