@@ -61,10 +61,10 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --dist loadgroup
 test: setup browser
 	$(PYTEST) -n $$(( $$(getconf _NPROCESSORS_ONLN) + 1 ))
 
-# the unit tests without the end-to-end ones (asv runs, subprocesses), one worker per core: the
-# loop while editing
+# the unit tests without the end-to-end ones (asv runs, subprocesses), one worker per core, fewer
+# hypothesis examples (tests/conftest.py): the loop while editing
 test-fast: setup
-	$(PYTEST) -n auto -m "not slow"
+	HYPOTHESIS_PROFILE=edit-loop $(PYTEST) -n auto -m "not slow"
 
 # what CI checks before the tests: ruff's lint and format, and the type check (config in pyproject.toml)
 lint: setup

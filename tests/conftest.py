@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures_answers import write_suite_results
 from fixtures_report import make_results_dir
+from hypothesis import settings
 
 # Every test process (and every subprocess it starts, which inherits os.environ) uses the test run's
 # own throwaway reference cache, never the user's ~/.cache/opbench; set at import time, so that
@@ -24,6 +25,12 @@ if _RUN:
 else:
     _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
 os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
+
+# Hypothesis' profiles: `make test` (CI) draws each property's examples in full; `make test-fast`, the
+# edit loop, names HYPOTHESIS_PROFILE=edit-loop and draws 30, where the metric properties' 100 per
+# format cost it ~15 CPU-s of its ~160.
+settings.register_profile("edit-loop", max_examples=30)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # A suite started in the background (`make test &` in a script) inherits SIGINT ignored, and so would
 # every opbench it starts; the Ctrl-C tests need it delivered, as at a terminal.

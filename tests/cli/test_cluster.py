@@ -26,7 +26,8 @@ from accuracy.workflows.scan import as_rows, scan
 
 pytestmark = pytest.mark.slow
 CHUNK = 4096  # 16 chunks of float16: enough for a worker to die between them
-SCALE_OUT = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+SCALE_OUT = DOCS / "scale-out.md"
 LOCAL = ["--dask", "local:2"]
 
 
@@ -40,6 +41,13 @@ def _page_command(subcommand: str) -> list[str]:
             assert words[-3:] == [*LOCAL, "--json"], line
             return words
     raise AssertionError(f"no `opbench {subcommand}` line in {SCALE_OUT}")
+
+
+def test_the_models_pages_dask_line_is_the_one_run_here():
+    """docs/models.md shows scale-out.md's model sweep (not run there: the sweep test runs it)."""
+    models = (DOCS / "models.md").read_text().split("### Ports on a Dask cluster", 1)[1].split("```sh\n", 1)[1]
+    [line] = models.split("\n```")[0].splitlines()
+    assert shlex.split(line.split(" > ", 1)[0])[1:] == _page_command("model")
 
 
 def _in_process(words: list[str]) -> list[str]:
