@@ -54,6 +54,7 @@ from accuracy.workflows.model_ports import (
     build_port,
     check_port_name,
     keras_port,
+    port_backends,
     port_inputs,
 )
 
@@ -451,6 +452,13 @@ class PortJob:
     file: FilePort | None = None
     keras: object = None
 
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """What the port runs on besides torch: a file's arrays need nothing more."""
+        if self.file is not None:
+            return ()
+        return ("tensorflow",) if self.keras is not None else port_backends(self.name)
+
     def build(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
         if self.file is not None:
             return self.file
@@ -485,7 +493,7 @@ def _ports_on_cluster(
     import torch
 
     reports, absent, start, stopped = [], [], time.perf_counter(), None
-    with work_pool(dask) as pool:
+    with work_pool(dask, preload=["torch", *(name for job in jobs for name in job.backends)]) as pool:
         state, shared = pool.share(model.state_dict()), pool.share(given)
         futures = [pool.submit(port_task, spec, train, state, shared, job, torch.get_num_threads()) for job in jobs]
         try:

@@ -418,6 +418,13 @@ def check_port_name(name: str) -> None:
         raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(PORT_NAMES)}")
 
 
+def port_backends(name: str) -> tuple[str, ...]:
+    """The backends built-in port `name` runs on besides torch, which builds every port's model."""
+    if name in ("onnxruntime", "onnxruntime-noopt"):
+        return ("onnxruntime",)
+    return ("libtorch",) if name == "torchscript" else ()
+
+
 def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     import torch

@@ -257,9 +257,10 @@ def scan(
     threads = threads or cores()
 
     start_time = time.perf_counter()
-    with ExitStack() as limits, work_pool(dask, threads) as pool:
+    backends = scan_backends(impls)
+    with ExitStack() as limits, work_pool(dask, threads, [b.name for b in backends]) as pool:
         if dask is None:  # here, for the whole scan; a cluster's workers hold their own threads
-            limits.enter_context(thread_limits(scan_backends(impls), 1))
+            limits.enter_context(thread_limits(backends, 1))
         size = chunk or (CHUNK if dask is None else cluster_chunk(total, pool.workers))
 
         def submit(start: int) -> tuple[int, Any]:

@@ -281,7 +281,8 @@ def selftest(
         for i, case in enumerate(cases):
             yield from finished(i, selftest_task(*case, everything, threads, False))
         return
-    with work_pool(dask) as pool:
+    preload = [name for op_name in dict.fromkeys(c[0] for c in cases) for name in case_backends(get_op(op_name))]
+    with work_pool(dask, preload=preload) as pool:
         futures = [pool.submit(selftest_task, *case, everything, threads, True) for case in cases]
         try:
             for i, future in enumerate(futures):
@@ -291,6 +292,11 @@ def selftest(
                 future.cancel()
 
 
+def case_backends(op: OpInfo) -> list[str]:
+    """The backends a case of `op` runs on: its implementations' backends, and torch."""
+    return list(dict.fromkeys(["torch", *(name for impl in op.impls for name in backends_for(impl.backend))]))
+
+
 def selftest_task(
     op_name: str, dtype: str, size: int | None, condition: str, everything: bool, threads: int, on_worker: bool
 ) -> CaseReport | None:
@@ -298,8 +304,7 @@ def selftest_task(
     on a Dask worker); the report keeps no outputs (mutants' arrays are what make a case large, and
     nothing reads them after judging)."""
     op = get_op(op_name)
-    names = ("torch", *(name for impl in op.impls for name in backends_for(impl.backend)))
-    backends = [backend for backend in dict.fromkeys(get_backend(name) for name in names) if backend.available()]
+    backends = [backend for backend in dict.fromkeys(map(get_backend, case_backends(op))) if backend.available()]
     with thread_limits(backends, threads, for_life=on_worker):
         report = selftest_case(op, dtype, size, condition, everything)
     if report is not None:

@@ -291,3 +291,32 @@ def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
         with cluster.work_pool("local:1") as pool:
             assert pool.workers == 1
     assert not [w for w in recwarn if "8787" in str(w.message)]
+
+
+LOADED_ON_WORKERS = """
+import json, os, sys
+from accuracy.workflows.cluster import work_pool
+
+def worker():
+    return os.getppid(), "onnxruntime" in sys.modules
+
+if __name__ == "__main__":
+    with work_pool("local:2", preload=["onnxruntime"]) as pool:
+        seen = [pool.submit(worker).result() for _ in range(4)]
+    print(json.dumps({"workers": seen, "here": [os.getpid(), "onnxruntime" in sys.modules]}))
+"""
+
+
+def test_local_workers_fork_from_one_server_that_loaded_their_backends(tmp_path):
+    """`work_pool("local:N", preload=...)`: the workers are forked from one server that loaded the
+    named backends' frameworks (not spawned by this process, each importing them for itself), and
+    that server says nothing on the terminal. A fresh process: the server serves the process that
+    started it for its life."""
+    script = tmp_path / "loaded.py"
+    script.write_text(LOADED_ON_WORKERS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    [(server, loaded)] = {tuple(w) for w in seen["workers"]}
+    assert loaded and server != seen["here"][0]
+    assert seen["here"][1] is False  # this process never imported the framework
