@@ -191,7 +191,7 @@ def check_workers(client: Any, address: str) -> int:
 def _forked_from_a_preloaded_server(backends: Iterable[str]) -> Iterator[None]:
     """Local workers forked from one server that loaded `backends` (their frameworks), instead of
     each spawned worker importing them: `selftest exp sum --small --dask local:2` took 30 CPU-s
-    spawned and 13 forked (11 in-process). Within this block the first worker starts the server
+    spawned and 12 forked (11 in-process). Within this block the first worker starts the server
     (multiprocessing's forkserver, preloading worker_preload); it serves this process from then on.
     Dask's `get_mp_context` sets its own preload list once, so it is asked first and ours replaces it."""
     from dask import config as dask_config
