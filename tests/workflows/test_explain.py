@@ -172,11 +172,13 @@ def _every_op_and_condition():
     return [pytest.param(op.name, c, id=f"{op.name}-{c}") for op in all_ops() for c in op.condition_names()]
 
 
+@pytest.mark.slow  # end to end: each op's every implementation, pairs and thread runs (~45 CPU-s, 9 compiled kernels)
 @pytest.mark.parametrize("op_name,condition", _every_op_and_condition())
 def test_explain_works_on_every_op(op_name, condition):
     op = get_op(op_name)
     dtype = "float32" if "float32" in op.dtypes() else op.dtypes()[0]
-    report = explain(op_name, dtype, min(16, op.default_size), 1, condition)
+    # at the registry tests' size, whose exact references and compiled kernels it shares
+    report = explain(op_name, dtype, op.test_size, 1, condition)
     assert report["condition"] == condition
     verdicts = {r["impl"]: r["verdict"] for r in report["implementations"]}
     assert verdicts and "error" not in verdicts.values(), verdicts
