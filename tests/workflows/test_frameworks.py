@@ -7,10 +7,12 @@ read back from each framework, and each framework's absence is simulated.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hidden_tools import hide
@@ -139,10 +141,12 @@ def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
 def test_tensorflow_runs_at_every_count_after_a_keras_model_was_built():
     """Building a Keras model starts TF's runtime; its pools must still be opbench's, so the
     registry's TF implementations run afterwards at the default and at one thread (CI once
-    failed here: a model test had started TF first, with its own pools)."""
+    failed here: a model test had started TF first, with its own pools). TensorFlow and Keras
+    came without the optional libraries they import, which load as usual afterwards."""
     code = """
+import sys
 from accuracy.backends import get_backend
-from accuracy.backends.tensorflow import intra_op_threads
+from accuracy.backends.tensorflow import NOT_IMPORTED_WITH_TENSORFLOW, intra_op_threads
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.model_zoo import keras_small_cnn
 keras_small_cnn()
@@ -150,10 +154,29 @@ backend = get_backend("tensorflow")
 for n in (2, 1):
     with backend.thread_limit(n):
         print(int(backend.to_numpy(backend.call(intra_op_threads, {}), get_format("float64"))))
+print([name for name in NOT_IMPORTED_WITH_TENSORFLOW if name in sys.modules])
+import jax.numpy, matplotlib.pyplot, pandas
+print(int(jax.numpy.sum(jax.numpy.arange(3))), len(pandas.DataFrame({"a": [1, 2]})))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["2", "1"]
+    assert done.stdout.splitlines() == ["2", "1", "[]", "3 2"]
+
+
+def test_a_library_hidden_from_tensorflow_is_hidden_on_the_importing_thread_only(monkeypatch):
+    """Another thread importing the library meanwhile (the report's pandas, say) gets it."""
+    monkeypatch.setattr(tf_backend, "NOT_IMPORTED_WITH_TENSORFLOW", ("colorsys",))  # a module nothing here imported
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    with tf_backend._without_optional_imports():
+        with pytest.raises(ModuleNotFoundError, match="colorsys is not imported with TensorFlow"):
+            importlib.import_module("colorsys")
+        with ThreadPoolExecutor(1) as other_thread:
+            assert other_thread.submit(importlib.import_module, "colorsys").result().__name__ == "colorsys"
+        monkeypatch.delitem(sys.modules, "colorsys")
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("colorsys")
+    assert importlib.import_module("colorsys").__name__ == "colorsys"
+    assert not any(isinstance(finder, tf_backend._HiddenDuringImport) for finder in sys.meta_path)
 
 
 @pytest.mark.slow  # a fresh process that imports TensorFlow
