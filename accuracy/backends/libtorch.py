@@ -48,6 +48,7 @@ BUILD_TIMEOUT_VAR = "OPBENCH_LIBTORCH_BUILD_TIMEOUT"
 BUILD_TIMEOUT = 900.0  # seconds to wait for another process's build (one takes 16-54 s alone, minutes on a busy box)
 BUILDING = "building the LibTorch backend (once per torch build)"
 OWNER_FILE = "opbench.owner"  # flock'ed by the process building or loading; holds its pid
+BUILD_ERRORS = "opbench-build-errors.log"  # the last failed compile's whole output
 
 
 def build_name(torch_build: str, python_abi: str, source: bytes) -> str:
@@ -110,14 +111,35 @@ def build(
     timeout: float | None = None,
 ) -> None:
     """Under the build lock, `load` the finished library, or compile it (`compile_library`:
-    cpp_extension.load, which loads it too), saying so on stderr."""
+    cpp_extension.load, which loads it too), saying so on stderr. A compile that fails or a
+    library that does not load is one line (OpbenchError); the compiler's whole output, which
+    cpp_extension puts in its exception, goes to BUILD_ERRORS in the build directory."""
     library = build_dir / f"{name}.so"
     with build_lock(build_dir, timeout, built=library.exists()):
         if library.exists():  # again: another process may have built it while this one waited
-            load(library)
+            try:
+                load(library)
+            except (OSError, RuntimeError) as exc:
+                raise OpbenchError(
+                    f"the LibTorch build {library} does not load ({_first_error(str(exc))}); delete it to rebuild"
+                ) from None
             return
         print(f"opbench: {BUILDING} in {build_dir}", file=sys.stderr)
-        compile_library()
+        try:
+            compile_library()
+        except (OSError, RuntimeError) as exc:  # cpp_extension: RuntimeError("Error building extension ...")
+            log = build_dir / BUILD_ERRORS
+            log.write_text(f"{exc}\n")
+            why = _first_error(str(exc))
+            raise OpbenchError(
+                f"the LibTorch backend does not compile here: {why} (the compiler's output: {log})"
+            ) from None
+
+
+def _first_error(output: str) -> str:
+    """The first `error:` line (the compiler's names the file and what is wrong), else the first line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if "error:" in line), lines[0] if lines else "no output")
 
 
 class LibTorchBackend(Backend):

@@ -2,13 +2,15 @@
 every environment, a lock a killed build left behind recovered, a live builder waited for with a
 timeout and one line.
 
-No compiler runs here: `compile_library` stands in for cpp_extension.load and takes cpp_extension's own
-lock (torch.utils.file_baton.FileBaton on `<build dir>/lock`) exactly as it does, so a stale
-lock that was not recovered would make it fail instead of waiting forever.
+No build runs here (the compiler only rejects one-line sources): `compile_library` stands in
+for cpp_extension.load and takes cpp_extension's own lock (torch.utils.file_baton.FileBaton on
+`<build dir>/lock`) exactly as it does, so a stale lock that was not recovered would make it
+fail instead of waiting forever. A compile error and a library that does not load are one line.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -20,7 +22,8 @@ import pytest
 from hidden_tools import hide
 from torch.utils.file_baton import FileBaton
 
-from accuracy.backends.libtorch import BUILDING, LibTorchBackend, build, build_name
+from accuracy.backends import libtorch as libtorch_module
+from accuracy.backends.libtorch import BUILD_ERRORS, BUILDING, LibTorchBackend, build, build_name
 from accuracy.core.errors import OpbenchError
 from accuracy.run import prepare_environment as setup_step
 
@@ -108,6 +111,45 @@ def test_a_built_extension_loads_without_a_word(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_compile_error_is_one_line_naming_the_compilers_error_and_the_log(tmp_path, capsys):
+    """cpp_extension itself, on a source the compiler rejects: its RuntimeError holds ninja's whole
+    output; opbench says the compiler's first error in one line and keeps the rest in a file."""
+    from torch.utils import cpp_extension
+
+    source = tmp_path / "broken.cpp"
+    source.write_text("int broken( {\n")
+    build_dir = tmp_path / "opbench_broken"
+    compile_library = functools.partial(
+        cpp_extension.load, name="opbench_broken", sources=[str(source)], build_directory=str(build_dir)
+    )
+    with pytest.raises(OpbenchError) as raised:
+        build("opbench_broken", build_dir, compile_library, _not_built, timeout=5)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("the LibTorch backend does not compile here: ")
+    assert f"{source}:1:" in message and "error:" in message
+    log = build_dir / BUILD_ERRORS
+    assert message.endswith(f"(the compiler's output: {log})")
+    assert "Error building extension 'opbench_broken'" in log.read_text()
+    assert capsys.readouterr().err == f"opbench: {BUILDING} in {build_dir}\n"
+
+
+def test_a_library_that_does_not_load_is_one_line_saying_what_to_delete(tmp_path):
+    """A truncated build (a disk that filled up, say), loaded by torch as opbench loads a build."""
+    import torch
+
+    build_dir = tmp_path / "opbench_libtorch_x"
+    build_dir.mkdir()
+    library = build_dir / "opbench_libtorch_x.so"
+    library.write_bytes(b"\x7fELF truncated")
+    with pytest.raises(OpbenchError) as raised:
+        build("opbench_libtorch_x", build_dir, _built_already, lambda path: torch.ops.load_library(str(path)))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"the LibTorch build {library} does not load (")
+    assert message.endswith("); delete it to rebuild")
+
+
 def test_a_process_loading_a_built_extension_is_waited_for_without_a_word(tmp_path, capsys):
     """Dask workers start LibTorch together: one holds the lock while it loads the build; the other
     once said it waited for a build that was not happening."""
@@ -152,9 +194,10 @@ def test_each_torch_build_and_source_has_its_own_build_whichever_environment_has
 
 
 @pytest.mark.slow  # make setup's own step: every framework, torch.compile's and Dask's imports (~12 CPU-s)
-def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys):
+def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, capsys, tmp_path):
     """`python -m accuracy.run.prepare_environment` (make setup): the build, loaded; without a
-    compiler, one line and setup goes on, LibTorch's implementations then absent."""
+    compiler, one line and setup goes on, LibTorch's implementations then absent; a compiler
+    that rejects the source, one line and setup goes on."""
     assert setup_step.main() == 0
     assert LibTorchBackend().info()["built"]
     capsys.readouterr()  # in a fresh clone another test may have been building it meanwhile
@@ -164,3 +207,17 @@ def test_make_setup_builds_the_backend_or_says_in_one_line_why_not(monkeypatch, 
     monkeypatch.setattr(setup_step, "catalog_backends", lambda: torch_only)
     assert setup_step.main() == 0
     assert capsys.readouterr().err == "opbench: the LibTorch backend is not built: no C++ compiler\n"
+    # a compiler that rejects the source: one line too, and setup goes on
+    monkeypatch.undo()
+    monkeypatch.setattr(setup_step, "catalog_backends", lambda: torch_only)
+    broken = tmp_path / "libtorch.cpp"
+    broken.write_text("int broken( {\n")
+    monkeypatch.setattr(libtorch_module, "SOURCES", [broken])
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    assert setup_step.main() == 0
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith(f"opbench: {BUILDING} in {tmp_path / 'extensions'}")
+    assert said[1].startswith(
+        "opbench: the LibTorch backend is not built: the LibTorch backend does not compile here: "
+    )
+    assert f"{broken}:1:" in said[1] and len(said) == 2
