@@ -188,7 +188,7 @@ from accuracy.backends import get_backend
 info = get_backend("tensorflow").info()
 assert "tensorflow" not in sys.modules, "imported tensorflow"
 print("info done", file=sys.stderr, flush=True)
-import tensorflow as tf
+tf = get_backend("tensorflow").namespace  # imported as opbench's implementations import it
 from tensorflow.python.util import _pywrap_util_port
 print(json.dumps([info, tf.__version__, bool(_pywrap_util_port.IsMklEnabled()), dict(tf.sysconfig.get_build_info())]))
 """
