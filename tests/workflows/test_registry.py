@@ -16,6 +16,7 @@ from accuracy.catalog.registry import all_ops, get_op
 from accuracy.core.dtypes import get_format
 from accuracy.judge.error_metrics import bound_ratio
 from accuracy.workflows.evaluation import Case
+from accuracy.workflows.selftest import SLOW_BACKENDS
 
 SAME_SHAPE_FAMILIES = ("elementwise", "activations", "norms")  # the output has x's shape
 
@@ -50,19 +51,17 @@ def test_catalog_records_are_well_formed():
         assert op.default_size >= 1 and all(s >= 1 for s in op.bench_sizes)
 
 
-COMPILED = "torch-compile"
-
-
 def _cases():
-    """Each (op, condition, dtype) twice where torch.compile variants exist: those compile a C++
-    kernel each with g++ (~2.7 CPU-s in a fresh environment, 21 kernels at the test sizes), so they
-    are a case of their own, left to `make test` (slow) and out of the edit loop."""
+    """Each (op, condition, dtype) twice where the self-test's SLOW_BACKENDS (torch.compile) have
+    implementations: each compiles a C++ kernel with g++ (~2.7 CPU-s in a fresh environment, 21
+    kernels at the test sizes), so they are a case of their own, left to `make test` (slow) and
+    out of the edit loop."""
     cases = []
     for op in all_ops():
         for condition in op.condition_names():
             for dtype in op.dtypes():
                 cases.append(pytest.param(op.name, condition, dtype, False, id=f"{op.name}@{condition}-{dtype}"))
-                if any(impl.backend == COMPILED for impl in op.available_impls(dtype)):
+                if any(impl.backend in SLOW_BACKENDS for impl in op.available_impls(dtype)):
                     compiled_id = f"{op.name}@{condition}-{dtype}-compiled"
                     cases.append(pytest.param(op.name, condition, dtype, True, id=compiled_id, marks=pytest.mark.slow))
     return cases
@@ -77,7 +76,7 @@ def test_every_impl_runs_with_right_shape_dtype_and_within_bound(op_name, condit
     fmt = get_format(dtype)
     case = Case(op, fmt, op.test_size, condition)
     expected = _expected_shape(op, case.inputs)
-    impls = [impl for impl in op.available_impls(dtype) if (impl.backend == COMPILED) == compiled]
+    impls = [impl for impl in op.available_impls(dtype) if (impl.backend in SLOW_BACKENDS) == compiled]
     assert impls, (op_name, dtype, compiled)
     for impl in impls:
         result = case.run(impl)
