@@ -8,7 +8,9 @@ output back, and stays for later calls at that count. Forking is cheap where sta
 interpreter is not (importing TensorFlow takes seconds).
 
 The asv suite asks each benchmark process for one count, so its timings always run in-process;
-only the 1-vs-n-threads track and `opbench explain`'s reproducibility check use a worker.
+only the 1-vs-n-threads track uses a worker. `opbench explain`, which times nothing, can fork the
+zygote before the framework is imported (`in_background`): the zygote imports it on another core
+while explain goes on with the other frameworks, and every call at every count goes to a worker.
 Importing the framework starts no runtime (no thread pool, no XLA client), so these modules
 may be imported before asv's forkserver forks (see `preload`); the runtime starts in the child.
 """
@@ -20,8 +22,11 @@ import importlib.util
 import os
 import pickle
 import select
+import signal
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cached_property, partial
 
 import numpy as np
@@ -51,6 +56,7 @@ class StartupThreadsBackend(ThreadsPerCall):
     def __init__(self):
         self.started_threads: int | None = None  # the count this process's runtime started at
         self._zygote: _Zygote | None = None
+        self._background: _Zygote | None = None  # a zygote forked before the import: every call goes there
         # a scan runs chunks on several threads: one of them starts the runtime and forks the zygote
         self._starting = threading.Lock()
 
@@ -93,8 +99,31 @@ class StartupThreadsBackend(ThreadsPerCall):
                 self.start(threads)
                 self.started_threads = threads
 
+    @contextmanager
+    def in_background(self) -> Iterator[bool]:
+        """Import the framework in a zygote forked now, and run the block's calls in its workers:
+        the import (seconds for TensorFlow) then costs no wall time where the caller has other work
+        to do first and a core is free. Yields False, changing nothing, where the framework is
+        imported in this process already (a call here is cheaper then) or there is one core."""
+        with self._starting:
+            if self.module in sys.modules or self._background is not None or all_cores() < 2:
+                started = False
+            else:
+                self._background = _Zygote(self, import_first=True)
+                started = True
+        try:
+            yield started
+        finally:
+            if started:
+                with self._starting:
+                    assert self._background is not None
+                    self._background.close()
+                    self._background = None
+
     def call(self, fn, inputs: dict):
         threads = self.requested_threads or all_cores()
+        if self._background is not None:
+            return self._background.call(threads, fn, {k: v.array for k, v in inputs.items()})
         self.ensure_started()
         if threads != self.started_threads:
             assert self._zygote is not None  # forked when the runtime started
@@ -182,12 +211,23 @@ def _fork(child) -> tuple[int, _Channel]:
 
 
 class _Zygote:
-    """A fork of the process taken before its runtime started; it forks one worker per count."""
+    """A fork of the process taken before its runtime started; it forks one worker per count.
+    With `import_first`, forked before the framework is imported too, which it imports at once."""
 
-    def __init__(self, backend: StartupThreadsBackend):
+    def __init__(self, backend: StartupThreadsBackend, import_first: bool = False):
         self.backend = backend
+        self.import_first = import_first
         self.pid, self.channel = _fork(self._serve)
         self._turn = threading.Lock()  # one request and its reply at a time, whichever thread asks
+
+    def close(self) -> None:
+        """End the zygote, whatever it is doing (an import the caller no longer needs), and reap it;
+        its workers leave within PARENT_CHECK_S."""
+        with self._turn:
+            self.channel.writer.close()
+            self.channel.reader.close()
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
 
     def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
         try:
@@ -202,12 +242,22 @@ class _Zygote:
 
     def _serve(self, parent: _Channel) -> None:
         self.backend._starting = threading.Lock()  # forked while the parent's starting thread held it
+        self.backend._background = None  # this process and its workers run the calls themselves
+        failed = ""
+        if self.import_first:
+            try:
+                self.backend.preload()
+            except Exception as exc:  # said in reply to every call, as a failing call says it
+                failed = f"{type(exc).__name__}: {exc}"
         workers: dict[int, _Channel] = {}
         while True:
             try:
                 threads, key, arrays = parent.receive()
             except EOFError:
                 return  # the parent exited or closed: so do its workers, on EOF
+            if failed:
+                parent.send((False, failed))
+                continue
             if threads not in workers:
                 workers[threads] = _fork(partial(self._work, threads))[1]
             workers[threads].send((key, arrays))

@@ -8,11 +8,13 @@ and whether results are bitwise reproducible run to run and between one thread a
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from itertools import combinations
 
 import numpy as np
 
 from accuracy.backends import get_backend
+from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.core.formatting import format_number, format_table
 from accuracy.core.threads import all_cores
@@ -169,8 +171,17 @@ def explain(
 ) -> dict:
     case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
-    evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)
-    rows, outputs, judgements = _measure_all(case, evidence, threads)
+    with ExitStack() as background:
+        # TensorFlow and JAX load on other cores while the references and the other frameworks run
+        # here (their imports took 5 of explain linear's 14 s); nothing is timed, so their calls
+        # may run in worker processes
+        for name in dict.fromkeys(impl.backend for impl in case.op.available_impls(case.fmt.name)):
+            backend = get_backend(name)
+            if isinstance(backend, StartupThreadsBackend):
+                background.enter_context(backend.in_background())
+        evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)
+        rows, outputs, judgements = _measure_all(case, evidence, threads)
+        reproducibility = _reproducibility(case, evidence, outputs, threads)
     return {
         "op": case.op.name,
         "doc": case.op.doc,
@@ -182,5 +193,5 @@ def explain(
         "bound": case.op.bound_doc,
         "implementations": rows,
         "pairs": pairwise(outputs, judgements),
-        "reproducibility": _reproducibility(case, evidence, outputs, threads),
+        "reproducibility": reproducibility,
     }

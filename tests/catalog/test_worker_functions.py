@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import pickle
 import subprocess
 import sys
@@ -46,6 +48,8 @@ def test_a_catalog_lambda_runs_at_another_thread_count_in_a_worker():
 
 
 WORKERS_THEN_EXIT = """
+import json
+import sys
 import threading
 import psutil
 from accuracy.backends import get_backend
@@ -63,8 +67,19 @@ def run(name, threads, barrier=None):
     if barrier:
         barrier.wait()
     with backend.thread_limit(threads):
-        backend.to_numpy(backend.call(impl.fn, {k: backend.to_native(v) for k, v in x.items()}), fmt)
+        return backend.to_numpy(backend.call(impl.fn, {k: backend.to_native(v) for k, v in x.items()}), fmt)
 
+
+def bits(name):
+    return {threads: run(name, threads).tobytes().hex() for threads in (1, 2)}
+
+
+background = {}
+for name in ("tensorflow", "jax"):  # loaded in a zygote while this process goes on, as explain does
+    with get_backend(name).in_background() as started:
+        background[name] = {"started": started, "bits": bits(name)}
+background["imported here"] = sorted({"tensorflow", "jax"} & set(sys.modules))
+background["children left"] = len(psutil.Process().children(recursive=True))
 
 for name in ("tensorflow", "jax"):  # two threads start each framework at once, as a scan's chunks do
     barrier = threading.Barrier(2)
@@ -72,8 +87,43 @@ for name in ("tensorflow", "jax"):  # two threads start each framework at once, 
     [t.start() for t in both]
     [t.join() for t in both]
     run(name, 2)  # and a worker at another count
+    background[name]["same bits in this process"] = bits(name) == background[name]["bits"]
+print(json.dumps(background))
 print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)))
 """
+
+
+@functools.cache
+def _workers_then_exit() -> subprocess.CompletedProcess:
+    """One process for both tests below (importing two frameworks takes seconds); stdout is a pipe:
+    with orphans holding it, this times out."""
+    return subprocess.run([sys.executable, "-c", WORKERS_THEN_EXIT], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_framework_loaded_in_the_background_answers_with_the_same_bits_and_leaves_nothing():
+    """`in_background` (explain's): the zygote imports the framework while this process goes on,
+    which never imports it; every count runs in a worker, with the bits an in-process run gives;
+    afterwards no process is left."""
+    proc = _workers_then_exit()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    background = json.loads(proc.stdout.splitlines()[0])
+    assert background.pop("imported here") == [] and background.pop("children left") == 0
+    for name, found in background.items():
+        assert found["started"] and found["same bits in this process"], name
+
+
+def test_a_framework_that_fails_to_load_in_the_background_fails_each_call_with_its_error():
+    class Missing(startup_threads.StartupThreadsBackend):
+        name = module = "opbench_no_such_framework"
+        modules = (module,)
+
+    backend, before = Missing(), psutil.Process().children()
+    with backend.in_background() as started:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="ModuleNotFoundError: No module named 'opbench_no_such_framework'"):
+                backend.call(np.negative, {"x": backend.to_native(np.ones(3))})
+    assert started and psutil.Process().children() == before  # the zygote is gone
 
 
 @pytest.mark.slow  # two frameworks' zygotes and workers: seconds
@@ -82,11 +132,9 @@ def test_a_framework_started_from_two_threads_at_once_forks_one_zygote_that_leav
     other's pipe (a fork copies every open pipe end), so neither saw EOF when opbench exited: the
     orphans kept `opbench scan exp | cat` waiting for ever. The start is now one thread's, and a
     forked child also leaves once its parent has gone."""
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKERS_THEN_EXIT], capture_output=True, text=True, timeout=120
-    )  # stdout is a pipe: with orphans holding it, this times out
+    proc = _workers_then_exit()
     assert proc.returncode == 0, proc.stderr[-2000:]
-    pids = [int(pid) for pid in proc.stdout.split()]
+    pids = [int(pid) for pid in proc.stdout.splitlines()[1].split()]
     assert len(pids) == 4, pids  # per framework: one zygote, and its worker at 2 threads
     _, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=10)
     assert not alive, [p.cmdline() for p in alive]
