@@ -11,12 +11,16 @@ The asv suite asks each benchmark process for one count, so its timings always r
 only the 1-vs-n-threads track uses a worker. `opbench explain`, which times nothing, can fork the
 zygote before the framework is imported (`in_background`): the zygote imports it on another core
 while explain goes on with the other frameworks, and every call at every count goes to a worker.
+That zygote and its workers stay for the next explain of the process (a notebook's, a test
+worker's), which would otherwise import the framework again, and end with the process.
 Importing the framework starts no runtime (no thread pool, no XLA client), so these modules
 may be imported before asv's forkserver forks (see `preload`); the runtime starts in the child.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -56,7 +60,8 @@ class StartupThreadsBackend(ThreadsPerCall):
     def __init__(self):
         self.started_threads: int | None = None  # the count this process's runtime started at
         self._zygote: _Zygote | None = None
-        self._background: _Zygote | None = None  # a zygote forked before the import: every call goes there
+        self._background: _Zygote | None = None  # while set, every call goes to this zygote's workers
+        self._kept: _Zygote | None = None  # the zygote forked before the import, kept for the next block
         # a scan runs chunks on several threads: one of them starts the runtime and forks the zygote
         self._starting = threading.Lock()
 
@@ -101,23 +106,23 @@ class StartupThreadsBackend(ThreadsPerCall):
 
     @contextmanager
     def in_background(self) -> Iterator[bool]:
-        """Import the framework in a zygote forked now, and run the block's calls in its workers:
-        the import (seconds for TensorFlow) then costs no wall time where the caller has other work
-        to do first and a core is free. Yields False, changing nothing, where the framework is
-        imported in this process already (a call here is cheaper then) or there is one core."""
+        """Run the block's calls in the workers of a zygote that imports the framework, forked now
+        (or kept from an earlier block): the import (seconds for TensorFlow) then costs no wall
+        time where the caller has other work to do first and a core is free. Yields False,
+        changing nothing, where the framework is imported in this process already (a call here is
+        cheaper then) or there is one core."""
         with self._starting:
-            if self.module in sys.modules or self._background is not None or all_cores() < 2:
-                started = False
-            else:
-                self._background = _Zygote(self, import_first=True)
-                started = True
+            started = self._background is None and self.module not in sys.modules and all_cores() >= 2
+            if started:
+                if self._kept is None or not self._kept.alive():
+                    self._kept = _Zygote(self, import_first=True)
+                    atexit.register(self._kept.close)
+                self._background = self._kept
         try:
             yield started
         finally:
             if started:
                 with self._starting:
-                    assert self._background is not None
-                    self._background.close()
                     self._background = None
 
     def call(self, fn, inputs: dict):
@@ -217,17 +222,28 @@ class _Zygote:
     def __init__(self, backend: StartupThreadsBackend, import_first: bool = False):
         self.backend = backend
         self.import_first = import_first
+        self.owner = os.getpid()
         self.pid, self.channel = _fork(self._serve)
         self._turn = threading.Lock()  # one request and its reply at a time, whichever thread asks
 
+    def alive(self) -> bool:
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:  # reaped already
+            return False
+
     def close(self) -> None:
-        """End the zygote, whatever it is doing (an import the caller no longer needs), and reap it;
-        its workers leave within PARENT_CHECK_S."""
+        """End the zygote, whatever it is doing (an import nobody waits for), and reap it; its
+        workers leave on EOF, or within PARENT_CHECK_S where another child holds their pipe. Only
+        from the process that forked it (a fork of that process inherits the exit handler)."""
+        if os.getpid() != self.owner:
+            return
         with self._turn:
             self.channel.writer.close()
             self.channel.reader.close()
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):  # it ended already
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
 
     def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
         try:
@@ -242,7 +258,7 @@ class _Zygote:
 
     def _serve(self, parent: _Channel) -> None:
         self.backend._starting = threading.Lock()  # forked while the parent's starting thread held it
-        self.backend._background = None  # this process and its workers run the calls themselves
+        self.backend._background = self.backend._kept = None  # this process and its workers run the calls themselves
         failed = ""
         if self.import_first:
             try:

@@ -7,6 +7,7 @@ read back from each framework, and each framework's absence is simulated.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -137,28 +138,73 @@ def test_startup_thread_frameworks_run_other_counts_in_a_worker(name, probe):
     assert backend.started_threads in (1, 2) and backend._zygote is not None
 
 
-@pytest.mark.slow
-def test_tensorflow_runs_at_every_count_after_a_keras_model_was_built():
-    """Building a Keras model starts TF's runtime; its pools must still be opbench's, so the
-    registry's TF implementations run afterwards at the default and at one thread (CI once
-    failed here: a model test had started TF first, with its own pools). TensorFlow and Keras
-    came without the optional libraries they import (which load as usual afterwards: below)."""
-    code = """
-import sys
+TENSORFLOW_INFO = """
+import json, sys
 from accuracy.backends import get_backend
+info = get_backend("tensorflow").info()
+assert "tensorflow" not in sys.modules, "imported tensorflow"
+print("info done", file=sys.stderr, flush=True)
+tf = get_backend("tensorflow").namespace  # imported as opbench's implementations import it
+from tensorflow.python.util import _pywrap_util_port
+print(json.dumps([info, tf.__version__, bool(_pywrap_util_port.IsMklEnabled()), dict(tf.sysconfig.get_build_info())]))
+"""
+TENSORFLOW_STARTS = (
+    TENSORFLOW_INFO
+    + """
+import os
 from accuracy.backends.tensorflow import NOT_IMPORTED_WITH_TENSORFLOW, intra_op_threads
 from accuracy.core.dtypes import get_format
+from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model_zoo import keras_small_cnn
+backend = get_backend("tensorflow")  # TF imported (above) as opbench imports it: no runtime yet
+pid = os.fork()
+if pid == 0:  # the user's code starts TF's runtime before opbench runs
+    tf.constant(1.0) + 1.0
+    try:
+        backend.call(intra_op_threads, {})
+    except OpbenchError as exc:
+        print(exc, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
 keras_small_cnn()
-backend = get_backend("tensorflow")
 for n in (2, 1):
     with backend.thread_limit(n):
         print(int(backend.to_numpy(backend.call(intra_op_threads, {}), get_format("float64"))))
 print([name for name in NOT_IMPORTED_WITH_TENSORFLOW if name in sys.modules])
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+)
+
+
+def _without_onednn_var(onednn: str = "") -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != tf_backend.ONEDNN_VAR} | (
+        {tf_backend.ONEDNN_VAR: onednn} if onednn else {}
+    )
+
+
+@functools.cache
+def _tensorflow_starts() -> subprocess.CompletedProcess:
+    """One fresh process (importing TF takes seconds): TF's info read without importing it, then
+    both ways TF's runtime can start: the user's code first (a forked child), then a Keras model
+    built through opbench."""
+    return subprocess.run(
+        [sys.executable, "-c", TENSORFLOW_STARTS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_without_onednn_var(),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("tensorflow-starts")  # one worker, one process for both
+def test_tensorflow_runs_at_every_count_after_a_keras_model_was_built():
+    """Building a Keras model starts TF's runtime; its pools must still be opbench's, so the
+    registry's TF implementations run afterwards at the default and at one thread (CI once
+    failed here: a model test had started TF first, with its own pools). TensorFlow and Keras
+    came without the optional libraries they import (which load as usual afterwards: below)."""
+    done = _tensorflow_starts()
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == ["2", "1", "[]"]
+    assert done.stdout.splitlines()[2:] == ["2", "1", "[]"]
 
 
 def test_a_library_hidden_from_tensorflow_is_hidden_on_the_importing_thread_only(monkeypatch):
@@ -178,46 +224,36 @@ def test_a_library_hidden_from_tensorflow_is_hidden_on_the_importing_thread_only
 
 
 @pytest.mark.slow  # a fresh process that imports TensorFlow
+@pytest.mark.xdist_group("tensorflow-starts")
 @pytest.mark.parametrize("onednn", ["", "1"])
 def test_tensorflow_info_is_what_tensorflow_says_without_importing_it(onednn):
     """The fingerprint every run waits for reads TF's version, build and oneDNN switch from the
-    package's files (the import is 5 s here), quietly; imported afterwards, TF gives the same."""
-    code = """
-import json, sys
-from accuracy.backends import get_backend
-info = get_backend("tensorflow").info()
-assert "tensorflow" not in sys.modules, "imported tensorflow"
-print("info done", file=sys.stderr, flush=True)
-tf = get_backend("tensorflow").namespace  # imported as opbench's implementations import it
-from tensorflow.python.util import _pywrap_util_port
-print(json.dumps([info, tf.__version__, bool(_pywrap_util_port.IsMklEnabled()), dict(tf.sysconfig.get_build_info())]))
-"""
-    env = {k: v for k, v in os.environ.items() if k != tf_backend.ONEDNN_VAR} | (
-        {tf_backend.ONEDNN_VAR: onednn} if onednn else {}
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    package's files (the import is 5 s here), quietly; imported afterwards, TF gives the same.
+    With the knob unset, in the process the runtime tests share."""
+    if onednn:
+        done = subprocess.run(
+            [sys.executable, "-c", TENSORFLOW_INFO],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=_without_onednn_var(onednn),
+        )
+    else:
+        done = _tensorflow_starts()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.startswith("info done"), done.stderr  # TF's C++ log lines kept off the terminal
-    info, version, onednn_enabled, build = json.loads(done.stdout)
+    info, version, onednn_enabled, build = json.loads(done.stdout.splitlines()[0])
     assert (info["version"], info["onednn_enabled"], info["build"]) == (version, onednn_enabled, build)
     assert onednn_enabled is (onednn == "1")  # unset: off on this AVX2 CPU (the module's docstring)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("tensorflow-starts")
 def test_a_runtime_started_elsewhere_is_a_one_line_error():
-    code = """
-import tensorflow as tf
-tf.constant(1.0) + 1.0
-from accuracy.backends import get_backend
-from accuracy.backends.tensorflow import intra_op_threads
-from accuracy.core.errors import OpbenchError
-try:
-    get_backend("tensorflow").call(intra_op_threads, {})
-except OpbenchError as exc:
-    print(exc)
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert "started in this process before opbench sized its thread pools" in done.stdout, done.stderr[-2000:]
+    done = _tensorflow_starts()
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout.splitlines()[1]
+    assert "started in this process before opbench sized its thread pools" in said, done.stdout
 
 
 @pytest.mark.parametrize(
