@@ -46,4 +46,6 @@ def test_screenshot_is_not_blank(report_page, tmp_path):
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (2400, 1280)
     assert pixels.std() > 0.05  # text, tables and plots, not a uniform page
-    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
+    rgb = np.rint(pixels * 255).astype(np.uint32)  # PNG's 8-bit channels, one number per colour
+    colours = np.bincount((rgb[..., 0] << 16 | rgb[..., 1] << 8 | rgb[..., 2]).ravel())
+    assert np.count_nonzero(colours) > 50  # (np.unique over rows took 7 CPU-s for 3 million pixels)
