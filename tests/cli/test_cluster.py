@@ -78,10 +78,13 @@ def dask_cluster(tmp_path):
     )
     workers = []
     try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(scheduler_file.read_text())["address"]
+        deadline, address = time.monotonic() + 60, None
+        while address is None and time.monotonic() < deadline:
+            try:  # dask writes the file in place: it can exist and still be empty
+                address = json.loads(scheduler_file.read_text())["address"]
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.2)
+        assert address, "the Dask scheduler did not start in 60 s"
         workers = [
             _dask("worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1")
             for _ in range(2)
