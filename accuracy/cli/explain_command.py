@@ -136,6 +136,6 @@ def run(args) -> int:
     from accuracy.workflows.explain import explain  # the judge and scipy: only when it runs
 
     check_threads(args.threads)
-    report = explain(args.op, args.dtype, args.size, args.threads, args.condition)
+    report = explain(args.op, args.dtype, args.size, args.threads, args.condition, load_in_background=True)
     print(json.dumps(report, indent=2) if args.json else render(report, args.verbose))
     return 0

@@ -168,16 +168,18 @@ def explain(
     size: int | None = None,
     threads: int | None = None,
     condition: str = DEFAULT_CONDITION,
+    load_in_background: bool = False,
 ) -> dict:
+    """With `load_in_background`, TensorFlow and JAX load on other cores while the references and
+    the other frameworks run here (their imports took 5 of `opbench explain linear`'s 14 s), and
+    their calls run in worker processes (nothing is timed): for a process that explains once, as
+    the command does. A process that goes on to use them itself would import them twice."""
     case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
     with ExitStack() as background:
-        # TensorFlow and JAX load on other cores while the references and the other frameworks run
-        # here (their imports took 5 of explain linear's 14 s); nothing is timed, so their calls
-        # may run in worker processes
         for name in dict.fromkeys(impl.backend for impl in case.op.available_impls(case.fmt.name)):
             backend = get_backend(name)
-            if isinstance(backend, StartupThreadsBackend):
+            if load_in_background and isinstance(backend, StartupThreadsBackend):
                 background.enter_context(backend.in_background())
         evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)
         rows, outputs, judgements = _measure_all(case, evidence, threads)
