@@ -8,11 +8,11 @@ output back, and stays for later calls at that count. Forking is cheap where sta
 interpreter is not (importing TensorFlow takes seconds).
 
 The asv suite asks each benchmark process for one count, so its timings always run in-process;
-only the 1-vs-n-threads track uses a worker. `opbench explain`, which times nothing, can fork the
+only the 1-vs-n-threads track uses a worker. `opbench explain`, which times nothing, forks the
 zygote before the framework is imported (`in_background`): the zygote imports it on another core
 while explain goes on with the other frameworks, and every call at every count goes to a worker.
-That zygote and its workers stay for the next explain of the process (a notebook's, a test
-worker's), which would otherwise import the framework again, and end with the process.
+That zygote and its workers stay for the process's next such block, which would otherwise
+import the framework again, and end with the process.
 Importing the framework starts no runtime (no thread pool, no XLA client), so these modules
 may be imported before asv's forkserver forks (see `preload`); the runtime starts in the child.
 """

@@ -177,10 +177,11 @@ def explain(
     case = make_case(op_name, dtype, size, condition)
     threads = threads or all_cores()
     with ExitStack() as background:
-        for name in dict.fromkeys(impl.backend for impl in case.op.available_impls(case.fmt.name)):
-            backend = get_backend(name)
-            if load_in_background and isinstance(backend, StartupThreadsBackend):
-                background.enter_context(backend.in_background())
+        if load_in_background:
+            for name in dict.fromkeys(impl.backend for impl in case.op.available_impls(case.fmt.name)):
+                backend = get_backend(name)
+                if isinstance(backend, StartupThreadsBackend):
+                    background.enter_context(backend.in_background())
         evidence = Evidence(case.op, case.inputs, case.fmt, case.exact)
         rows, outputs, judgements = _measure_all(case, evidence, threads)
         reproducibility = _reproducibility(case, evidence, outputs, threads)
