@@ -20,7 +20,6 @@ may be imported before asv's forkserver forks (see `preload`); the runtime start
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -223,14 +222,15 @@ class _Zygote:
         self.backend = backend
         self.import_first = import_first
         self.owner = os.getpid()
+        self.reaped = False
         self.pid, self.channel = _fork(self._serve)
         self._turn = threading.Lock()  # one request and its reply at a time, whichever thread asks
 
     def alive(self) -> bool:
-        try:
-            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
-        except ChildProcessError:  # reaped already
-            return False
+        """Whether it runs; reaps it if it ended, after which its pid may be another process's."""
+        if not self.reaped and os.waitpid(self.pid, os.WNOHANG) != (0, 0):
+            self.reaped = True
+        return not self.reaped
 
     def close(self) -> None:
         """End the zygote, whatever it is doing (an import nobody waits for), and reap it; its
@@ -241,9 +241,10 @@ class _Zygote:
         with self._turn:
             self.channel.writer.close()
             self.channel.reader.close()
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):  # it ended already
+            if self.alive():  # never a signal to a pid that was reaped, and so may be reused
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
+                self.reaped = True
 
     def call(self, threads: int, fn, arrays: dict) -> np.ndarray:
         try:
