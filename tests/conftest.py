@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -50,6 +53,52 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     this order (after its groups, largest first): started early, a 30 s test no longer leaves one
     core idle at the end while the other finishes it; the many short tests fill the gaps."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+_START_PROCESS = subprocess.Popen.__init__
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _in_process_unless_slow(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _in_process_unless_slow(item):
+        return (yield)
+
+
+# what makes a test end to end: a Python process (opbench, asv, pytest), a shell or the browser that
+# the test or opbench starts; not the tools opbench runs (git, ldconfig), nor a library's own helpers
+# (torch.compile probes its compiler's output in a Python process)
+_END_TO_END = ("opbench", "asv", "sh", "bash", "chromium")
+
+
+@contextlib.contextmanager
+def _in_process_unless_slow(item: pytest.Item):
+    """`make test-fast` runs in process: a test that starts a program of _END_TO_END is marked
+    slow, or it fails here (its fixtures' programs included)."""
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+
+    def refuse(popen, args, *rest, **options):
+        program = os.path.basename(str(args[0] if isinstance(args, list | tuple) else args).split()[0])
+        caller = sys._getframe(1)
+        while caller.f_back is not None and caller.f_code.co_filename == subprocess.__file__:
+            caller = caller.f_back
+        library = "site-packages" in caller.f_code.co_filename
+        if not library and (program.startswith("python") or program in _END_TO_END):
+            raise AssertionError(f"{item.nodeid} starts {program}: mark it slow (end to end), or run it in process")
+        _START_PROCESS(popen, args, *rest, **options)
+
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = _START_PROCESS  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GROUPED = """
 import os
 import pytest
@@ -22,6 +24,7 @@ def test_records_its_worker(i):
 """
 
 
+@pytest.mark.slow  # end to end: pytest in its own process
 def test_a_group_runs_on_one_worker_under_make_tests_options(tmp_path: Path):
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its own rootdir: none of this suite's conftest

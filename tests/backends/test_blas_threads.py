@@ -98,6 +98,7 @@ def test_threadpoolctl_lists_every_provider():
         assert lib.get("architecture") in (None, p.architecture)  # threadpoolctl omits MKL's code path
 
 
+@pytest.mark.slow  # end to end: a fresh Python process loads the libraries
 def test_library_under_an_unrecognised_name_is_listed_and_limited(numpy_openblas, tmp_path):
     odd = copy_with_dependencies(numpy_openblas, tmp_path / "vendor_kernels.so")
     seen = probe(f"{odd}:odd")
@@ -110,6 +111,7 @@ def test_library_under_an_unrecognised_name_is_listed_and_limited(numpy_openblas
     assert (lib["num_threads"], seen["limited"][path]["num_threads"], seen["after"][path]["num_threads"]) == (3, 1, 3)
 
 
+@pytest.mark.slow  # end to end: a fresh Python process loads the libraries
 def test_every_pool_is_limited_and_restored(numpy_openblas, tmp_path):
     seen = probe(f"{copy_with_dependencies(numpy_openblas, tmp_path / 'kernels.so')}:odd")
     assert set(seen["before"]) == set(seen["limited"]) == set(seen["after"])
@@ -119,6 +121,7 @@ def test_every_pool_is_limited_and_restored(numpy_openblas, tmp_path):
     }
 
 
+@pytest.mark.slow  # end to end: a fresh Python process loads the libraries
 def test_serial_library_is_listed_with_one_thread(reference_blas):
     seen = probe(lib_dirs=(str(reference_blas.parent.parent),))
     lib = seen["before"][os.path.realpath(reference_blas)]
@@ -130,6 +133,7 @@ def test_serial_library_is_listed_with_one_thread(reference_blas):
     )
 
 
+@pytest.mark.slow  # end to end: a fresh Python process loads the libraries
 @pytest.mark.parametrize("reference_first", [True, False])
 def test_files_sharing_a_base_name_get_their_own_controllers(reference_blas, numpy_openblas, tmp_path, reference_first):
     """Debian's alternatives all name their library libblas.so.3; threadpoolctl matches base names."""
@@ -145,6 +149,7 @@ def test_files_sharing_a_base_name_get_their_own_controllers(reference_blas, num
     assert seen["before"][os.path.realpath(reference_blas)]["num_threads"] == 1
 
 
+@pytest.mark.slow  # end to end: a fresh Python process loads the libraries
 def test_file_threadpoolctl_cannot_list_is_one_load_error(numpy_openblas, tmp_path):
     hidden = copy_with_dependencies(numpy_openblas, tmp_path / "kernels.bin")  # it lists only *.so*
     seen = probe(f"{hidden}:hidden")

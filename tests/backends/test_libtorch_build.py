@@ -71,6 +71,7 @@ def _holder(build_dir: Path, make_stale_lock: bool) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # end to end: other processes hold the build
 def test_a_lock_left_by_a_killed_build_is_recovered(tmp_path, capsys):
     build_dir = tmp_path / "opbench_libtorch_x"
     holder = _holder(build_dir, make_stale_lock=True)
@@ -82,6 +83,7 @@ def test_a_lock_left_by_a_killed_build_is_recovered(tmp_path, capsys):
     assert capsys.readouterr().err == f"opbench: {BUILDING} in {build_dir}\n"  # no .so yet: it says it builds
 
 
+@pytest.mark.slow  # end to end: other processes hold the build
 def test_a_live_builder_is_waited_for_then_one_line(tmp_path, capsys, monkeypatch):
     build_dir = tmp_path / "opbench_libtorch_x"
     holder = _holder(build_dir, make_stale_lock=False)
@@ -150,6 +152,7 @@ def test_a_library_that_does_not_load_is_one_line_saying_what_to_delete(tmp_path
     assert message.endswith("); delete it to rebuild")
 
 
+@pytest.mark.slow  # end to end: other processes hold the build
 def test_a_process_loading_a_built_extension_is_waited_for_without_a_word(tmp_path, capsys):
     """Dask workers start LibTorch together: one holds the lock while it loads the build; the other
     once said it waited for a build that was not happening."""

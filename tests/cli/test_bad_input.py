@@ -444,6 +444,7 @@ def test_a_second_run_on_locked_results_is_refused_at_once(tmp_path, capsys, mon
     assert after == before
 
 
+@pytest.mark.slow  # end to end: opbench in its own process
 def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
     proc = start_opbench("info", env={"OPBENCH_BLAS": ":"})
     out, err = proc.communicate(timeout=300)
@@ -453,6 +454,7 @@ def test_opbench_blas_without_a_path_is_refused_not_loaded_as_a_fake_provider():
     ]
 
 
+@pytest.mark.slow  # end to end: opbench in its own process
 def test_list_json_into_a_closed_pipe_ends_quietly():
     proc = subprocess.run(
         f"{sys.executable} -m accuracy list --json | head -c 100",

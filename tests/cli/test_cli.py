@@ -16,6 +16,7 @@ from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import all_ops
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -44,6 +45,7 @@ def listing():
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_list_json(listing):
     ops = {o["op"]: o for o in listing}
     assert len(ops) >= 18
@@ -73,6 +75,7 @@ def test_list_json(listing):
     assert "bfloat16" not in next(i for i in ops["exp"]["implementations"] if i["name"] == "numpy:np.exp")["dtypes"]
 
 
+@pytest.mark.slow
 def test_list_text():
     out = run_opbench("list")
     assert out.returncode == 0
@@ -121,6 +124,7 @@ def test_explain_stderr_is_clean_of_tensorflow_logs(monkeypatch):
     assert "tensorflow:tf.math.exp" in out.stdout and noise == []
 
 
+@pytest.mark.slow
 def test_explain_text_answers_first():
     """The verdicts, then only the pairs whose difference is not rounding (every pair under -v); the
     header counts what ran."""
@@ -163,6 +167,7 @@ def test_selftest_command_reports_both_targets(capsys):
     assert {c["condition"] for c in report["cases"]} == {"random", "cancelling"}
 
 
+@pytest.mark.slow
 def test_torch_cuda_backend_is_absent_here_and_listed_nowhere(listing):
     torch = pytest.importorskip("torch")
     cuda = get_backend("torch-cuda")
@@ -199,6 +204,7 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
         assert j.verdict == "within rounding", j
 
 
+@pytest.mark.slow
 def test_unknown_condition_is_one_line_and_exit_2():
     proc = run_opbench("explain", "solve", "--condition", "nosuch")
     assert proc.returncode == 2
@@ -207,6 +213,7 @@ def test_unknown_condition_is_one_line_and_exit_2():
     ]
 
 
+@pytest.mark.slow
 def test_listed_conditions(listing):
     conditions = {o["op"]: o["conditions"] for o in listing}
     assert conditions["solve"] == conditions["inv"] == ["random", "ill"]
@@ -231,6 +238,7 @@ def test_every_subcommand_and_argument_has_help():
             assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
 
 
+@pytest.mark.slow
 def test_version_flag_prints_the_package_version():
     from accuracy import __version__
 
@@ -254,6 +262,7 @@ def _loaded_after(*args: str) -> set[str]:
     return set(proc.stdout.split("\n")[-2].split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["list"], ["explain", "nosuchop"], ["compare", "--help"]])
 def test_the_cli_answers_without_importing_what_it_does_not_run(args):
     """`--help`, `list` and a bad-input error import no framework, pandas, matplotlib, scipy.linalg or
@@ -261,6 +270,7 @@ def test_the_cli_answers_without_importing_what_it_does_not_run(args):
     assert _loaded_after(*args) == set()
 
 
+@pytest.mark.slow
 def test_info_names_every_framework_and_its_version_without_importing_one():
     """`opbench info` answers in a second (issue 20): versions from the installed metadata;
     `--full` imports the frameworks for their runtime details."""
@@ -274,6 +284,7 @@ def test_info_names_every_framework_and_its_version_without_importing_one():
     assert f"torch {version('torch')} (runtime details: opbench info --full)" in run_opbench("info").stdout
 
 
+@pytest.mark.slow
 def test_backends_say_whether_they_are_available_without_importing_their_framework():
     code = (
         "import sys\nfrom accuracy.backends import get_backend\n"

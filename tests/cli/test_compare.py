@@ -489,6 +489,7 @@ def test_the_reports_changes_section_and_compare_give_one_decision(tmp_path, cap
     assert code == 3 and section.summary[0].startswith("INCONCLUSIVE") and "the machine was busy" in section.summary[0]
 
 
+@pytest.mark.slow  # end to end: opbench in its own process
 def test_a_set_compared_with_itself_is_one_line_exit_2(tmp_path):
     results = write_sets(tmp_path)
     proc = run_opbench("compare", "box-new", "box-new", "--results", str(results))

@@ -68,6 +68,7 @@ def _finding(plugin_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(plugin_path), str(ROOT)])}
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_a_new_op_and_backend_appear_in_list(plugin_path):
     out = run_opbench("list", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
@@ -76,6 +77,7 @@ def test_a_new_op_and_backend_appear_in_list(plugin_path):
     assert {i["name"] for i in cube["implementations"]} == {"numpy:x * x * x", "numpy-upcast:x**3 in float64"}
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_a_new_op_and_backend_are_explained_against_the_exact_reference(plugin_path):
     out = run_opbench("explain", "cube", "--dtype", "float32", "--json", env=_finding(plugin_path))
     assert out.returncode == 0, out.stderr
@@ -86,6 +88,7 @@ def test_a_new_op_and_backend_are_explained_against_the_exact_reference(plugin_p
     assert 0.5 < rows["numpy:x * x * x"]["max_ulp"] < 4
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
     x = np.linspace(-3, 3, 64, dtype=np.float32)
     np.savez(tmp_path / "in.npz", x=x)
@@ -107,6 +110,7 @@ def test_a_new_op_judges_outputs_brought_to_check(plugin_path, tmp_path):
     assert rows["off"]["verdict"] in ("suspicious", "beyond rounding") and rows["off"]["max_ulp"] > 1000
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_a_new_op_gets_generated_asv_classes(plugin_path):
     code = "from benchmarks import bench_plugins as b; print(b.Cube.op_name, b.Cube.params[0])"
     out = subprocess.run(
@@ -121,6 +125,7 @@ def test_a_new_op_gets_generated_asv_classes(plugin_path):
     assert out.stdout.startswith("cube ") and "numpy-upcast:x**3 in float64@float32" in out.stdout
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
     info = tmp_path / "broken-0.1.dist-info"
     info.mkdir()
@@ -271,6 +276,7 @@ def test_contract_implementation_joins_a_builtin_op(tmp_path):
     assert "numpy:exp via float64@float32" in asv.stdout
 
 
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
 def test_contract_op_family_gets_asv_classes(tmp_path):
     """Row "op family": a plugin op in a family of its own is timed by asv (bench_plugins)."""
     site = _package(tmp_path, "opbench_square", FAMILY_PLUGIN, "[opbench.ops]\nsquare = opbench_square\n")

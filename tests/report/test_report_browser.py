@@ -26,6 +26,7 @@ def report_page(shared_results, tmp_path_factory):
     return write_report(shared_results, tmp_path_factory.mktemp("out"), "browser")
 
 
+@pytest.mark.slow  # end to end: Chromium
 def test_page_title_tables_and_decoded_images(report_page, tmp_path):
     probed = tmp_path / "probed.html"
     probed.write_text(report_page.read_text().replace("</body>", PROBE + "</body>"))

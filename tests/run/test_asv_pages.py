@@ -84,6 +84,7 @@ def test_every_address_asv_loads_from_a_cdn_is_pinned():
     assert set(urls) <= set(BY_URL)
 
 
+@pytest.mark.slow  # end to end: asv publish
 def test_pages_point_at_local_copies(offline):
     page = (offline / INDEX).read_text()
     assert remote_urls(page) == []
@@ -118,6 +119,7 @@ def test_asv_pages_render_with_the_network_cut_off(published, offline, tmp_path)
     assert len(ticks) >= 4 and max(ticks) >= 4
 
 
+@pytest.mark.slow  # end to end: asv publish
 def test_a_plain_asv_publish_keeps_the_pages_offline_and_every_implementation_drawn(published, tmp_path):
     """Issue 22 items 7 and 8: `asv publish` as a user types it, with the plugin asv.conf.json names."""
     from asv.util import load_json

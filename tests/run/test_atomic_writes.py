@@ -258,6 +258,7 @@ def test_a_fingerprint_that_cannot_be_taken_is_an_error_not_a_digest():
         stack_fingerprint.take_fingerprint(sys.executable, env)
 
 
+@pytest.mark.slow  # end to end: a fresh Python process
 def test_an_asv_py_in_the_current_directory_is_never_run(tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     (tmp_path / "asv.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
@@ -268,6 +269,7 @@ def test_an_asv_py_in_the_current_directory_is_never_run(tmp_path, monkeypatch):
     assert "asv 0.6" in (tmp_path / "logs" / "asv.log").read_text()
 
 
+@pytest.mark.slow  # end to end: a fresh Python process
 def test_safe_path_keeps_pythonpath():
     """-P, not -I: developers and asv's own environments rely on PYTHONPATH."""
     proc = subprocess.run(

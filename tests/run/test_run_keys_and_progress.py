@@ -303,6 +303,7 @@ def test_the_stack_label_survives_asvs_environment_name(tmp_path, digest, folder
     assert short_env_name("virtualenv-py3.11-numpy2.4.6") == "virtualenv-py3.11-numpy2.4.6"
 
 
+@pytest.mark.slow  # end to end: a fresh Python process
 def test_the_wrapper_runs_this_environments_python(tmp_path):
     from accuracy.run.environment_python import environment_python
 

@@ -342,6 +342,7 @@ def test_a_failed_measurement_fails_the_other_tracks_with_its_message(tmp_path):
     assert calls == [1]  # measured once: the second track read the failure
 
 
+@pytest.mark.slow  # end to end: a measuring process is killed
 def test_a_measurement_whose_process_died_is_not_started_again(tmp_path):
     """asv kills a track at its timeout: the case's other tracks fail at once instead of each
     measuring (and waiting for the timeout) again."""

@@ -74,6 +74,7 @@ def test_to_native_copies():
         assert a[0] == 0, name
 
 
+@pytest.mark.slow  # end to end: fresh Python processes
 def test_seed_is_stable_across_processes():
     op = get_op("exp")
     here = {d: _digest(make_inputs(op, 64, get_format(d))) for d in ALL_DTYPES}
