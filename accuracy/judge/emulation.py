@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from accuracy.core.dtypes import FloatFormat, ulp
 
 CARRIER = np.longdouble
+Moments = tuple[np.ndarray, np.ndarray]  # a product and the standard deviation of its rounding errors
 # functions a correctly rounded IEEE 754 operation computes; every other float ufunc is a libm call
 _IEEE_UFUNCS = {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.sqrt, np.square, np.reciprocal}
 # results that are exact in any format: no rounding error to add
@@ -84,7 +85,7 @@ class _Context:
     mode: str  # "nearest" or "random"
     order: str  # "recursive" or "pairwise"
     rng: np.random.Generator | None
-    memo: dict[Hashable, np.ndarray]  # per-input-set results shared by repeated random runs
+    memo: dict[Hashable, Moments]  # per-operand results shared by repeated random runs
     opaque: list[str] = field(default_factory=list)
 
     @property
@@ -115,7 +116,7 @@ class _Context:
             return self.store.round(array.astype(np.float64)).astype(CARRIER)
         return array + self.noise(array, 0.5, self.store).astype(CARRIER)
 
-    def _memo(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    def _memo(self, key: Hashable, compute: Callable[[], Moments]) -> Moments:
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
@@ -185,6 +186,14 @@ class _Context:
             return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(CARRIER)
         return np.matmul(a, b)
 
+    def _matmul_moments(self, a: np.ndarray, b: np.ndarray) -> Moments:
+        """a @ b and the standard deviation of its rounding errors: the same in every random run
+        on these operands, so the runs share them and only draw the errors."""
+        exact = self._exact_matmul(a, b)
+        squares = np.matmul(np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
+        products = ROUNDING_VARIANCE * self.fmt.u**2 * squares  # each product rounded (no FMA)
+        return exact, np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
+
     def matmul(self, a: ArrayLike, b: ArrayLike) -> np.ndarray:
         """a @ b as sums of rounded products (no FMA), batched like np.matmul."""
         a, b = np.asarray(a, dtype=CARRIER), np.asarray(b, dtype=CARRIER)
@@ -192,10 +201,7 @@ class _Context:
         a = a[None, :] if vec_a else a
         b = b[:, None] if vec_b else b
         if self.mode == "random":
-            exact = self._memo(("matmul", _fingerprint(a), _fingerprint(b)), lambda: self._exact_matmul(a, b))
-            squares = np.matmul(np.square(a.astype(np.float64)), np.square(b.astype(np.float64)))
-            products = ROUNDING_VARIANCE * self.fmt.u**2 * squares  # each product rounded (no FMA)
-            sigma = np.sqrt(recursive_sum_variance(exact, squares, a.shape[-1], self.fmt) + products)
+            exact, sigma = self._memo(("matmul", _fingerprint(a), _fingerprint(b)), lambda: self._matmul_moments(a, b))
             out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         else:
             out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
@@ -304,12 +310,12 @@ def emulate(
     mode: str = "nearest",
     order: str = "recursive",
     rng: np.random.Generator | None = None,
-    memo: dict[Hashable, np.ndarray] | None = None,
+    memo: dict[Hashable, Moments] | None = None,
     store: FloatFormat | None = None,
 ) -> np.ndarray | None:
     """`fn(**inputs)` evaluated in emulated `fmt` arithmetic, each operation's result stored in
     `store` (default fmt); None where fn is not emulable. Random runs on the same inputs may
-    share `memo` (exact products)."""
+    share `memo` (products and their error scales)."""
     ctx = _Context(fmt, store or fmt, mode, order, rng, {} if memo is None else memo)
     token = _CONTEXT.set(ctx)
     try:
