@@ -175,24 +175,20 @@ print([name for name in NOT_IMPORTED_WITH_TENSORFLOW if name in sys.modules])
 )
 
 
-def _without_onednn_var(onednn: str = "") -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != tf_backend.ONEDNN_VAR} | (
+@functools.cache
+def _fresh_tensorflow(code: str, onednn: str = "") -> subprocess.CompletedProcess:
+    """`code` in a fresh process (importing TF takes seconds), TF's oneDNN knob set to `onednn`
+    ("": unset); once per run for each, so the tests reading one process share it."""
+    env = {k: v for k, v in os.environ.items() if k != tf_backend.ONEDNN_VAR} | (
         {tf_backend.ONEDNN_VAR: onednn} if onednn else {}
     )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
 
 
-@functools.cache
 def _tensorflow_starts() -> subprocess.CompletedProcess:
-    """One fresh process (importing TF takes seconds): TF's info read without importing it, then
-    both ways TF's runtime can start: the user's code first (a forked child), then a Keras model
-    built through opbench."""
-    return subprocess.run(
-        [sys.executable, "-c", TENSORFLOW_STARTS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_without_onednn_var(),
-    )
+    """TF's info read without importing it, then both ways TF's runtime can start: the user's code
+    first (a forked child), then a Keras model built through opbench."""
+    return _fresh_tensorflow(TENSORFLOW_STARTS)
 
 
 @pytest.mark.slow
@@ -230,16 +226,7 @@ def test_tensorflow_info_is_what_tensorflow_says_without_importing_it(onednn):
     """The fingerprint every run waits for reads TF's version, build and oneDNN switch from the
     package's files (the import is 5 s here), quietly; imported afterwards, TF gives the same.
     With the knob unset, in the process the runtime tests share."""
-    if onednn:
-        done = subprocess.run(
-            [sys.executable, "-c", TENSORFLOW_INFO],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=_without_onednn_var(onednn),
-        )
-    else:
-        done = _tensorflow_starts()
+    done = _fresh_tensorflow(TENSORFLOW_INFO, onednn) if onednn else _tensorflow_starts()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.startswith("info done"), done.stderr  # TF's C++ log lines kept off the terminal
     info, version, onednn_enabled, build = json.loads(done.stdout.splitlines()[0])
