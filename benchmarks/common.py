@@ -254,8 +254,10 @@ def benchmark_classes(family: str) -> dict[str, type]:
         hidden |= dict.fromkeys(measuring)
     classes = {}
     for op in all_ops():
+        if op.family != family:
+            continue
         cases = _cases(op, profile)
-        if op.family != family or not cases:
+        if not cases:
             continue
         for backend in {case.split(":")[0] for case in cases} if FORKSERVER and suite_pass != READ else ():
             if PRELOADED is None or backend in PRELOADED:
