@@ -102,7 +102,18 @@ def _floats(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, value)
 
 
-class _MonteCarlo(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+class _EagerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    """A mode that only ever watches eager calls. torch wraps a mode's `__torch_dispatch__` so that
+    torch.compile skips it, and that wrapper imports torch._dynamo on the first op dispatched:
+    1.5 s of every `opbench model` and `check --fn` that has no use for the compiler. The opt-out
+    is the one torch's TorchDispatchMode documents for mode authors (`_should_skip_dynamo`)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class _MonteCarlo(_EagerMode):
     """Every ATen op's float64 result plus a sampled working-precision rounding error."""
 
     def __init__(self, storage: FloatFormat, rng: np.random.Generator):
@@ -174,7 +185,7 @@ def monte_carlo_runs(
 CONVERSIONS = {"lift_fresh", "alias", "detach", "_to_copy", "clone", "copy", "copy_", "contiguous"}
 
 
-class _Computes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode is untyped
+class _Computes(_EagerMode):
     """Records whether any ATen op beyond conversions and views runs."""
 
     def __init__(self) -> None:
