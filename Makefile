@@ -12,17 +12,19 @@ EXTRAS := .[test,blas,frameworks,models,dask,lint]
 
 # Reinstall whenever the pins or the project metadata change. uv installs the pinned stack in ~15 s
 # where pip takes ~2 min (measured here); pip, reading the same pins, is the fallback wherever uv
-# cannot be had. uv does not read pip's configuration: pip's find-links (a local wheel of torch's
-# CPU build, say) are handed over. Then prepare_environment imports every framework opbench runs,
-# writing the bytecode of what is imported even where PYTHONDONTWRITEBYTECODE is set (compiling
-# the whole environment took 37 s here), and builds LibTorch's backend beside it (16 s), so that
-# no command, test or benchmark pays for either first.
+# cannot be had. The environment starts without pip (seeding it took 7 s of a fresh clone's setup):
+# this Python's own pip puts uv in it, and uv installs the pinned pip with the rest. uv does not
+# read pip's configuration: pip's find-links (a local wheel of torch's CPU build, say) are handed
+# over. Then prepare_environment imports every framework opbench runs, writing the bytecode of what
+# is imported even where PYTHONDONTWRITEBYTECODE is set (compiling the whole environment took 37 s
+# here), and builds LibTorch's backend beside it (16 s), so that no command, test or benchmark pays
+# for either first.
 $(STAMP): constraints.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	{ $(BIN)/python -m pip install -q -c constraints.txt uv && \
+	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
+	{ $(PYTHON) -m pip --python $(BIN)/python install -q -c constraints.txt uv && \
 	  UV_FIND_LINKS="$${UV_FIND_LINKS:-$$(echo $${PIP_FIND_LINKS:-} | tr ' ' ',')}" \
-	  $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '$(EXTRAS)'; } || \
-	  $(BIN)/python -m pip install -q -c constraints.txt -e '$(EXTRAS)'
+	  $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '$(EXTRAS)' pip; } || \
+	  { $(BIN)/python -m ensurepip -q && $(BIN)/python -m pip install -q -c constraints.txt -e '$(EXTRAS)' pip; }
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m accuracy.run.prepare_environment
 	$(BIN)/python -m accuracy.run.offline_pages
 	touch $@
