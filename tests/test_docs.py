@@ -33,6 +33,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = ("sh", "python")
 VERDICT = re.compile(r"within rounding|suspicious|beyond rounding|undetermined")
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<code>.*?)^(?P=indent)```$", re.M | re.S)
+FIRST_NUMBER = re.compile(r"(?<![\w.])[-+]?(\d|\.\d)")  # a number that starts a word, not bn1's or float32's
 MARK = re.compile(r"<!--\s*(?P<marks>.*?)\s*-->\s*$")
 
 
@@ -128,10 +129,15 @@ def test_every_block_runs_or_says_why(block: Block):
 
 def _verdict_row(line: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(leading labels, verdicts) of a line: labels are its fields, split at two or more spaces,
-    before the first number."""
+    before the first number (a sentence's own numbers, an error ratio or a count of pairs, are
+    this machine's too: its labels end where its first number starts)."""
     labels = []
     for field in re.split(r"\s{2,}", line.strip()):
         if re.match(r"[-+]?(\d|\.\d)|-$", field):
+            break
+        number = FIRST_NUMBER.search(field)
+        if number:
+            labels.append(field[: number.start()].rstrip())
             break
         labels.append(field)
     return tuple(labels), tuple(VERDICT.findall(line))

@@ -6,10 +6,17 @@ intra_op_parallelism_threads=1) change nothing in jaxlib 0.10 (measured: the sam
 matmul), so the client is created under a narrowed CPU affinity of the calling thread only,
 restored right after; the pool keeps its size. float64 needs jax_enable_x64, set at start
 (without it JAX silently computes float64 inputs in float32).
+
+The CPU client even where a CUDA jaxlib is installed: JAX would otherwise take the GPU, with its
+'default' matmul precision (TF32 or bfloat16 passes), for a backend judged as CPU float32. JAX
+still initialises its CUDA plugin when the client starts; in a process forked after CUDA started
+(explain's background zygote on a GPU machine) that fails with a logged traceback, JAX's noise
+kept off the terminal as TensorFlow's is (seen on an H200 with jax 0.11.2, docs/gpu.md).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import cached_property, partial
 from pathlib import Path
@@ -36,6 +43,7 @@ class JaxBackend(StartupThreadsBackend):
         import jax.numpy
         import jax.scipy.special
 
+        jax.config.update("jax_platforms", "cpu")
         return jax
 
     def start(self, threads: int) -> None:
@@ -43,10 +51,14 @@ class JaxBackend(StartupThreadsBackend):
         jax.config.update("jax_enable_x64", True)
         everywhere = os.sched_getaffinity(0)
         os.sched_setaffinity(0, sorted(everywhere)[:threads])
+        plugins = logging.getLogger("jax._src.xla_bridge")  # where a failed plugin start is logged
+        level = plugins.level
+        plugins.setLevel(logging.CRITICAL)
         try:
             jax.numpy.zeros(1).block_until_ready()  # creates the client and its pools now
         finally:
             os.sched_setaffinity(0, everywhere)
+            plugins.setLevel(level)
 
     def to_tensor(self, array):
         return self.namespace.device_put(array)

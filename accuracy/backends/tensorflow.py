@@ -1,9 +1,9 @@
 """TensorFlow (tensorflow-cpu) in eager mode: TF's own kernels (Eigen, and oneDNN where enabled).
 
 Two process-start knobs decide which kernels run: TF_ENABLE_ONEDNN_OPTS (read once, at import;
-unset, TF turns oneDNN on only on CPUs it expects to gain from it: off on this AVX2 AMD EPYC,
-on with =1; asv.knobs.conf.json runs both settings) and the intra/inter-op thread counts, which
-TF fixes when its runtime starts (see accuracy.backends.startup_threads).
+unset, TF turns oneDNN on only on CPUs it expects to gain from it: off on an AVX2 AMD EPYC, on
+with AVX512-VNNI or AVX512-BF16; on with =1; asv.knobs.conf.json runs both settings) and the
+intra/inter-op thread counts, which TF fixes when its runtime starts (see accuracy.backends.startup_threads).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from accuracy.core.errors import OpbenchError, quiet_stderr
 
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 # TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
-# cpu_feature_guard notice, absl's "log messages before InitializeLog" line) off the terminal. Set
-# only around the import, so the environment (and the fingerprint, which records TF_* variables)
-# is unchanged; a user's own setting (TF_CPP_MIN_LOG_LEVEL=0 shows everything) wins.
+# cpu_feature_guard notice) off the terminal. Set only around the import, so the environment (and
+# the fingerprint, which records TF_* variables) is unchanged; a user's own setting
+# (TF_CPP_MIN_LOG_LEVEL=0 shows everything) wins. Lines logged before absl is initialised ignore
+# it: on a CPU where TF turns oneDNN on (AVX512-VNNI, AVX512-BF16, AMX), the import prints absl's
+# "log messages before InitializeLog" line and "oneDNN custom operations are on" whatever the
+# level, so without a setting of the user's the import also runs with stderr quiet.
 LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 # Importing TensorFlow imports Keras (eagerly, for its optimizers' registrations), and both import
 # libraries for features opbench never calls: pandas and matplotlib.pyplot (Keras' DataFrame
@@ -79,7 +82,8 @@ class TensorFlowBackend(StartupThreadsBackend):
                 return importlib.import_module(self.module)
             os.environ[LOG_LEVEL_VAR] = "2"
             try:
-                return importlib.import_module(self.module)
+                with quiet_stderr():
+                    return importlib.import_module(self.module)
             finally:
                 del os.environ[LOG_LEVEL_VAR]
 

@@ -12,8 +12,16 @@ rounding error a working-precision kernel makes, sampled as emulate's mode "rand
   (emulate.recursive_sum_variance) plus each product's rounding; the op itself, run on the
   terms squared and on ones, gives the sum of squares and the number of terms per output;
 - views and reshapes: exact;
-- any other op (a fused kernel such as aten._softmax): one rounding of its result, and the
-  verdict's reason names it, since its internal sums are not modelled.
+- selections (max pooling, amax): exact;
+- a fused kernel that torch can decompose (aten.native_layer_norm, aten._softmax, var_mean): the
+  ops of torch's own decomposition (torch._decomp), each modelled as above, so that its internal
+  sums count; its intermediates stay at compute precision and only its result is stored;
+- any other op: one rounding of its result, and the verdict's reason names it, since its
+  internal sums are not modelled.
+
+Where CUDA's TF32 mode is on, a contraction's products take their inputs rounded to TF32 first
+(cuBLAS rounds to nearest even, cuDNN to nearest: measured on an H200, docs/gpu.md): each
+product then carries two TF32 roundings besides the float32 accumulation.
 
 Each result is then stored in the function's dtype: torch computes float16/bfloat16 in float32
 (`at::opmath_type`, accuracy.judge.precision) and rounds every op's result to storage.
@@ -26,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -59,6 +68,11 @@ EXACT_OPS = {
     "alias",
     "lift_fresh",
     "detach",
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "amax",
+    "amin",
+    "convert_element_type",
 }
 SUMS = {"sum", "mean"}
 CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "convolution", "_convolution"}
@@ -95,6 +109,7 @@ MOVING_OPS = {
     "new_full",
     "scalar_tensor",
     "_local_scalar_dense",
+    "broadcast_in_dim",
 }
 
 
@@ -116,12 +131,15 @@ class _EagerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch l
 class _MonteCarlo(_EagerMode):
     """Every ATen op's float64 result plus a sampled working-precision rounding error."""
 
-    def __init__(self, storage: FloatFormat, rng: np.random.Generator):
+    def __init__(self, storage: FloatFormat, rng: np.random.Generator, products: FloatFormat | None = None):
         super().__init__()  # type: ignore[no-untyped-call]
         self.storage = storage
         self.compute = FORMATS["float32"] if storage.name in LOW_PRECISION else storage
+        self.products = products  # the format a contraction rounds its products' inputs to (TF32), if any
         self.rng = rng
         self.unmodelled: set[str] = set()
+        self.contracted: set[str] = set()  # the contractions that ran, for the verdict's reason
+        self._fused = 0  # depth inside a decomposed fused kernel, whose intermediates are not stored
 
     def _uniform(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
         values = t.detach().numpy()
@@ -129,7 +147,7 @@ class _MonteCarlo(_EagerMode):
         return t + torch.from_numpy(noise).to(t.dtype)
 
     def _stored(self, t: torch.Tensor) -> torch.Tensor:
-        return t if self.storage is self.compute else self._uniform(t, 0.5, self.storage)
+        return t if self.storage is self.compute or self._fused else self._uniform(t, 0.5, self.storage)
 
     def _summed(self, func: Any, args: Any, kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
         """A sum or contraction's result with a Gaussian error of recursive summation's variance."""
@@ -145,20 +163,37 @@ class _MonteCarlo(_EagerMode):
         variance = recursive_sum_variance(total64, squares64, terms64, self.compute)
         if func.overloadpacket.__name__ in CONTRACTIONS:
             variance = variance + ROUNDING_VARIANCE * self.compute.u**2 * squares64  # each product rounded
+            self.contracted.add(f"aten.{func.overloadpacket.__name__}")
+            if self.products is not None:  # and each of its two inputs rounded before
+                variance = variance + 2 * ROUNDING_VARIANCE * self.products.u**2 * squares64
         noise = self.rng.standard_normal(np.shape(total64)) * np.sqrt(variance) / scale
         return out + torch.from_numpy(np.asarray(noise)).to(out.dtype)
 
+    def _decomposed(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """A fused kernel run as torch's decomposition of it, back through this mode."""
+        self._fused += 1
+        try:
+            with self:
+                return (_two_pass_variance if func is torch.ops.prims.var.default else decomposition_table[func])(
+                    *args, **kwargs
+                )
+        finally:
+            self._fused -= 1
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         if func.is_view or name in MOVING_OPS or name in EXACT_OPS:
-            return out
+            return func(*args, **kwargs)
+        fused = not (name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags)
+        if fused and (func in decomposition_table or func is torch.ops.prims.var.default):
+            return _floats(self._decomposed(func, args, kwargs), self._stored)
+        out = func(*args, **kwargs)
         if not (isinstance(out, torch.Tensor) and out.is_floating_point()) and name in SUMS:
             return out
         if name in SUMS or name in CONTRACTIONS:
             return self._stored(self._summed(func, args, kwargs, out))
-        if torch.Tag.pointwise in func.tags:
+        if name in IEEE_OPS or torch.Tag.pointwise in func.tags:  # torch's decompositions call prims.div, untagged
             width = 0.5 if name in IEEE_OPS else LIBM_ULPS
         else:
             self.unmodelled.add(f"aten.{name}")
@@ -166,20 +201,38 @@ class _MonteCarlo(_EagerMode):
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
 
 
+def _two_pass_variance(
+    a: torch.Tensor, dims: list[int] | None, correction: float, *, output_dtype: Any = None
+) -> torch.Tensor:
+    """prims.var, where torch's decompositions of var, var_mean and std end, as the two-pass sums it
+    computes, so that each is modelled; torch gives prims.var no decomposition of its own."""
+    dims = list(range(a.ndim)) if dims is None else list(dims)
+    count = int(np.prod([a.shape[d] for d in dims]))
+    deviations = a - torch.mean(a, dims, keepdim=True)
+    return torch.sum(deviations * deviations, dims) / (count - correction)
+
+
 def monte_carlo_runs(
-    fn: Callable[..., torch.Tensor], inputs64: dict[str, np.ndarray], storage: FloatFormat, seeds: list[Any]
-) -> tuple[list[np.ndarray], set[str]]:
-    """`fn` run once per seed with sampled working-precision rounding errors: the results as float64
-    arrays, and the ops modelled as one rounding only."""
+    fn: Callable[..., torch.Tensor],
+    inputs64: dict[str, np.ndarray],
+    storage: FloatFormat,
+    seeds: list[Any],
+    products: FloatFormat | None = None,
+) -> tuple[list[np.ndarray], set[str], set[str]]:
+    """`fn` run once per seed with sampled working-precision rounding errors (`products`: the
+    format contractions round their products' inputs to, TF32 under CUDA's TF32 mode): the results
+    as float64 arrays, the ops modelled as one rounding only, and the contractions that ran."""
     runs: list[np.ndarray] = []
     unmodelled: set[str] = set()
+    contracted: set[str] = set()
     for seed in seeds:
-        mode = _MonteCarlo(storage, np.random.default_rng(seed))
+        mode = _MonteCarlo(storage, np.random.default_rng(seed), products)
         with np.errstate(all="ignore"), mode:
             out = fn(**{k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in inputs64.items()})
         runs.append(np.asarray(out.detach().numpy(), dtype=np.float64))
         unmodelled |= mode.unmodelled
-    return runs, unmodelled
+        contracted |= mode.contracted
+    return runs, unmodelled, contracted
 
 
 CONVERSIONS = {"lift_fresh", "alias", "detach", "_to_copy", "clone", "copy", "copy_", "contiguous"}

@@ -166,15 +166,22 @@ class Evidence:
             worst["inputs"] = elementwise
         return worst
 
-    def judge(self, output: np.ndarray, impl: Any = None, contract: contracts.Contract | None = None) -> Judgement:
+    def judge(
+        self,
+        output: np.ndarray,
+        impl: Any = None,
+        contract: contracts.Contract | None = None,
+        compute: FloatFormat | None = None,
+    ) -> Judgement:
         """The verdict on `output` (in the case's format) as computed by `impl` (None: unknown);
-        `contract` holds it to a stated ulp contract instead of the one `impl` publishes."""
+        `contract` holds it to a stated ulp contract instead of the one `impl` publishes, and
+        `compute` to a precision known from outside (a model port run with TF32 on)."""
         output = np.asarray(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
         if hasattr(impl, "at"):  # a registry Impl: its declarations at this dtype (Impl.per_dtype)
             impl = impl.at(self.fmt.name)
-        compute, bound = self.bound_for(impl)
+        compute, bound = (compute, self.bound(compute)) if compute is not None else self.bound_for(impl)
         semantics = getattr(impl, "semantics", "") or ""
         err = rounding_error(output, self.exact, self.fmt)
         vacuous = not np.all(np.isfinite(bound))

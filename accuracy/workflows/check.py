@@ -250,7 +250,11 @@ def _op_fp64_shape(op: OpInfo, inputs: dict, source: str) -> tuple:
         ) from None
 
 
-def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None) -> CheckReport:
+def check_op(
+    op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None, compute: FloatFormat | None = None
+) -> CheckReport:
+    """Judge `outputs` of the registry op on `inputs`; `compute` is the precision they were
+    computed in where it is known and not the outputs' own (TF32 for a CUDA port with TF32 on)."""
     op = get_op(op) if isinstance(op, str) else op
     source = str(inputs) if isinstance(inputs, (str, Path)) else "inputs"
     raw = _named_arrays(inputs, source)
@@ -269,7 +273,7 @@ def check_op(op: OpInfo | str, inputs, outputs, contract_ulps: int | None = None
     )
     evidence = Evidence(op, rounded, fmt)
     arrays = {label: a for label, (a, _) in given.items()}
-    judgements = {label: evidence.judge(a, None, contract) for label, a in arrays.items()}
+    judgements = {label: evidence.judge(a, None, contract, compute) for label, a in arrays.items()}
     return CheckReport(
         op.name,
         fmt.name,
@@ -345,14 +349,17 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
         ) from None
 
 
-def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[TypicalModel | None, str]:
+def _function_model(
+    fn, backend_name, inputs64, exact, fmt, own, products: FloatFormat | None = None
+) -> tuple[TypicalModel | None, str]:
     """The typical tier for a function, derived as typical.py derives it for registry ops: the
     scale per element is the larger of the RMS error of RANDOM_RUNS Monte Carlo runs of the
     function in `fmt` arithmetic and the error of one deterministic `fmt` run, against its
     float64 evaluation; TYPICAL_Z of it plus one ulp is flagged. A numpy function's runs are its
     formula emulated (accuracy.judge.emulation, deterministic run: round-to-nearest recursive sums); a
     torch function's are its ATen ops with sampled roundings (accuracy.judge.torch_emulation,
-    deterministic run: its own `fmt` result). None where the formula cannot be followed."""
+    deterministic run: its own `fmt` result; `products`: the format its contractions round their
+    products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed."""
 
     def how(runs: str, deterministic: str) -> str:
         return (
@@ -375,15 +382,22 @@ def _function_model(fn, backend_name, inputs64, exact, fmt, own) -> tuple[Typica
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:
-        runs, unmodelled = monte_carlo_runs(fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)])
+        runs, unmodelled, contracted = monte_carlo_runs(
+            fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
+        )
     except Exception:
         return None, failed
     if any(np.shape(run) != exact.shape for run in runs):
         return None, failed
     rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
+    inputs_rounded = (
+        f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
+        if products is not None and contracted
+        else ""
+    )
     return (
         model_from_runs(runs, own, exact, fmt, fmt.name),
-        how("its torch ops with sampled roundings", f"its own {fmt.name} result") + rounded_once,
+        how("its torch ops with sampled roundings", f"its own {fmt.name} result") + inputs_rounded + rounded_once,
     )
 
 
@@ -415,7 +429,7 @@ def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basi
     return Judgement(WITHIN, f"typical of a correct {fmt.name} evaluation: {tier}", **fields)
 
 
-def check_function(fn: Callable | str, inputs, outputs=None) -> CheckReport:
+def check_function(fn: Callable | str, inputs, outputs=None, products: FloatFormat | None = None) -> CheckReport:
     name = fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
     fn = load_function(fn) if isinstance(fn, str) else fn
     source = str(inputs) if isinstance(inputs, (str, Path)) else "inputs"
@@ -428,7 +442,7 @@ def check_function(fn: Callable | str, inputs, outputs=None) -> CheckReport:
     _check_shapes(given, reference.shape, f"{name} on {source}")
     exact = Exact.from_float64(reference)
     evidence = Evidence(None, rounded, fmt, exact)
-    model, basis = _function_model(fn, backend_name, evidence.inputs64, exact, fmt, own)
+    model, basis = _function_model(fn, backend_name, evidence.inputs64, exact, fmt, own, products)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
     judgements = {label: _judge_function(evidence, a, model, basis) for label, a in arrays.items()}
     return CheckReport(

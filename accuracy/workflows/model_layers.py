@@ -149,18 +149,22 @@ def _relative(value, reference) -> float:
     return diff / norm if norm else float("inf")
 
 
-def judge_unit(unit: Unit, inputs: list, fmt: FloatFormat, outputs: dict[str, np.ndarray]) -> dict[str, dict]:
-    """Each port's output of `unit` on `inputs` (torch tensors already in `fmt`) judged: label -> row."""
+def judge_unit(
+    unit: Unit, inputs: list, fmt: FloatFormat, outputs: dict[str, np.ndarray], products: FloatFormat | None = None
+) -> dict[str, dict]:
+    """Each port's output of `unit` on `inputs` (torch tensors already in `fmt`) judged: label -> row.
+    `products`: the format the ports' matmuls and convolutions round their inputs to (TF32)."""
     arrays = [to_numpy(t) for t in inputs]
     floats = [a for a, t in zip(arrays, inputs, strict=True) if t.is_floating_point()]
     case = registry_case(unit, floats, fmt) if len(floats) == len(arrays) else None
     if case is not None:
         op, named, shape = case
-        report = check_op(get_op(op), named, {k: v.reshape(shape) for k, v in outputs.items()})
+        compute = products if op == "linear" else None  # the one registry op here that is a matmul
+        report = check_op(get_op(op), named, {k: v.reshape(shape) for k, v in outputs.items()}, compute=compute)
         tier = f"registry op {op}"
     elif floats:
         fn = unit_function(unit, fmt, inputs)
-        report = check_function(fn, {f"in{i}": a for i, a in enumerate(floats)}, outputs)
+        report = check_function(fn, {f"in{i}": a for i, a in enumerate(floats)}, outputs, products)
         tier = TYPICAL_TIER
     else:
         return {k: _lookup_row(unit, inputs, fmt, v) for k, v in outputs.items()}
@@ -553,10 +557,10 @@ def _evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[dict]:
                     unit.reason = "the activations file has no inputs for it"
                     continue
                 tensors = [_tensor(a) for a in given_in]
-                group = (tuple(unit.covers), port.fmt.name, port.name)
+                group = (tuple(unit.covers), port.fmt, port.products, port.name)
             else:
                 tensors = port_inputs(unit.calls[0].inputs, port.fmt)
-                group = (tuple(unit.covers), port.fmt.name, "reference")
+                group = (tuple(unit.covers), port.fmt, port.products, "reference")
             try:
                 output = port.isolated(unit, unit.calls[0].inputs)
             except OpbenchError:
@@ -564,7 +568,7 @@ def _evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[dict]:
             except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
                 unit.reason = f"the port failed on it: {type(exc).__name__}: {_first_line(exc)}"
                 continue
-            groups.setdefault(group, (unit, tensors, port.fmt, {}))[3][port.name] = output
+            groups.setdefault(group, (unit, tensors, {}))[2][port.name] = output
         try:
             e2e = port.end_to_end(given, units)
         except OpbenchError:
@@ -577,8 +581,8 @@ def _evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[dict]:
         collected.append((port, units, e2e, time.perf_counter() - started))
     verdicts: dict[tuple, dict] = {}
     with get_backend("torch").thread_limit(JUDGE_THREADS):
-        for (covers, _, _), (unit, tensors, fmt, by_port) in groups.items():
-            for label, row in judge_unit(unit, tensors, fmt, by_port).items():
+        for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
+            for label, row in judge_unit(unit, tensors, fmt, by_port, products).items():
                 verdicts[(label, covers[0])] = row
     reports = []
     for port, units, e2e, seconds in collected:

@@ -26,6 +26,7 @@ from accuracy.backends import get_backend
 from accuracy.backends.libtorch import LibTorchBackend
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
+from accuracy.judge.precision import TF32
 from accuracy.workflows.check import _first_line
 from accuracy.workflows.model_activations import (
     INPUT_SUFFIX,
@@ -97,6 +98,7 @@ class Port:
     name: str
     description: str  # what runs, in words: the report says it next to the port's name
     fmt: FloatFormat = FLOAT32
+    products: FloatFormat | None = None  # the format its matmuls and convolutions round their inputs to (TF32)
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         return leaf_units(calls)
@@ -144,6 +146,7 @@ class TorchPort(Port):
     ):
         self.name, self.model, self.description, self.fmt = name, model, description, FORMATS[dtype]
         self.device, self.threads, self.wrap, self.tf32 = device, threads, wrap, tf32
+        self.products = TF32 if tf32 else None
         self._layers: dict[str, object] = {}
 
     def _context(self):
@@ -444,4 +447,5 @@ def build_port(name: str, model, inputs: dict[str, np.ndarray]) -> Port | str:
     if not torch.cuda.is_available():  # name is cuda or cuda-tf32
         return "no CUDA device on this machine"
     tf32 = name == "cuda-tf32"
-    return TorchPort(name, model, f"PyTorch on CUDA, TF32 {'on' if tf32 else 'off'}", device="cuda", tf32=tf32)
+    described = "on: matmuls and convolutions judged at TF32 precision" if tf32 else "off"
+    return TorchPort(name, model, f"PyTorch on CUDA, TF32 {described}", device="cuda", tf32=tf32)

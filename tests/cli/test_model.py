@@ -17,13 +17,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from accuracy.cli.main import main
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.model_activations import activations, record
-from accuracy.workflows.model_layers import NOT_COMPARED, run_model
+from accuracy.workflows.model_activations import activations, load_model, model_inputs, record, run_reference
+from accuracy.workflows.model_layers import NOT_COMPARED, _evaluate_ports, run_model
+from accuracy.workflows.model_ports import TorchPort
 from accuracy.workflows.model_zoo import example_inputs, small_cnn, small_transformer
 
 CNN = "accuracy.workflows.model_zoo:small_cnn"
@@ -203,6 +205,78 @@ def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
     report = run_model(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"])
     assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
     assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("example", ["small_cnn", "small_transformer", "bert2"])
+def test_cuda_ports_with_tf32_off_and_on_flag_no_layer_on_a_gpu(example, tmp_path):
+    """On an H200 (docs/gpu.md): TF32 on is within rounding at TF32 precision, and BERT's LayerNorm
+    (eps 1e-12, judged as a function) no longer 'suspicious' on CUDA with TF32 off."""
+    inputs = write_arrays(tmp_path / "x.npz", example_inputs(example))
+    report = run_model(f"accuracy.workflows.model_zoo:{example}", inputs, ["cuda", "cuda-tf32"])
+    assert report.absent == []
+    for port in report.ports:
+        assert port["flagged"] == 0, (port["port"], [(r["path"], r["reason"]) for r in port["layers"]])
+    cuda, tf32 = report.ports
+    assert tf32["worst_introduced"] > 10 * cuda["worst_introduced"]  # TF32 did run: its error, not float32's
+
+
+TF32_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "convolution": (0, 1)}
+
+
+class _TF32OnTheCPU(TorchDispatchMode):
+    """CUDA's TF32 mode on the CPU, as measured on an H200 (docs/gpu.md): a float32 matmul or
+    convolution rounds its two operands to TF32 (to nearest) and sums the products in float32."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        operands = TF32_OPERANDS.get(func.overloadpacket.__name__, ())
+        args = [_to_tf32(a) if i in operands and a.dtype == torch.float32 else a for i, a in enumerate(args)]
+        return func(*args, **(kwargs or {}))
+
+
+def _to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to TF32's 10 fraction bits, to nearest even."""
+    bits = t.contiguous().view(torch.int32).to(torch.int64)
+    return ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).to(torch.int32).view(torch.float32)
+
+
+def _tf32_port_report(spec: str, inputs, judged_as_tf32: bool) -> dict:
+    """The model with TF32 matmuls and convolutions, judged at TF32 (the cuda-tf32 port) or at
+    float32 (what the cuda port's judging makes of a TF32 result: a TF32 leak)."""
+
+    def in_tf32(module, example):
+        def run(*args):
+            with _TF32OnTheCPU():
+                return module(*args)
+
+        return run
+
+    model = load_model(spec)
+    given = model_inputs(inputs)
+    calls, _ = run_reference(model, given, str(inputs))
+    port = TorchPort("tf32-on-the-cpu", model, "TF32 matmuls and convolutions", wrap=in_tf32, tf32=judged_as_tf32)
+    (report,) = _evaluate_ports([port], model, given, calls)
+    return report
+
+
+@pytest.mark.parametrize(
+    "spec, example, contractions",
+    [(CNN, "small_cnn", ["conv1", "conv2", "fc"]), (BLOCK, "small_transformer", ["proj", "up", "down"])],
+)
+def test_tf32_results_are_within_rounding_at_tf32_and_a_tf32_leak_into_float32_is_flagged(
+    spec, example, contractions, tmp_path
+):
+    inputs = write_arrays(tmp_path / "x.npz", example_inputs(example))
+    at_tf32 = _tf32_port_report(spec, inputs, judged_as_tf32=True)
+    assert at_tf32["flagged"] == 0, [(r["path"], r["reason"]) for r in at_tf32["layers"]]
+    rows = {r["path"]: r for r in at_tf32["layers"]}
+    assert all(rows[layer]["introduced"] > 1e-5 for layer in contractions)  # TF32's error, 100x float32's
+    assert {rows[layer]["compute"] for layer in contractions if "linear" in rows[layer]["tier"]} == {"tfloat32"}
+    assert all(
+        "rounded to tfloat32" in rows[layer]["reason"] for layer in contractions if "typical" in rows[layer]["tier"]
+    )
+    leak = _tf32_port_report(spec, inputs, judged_as_tf32=False)
+    assert [r["path"] for r in leak["layers"] if r["verdict"] != WITHIN] == contractions
 
 
 @pytest.mark.slow  # imports TensorFlow
