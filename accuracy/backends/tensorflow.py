@@ -27,11 +27,12 @@ from accuracy.core.errors import OpbenchError, quiet_stderr
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 # TF's C++ log level, read once when TF is imported: 2 keeps its INFO and WARNING lines (the
 # cpu_feature_guard notice) off the terminal. Set only around the import, so the environment (and
-# the fingerprint, which records TF_* variables) is unchanged; a user's own setting
-# (TF_CPP_MIN_LOG_LEVEL=0 shows everything) wins. Lines logged before absl is initialised ignore
-# it: on a CPU where TF turns oneDNN on (AVX512-VNNI, AVX512-BF16, AMX), the import prints absl's
-# "log messages before InitializeLog" line and "oneDNN custom operations are on" whatever the
-# level, so without a setting of the user's the import also runs with stderr quiet.
+# the fingerprint, which records TF_* variables) is unchanged; a level already set is kept. Lines
+# logged before absl is initialised ignore the level: on a CPU where TF turns oneDNN on
+# (AVX512-VNNI, AVX512-BF16, AMX), the import prints absl's "log messages before InitializeLog"
+# line and "oneDNN custom operations are on" whatever it is, so the import runs with stderr quiet
+# unless the level is 0, which asks for every line. A level of 1 is no such request: `import jax`
+# sets it (os.environ.setdefault) in every process that imported JAX, and in their children.
 LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 # Importing TensorFlow imports Keras (eagerly, for its optimizers' registrations), and both import
 # libraries for features opbench never calls: pandas and matplotlib.pyplot (Keras' DataFrame
@@ -77,15 +78,17 @@ class TensorFlowBackend(StartupThreadsBackend):
     def namespace(self):
         """TensorFlow, imported without its C++ INFO/WARNING lines (they are not opbench's output)
         and without the optional libraries it would import for features opbench does not use."""
+        level = os.environ.get(LOG_LEVEL_VAR)
         with _without_optional_imports():
-            if LOG_LEVEL_VAR in os.environ:
+            if level == "0":
                 return importlib.import_module(self.module)
-            os.environ[LOG_LEVEL_VAR] = "2"
+            os.environ.setdefault(LOG_LEVEL_VAR, "2")
             try:
                 with quiet_stderr():
                     return importlib.import_module(self.module)
             finally:
-                del os.environ[LOG_LEVEL_VAR]
+                if level is None:
+                    del os.environ[LOG_LEVEL_VAR]
 
     def start(self, threads: int) -> None:
         tf = self.namespace
