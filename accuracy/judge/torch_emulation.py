@@ -169,14 +169,12 @@ class _MonteCarlo(_EagerMode):
         noise = self.rng.standard_normal(np.shape(total64)) * np.sqrt(variance) / scale
         return out + torch.from_numpy(np.asarray(noise)).to(out.dtype)
 
-    def _decomposed(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-        """A fused kernel run as torch's decomposition of it, back through this mode."""
+    def _decomposed(self, decomposition: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+        """A fused kernel run as its decomposition, back through this mode."""
         self._fused += 1
         try:
             with self:
-                return (_two_pass_variance if func is torch.ops.prims.var.default else decomposition_table[func])(
-                    *args, **kwargs
-                )
+                return decomposition(*args, **kwargs)
         finally:
             self._fused -= 1
 
@@ -186,8 +184,9 @@ class _MonteCarlo(_EagerMode):
         if func.is_view or name in MOVING_OPS or name in EXACT_OPS:
             return func(*args, **kwargs)
         fused = not (name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags)
-        if fused and (func in decomposition_table or func is torch.ops.prims.var.default):
-            return _floats(self._decomposed(func, args, kwargs), self._stored)
+        decomposition = _decomposition(func) if fused else None
+        if decomposition is not None:
+            return _floats(self._decomposed(decomposition, args, kwargs), self._stored)
         out = func(*args, **kwargs)
         if not (isinstance(out, torch.Tensor) and out.is_floating_point()) and name in SUMS:
             return out
@@ -201,11 +200,16 @@ class _MonteCarlo(_EagerMode):
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
 
 
+def _decomposition(func: Any) -> Callable[..., Any] | None:
+    """torch's decomposition of a fused kernel (torch._decomp), or None; prims.var, where torch's
+    decompositions of var, var_mean and std end, has none of its own and runs as its two passes."""
+    return _two_pass_variance if func is torch.ops.prims.var.default else decomposition_table.get(func)
+
+
 def _two_pass_variance(
     a: torch.Tensor, dims: list[int] | None, correction: float, *, output_dtype: Any = None
 ) -> torch.Tensor:
-    """prims.var, where torch's decompositions of var, var_mean and std end, as the two-pass sums it
-    computes, so that each is modelled; torch gives prims.var no decomposition of its own."""
+    """prims.var as the two-pass sums it computes, so that each is modelled."""
     dims = list(range(a.ndim)) if dims is None else list(dims)
     count = int(np.prod([a.shape[d] for d in dims]))
     deviations = a - torch.mean(a, dims, keepdim=True)

@@ -145,7 +145,7 @@ class TorchPort(Port):
         tf32=False,
     ):
         self.name, self.model, self.description, self.fmt = name, model, description, FORMATS[dtype]
-        self.device, self.threads, self.wrap, self.tf32 = device, threads, wrap, tf32
+        self.device, self.threads, self.wrap = device, threads, wrap
         self.products = TF32 if tf32 else None
         self._layers: dict[str, object] = {}
 
@@ -160,7 +160,7 @@ class TorchPort(Port):
         if self.device == "cuda":
             for flags in (torch.backends.cuda.matmul, torch.backends.cudnn):
                 previous = flags.allow_tf32
-                flags.allow_tf32 = self.tf32
+                flags.allow_tf32 = self.products is TF32
                 stack.callback(setattr, flags, "allow_tf32", previous)
         stack.enter_context(torch.no_grad())
         return stack
