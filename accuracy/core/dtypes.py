@@ -37,19 +37,19 @@ class FloatFormat:
     def round(self, values: np.ndarray) -> np.ndarray:
         """Round float64 values to this format once (round-to-nearest-even)."""
         x = np.asarray(values, dtype=np.float64)
-        if self.np_dtype in (np.float16, np.float32, np.float64):
-            return x.astype(self.np_dtype)  # numpy rounds float64 to these directly
-        # ml_dtypes casts float64 -> bfloat16 through float32, which rounds twice (1 + 2**-8 +
-        # 2**-40 -> 1, not 1 + 2**-7). Rounding to odd in float32 first (24 >= 8 + 2 bits) makes
-        # the second, nearest-even rounding give the correctly rounded result.
         with np.errstate(invalid="ignore", over="ignore"):
-            f = x.astype(np.float32)
-            back = f.astype(np.float64)
-        fix = np.isfinite(x) & np.isfinite(f) & (back != x) & ((f.view(np.uint32) & 1) == 0)
-        if np.any(fix):
-            toward = np.where(back < x, np.float32(np.inf), np.float32(-np.inf))
-            f = np.where(fix, np.nextafter(f, toward), f)
-        return f.astype(self.np_dtype)
+            if self.np_dtype in _NUMPY_ROUNDS_ONCE and self.precision == np.finfo(self.np_dtype).nmant + 1:
+                return x.astype(self.np_dtype)
+            # A format narrower than numpy's cast to its storage: bfloat16 (ml_dtypes casts float64
+            # through float32, rounding twice: 1 + 2**-8 + 2**-40 -> 1, not 1 + 2**-7) and TF32
+            # (stored in float32). Rounded in float64 to `precision` bits at its binade's spacing
+            # (subnormal below emin), which the storage holds exactly; past max_finite it overflows.
+            _, exponent = np.frexp(x)
+            shift = self.precision - np.maximum(exponent, self.emin + 1)
+            return np.ldexp(np.round(np.ldexp(x, shift)), -shift).astype(self.np_dtype)
+
+
+_NUMPY_ROUNDS_ONCE = (np.float16, np.float32, np.float64)  # float64 -> these is one IEEE rounding
 
 
 FORMATS: dict[str, FloatFormat] = {

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from accuracy.cli.main import main
 from accuracy.core.errors import OpbenchError
+from accuracy.judge.precision import TF32
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model_activations import activations, load_model, model_inputs, record, run_reference
@@ -235,9 +236,8 @@ class _TF32OnTheCPU(TorchDispatchMode):
 
 
 def _to_tf32(t: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to TF32's 10 fraction bits, to nearest even."""
-    bits = t.contiguous().view(torch.int32).to(torch.int64)
-    return ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).to(torch.int32).view(torch.float32)
+    """float32 rounded to TF32 (to nearest even), with the format opbench judges TF32 by."""
+    return torch.from_numpy(TF32.round(t.detach().numpy()))
 
 
 def _tf32_port_report(spec: str, inputs, judged_as_tf32: bool) -> dict:

@@ -77,3 +77,17 @@ def test_a_selftest_report_is_deterministic():
     assert a == b
     ev = Evidence(op, make_case("dot", "float32", op.test_size).inputs, get_format("float32"))
     assert ev.exact.shape == ()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("narrow", ["tfloat32", "bfloat16"])
+def test_inputs_truncated_to_a_narrow_format_are_caught_in_float32(narrow, small_reports):
+    """The mutant is real (TF32 is stored in float32: a cast alone left it unrounded, a mutant
+    equal to the correct output) and every float32 case whose mutant is in scope catches it."""
+    name = f"inputs truncated to {narrow}"
+    mutants = [(k, m, r) for k, r in small_reports.items() if k[1] == "float32" for m in r.mutants if m.name == name]
+    assert len(mutants) > 40
+    assert sum(m.error_ulp > 100 for _, m, _ in mutants) > len(mutants) // 2  # 2**13 ulps per input for TF32
+    in_scope = [(k, m) for k, m, r in mutants if m in r.in_scope]
+    missed = [k for k, m in in_scope if not any(c is m for c in small_reports[k].caught)]
+    assert in_scope and missed == []
