@@ -12,12 +12,17 @@ from __future__ import annotations
 import base64
 import io
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from accuracy.report.load import SERIES_KEYS
 
@@ -98,6 +103,7 @@ def _log_x(ax) -> None:
     """A log x axis with decade ticks only: minor ticks cost a line each to draw, and clutter."""
     ax.set_xscale("log")
     ax.minorticks_off()
+    ax.xaxis.set_major_formatter(LogFormatter())  # 1e-05, 0.01, 100: no mathtext to parse
 
 
 def accuracy_figure(cases: pd.DataFrame) -> str | None:
@@ -147,6 +153,24 @@ def accuracy_figure(cases: pd.DataFrame) -> str | None:
                 )
     axes[0].set_yticks(y, list(worst.index), fontsize=9)
     return to_png_base64(fig)
+
+
+def op_figures(groups: list[pd.DataFrame]) -> list[tuple[str | None, str | None]]:
+    """Each op's accuracy and speed figures. matplotlib draws one in ~0.07 s and a default run's
+    report has ~115, so on several cores forked workers draw them (they start with matplotlib
+    and pandas imported). A few figures, a platform without fork or a pool that broke: drawn here."""
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, len(groups) // 8)
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                return list(pool.map(_figures_of_op, groups, chunksize=max(1, len(groups) // (4 * workers))))
+        except BrokenProcessPool:
+            pass
+    return [_figures_of_op(group) for group in groups]
+
+
+def _figures_of_op(cases: pd.DataFrame) -> tuple[str | None, str | None]:
+    return accuracy_figure(cases), speed_figure(cases)
 
 
 def _threads_label(threads) -> str:

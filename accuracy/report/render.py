@@ -599,9 +599,9 @@ def _op_sections_html(answers: Answers) -> str:
         ]
     )
     parts = []
-    for op, group in cases.groupby("op", sort=True):
+    groups = list(cases.groupby("op", sort=True))
+    for (op, group), (accuracy, speed) in zip(groups, plots.op_figures([g for _, g in groups]), strict=True):
         figures = []
-        accuracy = plots.accuracy_figure(group)
         if accuracy:
             figures.append(
                 (
@@ -611,7 +611,6 @@ def _op_sections_html(answers: Answers) -> str:
                     accuracy,
                 )
             )
-        speed = plots.speed_figure(group)
         if speed:
             figures.append(("Speed: time per call (log scale).", speed))
         body = "".join(

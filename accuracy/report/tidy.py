@@ -21,7 +21,8 @@ from accuracy.report.measures import higher_is_better
 DATA_DICTIONARY: dict[str, str] = {
     "op": "the operation, as `opbench list` names it (e.g. linear)",
     "backend": "the library that ran it (numpy, torch, blas-mkl, ...)",
-    "implementation": "the implementation within the backend (e.g. F.linear, x @ W.T + b)",
+    "implementation": "the implementation within the backend (e.g. F.linear, x @ W.T + b); for a hand-written "
+    "benchmark, its method and parameters (time_end_to_end port=onnxruntime)",
     "dtype": "the storage dtype of inputs and output",
     "size": "the op's size parameter (an integer, as given)",
     "threads": "threads every pool was limited to (an integer)",
@@ -58,7 +59,7 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
         {
             "op": frame["benchmark"].map(_op_name),
             "backend": backend.where(name != "", pd.NA),
-            "implementation": name.where(name != "", impl),
+            "implementation": name.where(name != "", impl).astype("string").fillna(_own_label(frame)),
             "dtype": dtype,
             "size": _integers(frame, "size"),
             "threads": _integers(frame, "threads"),
@@ -107,6 +108,14 @@ def _impl_and_dtype(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         impl, dtype = parts[0], parts[2]
         return impl.where(impl != "", packed), dtype.where(impl != "", pd.NA)
     return _column(frame, "impl").astype("string"), _column(frame, "dtype").astype("string")
+
+
+def _own_label(frame: pd.DataFrame) -> pd.Series:
+    """A hand-written benchmark's rows (a model's ports, the references) have no implementation
+    parameter: each method and parameter set is its own series, or they would merge into one case."""
+    method = frame["benchmark"].astype("string").str.rsplit(".", n=1).str[-1]
+    params = _column(frame, "params").fillna("").astype("string")
+    return (method + " " + params).str.strip()
 
 
 def _column(frame: pd.DataFrame, name: str) -> pd.Series:

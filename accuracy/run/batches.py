@@ -8,9 +8,10 @@ results directory before the next batch starts. Each batch gets a private copy o
 directory that holds its modules and the suite's helpers only, so asv imports those modules and
 not the whole suite once more for every batch.
 
-Each batch costs one asv start-up (discovery, and the forkserver preloading the frameworks:
-~15 s here), so there are at most BATCHES of them: one per module made `make bench` spend 3 of
-its 10 minutes starting asv (12 modules).
+Each batch costs one asv start-up per pass (discovery, and the measure pass's forkserver
+preloading the frameworks), so a profile names how many batches it takes (`Profile.batches`):
+one per module made `make bench` spend 3 of its 10 minutes starting asv (12 modules), and the
+default run took 234 s in four batches and 179 s in two (2026-11-27, docs/asv-suite.md).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import ast
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-BATCHES = 4  # a Ctrl-C keeps all but the batch it interrupts: about 3/4 of a run or more
 
 
 @dataclass(frozen=True)
@@ -32,8 +31,9 @@ class Batch:
     backends: frozenset[str] | None = None
 
 
-def plan_batches(private_config: Path, bench: str | None) -> list[Batch]:
-    """Batches from the benchmarks.json that asv's discovery wrote, selected as `asv run --bench` selects."""
+def plan_batches(private_config: Path, bench: str | None, count: int) -> list[Batch]:
+    """At most `count` batches, from the benchmarks.json that asv's discovery wrote, selected as
+    `asv run --bench` selects."""
     from asv.benchmarks import Benchmarks
     from asv.config import Config
 
@@ -44,7 +44,7 @@ def plan_batches(private_config: Path, bench: str | None) -> list[Batch]:
         owner = name.rsplit(".", 1)[0]
         by_module.setdefault(name.split(".", 1)[0], set()).add(owner)
         backends.setdefault(owner, set()).update(_backends(benchmark))
-    batches = group_modules(by_module)
+    batches = group_modules(by_module, count)
     if bench is None:
         return batches
     return [replace(b, backends=frozenset().union(*(backends[owner] for owner in b.classes))) for b in batches]
@@ -58,7 +58,7 @@ def _backends(benchmark: dict) -> set[str]:
     return {ast.literal_eval(case).split(":", 1)[0] for case in benchmark["params"][0]}
 
 
-def group_modules(by_module: dict[str, set[str]], count: int = BATCHES) -> list[Batch]:
+def group_modules(by_module: dict[str, set[str]], count: int) -> list[Batch]:
     """Whole modules in name order; a batch closes once it holds 1/count of the classes."""
     share = sum(map(len, by_module.values())) / count
     batches: list[Batch] = []

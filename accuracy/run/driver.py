@@ -35,7 +35,7 @@ from accuracy.core.files import os_error_line, replace_atomic, write_atomic
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.run.environment_python import environment_python, relabel_python
 from accuracy.run.offline_pages import finish_pages
-from accuracy.run.profiles import DEFAULT, PROFILE_VAR, QUICK
+from accuracy.run.profiles import DEFAULT, PROFILE_VAR, PROFILES, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
 from accuracy.run.results_store import (
     check_no_links,
@@ -331,7 +331,7 @@ def run_suite(
     saved: list[Step] = []
     signals: list[str] = []
     warnings: list[str] = []
-    fresh: FingerprintJob | None = None  # this environment's, taken beside the discovery
+    fresh: FingerprintJob | None = None  # this environment's, taken beside the first read pass
     jobs: dict[str, FingerprintJob] = {}  # a history run's environments', beside its first read pass
     with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
         try:
@@ -352,8 +352,6 @@ def run_suite(
                     last = take_fingerprint(sys.executable, env)
                     save_fingerprint(key, last)
                     here = json.dumps(last, indent=2)
-                else:
-                    fresh = FingerprintJob(env)
                 label = environment_label(last, knobs)
             staging = tmp / "results"
             _stage(results, staging, machine)
@@ -373,10 +371,7 @@ def run_suite(
             discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
             if log.call(discover, env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
-            if fresh is not None:  # taken beside the discovery; nothing is timed beside it
-                assert label is not None  # named by the stack's last fingerprint
-                here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
-            batches = plan_batches(private, bench)
+            batches = plan_batches(private, bench, PROFILES[env[PROFILE_VAR]].batches)
             at_commits = history_commits(private, commits)
             plan = [Step(commit, batch) for commit in at_commits for batch in batches]
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
@@ -422,8 +417,11 @@ def run_suite(
                         ),
                     )
                     discovered |= read_benchmarks_json(staging / "benchmarks.json") or {}
-                    if commits and index == 0 and suite_pass == MEASURE:  # beside the read pass, which times nothing
-                        jobs = _fingerprint_jobs(pythons, env)
+                    if index == 0 and suite_pass == MEASURE:  # beside the read pass, which times nothing
+                        if commits:
+                            jobs = _fingerprint_jobs(pythons, env)
+                        elif here is None:
+                            fresh = FingerprintJob(env)
                 write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
                 busiest = max(busiest, os.getloadavg()[0])
                 changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
@@ -432,7 +430,10 @@ def run_suite(
                         p: _with_load(_env_fingerprint(p, jobs, env_fingerprints, warnings), busiest) for p in changed
                     }
                 else:
-                    assert label is not None and here is not None
+                    assert label is not None  # named by the stack's last fingerprint
+                    if here is None:  # the fresh one, which must give the same label before anything is saved
+                        assert fresh is not None
+                        here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
@@ -480,8 +481,9 @@ def _staging_dir(results: Path):
 
 
 def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
-    """The fingerprint taken while asv discovered the suite, which is the one filed: it must name
-    the environment the run started under (the stack's last fingerprint), or nothing runs."""
+    """The fingerprint taken beside the first batch's read pass (which times nothing), the one
+    filed: it must name the environment the run started under (the stack's last fingerprint), or
+    nothing is saved."""
     from accuracy.report.fingerprint import environment_label
 
     fingerprint = job.result()

@@ -38,6 +38,10 @@ class Profile:
     # the metric table's tracks it records (None: all of them)
     tracks: tuple[str, ...] | None = None
     conditions: int | None = None  # how many of an op's input conditions, the default first (None: all)
+    # how many batches `opbench run` splits it into (accuracy/run/batches.py): each costs an asv
+    # start-up in each pass (~10-25 s with the frameworks' preload) and is saved when it ends, so a
+    # Ctrl-C loses at most the batch it interrupts: about a minute and a half of work per batch
+    batches: int = 2
 
     def lean(self, backend: str) -> bool:
         return self.lean_backends == EVERY or backend in self.lean_backends
@@ -63,6 +67,7 @@ QUICK = Profile(
     lean_backends=EVERY,
     tracks=("verdict_tier", "max_ulp"),
     conditions=1,
+    batches=1,  # a one-minute run
 )
 DEFAULT = Profile(
     "default",
@@ -72,7 +77,7 @@ DEFAULT = Profile(
     skip_backends=("torch-compile", "onnxruntime-noopt"),
     lean_backends=FRAMEWORKS,
 )
-FULL = Profile("full", ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=())
+FULL = Profile("full", ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=(), batches=8)  # hours
 PROFILES = {p.name: p for p in (QUICK, DEFAULT, FULL)}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from fixtures_report import COMMITS, MKL
+from fixtures_report import COMMITS, DATES, FINGERPRINTS, MKL
 
 from accuracy.judge.metric_table import BY_NAME
 from accuracy.report.export import export_frame, read_frame
@@ -51,3 +51,30 @@ def test_data_dictionary_beside_the_data_and_in_the_docs(shared_results, tmp_pat
     assert list(written["column"]) == list(pd.read_csv(tmp_path / "r" / "results.csv", nrows=0).columns)
     assert all(DATA_DICTIONARY[c] for c in COLUMNS)
     assert dictionary_markdown() in (REPO / "docs" / "report.md").read_text()
+
+
+def test_a_hand_written_benchmark_keeps_one_case_per_method_and_parameter(tmp_path):
+    """A model's ports have no implementation parameter: each port stays its own case (they
+    merged into one, drawn as a bar labelled 'nan'), and names no 'fastest implementation'."""
+    from accuracy.report.answers import Peak, latest_cases, speed
+    from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+
+    ports = ("onnxruntime", "torchscript")
+    benchmarks = [
+        SyntheticBenchmark(f"bench_models.SmallModelPorts.{name}", kind, unit, ("port",), (ports,))
+        for name, kind, unit in (("time_end_to_end", "time", "seconds"), ("track_worst_layer_tier", "track", "tier"))
+    ]
+    seconds = {"onnxruntime": 0.02, "torchscript": 0.004}
+    results = tmp_path / "results"
+    write_machine(results, "box")
+    write_benchmarks(results, benchmarks)
+    write_result_file(
+        results, "box", "env", COMMITS[0], DATES[0], benchmarks,
+        lambda bench, combo: [seconds[combo[0]]] * 5 if bench.kind == "time" else 0.0,
+        FINGERPRINTS[MKL],
+    )  # fmt: skip
+    cases = latest_cases(load_results(results).frame)
+    timed = cases.loc[cases["time"].notna()].set_index("implementation")["time"].to_dict()
+    assert timed == {"time_end_to_end port=onnxruntime": 0.02, "time_end_to_end port=torchscript": 0.004}
+    assert set(cases["implementation"]) == set(timed) | {f"track_worst_layer_tier port={p}" for p in ports}
+    assert speed(cases, Peak()).empty

@@ -133,9 +133,12 @@ def test_a_history_run_counts_every_class_at_every_commit_and_says_which_batches
     )
 
 
-def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
-    """Each batch is one asv start-up (~15 s with the frameworks' preload): 12 per run cost 3 minutes."""
-    from accuracy.run.batches import BATCHES, group_modules
+@pytest.mark.parametrize("profile", ["quick", "default", "full"])
+def test_a_profile_runs_in_its_batches_of_whole_modules(profile):
+    """Each batch is one asv start-up per pass (~10-25 s with the frameworks' preload): 12 per run
+    cost 3 minutes, and the default run took 234 s in four batches, 179 s in two."""
+    from accuracy.run.batches import group_modules
+    from accuracy.run.profiles import PROFILES
 
     suite = {
         f"bench_{name}": {f"bench_{name}.C{i}" for i in range(n)}
@@ -154,13 +157,14 @@ def test_the_suite_runs_in_at_most_four_batches_of_whole_modules():
             ("references", 2),
         ]
     }
-    batches = group_modules(suite)
-    assert len(batches) <= BATCHES == 4
+    batches = group_modules(suite, PROFILES[profile].batches)
+    assert [len(batches), PROFILES[profile].batches] == {"quick": [1, 1], "default": [2, 2], "full": [7, 8]}[profile]
     assert [m for b in batches for m in b.modules] == sorted(suite)  # every module once, in order
     assert sorted(c for b in batches for c in b.classes) == sorted(c for cs in suite.values() for c in cs)
-    assert batches[0].modules == ("bench_activations", "bench_attention", "bench_conv", "bench_elementwise")
-    # two one-class modules (the interrupt test's project) stay two batches
-    assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}})] == [
+    first = {"quick": sorted(suite), "default": sorted(suite)[:6], "full": sorted(suite)[:2]}
+    assert list(batches[0].modules) == first[profile]
+    # two one-class modules (the interrupt test's project, default profile) stay two batches
+    assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}}, 2)] == [
         ("bench_a",),
         ("bench_b",),
     ]
@@ -196,7 +200,7 @@ def test_a_bench_selection_preloads_only_the_backends_its_benchmarks_run(tmp_pat
     config.write_text(json.dumps({"version": 1, "repo": ".", "results_dir": str(tmp_path / "results")}))
 
     def backends(bench: str | None) -> list[frozenset[str] | None]:
-        return [batch.backends for batch in plan_batches(config, bench)]
+        return [batch.backends for batch in plan_batches(config, bench, 4)]
 
     assert backends(r"bench_products\.Dot\.") == [frozenset({"numpy", "torch"})]
     assert set().union(*backends("bench_products")) == {"numpy", "torch", "tensorflow", "jax"}
