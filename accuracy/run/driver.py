@@ -371,7 +371,8 @@ def run_suite(
             discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
             if log.call(discover, env) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
-            batches = plan_batches(private, bench, PROFILES[env[PROFILE_VAR]].batches)
+            chosen = PROFILES[env[PROFILE_VAR]]
+            batches = plan_batches(private, bench, chosen.history_batches if commits else chosen.batches)
             at_commits = history_commits(private, commits)
             plan = [Step(commit, batch) for commit in at_commits for batch in batches]
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]

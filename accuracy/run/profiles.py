@@ -39,9 +39,11 @@ class Profile:
     tracks: tuple[str, ...] | None = None
     conditions: int | None = None  # how many of an op's input conditions, the default first (None: all)
     # how many batches `opbench run` splits it into (accuracy/run/batches.py): each costs an asv
-    # start-up in each pass (~10-25 s with the frameworks' preload) and is saved when it ends, so a
+    # start-up in each pass (~10 s with the frameworks' preload) and is saved when it ends, so a
     # Ctrl-C loses at most the batch it interrupts: about a minute and a half of work per batch
     batches: int = 2
+    # the same, per commit of a history run: each commit is saved as it ends, which bounds the loss already
+    history_batches: int = 1
 
     def lean(self, backend: str) -> bool:
         return self.lean_backends == EVERY or backend in self.lean_backends
@@ -77,7 +79,7 @@ DEFAULT = Profile(
     skip_backends=("torch-compile", "onnxruntime-noopt"),
     lean_backends=FRAMEWORKS,
 )
-FULL = Profile("full", ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=(), batches=8)  # hours
+FULL = Profile("full", ALL_DTYPES, 2, BOTH_THREAD_COUNTS, skip_backends=(), batches=8, history_batches=8)  # hours
 PROFILES = {p.name: p for p in (QUICK, DEFAULT, FULL)}
 
 

@@ -163,6 +163,9 @@ def test_a_profile_runs_in_its_batches_of_whole_modules(profile):
     assert sorted(c for b in batches for c in b.classes) == sorted(c for cs in suite.values() for c in cs)
     first = {"quick": sorted(suite), "default": sorted(suite)[:6], "full": sorted(suite)[:2]}
     assert list(batches[0].modules) == first[profile]
+    # a history run saves each commit as it ends: a default one goes in one batch per commit
+    history = group_modules(suite, PROFILES[profile].history_batches)
+    assert len(history) == {"quick": 1, "default": 1, "full": 7}[profile]
     # two one-class modules (the interrupt test's project, default profile) stay two batches
     assert [b.modules for b in group_modules({"bench_a": {"bench_a"}, "bench_b": {"bench_b"}}, 2)] == [
         ("bench_a",),
