@@ -37,19 +37,20 @@ class FloatFormat:
     def round(self, values: np.ndarray) -> np.ndarray:
         """Round float64 values to this format once (round-to-nearest-even)."""
         x = np.asarray(values, dtype=np.float64)
+        if _NUMPY_ROUNDS_ONCE.get(self.np_dtype) == self.precision:
+            return x.astype(self.np_dtype)
+        # A format narrower than numpy's cast to its storage: bfloat16 (ml_dtypes casts float64
+        # through float32, rounding twice: 1 + 2**-8 + 2**-40 -> 1, not 1 + 2**-7) and TF32
+        # (stored in float32). Rounded in float64 to `precision` bits at its binade's spacing
+        # (subnormal below emin), which the storage holds exactly; past max_finite it overflows.
         with np.errstate(invalid="ignore", over="ignore"):
-            if self.np_dtype in _NUMPY_ROUNDS_ONCE and self.precision == np.finfo(self.np_dtype).nmant + 1:
-                return x.astype(self.np_dtype)
-            # A format narrower than numpy's cast to its storage: bfloat16 (ml_dtypes casts float64
-            # through float32, rounding twice: 1 + 2**-8 + 2**-40 -> 1, not 1 + 2**-7) and TF32
-            # (stored in float32). Rounded in float64 to `precision` bits at its binade's spacing
-            # (subnormal below emin), which the storage holds exactly; past max_finite it overflows.
             _, exponent = np.frexp(x)
             shift = self.precision - np.maximum(exponent, self.emin + 1)
             return np.ldexp(np.round(np.ldexp(x, shift)), -shift).astype(self.np_dtype)
 
 
-_NUMPY_ROUNDS_ONCE = (np.float16, np.float32, np.float64)  # float64 -> these is one IEEE rounding
+# numpy's cast from float64 rounds once to these dtypes, at these precisions
+_NUMPY_ROUNDS_ONCE = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 
 FORMATS: dict[str, FloatFormat] = {

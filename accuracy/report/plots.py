@@ -13,7 +13,6 @@ import base64
 import io
 import math
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -24,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
+from accuracy.core.threads import all_cores
 from accuracy.report.load import SERIES_KEYS
 
 DPI = 80
@@ -159,7 +159,7 @@ def op_figures(groups: list[pd.DataFrame]) -> list[tuple[str | None, str | None]
     """Each op's accuracy and speed figures. matplotlib draws one in ~0.07 s and a default run's
     report has ~115, so on several cores forked workers draw them (they start with matplotlib
     and pandas imported). A few figures, a platform without fork or a pool that broke: drawn here."""
-    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, len(groups) // 8)
+    workers = min(all_cores(), len(groups) // 8)
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
