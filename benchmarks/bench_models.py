@@ -1,7 +1,7 @@
 """asv benchmarks for `opbench model`: a small model's ports, timed end to end and judged per layer.
 
 Per port (ONNX Runtime with and without graph optimizations, TorchScript, bfloat16) of
-accuracy.workflows.model_zoo's small CNN (a few layers of resnet's kinds): the end-to-end run's
+accuracy.workflows.model.zoo's small CNN (a few layers of resnet's kinds): the end-to-end run's
 time, its output's normwise relative difference from the float64 model, and the worst layer
 verdict as a tier (0 within rounding, 1 suspicious, 2 beyond rounding, 3 undetermined), so a
 BLAS build or a framework upgrade that changes a layer shows on the graph. The model is small so
@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from .common import hide_outside_measure_pass
 
-MODEL = "accuracy.workflows.model_zoo:small_cnn"
+MODEL = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ["onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"]
 
 
@@ -29,10 +29,10 @@ class SmallModelPorts:
     # asv forks every benchmark process from stays small where nothing here runs (suite_passes.py)
     def setup_cache(self) -> dict:
         """Every port judged once (the verdicts do not depend on the timing runs)."""
-        from accuracy.judge.verdicts import tier
+        from accuracy.judge.verdicts import NOT_COMPARED, tier
         from accuracy.workflows.array_files import write_arrays
-        from accuracy.workflows.model_layers import NOT_COMPARED, run_model
-        from accuracy.workflows.model_zoo import example_inputs
+        from accuracy.workflows.model.sweep import run_model
+        from accuracy.workflows.model.zoo import example_inputs
 
         with tempfile.TemporaryDirectory() as tmp:
             inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
@@ -46,9 +46,9 @@ class SmallModelPorts:
         }
 
     def setup(self, judged: dict, port: str) -> None:
-        from accuracy.workflows.model_activations import load_model, record
-        from accuracy.workflows.model_ports import build_port
-        from accuracy.workflows.model_zoo import example_inputs
+        from accuracy.workflows.model.ports import build_port
+        from accuracy.workflows.model.trace import load_model, record
+        from accuracy.workflows.model.zoo import example_inputs
 
         self.inputs = example_inputs("small_cnn")
         model = load_model(MODEL)

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.model_layers import run_model
-from accuracy.workflows.model_zoo import example_inputs
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.zoo import example_inputs
 
 PORTS = {
     "resnet18": ("onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"),
@@ -38,7 +38,7 @@ def main() -> None:
             inputs = write_arrays(Path(tmp) / f"{model}.npz", example_inputs(model))
             for port in args.ports or PORTS[model]:
                 started = time.perf_counter()
-                (p,) = run_model(f"accuracy.workflows.model_zoo:{model}", inputs, [port]).ports
+                (p,) = run_model(f"accuracy.workflows.model.zoo:{model}", inputs, [port]).ports
                 wall = time.perf_counter() - started
                 print(
                     f"| {model} | {port} | {p['compared']} | {p['flagged']} | {p['not_compared']} | "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
+from accuracy.workflows.model.ports import BUILT_IN, default_ports
 
 
 def register(sub) -> None:
@@ -34,7 +34,8 @@ def register(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help=f"a port to build (repeatable): {', '.join(PORT_NAMES)} (default: {', '.join(DEFAULT_PORTS)}, "
+        help=f"a port to build (repeatable): {', '.join(s.name for s in BUILT_IN)}, or one a plugin adds "
+        f"(default: {', '.join(default_ports(gpu=False))}, "
         "plus cuda and cuda-tf32 where a GPU is; a CUDA port without a GPU is reported absent, never an error)",
     )
     p.add_argument(
@@ -66,7 +67,7 @@ def run(args) -> int:
         raise OpbenchError("two --activations arguments share a label; give each its own")
     if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
         raise OpbenchError(f"--html {args.html}: already exists")
-    from accuracy.workflows.model_layers import run_model  # torch, pandas: only when it runs
+    from accuracy.workflows.model.sweep import run_model  # torch, pandas: only when it runs
 
     report = run_model(
         args.factory,

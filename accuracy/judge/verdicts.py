@@ -8,8 +8,11 @@
   exact value is finite, or a declared semantic variant (it computes something else);
 - `undetermined`: no valid worst-case bound at this size and precision.
 
-`judge` takes any inputs and any output: the registry's generated cases and a user's own
-arrays are judged by the same code. A result equal to the exact value rounded to its format
+`Evidence.judge` is the one judge, whatever the subject: a registry op (the registry's generated
+cases, `check OP` on a user's arrays, a model unit that is a registry op), a function with no
+worst-case bound (`check --fn`, any other model unit: the typical tier of its own runs), or an
+exact lookup (a model unit with integer inputs only). Where no verdict is given, the outcome says
+why: `not compared` or `error`. A result equal to the exact value rounded to its format
 (+-inf on overflow, 0 or a subnormal on underflow) has error 0, whatever the tier.
 """
 
@@ -54,6 +57,37 @@ class Verdict(StrEnum):
 WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = Verdict
 VERDICTS = tuple(Verdict)  # the index is the asv tier (lower is better)
 NAN = float("nan")
+
+
+class Unjudged(StrEnum):
+    """Outcomes that are not verdicts: a unit no port output could be compared for, or an
+    implementation that failed to run. Never counted as within rounding."""
+
+    NOT_COMPARED = "not compared"
+    ERROR = "error"
+
+
+NOT_COMPARED, ERROR = Unjudged
+Outcome = Verdict | Unjudged
+
+
+@dataclass(frozen=True)
+class FunctionSubject:
+    """A function no registry op describes (a user's, a model unit's): no worst-case bound exists,
+    so it is held to the typical tier of its own runs, `model` (None where its formula cannot be
+    followed); `basis` says in words how that tier was derived."""
+
+    name: str
+    model: TypicalModel | None
+    basis: str
+
+
+@dataclass(frozen=True)
+class ExactLookup:
+    """A computation on integer inputs only (an embedding lookup): nothing rounds, so its output
+    equals its float64 evaluation or it does not."""
+
+    name: str
 
 
 def tier(verdict: str) -> int:
@@ -107,13 +141,14 @@ def _fmt_ulps(v: float) -> str:
 
 class Evidence:
     """Everything verdicts need about one input set, computed once and shared by every output
-    judged on it (explain judges every implementation on the same inputs)."""
+    judged on it (explain judges every implementation on the same inputs). `subject` is a registry
+    op, a FunctionSubject or an ExactLookup; the last two come with their `exact` (float64) value."""
 
-    def __init__(self, op: Any, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
-        self.op = op
+    def __init__(self, subject: Any, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
+        self.op = subject
         self.fmt = fmt
         self.inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in inputs.items()}
-        self.exact = exact if exact is not None else op.exact(self.inputs64, fmt)
+        self.exact = exact if exact is not None else subject.exact(self.inputs64, fmt)
         self._bounds: dict[str, Any] = {}  # bounds by compute format, and "growth"
         self._typical: dict[str, TypicalModel | None] = {}
         self.ulp = ulp(self.exact.hi, fmt)
@@ -177,6 +212,10 @@ class Evidence:
         `contract` holds it to a stated ulp contract instead of the one `impl` publishes, and
         `compute` to a precision known from outside (a model port run with TF32 on)."""
         output = np.asarray(output)
+        if isinstance(self.op, FunctionSubject):
+            return self._by_function(output, self.op)
+        if isinstance(self.op, ExactLookup):
+            return self._by_lookup(output)
         if output.shape != self.exact.shape:
             raise ValueError(f"output has shape {output.shape} but the {self.op.name} reference has {self.exact.shape}")
         if hasattr(impl, "at"):  # a registry Impl: its declarations at this dtype (Impl.per_dtype)
@@ -234,6 +273,45 @@ class Evidence:
                 **common,
             )
         return self._by_typical(output, err, bound, compute, common)
+
+    def _by_function(self, output: np.ndarray, subject: FunctionSubject) -> Judgement:
+        fmt, exact, model = self.fmt, self.exact, subject.model
+        err = rounding_error(output, exact, fmt)
+        fields: dict[str, Any] = {
+            "compute": fmt.name,
+            "worst": self.worst(output, err, np.nan if model is None else model.threshold),
+        }
+        no_bound = "no worst-case bound exists for an arbitrary function"
+        if fmt.name == "float64":
+            return Judgement(
+                UNDETERMINED,
+                "the reference is the function evaluated in float64: no more precise than a float64 result "
+                f"({no_bound})",
+                **fields,
+            )
+        nonfinite = int(np.count_nonzero(np.isinf(err)))
+        if nonfinite:
+            return Judgement(
+                BEYOND, f"{nonfinite} non-finite result(s) where the float64 evaluation is finite", **fields
+            )
+        if model is None:
+            return Judgement(UNDETERMINED, f"typical tier not modelled: {subject.basis} ({no_bound})", **fields)
+        ratio = model.ratio(err)
+        median, sharpest = model.threshold_ulps(exact, fmt)
+        fields |= {"typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest}
+        tier = f"{subject.basis} (flags errors >= {median:.3g} ulp here; {no_bound})"
+        if ratio > 1:
+            return Judgement(SUSPICIOUS, f"{ratio:.3g}x the typical threshold: {tier}", **fields)
+        return Judgement(WITHIN, f"typical of a correct {fmt.name} evaluation: {tier}", **fields)
+
+    def _by_lookup(self, output: np.ndarray) -> Judgement:
+        if np.array_equal(np.asarray(output, dtype=np.float64), self.exact.hi):
+            return Judgement(WITHIN, "integer inputs only: equals its float64 evaluation", self.fmt.name)
+        return Judgement(
+            UNDETERMINED,
+            "integer inputs only: differs from its float64 evaluation, and no typical tier models it",
+            self.fmt.name,
+        )
 
     def _by_contract(
         self, output: np.ndarray, err: np.ndarray, contract: contracts.Contract, common: dict[str, Any]

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,11 +32,11 @@ from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge import contracts
-from accuracy.judge.error_metrics import rounding_error, ulp_error
+from accuracy.judge.error_metrics import ulp_error
 from accuracy.judge.metric_table import BY_NAME
 from accuracy.judge.precision import compute_format
 from accuracy.judge.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Evidence, Judgement
+from accuracy.judge.verdicts import WITHIN, Evidence, FunctionSubject, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
 from accuracy.workflows.explain import pairs_section, pairwise
@@ -70,7 +69,7 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{printable(o['label'])}: {o['verdict']}: {o['reason']}; worst element {_worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {o['reason']}; worst element {worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
@@ -82,7 +81,7 @@ class CheckReport:
         lines += format_table(
             ["output", "verdict", *(m.label for m in columns), "worst element"],
             [
-                [o["label"], o["verdict"], *(format_number(o[m.field]) for m in columns), _worst_text(o["worst"])]
+                [o["label"], o["verdict"], *(format_number(o[m.field]) for m in columns), worst_text(o["worst"])]
                 for o in self.outputs
             ],
         )
@@ -99,7 +98,8 @@ def _json_safe(value):
     return None if isinstance(value, float) and value != value else value
 
 
-def _worst_text(worst: dict) -> str:
+def worst_text(worst: dict) -> str:
+    """The element that decided, as the answer lines print it."""
     if not worst:
         return "-"
     return (
@@ -108,7 +108,8 @@ def _worst_text(worst: dict) -> str:
     )
 
 
-def _row(label: str, output: np.ndarray, exact: Exact, judgement: Judgement) -> dict:
+def judged_row(label: str, output: np.ndarray, exact: Exact, judgement: Judgement) -> dict:
+    """One output's row of a report: its verdict and the numbers behind it."""
     ulps = ulp_error(output, exact)
     finite = ulps[np.isfinite(ulps)]
     return {
@@ -206,7 +207,7 @@ def _check_names(op: OpInfo, inputs: dict, source: str) -> None:
         raise OpbenchError(f"{source}: {'; '.join(problems)}: {op.name} takes inputs {', '.join(expected)}")
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else ""
 
 
@@ -246,7 +247,7 @@ def _op_fp64_shape(op: OpInfo, inputs: dict, source: str) -> tuple:
     except Exception as exc:
         raise OpbenchError(
             f"{source}: {op.name} cannot take inputs of shapes {_shapes(inputs)} "
-            f"({_first_line(exc) or type(exc).__name__})"
+            f"({first_line(exc) or type(exc).__name__})"
         ) from None
 
 
@@ -278,7 +279,7 @@ def check_op(
         op.name,
         fmt.name,
         {k: list(a.shape) for k, a in rounded.items()},
-        [_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
+        [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
         pairwise(arrays, judgements),
     )
 
@@ -321,7 +322,7 @@ def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple
         try:
             result = _call(fn, inputs, fmt, backend_name)
         except Exception as exc:
-            failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {_first_line(exc)}")
+            failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {first_line(exc)}")
             continue
         if backend_name == "numpy" and "torch" in sys.modules and _computes_with_torch(fn, inputs):
             return "torch", _call(fn, inputs, fmt, "torch")
@@ -345,7 +346,7 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
         return _call(fn, inputs, fmt, backend_name)
     except Exception as exc:
         raise OpbenchError(
-            f"{name} failed on {_shapes(inputs)} in {fmt.name}: {type(exc).__name__}: {_first_line(exc)}"
+            f"{name} failed on {_shapes(inputs)} in {fmt.name}: {type(exc).__name__}: {first_line(exc)}"
         ) from None
 
 
@@ -401,34 +402,6 @@ def _function_model(
     )
 
 
-def _judge_function(evidence: Evidence, output, model: TypicalModel | None, basis: str) -> Judgement:
-    fmt, exact = evidence.fmt, evidence.exact
-    err = rounding_error(output, exact, fmt)
-    fields: dict[str, Any] = {
-        "compute": fmt.name,
-        "worst": evidence.worst(output, err, np.nan if model is None else model.threshold),
-    }
-    no_bound = "no worst-case bound exists for an arbitrary function"
-    if fmt.name == FLOAT64.name:
-        return Judgement(
-            UNDETERMINED,
-            f"the reference is the function evaluated in float64: no more precise than a float64 result ({no_bound})",
-            **fields,
-        )
-    nonfinite = int(np.count_nonzero(np.isinf(err)))
-    if nonfinite:
-        return Judgement(BEYOND, f"{nonfinite} non-finite result(s) where the float64 evaluation is finite", **fields)
-    if model is None:
-        return Judgement(UNDETERMINED, f"typical tier not modelled: {basis} ({no_bound})", **fields)
-    ratio = model.ratio(err)
-    median, sharpest = model.threshold_ulps(exact, fmt)
-    fields |= {"typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest}
-    tier = f"{basis} (flags errors >= {median:.3g} ulp here; {no_bound})"
-    if ratio > 1:
-        return Judgement(SUSPICIOUS, f"{ratio:.3g}x the typical threshold: {tier}", **fields)
-    return Judgement(WITHIN, f"typical of a correct {fmt.name} evaluation: {tier}", **fields)
-
-
 def check_function(fn: Callable | str, inputs, outputs=None, products: FloatFormat | None = None) -> CheckReport:
     name = fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
     fn = load_function(fn) if isinstance(fn, str) else fn
@@ -440,18 +413,34 @@ def check_function(fn: Callable | str, inputs, outputs=None, products: FloatForm
     backend_name, own = _first_run(fn, name, rounded, fmt)
     reference = _evaluate(fn, name, {k: a.astype(np.float64) for k, a in rounded.items()}, FLOAT64, backend_name)
     _check_shapes(given, reference.shape, f"{name} on {source}")
-    exact = Exact.from_float64(reference)
-    evidence = Evidence(None, rounded, fmt, exact)
-    model, basis = _function_model(fn, backend_name, evidence.inputs64, exact, fmt, own, products)
+    evidence = function_evidence(fn, name, backend_name, rounded, fmt, own, reference, products)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
-    judgements = {label: _judge_function(evidence, a, model, basis) for label, a in arrays.items()}
+    judgements = {label: evidence.judge(a) for label, a in arrays.items()}
     return CheckReport(
         name,
         fmt.name,
         {k: list(a.shape) for k, a in rounded.items()},
-        [_row(label, arrays[label], exact, j) for label, j in judgements.items()],
+        [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
         pairwise(arrays, judgements),
     )
+
+
+def function_evidence(
+    fn: Callable,
+    name: str,
+    backend_name: str,
+    rounded: dict[str, np.ndarray],
+    fmt: FloatFormat,
+    own: np.ndarray,
+    reference: np.ndarray,
+    products: FloatFormat | None = None,
+) -> Evidence:
+    """The evidence to judge outputs of `fn` on `rounded` by: its float64 evaluation `reference`
+    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`)."""
+    exact = Exact.from_float64(reference)
+    inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in rounded.items()}
+    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products)
+    return Evidence(FunctionSubject(name, model, basis), rounded, fmt, exact)
 
 
 def check(

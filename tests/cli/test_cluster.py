@@ -257,10 +257,10 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     dask_cluster, tmp_path, monkeypatch, capsys
 ):
     address, scheduler, _ = dask_cluster
-    block = ["accuracy.workflows.model_zoo:small_transformer", "--inputs", "x=2x4x16", "--port", "torchscript"]
+    block = ["accuracy.workflows.model.zoo:small_transformer", "--inputs", "x=2x4x16", "--port", "torchscript"]
     assert _model(capsys, *block, "--dask", address)[:2] == _model(capsys, *block)[:2]
 
-    (tmp_path / "only_here.py").write_text("from accuracy.workflows.model_zoo import small_transformer as make\n")
+    (tmp_path / "only_here.py").write_text("from accuracy.workflows.model.zoo import small_transformer as make\n")
     monkeypatch.chdir(tmp_path)  # importable here (the current directory), not where the workers run
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert main(["model", "only_here:make", "--inputs", "x=2x4x16", "--dask", address]) == 2

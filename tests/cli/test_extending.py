@@ -237,6 +237,39 @@ BACKENDS = [Tiny()]
 '''
 
 
+PORT_PLUGIN = '''
+"""A port of `opbench model`, one module and one spec row: the model with its fc bias doubled."""
+import copy
+
+import torch
+
+from accuracy.workflows.model.ports import PortSpec
+from accuracy.workflows.model.ports.base import EndToEnd, Port
+from accuracy.workflows.model.trace import record
+
+
+class DoubledBias(Port):
+    description = "PyTorch with fc's bias doubled"
+
+    def __init__(self, name, model):
+        self.name, self.model = name, copy.deepcopy(model)
+        with torch.no_grad():
+            self.model.fc.bias.mul_(2)
+
+    def isolated(self, unit, inputs):
+        (call,) = unit.calls
+        with torch.no_grad():
+            return self.model.get_submodule(call.path)(*inputs).numpy()
+
+    def end_to_end(self, inputs, units):
+        calls, out = record(self.model, inputs)
+        return EndToEnd({c.key: c.output.numpy() for c in calls}, out.numpy())
+
+
+PORTS = [PortSpec("doubled-bias", lambda name, model, inputs: DoubledBias(name, model))]
+'''
+
+
 def _python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
     """`python -c CODE` with the throw-away package importable (the CLI goes through run_opbench)."""
     env = {**os.environ, **_finding(site)}
@@ -389,3 +422,20 @@ def test_per_dtype_declarations_apply_at_their_dtype_only():
     assert half.semantics == "" and half.verdict == "within rounding"
     with pytest.raises(ValueError, match="per_dtype"):
         Impl("numpy", "bad", lambda ns, x: x, ("float32",), per_dtype={"float16": {"finding": "x"}})
+
+
+@pytest.mark.slow  # end to end: the plugin is found by a fresh process
+def test_contract_port_is_one_module_and_one_spec_row(tmp_path):
+    """Row "port": an `opbench.ports` entry point adds a port that `opbench model --port` builds and
+    judges unit by unit like a built-in one: its one wrong layer is the first not within rounding."""
+    site = _package(tmp_path, "opbench_doubled", PORT_PLUGIN, "[opbench.ports]\ndoubled = opbench_doubled\n")
+    model = "accuracy.workflows.model.zoo:small_cnn"
+    args = ("model", model, "--inputs", "x=2x3x8x8", "--port", "doubled-bias", "--port", "threads:1", "--json")
+    out = run_opbench(*args, env=_finding(site))
+    assert out.returncode == 1, out.stderr
+    doubled, threads = json.loads(out.stdout)["ports"]
+    assert doubled["port"] == "doubled-bias" and doubled["description"] == "PyTorch with fc's bias doubled"
+    assert doubled["first_not_within"] == "fc" and doubled["flagged"] == 1 and doubled["compared"] == 8
+    assert threads["flagged"] == 0
+    unknown = run_opbench("model", model, "--inputs", "x=2x3x8x8", "--port", "doubled-bias")
+    assert unknown.returncode == 2 and "doubled-bias" not in unknown.stderr.partition("choose from")[2]

@@ -1,6 +1,6 @@
 """`opbench model` (#24): per-layer verdicts of a whole model's ports on identical inputs.
 
-Small models from accuracy.workflows.model_zoo. Each known port bug is injected into a copy of
+Small models from accuracy.workflows.model.zoo. Each known port bug is injected into a copy of
 the model whose layers keep the reference's module paths; its activations file (the format any
 runtime writes) is the port, and the command must name the right layer first while the layers
 before it stay within rounding. Correct ports (ONNX Runtime with and without optimizations,
@@ -22,15 +22,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from accuracy.cli.main import main
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.precision import TF32
-from accuracy.judge.verdicts import WITHIN
+from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
 from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.model_activations import activations, load_model, model_inputs, record, run_reference
-from accuracy.workflows.model_layers import NOT_COMPARED, _evaluate_ports, run_model
-from accuracy.workflows.model_ports import TorchPort
-from accuracy.workflows.model_zoo import example_inputs, small_cnn, small_transformer
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.ports.torch_variants import TorchPort
+from accuracy.workflows.model.sweep import evaluate_ports, run_model
+from accuracy.workflows.model.trace import load_model, model_inputs, record, run_reference
+from accuracy.workflows.model.zoo import example_inputs, small_cnn, small_transformer
 
-CNN = "accuracy.workflows.model_zoo:small_cnn"
-BLOCK = "accuracy.workflows.model_zoo:small_transformer"
+CNN = "accuracy.workflows.model.zoo:small_cnn"
+BLOCK = "accuracy.workflows.model.zoo:small_transformer"
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_onnx_runtime_port_of_a_transformer_block_flags_no_layer(block_inputs):
         "proj": "registry op linear",
         "norm": "registry op layer_norm",
         "up": "registry op linear",
-        "gelu": "typical tier of check --fn",
+        "gelu": "registry op gelu",  # the catalog declares nn.GELU (erf) as the registry op (module_ops.py)
         "down": "registry op linear",
     }
 
@@ -181,11 +182,11 @@ def _bad(capsys, *args) -> str:
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, cnn_inputs):
     saved = tmp_path / "saved.safetensors"
     assert "cannot import" in _bad(capsys, "no_such_module:f", "--inputs", cnn_inputs, "--save-activations", saved)
-    assert "not a torch.nn.Module" in _bad(capsys, "accuracy.workflows.model_zoo:not_a_module", "--inputs", cnn_inputs)
+    assert "not a torch.nn.Module" in _bad(capsys, "accuracy.workflows.model.zoo:not_a_module", "--inputs", cnn_inputs)
     wrong = write_arrays(tmp_path / "wrong.npz", {"x": np.zeros((2, 5, 8, 8), np.float32)})
     assert "cannot take inputs x (2, 5, 8, 8)" in _bad(capsys, CNN, "--inputs", wrong, "--save-activations", saved)
     flat = write_arrays(tmp_path / "flat.npz", {"x": np.zeros((2, 8), np.float32)})
-    line = _bad(capsys, "accuracy.workflows.model_zoo:not_exportable", "--inputs", flat, "--port", "onnxruntime")
+    line = _bad(capsys, "accuracy.workflows.model.zoo:not_exportable", "--inputs", flat, "--port", "onnxruntime")
     assert "aten::fft_rfft" in line
     reference = small_cnn().eval()
     calls, out = record(reference, example_inputs("small_cnn"))
@@ -214,7 +215,7 @@ def test_cuda_ports_with_tf32_off_and_on_flag_no_layer_on_a_gpu(example, tmp_pat
     """On an H200 (docs/gpu.md): TF32 on is within rounding at TF32 precision, and BERT's LayerNorm
     (eps 1e-12, judged as a function) no longer 'suspicious' on CUDA with TF32 off."""
     inputs = write_arrays(tmp_path / "x.npz", example_inputs(example))
-    report = run_model(f"accuracy.workflows.model_zoo:{example}", inputs, ["cuda", "cuda-tf32"])
+    report = run_model(f"accuracy.workflows.model.zoo:{example}", inputs, ["cuda", "cuda-tf32"])
     assert report.absent == []
     for port in report.ports:
         assert port["flagged"] == 0, (port["port"], [(r["path"], r["reason"]) for r in port["layers"]])
@@ -255,7 +256,7 @@ def _tf32_port_report(spec: str, inputs, judged_as_tf32: bool) -> dict:
     given = model_inputs(inputs)
     calls, _ = run_reference(model, given, str(inputs))
     port = TorchPort("tf32-on-the-cpu", model, "TF32 matmuls and convolutions", wrap=in_tf32, tf32=judged_as_tf32)
-    (report,) = _evaluate_ports([port], model, given, calls)
+    (report,) = evaluate_ports([port], model, given, calls)
     return report
 
 
@@ -281,7 +282,7 @@ def test_tf32_results_are_within_rounding_at_tf32_and_a_tf32_leak_into_float32_i
 
 @pytest.mark.slow  # imports TensorFlow
 def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
-    from accuracy.workflows.model_zoo import keras_small_cnn
+    from accuracy.workflows.model.zoo import keras_small_cnn
 
     correct = run_model(CNN, cnn_inputs, keras=keras_small_cnn())
     (port,) = correct.ports

@@ -156,7 +156,7 @@ import os
 from accuracy.backends.tensorflow import NOT_IMPORTED_WITH_TENSORFLOW, intra_op_threads
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.model_zoo import keras_small_cnn
+from accuracy.workflows.model.zoo import keras_small_cnn
 backend = get_backend("tensorflow")  # TF imported (above) as opbench imports it: no runtime yet
 pid = os.fork()
 if pid == 0:  # the user's code starts TF's runtime before opbench runs

@@ -4,7 +4,7 @@ TorchScript in-process where no C++ compiler is, and the report says which ran.
 Each leaf is traced in Python, saved, loaded by torch::jit::load in the LibTorch extension and
 called with Module::forward, in isolation and end to end. The C++ op is counted through a
 wrapper around torch.ops.opbench_libtorch.script_forward, so a port that quietly ran in-process
-would count none. The models are accuracy.workflows.model_zoo's small ones."""
+would count none. The models are accuracy.workflows.model.zoo's small ones."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from hidden_tools import hide
 from accuracy.backends import get_backend
 from accuracy.cli.main import main
 from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.model_activations import load_model, record
-from accuracy.workflows.model_layers import run_model
-from accuracy.workflows.model_ports import build_port
-from accuracy.workflows.model_zoo import example_inputs
+from accuracy.workflows.model.ports import build_port
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import load_model, record
+from accuracy.workflows.model.zoo import example_inputs
 
 FROM_CPP = "TorchScript from C++ (LibTorch)"
 NO_COMPILER = "TorchScript in-process (no C++ compiler)"
@@ -30,7 +30,7 @@ MODELS = ["small_cnn", "small_transformer"]
 
 
 def _spec(model: str) -> str:
-    return f"accuracy.workflows.model_zoo:{model}"
+    return f"accuracy.workflows.model.zoo:{model}"
 
 
 def _count_cpp_forwards(monkeypatch) -> list[int]:
@@ -76,12 +76,10 @@ def test_cpp_gives_in_process_torchscript_bits(monkeypatch, model):
     for unit in units:
         ours, theirs = (p.isolated(unit, unit.calls[0].inputs) for p in (cpp, in_process))
         assert ours.dtype == theirs.dtype == np.float32 and ours.tobytes() == theirs.tobytes(), unit.key
-    (outputs, _, out), (in_process_outputs, _, in_process_out) = (
-        p.end_to_end(inputs, units) for p in (cpp, in_process)
-    )
-    assert outputs.keys() == in_process_outputs.keys() == {c.key for c in calls}
-    assert all(outputs[k].tobytes() == in_process_outputs[k].tobytes() for k in outputs)
-    assert out.tobytes() == in_process_out.tobytes()
+    ours, theirs = (p.end_to_end(inputs, units) for p in (cpp, in_process))
+    assert ours.outputs.keys() == theirs.outputs.keys() == {c.key for c in calls}
+    assert all(ours.outputs[k].tobytes() == theirs.outputs[k].tobytes() for k in ours.outputs)
+    assert ours.output.tobytes() == theirs.output.tobytes()
 
 
 def test_without_a_compiler_torchscript_runs_in_process_and_says_so(monkeypatch, capsys, tmp_path):

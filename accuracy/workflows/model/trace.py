@@ -1,15 +1,9 @@
-"""A reference model's layers and their activations: what every port is fed and judged on.
+"""The reference model: its factory, its inputs, and the leaf calls of one forward pass.
 
 The reference is a torch `nn.Module` from a factory (MODULE:FUNCTION). Forward hooks on its leaf
-modules record, per call, the tensors it received and gave back. The activations file is the
-interchange format with any runtime (`.safetensors` or `.npz`):
-
-- `<module path>` (e.g. `layer1.0.conv1`): that layer's output;
-- `<module path>/in0`, `/in1`, ...: the tensor inputs it received, in call order;
-- `output`: the model's output.
-
-A module called more than once in a forward pass (torchvision's BasicBlock calls its `relu`
-twice) gives one key per call: `layer1.0.relu`, then `layer1.0.relu#2`, ...
+modules record, per call, the tensors it received and gave back. A module called more than once
+in a forward pass (torchvision's BasicBlock calls its `relu` twice) gives one key per call:
+`layer1.0.relu`, then `layer1.0.relu#2`, ...
 """
 
 from __future__ import annotations
@@ -23,14 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from accuracy.core.dtypes import FORMATS
+from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.reference.inputs import normal, seed_for
-from accuracy.workflows.array_files import read_arrays, write_arrays
+from accuracy.workflows.array_files import as_array, read_arrays
 from accuracy.workflows.check import load_function
 
-OUTPUT_KEY = "output"
-INPUT_SUFFIX = "/in{}"
 CALL_MARK = "#"
 
 
@@ -56,6 +48,12 @@ def call_key(path: str, index: int) -> str:
 
 def leaf_modules(model) -> dict[str, Any]:
     return {name: m for name, m in model.named_modules() if name and not any(True for _ in m.children())}
+
+
+def torch_dtype(fmt: FloatFormat):
+    import torch
+
+    return getattr(torch, fmt.name)
 
 
 def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
@@ -113,50 +111,40 @@ def first_tensor(out):
 
 
 def to_numpy(tensor) -> np.ndarray:
-    from accuracy.workflows.array_files import as_array
-
     return as_array(tensor, "tensor")
 
 
-def activations(calls: list[LayerCall], output) -> dict[str, np.ndarray]:
-    """The activations file's arrays for these calls."""
-    arrays = {}
-    for call in calls:
-        arrays[call.key] = to_numpy(call.output)
-        for i, t in enumerate(call.inputs):
-            arrays[call.key + INPUT_SUFFIX.format(i)] = to_numpy(t)
-    arrays[OUTPUT_KEY] = to_numpy(output)
-    return arrays
+def converted(module, dtype, device: str = "cpu"):
+    """A copy of `module` with its floating parameters and buffers in `dtype` on `device`."""
+    return copy.deepcopy(module).to(device=device, dtype=dtype)
 
 
-def save_activations(path: Path | str, arrays: dict[str, np.ndarray]) -> Path:
-    return write_arrays(path, arrays)
+def composed(modules: list) -> Callable:
+    """Leaf calls chained: each one's output is the next one's only input."""
+
+    def run(*inputs):
+        out = modules[0](*inputs)
+        for m in modules[1:]:
+            out = m(out)
+        return out
+
+    return run
 
 
-def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.ndarray]:
-    """A runtime's activations file, checked against the reference model's layers: a key that
-    names no layer, a layer output of another shape or a missing model output is bad input."""
-    arrays = read_arrays(path)
-    expected = {c.key: c for c in calls}
-    known = set(expected) | {OUTPUT_KEY}
-    for call in calls:
-        known |= {call.key + INPUT_SUFFIX.format(i) for i in range(len(call.inputs))}
-    extra = sorted(k for k in arrays if k not in known)
-    if extra:
-        raise OpbenchError(f"{path}: keys that name no layer input or output of the model: {', '.join(extra[:5])}")
-    if OUTPUT_KEY not in arrays:
-        raise OpbenchError(f"{path}: missing key {OUTPUT_KEY!r} (the model's output)")
-    layer_keys = [k for k in expected if k in arrays]
-    if not layer_keys:
-        raise OpbenchError(f"{path}: holds no layer output; keys are module paths, e.g. {next(iter(expected))}")
-    for key, array in arrays.items():
-        ref = expected.get(key.split("/")[0])
-        if ref is None:
-            continue
-        tensor = ref.output if "/" not in key else ref.inputs[int(key.rpartition("/in")[2])]
-        if tuple(array.shape) != tuple(tensor.shape):
-            raise OpbenchError(f"{path}: {key!r} has shape {tuple(array.shape)}, the model's has {tuple(tensor.shape)}")
-    return arrays
+def typed_inputs(inputs: dict[str, np.ndarray], fmt: FloatFormat) -> dict:
+    """The model inputs as torch tensors, floats in `fmt` (integer ids and masks as they are)."""
+    import torch
+
+    return {
+        k: torch.as_tensor(v).to(torch_dtype(fmt)) if np.issubdtype(v.dtype, np.floating) else torch.as_tensor(v)
+        for k, v in inputs.items()
+    }
+
+
+def run_in(model, inputs: dict[str, np.ndarray], fmt: FloatFormat) -> tuple[list[LayerCall], Any]:
+    """The model with its parameters and floating inputs in `fmt`: the float64 reference run, and
+    PyTorch's own output at a port's dtype (the yardstick for the port's end-to-end error)."""
+    return record(converted(model, torch_dtype(fmt)), typed_inputs(inputs, fmt))
 
 
 # --- the factory and its inputs ------------------------------------------------------------
@@ -214,20 +202,3 @@ def run_reference(model, inputs: dict[str, np.ndarray], source: str) -> tuple[li
     if not calls:
         raise OpbenchError(f"{source}: the model called no leaf module; nothing to compare layer by layer")
     return calls, out
-
-
-def converted(module, dtype, device: str = "cpu"):
-    """A copy of `module` with its floating parameters and buffers in `dtype` on `device`."""
-    return copy.deepcopy(module).to(device=device, dtype=dtype)
-
-
-def composed(modules: list) -> Callable:
-    """Leaf calls chained: each one's output is the next one's only input."""
-
-    def run(*inputs):
-        out = modules[0](*inputs)
-        for m in modules[1:]:
-            out = m(out)
-        return out
-
-    return run

@@ -1,0 +1,66 @@
+"""The activations file: the interchange format with any runtime (`.safetensors` or `.npz`).
+
+- `<module path>` (e.g. `layer1.0.conv1`): that layer's output;
+- `<module path>/in0`, `/in1`, ...: the tensor inputs it received, in call order;
+- `output`: the model's output.
+
+A module's second call is `<module path>#2` (accuracy.workflows.model.trace).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from accuracy.core.errors import OpbenchError
+from accuracy.workflows.array_files import read_arrays, write_arrays
+from accuracy.workflows.model.trace import LayerCall, to_numpy
+
+OUTPUT_KEY = "output"
+INPUT_SUFFIX = "/in{}"
+
+
+def input_key(call: LayerCall, index: int) -> str:
+    return call.key + INPUT_SUFFIX.format(index)
+
+
+def activations(calls: list[LayerCall], output) -> dict[str, np.ndarray]:
+    """The activations file's arrays for these calls."""
+    arrays = {}
+    for call in calls:
+        arrays[call.key] = to_numpy(call.output)
+        for i, t in enumerate(call.inputs):
+            arrays[input_key(call, i)] = to_numpy(t)
+    arrays[OUTPUT_KEY] = to_numpy(output)
+    return arrays
+
+
+def save_activations(path: Path | str, arrays: dict[str, np.ndarray]) -> Path:
+    return write_arrays(path, arrays)
+
+
+def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.ndarray]:
+    """A runtime's activations file, checked against the reference model's layers: a key that
+    names no layer, a layer output of another shape or a missing model output is bad input."""
+    arrays = read_arrays(path)
+    expected = {c.key: c for c in calls}
+    known = set(expected) | {OUTPUT_KEY}
+    for call in calls:
+        known |= {input_key(call, i) for i in range(len(call.inputs))}
+    extra = sorted(k for k in arrays if k not in known)
+    if extra:
+        raise OpbenchError(f"{path}: keys that name no layer input or output of the model: {', '.join(extra[:5])}")
+    if OUTPUT_KEY not in arrays:
+        raise OpbenchError(f"{path}: missing key {OUTPUT_KEY!r} (the model's output)")
+    layer_keys = [k for k in expected if k in arrays]
+    if not layer_keys:
+        raise OpbenchError(f"{path}: holds no layer output; keys are module paths, e.g. {next(iter(expected))}")
+    for key, array in arrays.items():
+        ref = expected.get(key.split("/")[0])
+        if ref is None:
+            continue
+        tensor = ref.output if "/" not in key else ref.inputs[int(key.rpartition("/in")[2])]
+        if tuple(array.shape) != tuple(tensor.shape):
+            raise OpbenchError(f"{path}: {key!r} has shape {tuple(array.shape)}, the model's has {tuple(tensor.shape)}")
+    return arrays

@@ -1,0 +1,95 @@
+"""The port table: every port `opbench model --port NAME` can build, one spec each.
+
+A port is one module (a `Port` subclass and a builder) plus one `PortSpec` row here; a package
+adds its own through the `opbench.ports` entry point (a module exporting `PORTS`, a list of
+`PortSpec`). Ports a user brings (an activations file, a Keras model) are not named by `--port`:
+they are `activations.FilePort` and `keras_layers.KerasPort`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accuracy.core.errors import OpbenchError
+from accuracy.core.plugins import load_plugins
+from accuracy.workflows.model.ports import onnx_export, torch_variants
+from accuracy.workflows.model.ports.base import Port
+
+COUNT = ":N"  # a name ending so takes a count: threads:N is threads:1, threads:2, ...
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One port: its `--port` name, the backends it runs on besides torch (a Dask worker preloads
+    them), whether `opbench model` runs it by default and whether it needs a GPU, and `build`:
+    (the name as given, the model, its inputs by name) -> the Port, or a sentence saying why it
+    is absent on this machine (never an error)."""
+
+    name: str
+    build: Callable[[str, Any, dict], Port | str]
+    backends: tuple[str, ...] = ()
+    default: bool = False
+    needs_gpu: bool = False
+
+    def matches(self, name: str) -> bool:
+        if not self.name.endswith(COUNT):
+            return name == self.name
+        return name.startswith(self.name.removesuffix("N"))
+
+
+BUILT_IN = (
+    PortSpec("onnxruntime", onnx_export.onnxruntime, ("onnxruntime",), default=True),
+    PortSpec("onnxruntime-noopt", onnx_export.onnxruntime, ("onnxruntime",), default=True),
+    PortSpec("torchscript", torch_variants.torchscript, ("libtorch",), default=True),
+    PortSpec("compile", torch_variants.compiled),
+    PortSpec("bfloat16", torch_variants.low_precision),
+    PortSpec("float16", torch_variants.low_precision),
+    PortSpec("threads:N", torch_variants.threads),
+    PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
+    PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
+)
+
+
+@functools.cache
+def port_specs() -> tuple[PortSpec, ...]:
+    """The built-in ports, then those installed packages add (a clash with a built-in name is left out)."""
+    plugins = [
+        s for s in load_plugins("opbench.ports", "PORTS", PortSpec) if not any(s.name == b.name for b in BUILT_IN)
+    ]
+    return (*BUILT_IN, *plugins)
+
+
+def port_names() -> tuple[str, ...]:
+    return tuple(s.name for s in port_specs())
+
+
+def spec_for(name: str) -> PortSpec:
+    """The spec `--port name` asks for; one line for a name no port has, before any port is built."""
+    spec = next((s for s in port_specs() if s.matches(name)), None)
+    if spec is None:
+        raise OpbenchError(f"--port {name!r}: unknown port; choose from {', '.join(port_names())}")
+    if spec.name.endswith(COUNT):
+        count = name.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+            example = spec.name.replace("N", "1")
+            raise OpbenchError(f"--port {name}: expected {spec.name} with N >= 1, e.g. {example}")
+    return spec
+
+
+def default_ports(gpu: bool) -> list[str]:
+    """What `opbench model` runs without --port: the GPU ones only where a GPU is."""
+    return [s.name for s in BUILT_IN if s.default and (gpu or not s.needs_gpu)]
+
+
+def build_port(name: str, model, inputs: dict) -> Port | str:
+    """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
+    spec = spec_for(name)
+    if spec.needs_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device on this machine"
+    return spec.build(name, model, inputs)

@@ -1,0 +1,41 @@
+"""A port brought as an activations file from any runtime (accuracy.workflows.model.activations_file)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accuracy.core.dtypes import format_of
+from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
+from accuracy.workflows.model.ports.base import EndToEnd, Feed, Port
+from accuracy.workflows.model.units import Unit
+
+
+class FilePort(Port):
+    """Its units are judged on the inputs the file gives them (the runtime's own), not the reference's."""
+
+    def __init__(self, name: str, arrays: dict[str, np.ndarray]):
+        self.name, self.arrays = name, arrays
+        self.description = "an activations file"
+        outputs = [a for k, a in arrays.items() if "/" not in k]
+        self.fmt = format_of(outputs[0])
+
+    def units(self, calls):
+        return [
+            Unit([c]) if c.key in self.arrays else Unit([c], "the activations file has no output for it") for c in calls
+        ]
+
+    def inputs_for(self, unit) -> Feed | str:
+        from accuracy.backends import get_backend
+
+        call = unit.calls[0]
+        keys = [input_key(call, i) for i in range(len(call.inputs))]
+        if not all(k in self.arrays for k in keys):
+            return "the activations file has no inputs for it"
+        return Feed([get_backend("torch").to_native(self.arrays[k]) for k in keys], self.name)
+
+    def isolated(self, unit, inputs):
+        return self.arrays[unit.last]
+
+    def end_to_end(self, inputs, units) -> EndToEnd:
+        outputs = {k: a for k, a in self.arrays.items() if "/" not in k and k != OUTPUT_KEY}
+        return EndToEnd(outputs, self.arrays[OUTPUT_KEY])

@@ -1,0 +1,162 @@
+"""Ports that are the reference's own modules: in another dtype, thread count or device, or each
+leaf traced (TorchScript, run from C++ by LibTorch) or torch.compile'd."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+
+from accuracy.backends import get_backend
+from accuracy.backends.libtorch import LibTorchBackend
+from accuracy.core.dtypes import FORMATS
+from accuracy.core.errors import OpbenchError
+from accuracy.judge.precision import TF32
+from accuracy.workflows.check import first_line
+from accuracy.workflows.model.ports.base import EndToEnd, Port
+from accuracy.workflows.model.trace import LayerCall, composed, converted, leaf_modules, record, to_numpy, typed_inputs
+from accuracy.workflows.model.units import Unit, port_inputs
+
+SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
+SCRIPT_IN_PROCESS = "TorchScript in-process ({})"  # why C++ is not there: "no C++ compiler"
+
+
+def _ported_leaf(fn, original):
+    """A leaf that runs `fn` (a traced or compiled module) in place of `original`, holding the
+    original's parameters and buffers so that code reading the model's own (a transformers
+    model's `.dtype`) still finds them."""
+    import torch
+
+    class Ported(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.__dict__["fn"] = fn  # not a child: the stand-in stays a leaf with the same path
+            self._parameters.update(original._parameters)
+            self._buffers.update(original._buffers)
+
+        def forward(self, *args):
+            return self.fn(*args)
+
+    return Ported()
+
+
+class TorchPort(Port):
+    """The reference's own modules, in another dtype, thread count or device, or traced / compiled."""
+
+    def __init__(
+        self,
+        name: str,
+        model,
+        description: str,
+        dtype: str = "float32",
+        device: str = "cpu",
+        threads=None,
+        wrap=None,
+        tf32=False,
+    ):
+        self.name, self.model, self.description, self.fmt = name, model, description, FORMATS[dtype]
+        self.device, self.threads, self.wrap = device, threads, wrap
+        self.products = TF32 if tf32 else None
+        self._layers: dict[str, object] = {}
+
+    def _context(self):
+        import contextlib
+
+        import torch
+
+        stack = contextlib.ExitStack()
+        if self.threads:
+            stack.enter_context(get_backend("torch").thread_limit(self.threads))
+        if self.device == "cuda":
+            for flags in (torch.backends.cuda.matmul, torch.backends.cudnn):
+                previous = flags.allow_tf32
+                flags.allow_tf32 = self.products is TF32
+                stack.callback(setattr, flags, "allow_tf32", previous)
+        stack.enter_context(torch.no_grad())
+        return stack
+
+    def _torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.fmt.name)
+
+    def _layer(self, call: LayerCall, inputs: list):
+        if call.path not in self._layers:
+            module = converted(call.module, self._torch_dtype(), self.device)
+            self._layers[call.path] = self.wrap(module, tuple(inputs)) if self.wrap else module
+        return self._layers[call.path]
+
+    def _on_device(self, tensors: list) -> list:
+        return [t.to(self.device) for t in port_inputs(tensors, self.fmt)]
+
+    def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
+        with self._context():
+            args = self._on_device(inputs)
+            layers = [self._layer(c, args if i == 0 else [None]) for i, c in enumerate(unit.calls)]
+            return to_numpy(composed(layers)(*args).to("cpu"))
+
+    def end_to_end(self, inputs, units) -> EndToEnd:
+        model = converted(self.model, self._torch_dtype(), self.device)
+        if self.wrap:
+            for path in leaf_modules(model):
+                if path in self._layers:
+                    model.set_submodule(path, _ported_leaf(self._layers[path], model.get_submodule(path)))
+        feeds = typed_inputs(inputs, self.fmt)
+        with self._context():
+            calls, out = record(model, {k: v.to(self.device) for k, v in feeds.items()})
+        return EndToEnd(
+            {c.key: to_numpy(c.output.to("cpu")) for c in calls},
+            to_numpy(out.to("cpu")),
+            {c.key: [to_numpy(t.to("cpu")) for t in c.inputs] for c in calls},
+        )
+
+
+def _trace(module, example: tuple):
+    import torch
+
+    try:
+        return torch.jit.trace(module, example, check_trace=False)
+    except Exception as exc:
+        raise OpbenchError(f"torchscript: {type(module).__name__} does not trace: {exc}".splitlines()[0]) from None
+
+
+def torchscript(name: str, model, inputs) -> TorchPort:
+    """Each leaf traced in Python, saved, and loaded and run from C++ by LibTorch (torch::jit::load,
+    Module::forward), as a C++ application runs a TorchScript model; in-process where LibTorch
+    cannot be built here, and the port's description says which ran."""
+    libtorch = get_backend("libtorch")
+    assert isinstance(libtorch, LibTorchBackend)
+    missing = libtorch.missing()
+    if missing is None:
+        try:
+            libtorch.preload()  # build (once per torch build) or load the cached build
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # cpp_extension's failed build
+            missing = f"the LibTorch build failed: {type(exc).__name__}: {first_line(exc)}"
+    if missing is not None:
+        return TorchPort(name, model, SCRIPT_IN_PROCESS.format(missing), wrap=_trace)
+    return TorchPort(name, model, SCRIPT_FROM_CPP, wrap=lambda m, example: libtorch.script(_trace(m, example)))
+
+
+def _compile(module, example: tuple):
+    import torch
+
+    return torch.compile(module, dynamic=False)
+
+
+def compiled(name: str, model, inputs) -> TorchPort:
+    return TorchPort(name, model, "each leaf torch.compile'd (inductor)", wrap=_compile)
+
+
+def low_precision(name: str, model, inputs) -> TorchPort:
+    return TorchPort(name, model, f"PyTorch, weights and activations in {name}", dtype=name)
+
+
+def threads(name: str, model, inputs) -> TorchPort:
+    count = name.partition(":")[2]
+    return TorchPort(name, model, f"PyTorch on {count} intra-op threads", threads=int(count))
+
+
+def cuda(name: str, model, inputs) -> TorchPort:
+    tf32 = name == "cuda-tf32"
+    described = "on: matmuls and convolutions judged at TF32 precision" if tf32 else "off"
+    return TorchPort(name, model, f"PyTorch on CUDA, TF32 {described}", device="cuda", tf32=tf32)

@@ -1,0 +1,228 @@
+"""What `opbench model` answers: per port, each unit's row, the first one not within rounding, and
+the end-to-end error; `--json` is `ModelReport.as_dict()`, the terminal text `render()`.
+
+The rows are plain JSON-shaped dicts, typed here (`UnitRow`, `PortResult`), so that the JSON,
+the HTML page (accuracy.report.model_page) and the text read the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import ml_dtypes
+import numpy as np
+
+from accuracy.core.formatting import format_table
+from accuracy.judge.verdicts import NOT_COMPARED, WITHIN, Outcome
+from accuracy.workflows.check import _json_safe, worst_text
+from accuracy.workflows.model.activations_file import OUTPUT_KEY
+from accuracy.workflows.model.ports.base import EndToEnd, Port
+from accuracy.workflows.model.trace import LayerCall
+from accuracy.workflows.model.units import Unit, UnitJudgement, relative
+
+
+class UnitRow(TypedDict, total=False):
+    path: str  # the unit's first call's key
+    covers: list[str]  # every call the unit covers (a fused node covers several)
+    op: str  # the module kinds, and the registry op where it is judged as one
+    verdict: Outcome
+    reason: str
+    tier: str
+    max_ulp: float | None
+    typical_ratio: float | None
+    bound_ratio: float | None
+    introduced: float  # the unit's normwise relative error on the reference's own inputs
+    inherited: float  # the port's end-to-end difference from the float64 model at the unit's input
+    propagated: float  # ... at its output
+    worst: dict[str, Any]
+
+
+class PortResult(TypedDict):
+    port: str
+    description: str
+    dtype: str
+    first_not_within: str | None
+    compared: int
+    flagged: int
+    not_compared: int
+    worst_introduced: float | None
+    layers: list[UnitRow]
+    output: dict[str, float | None]
+    seconds: float
+
+
+@dataclass
+class ModelReport:
+    model: str
+    mode: str
+    inputs: dict[str, list[int]]
+    ports: list[PortResult]
+    absent: list[dict] = field(default_factory=list)
+    # a sweep stopped early (Ctrl-C, a lost Dask scheduler): why, and the ports it never finished
+    interrupted: str | None = None
+    not_run: list[str] = field(default_factory=list)
+
+    @property
+    def within_rounding(self) -> bool:
+        """Exit 0 only if every port compared some layer and every compared layer is within rounding."""
+        return all(
+            p["compared"] > 0 and all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in p["layers"]) for p in self.ports
+        )
+
+    def as_dict(self) -> dict:
+        return _json_safe(
+            {
+                "model": self.model,
+                "mode": self.mode,
+                "inputs": self.inputs,
+                "ports": self.ports,
+                "absent_ports": self.absent,
+                "interrupted": self.interrupted,
+                "ports_not_run": self.not_run,
+            }
+        )
+
+    def answers(self) -> list[str]:
+        lines = []
+        if self.interrupted:
+            lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
+        for p in self.ports:
+            counts = f"{p['compared']} units compared, {p['not_compared']} not compared"
+            if p["first_not_within"] is None:
+                head = f"every compared layer within rounding ({counts})"
+            else:
+                first = next(r for r in p["layers"] if r["path"] == p["first_not_within"])
+                head = (
+                    f"first not within rounding: {first['path']} ({first['op']}): {first['verdict']}: "
+                    f"{first['reason']}; worst element {worst_text(first['worst'])} ({p['flagged']} flagged, {counts})"
+                )
+            out = p["output"]
+            lines.append(
+                f"{p['port']} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
+                f"{_num(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
+                f"{_num(out['reference_relative_error'])})"
+            )
+        return lines
+
+    def render(self) -> str:
+        shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
+        lines = [f"{self.model} in {self.mode} mode on {shapes}", ""]
+        lines += self.answers()
+        lines += [f"{a['port']}: absent ({a['reason']})" for a in self.absent]
+        for p in self.ports:
+            lines += ["", f"{p['port']} [{p['dtype']}]: {p['description']}; layer by layer on identical inputs:"]
+            lines += format_table(
+                ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated"],
+                [
+                    [
+                        " + ".join(r["covers"]),
+                        r["op"],
+                        r["verdict"],
+                        _num(r.get("max_ulp")),
+                        _num(r.get("typical_ratio")),
+                        _num(r.get("introduced")),
+                        _num(r.get("inherited")),
+                        _num(r.get("propagated")),
+                    ]
+                    for r in p["layers"]
+                ],
+            )
+            reasons = [f"  {r['path']}: {r['reason']}" for r in p["layers"] if r["verdict"] != WITHIN]
+            if reasons:
+                lines += ["why:", *reasons]
+        lines += [
+            "",
+            "introduced: the unit's normwise relative error on the reference's own inputs; inherited / propagated: "
+            "the port's end-to-end difference from the float64 model at the unit's input / output",
+        ]
+        return "\n".join(lines)
+
+
+def _num(v) -> str:
+    return "-" if v is None or v != v else f"{v:.3g}"
+
+
+def _floating(array) -> bool:
+    return np.asarray(array).dtype.kind == "f" or np.asarray(array).dtype == ml_dtypes.bfloat16
+
+
+def _inherited(unit: Unit, by_key: dict[str, LayerCall], run: EndToEnd, reference64: dict) -> float | None:
+    """The port's end-to-end difference at the unit's inputs, where the port's run shows them."""
+    call = unit.calls[0]
+    errors = []
+    if run.received.get(call.key):
+        for i, value in enumerate(run.received[call.key]):
+            ref = reference64.get(f"{call.key}/in{i}")
+            if ref is not None and _floating(value):
+                errors.append(relative(value, ref))
+    else:
+        for producer in call.producers:
+            if producer is None or producer not in run.outputs:
+                return None
+            errors.append(relative(run.outputs[producer], reference64[producer]))
+    return max(errors) if errors else None
+
+
+def _row(unit: Unit, judged: UnitJudgement) -> UnitRow:
+    numbers = {k: v for k, v in judged.numbers.items() if k != "label"}
+    row: UnitRow = {**numbers, "verdict": judged.judgement.verdict, "reason": judged.judgement.reason}
+    row["tier"], row["introduced"] = judged.tier, judged.introduced
+    return row
+
+
+def port_result(
+    port: Port,
+    calls: list[LayerCall],
+    reference64: dict,
+    own_output: np.ndarray,
+    judged: dict[str, UnitJudgement],
+    units: list[Unit],
+    run: EndToEnd,
+    seconds: float,
+) -> PortResult:
+    """One port's result: its units' rows in order, and its end-to-end error against the float64
+    model beside PyTorch's own at the port's dtype (`own_output`)."""
+    by_key = {c.key: c for c in calls}
+    layers: list[UnitRow] = []
+    for unit in units:
+        kinds = " + ".join(dict.fromkeys(c.kind for c in unit.calls))
+        row: UnitRow = {"path": unit.key, "covers": unit.covers, "op": kinds}
+        if unit.last in run.outputs:
+            row["propagated"] = relative(run.outputs[unit.last], reference64[unit.last])
+        inherited = _inherited(unit, by_key, run, reference64)
+        if inherited is not None:
+            row["inherited"] = inherited
+        if unit.reason or unit.key not in judged:
+            reason = unit.reason or "no port output for it on identical inputs"
+            if "propagated" in row:
+                reason += "; its propagated difference is shown"
+            layers.append(row | {"verdict": NOT_COMPARED, "reason": reason})
+            continue
+        result = judged[unit.key]
+        if result.op is not None:
+            row["op"] = f"{kinds} ({result.op})"
+        layers.append(row | _row(unit, result))
+    compared = [r for r in layers if r["verdict"] != NOT_COMPARED]
+    flagged = [r for r in compared if r["verdict"] != WITHIN]
+    reference_out = reference64[OUTPUT_KEY]
+    output = run.output
+    return {
+        "port": port.name,
+        "description": port.description,
+        "dtype": port.fmt.name,
+        "first_not_within": flagged[0]["path"] if flagged else None,
+        "compared": len(compared),
+        "flagged": len(flagged),
+        "not_compared": len(layers) - len(compared),
+        "worst_introduced": max((r.get("introduced") or 0.0 for r in compared), default=None),
+        "layers": layers,
+        "output": {
+            "relative_error": relative(output, reference_out),
+            "max_abs_error": float(np.max(np.abs(np.asarray(output, np.float64) - reference_out)))
+            if np.shape(output) == np.shape(reference_out)
+            else None,
+            "reference_relative_error": relative(own_output, reference_out),
+        },
+        "seconds": seconds,
+    }

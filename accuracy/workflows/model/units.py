@@ -1,0 +1,184 @@
+"""Units: the leaf calls a port computes as one piece, and the one judge applied to them.
+
+Every port's unit gets the reference model's own activations as inputs, rounded to the port's
+dtype, and its output is judged by `Evidence.judge` (accuracy.judge.verdicts) against the exact
+value of that unit on those inputs:
+- a module the catalog declares as a registry op (accuracy.catalog.module_ops: nn.Linear, an
+  eval-mode BatchNorm, a LayerNorm with the registry's eps, ...) by the op's bounds and tiers,
+  held to the op's generic contract as `check OP` holds an output of unknown origin;
+- anything else by the typical tier of `check --fn`: the unit evaluated in float64 with its
+  parameters rounded to the port's dtype, and Monte Carlo runs of its torch ops;
+- a unit with integer inputs only (an embedding lookup) by equality with its float64 evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accuracy.catalog.module_ops import module_op
+from accuracy.catalog.registry import get_op
+from accuracy.core.dtypes import FloatFormat
+from accuracy.judge.verdicts import Evidence, ExactLookup, Judgement
+from accuracy.reference.exact import Exact
+from accuracy.workflows.check import function_evidence, generic_contract, judged_row
+from accuracy.workflows.model.trace import LayerCall, composed, converted, to_numpy, torch_dtype
+
+TYPICAL_TIER = "typical tier of check --fn"
+LOOKUP_TIER = "exact (integer inputs)"
+
+
+@dataclass
+class Unit:
+    """Layers a port computes as one piece, judged as one; `reason` says why it is not compared."""
+
+    calls: list[LayerCall]
+    reason: str = ""
+    detail: dict = field(default_factory=dict)  # port-specific: the ONNX tensors it reads and gives
+
+    @property
+    def key(self) -> str:
+        return self.calls[0].key
+
+    @property
+    def covers(self) -> list[str]:
+        return [c.key for c in self.calls]
+
+    @property
+    def last(self) -> str:
+        return self.calls[-1].key
+
+
+def leaf_units(calls: list[LayerCall]) -> list[Unit]:
+    return [Unit([c]) for c in calls]
+
+
+def port_inputs(tensors: list, fmt: FloatFormat) -> list:
+    """The reference's tensors as the port receives them: floats rounded to its dtype."""
+    return [t.to(torch_dtype(fmt)) if t.is_floating_point() else t for t in tensors]
+
+
+@dataclass(frozen=True)
+class UnitJudgement:
+    """One port's output of one unit, judged: the verdict, how (`tier`, and the registry `op` where
+    the unit is one), the row's numbers, and the error the unit introduces."""
+
+    judgement: Judgement
+    tier: str
+    op: str | None
+    numbers: dict
+    introduced: float
+
+
+def _param(tensor, fmt: FloatFormat) -> np.ndarray:
+    return to_numpy(tensor.detach().to(torch_dtype(fmt)))
+
+
+def registry_case(unit: Unit, inputs: list[np.ndarray], fmt: FloatFormat):
+    """(the module-op entry, the op's named inputs) where the unit is one module computing a registry op."""
+    if len(unit.calls) != 1 or len(inputs) != 1:
+        return None
+    module, x = unit.calls[0].module, inputs[0]
+    entry = module_op(module, x)
+    if entry is None:
+        return None
+    named = {"x": entry.shaped(x)} | {name: _param(getattr(module, attr), fmt) for name, attr in entry.params.items()}
+    return entry, named
+
+
+def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
+    """The unit as a torch function of its floating inputs (in0, in1, ...), for check --fn: in
+    the dtype it is called with, its parameters rounded to `fmt` (the port's own parameters)."""
+    import torch
+
+    cache: dict = {}
+
+    def modules(dtype):
+        if dtype not in cache:
+            stored = [converted(c.module, torch_dtype(fmt)) for c in unit.calls]
+            cache[dtype] = [m if dtype == torch_dtype(fmt) else converted(m, dtype) for m in stored]
+        return cache[dtype]
+
+    fixed = [None if t.is_floating_point() else t for t in inputs]
+
+    def layer(**named):
+        if any(not isinstance(v, torch.Tensor) for v in named.values()):
+            raise TypeError("a layer takes torch tensors")
+        floats = iter(named[f"in{i}"] for i in range(len(named)))
+        args = [next(floats) if slot is None else slot for slot in fixed]
+        dtype = next(a.dtype for a in args if a.is_floating_point())
+        return composed(modules(dtype))(*args)
+
+    layer.__qualname__ = unit.key
+    return layer
+
+
+def relative(value, reference) -> float:
+    """Normwise relative difference ||value - reference|| / ||reference|| (float64)."""
+    v, r = np.asarray(value, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if v.shape != r.shape:
+        return float("nan")
+    diff, norm = float(np.linalg.norm((v - r).ravel())), float(np.linalg.norm(r.ravel()))
+    if diff == 0:
+        return 0.0
+    return diff / norm if norm else float("inf")
+
+
+def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
+    """The unit in float64 with its parameters rounded to `fmt`, on `inputs`."""
+    import torch
+
+    modules = [converted(converted(c.module, torch_dtype(fmt)), torch.float64) for c in unit.calls]
+    with torch.no_grad():
+        return to_numpy(composed(modules)(*[t.to(torch.float64) if t.is_floating_point() else t for t in inputs]))
+
+
+def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None):
+    """(the evidence, the shape outputs are judged in, how: tier, registry op and the compute
+    precision known from outside, the float64 reference) for this unit on `inputs` (torch tensors
+    already in `fmt`)."""
+    import torch
+
+    arrays = [to_numpy(t) for t in inputs]
+    floats = [a for a, t in zip(arrays, inputs, strict=True) if t.is_floating_point()]
+    case = registry_case(unit, floats, fmt) if len(floats) == len(arrays) else None
+    if case is not None:
+        entry, named = case
+        evidence = Evidence(get_op(entry.op), named, fmt)
+        compute = products if entry.contraction else None
+        reference = float64_reference(unit, inputs, fmt)
+        return evidence, evidence.exact.shape, (f"registry op {entry.op}", entry.op, compute), reference
+    if not floats:
+        reference = float64_reference(unit, inputs, fmt)
+        evidence = Evidence(ExactLookup(unit.key), {}, fmt, Exact.from_float64(reference))
+        return evidence, reference.shape, (LOOKUP_TIER, None, None), reference
+    fn = unit_function(unit, fmt, inputs)
+    tensors = [t for t in inputs if t.is_floating_point()]
+    with np.errstate(all="ignore"):
+        own = to_numpy(fn(**{f"in{i}": t for i, t in enumerate(tensors)}))
+        # the float64 evaluation through `fn` itself: its float64 modules are built here, before
+        # the Monte Carlo runs' dispatch mode, which would otherwise see (and round) their conversion
+        reference = to_numpy(fn(**{f"in{i}": t.to(torch.float64) for i, t in enumerate(tensors)}))
+    named = {f"in{i}": a for i, a in enumerate(floats)}
+    evidence = function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products)
+    return evidence, reference.shape, (TYPICAL_TIER, None, None), reference
+
+
+def judge_unit(
+    unit: Unit, inputs: list, fmt: FloatFormat, outputs: dict[str, np.ndarray], products: FloatFormat | None = None
+) -> dict[str, UnitJudgement]:
+    """Each port's output of `unit` on `inputs` (torch tensors already in `fmt`) judged, by port
+    label. `products`: the format the ports' matmuls and convolutions round their inputs to (TF32)."""
+    evidence, shape, (tier, op, compute), reference = _evidence(unit, inputs, fmt, products)
+    contract = generic_contract(evidence.op, fmt) if op is not None else None
+    judged = {}
+    for label, output in outputs.items():
+        shaped = np.asarray(output).reshape(shape)
+        judgement = evidence.judge(shaped, None, contract, compute)
+        if tier == LOOKUP_TIER:
+            numbers: dict = {"max_ulp": None, "typical_ratio": None, "bound_ratio": None, "worst": {}}
+        else:
+            numbers = judged_row(label, shaped, evidence.exact, judgement)
+        judged[label] = UnitJudgement(judgement, tier, op, numbers, relative(output, reference))
+    return judged
