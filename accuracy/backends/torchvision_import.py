@@ -56,16 +56,24 @@ def import_torchvision() -> ModuleType:
     return torchvision
 
 
-def import_transformers() -> ModuleType:
-    """transformers, which imports torchvision when it is installed; offline (no downloads)."""
+def prepare_plain_imports() -> None:
+    """Let a user's own module import torchvision and transformers plainly (`from transformers
+    import LlamaModel`), as the zoo's go through here: torchvision's schemas where its C++ library
+    does not load, transformers offline and without TensorFlow. Neither is imported here."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("USE_TF", "0")  # transformers would otherwise import tensorflow (tens of seconds)
+    spec = importlib.util.find_spec("torchvision")
+    if spec is not None and "torchvision" not in sys.modules:
+        _define_unguarded_schemas(spec)
+
+
+def import_transformers() -> ModuleType:
+    """transformers, which imports torchvision when it is installed; offline (no downloads)."""
     if importlib.util.find_spec("transformers") is None:
         raise OpbenchError("transformers is not installed (pip install 'opbench[models]')")
-    if importlib.util.find_spec("torchvision") is not None:
-        import_torchvision()
+    prepare_plain_imports()
     import transformers
 
     return transformers

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
@@ -67,24 +69,31 @@ def run(args) -> int:
         raise OpbenchError("two --activations arguments share a label; give each its own")
     if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
         raise OpbenchError(f"--html {args.html}: already exists")
+    if args.html and args.save_activations and Path(args.html).resolve() == Path(args.save_activations).resolve():
+        raise OpbenchError(f"--html and --save-activations name the same file {args.html}: give each its own")
     from accuracy.workflows.model.sweep import run_model  # torch, pandas: only when it runs
 
-    report = run_model(
-        args.factory,
-        args.inputs,
-        args.port,
-        files,
-        args.save_activations,
-        args.train,
-        args.keras,
-        dask=args.dask,
-        progress=item_progress("model"),
-    )
+    # the user's factory and forward may print: their words go to stderr, so that stdout is the
+    # report (and --json stays parseable)
+    with contextlib.redirect_stdout(sys.stderr):
+        report = run_model(
+            args.factory,
+            args.inputs,
+            args.port,
+            files,
+            args.save_activations,
+            args.train,
+            args.keras,
+            dask=args.dask,
+            progress=item_progress("model"),
+        )
     if args.html:
         from accuracy.report.model_page import write_model_page
 
         write_model_page(args.html, report.as_dict(), report.answers())
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    if report.not_saved:  # the run's report is printed above: only the file is missing
+        raise OpbenchError(report.not_saved)
     if report.interrupted:
         return stopped_early(report.interrupted, "the report covers the ports finished so far")
     return 0 if report.within_rounding else 1

@@ -67,7 +67,8 @@ def test_numpy_linear_is_within_rounding_and_a_scaled_bias_is_not(linear_files, 
     assert report["inputs"] == {"x": [32, 256], "W": [64, 256], "b": [64]}
     for row in report["outputs"]:
         assert row["verdict"] == WITHIN and row["typical_ratio"] < 1 and row["bound_ratio"] < 1
-    assert report["pairs"][0]["class"] == WITHIN
+    # numpy's and torch's float32 linear: the same bits where both reach the same BLAS kernel
+    assert report["pairs"][0]["class"] in (WITHIN, "identical")
 
     status, out, _ = run_main(
         capsys, "check", "linear", "--inputs", "lin.npz", "--output", "numpy=numpy.npy", "--output", "biased=biased.npy"

@@ -54,8 +54,12 @@ def test_seed_case_linear_spellings_differ_but_both_within_rounding(linear):
     assert 0 < rows[a]["typical_ratio"] <= 1 and 0 < rows[b]["typical_ratio"] <= 1
     assert "flags errors >= " in rows[a]["reason"] and rows[a]["threshold_ulp"] > 0
     p = _pair(linear, a, b)
-    assert p["class"] == "within rounding" and p["failing"] == []
-    assert p["differing_elements"] > 0 and p["max_ulp_apart"] > 0
+    if linear["dtype"] == "float64" and p["differing_elements"] == 0:
+        # where both spellings reach the same float64 BLAS kernel (as on some AVX-512 hosts), they agree
+        assert p["class"] == "identical" and p["failing"] == []
+    else:  # the seed case in float32: the bits differ, both are rounding
+        assert p["class"] == "within rounding" and p["failing"] == []
+        assert p["differing_elements"] > 0 and p["max_ulp_apart"] > 0
     assert linear["size"] == SEED_SIZES[linear["dtype"]]
     for r in linear["reproducibility"]:
         assert r["run_to_run"] is True, r

@@ -15,9 +15,9 @@ import numpy as np
 
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.array_files import read_arrays, write_arrays
-from accuracy.workflows.model.trace import LayerCall, to_numpy
+from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall, to_numpy
 
-OUTPUT_KEY = "output"
+__all__ = ["OUTPUT_KEY", "activations", "input_key", "read_activations", "save_activations"]
 INPUT_SUFFIX = "/in{}"
 
 
@@ -29,7 +29,8 @@ def activations(calls: list[LayerCall], output) -> dict[str, np.ndarray]:
     """The activations file's arrays for these calls."""
     arrays = {}
     for call in calls:
-        arrays[call.key] = to_numpy(call.output)
+        if call.output is not None:
+            arrays[call.key] = to_numpy(call.output)
         for i, t in enumerate(call.inputs):
             arrays[input_key(call, i)] = to_numpy(t)
     arrays[OUTPUT_KEY] = to_numpy(output)
@@ -45,7 +46,7 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
     names no layer, a layer output of another shape or a missing model output is bad input."""
     arrays = read_arrays(path)
     expected = {c.key: c for c in calls}
-    known = set(expected) | {OUTPUT_KEY}
+    known = {c.key for c in calls if c.output is not None} | {OUTPUT_KEY}
     for call in calls:
         known |= {input_key(call, i) for i in range(len(call.inputs))}
     extra = sorted(k for k in arrays if k not in known)
@@ -61,6 +62,8 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
         if ref is None:
             continue
         tensor = ref.output if "/" not in key else ref.inputs[int(key.rpartition("/in")[2])]
+        if tensor is None:
+            continue
         if tuple(array.shape) != tuple(tensor.shape):
             raise OpbenchError(f"{path}: {key!r} has shape {tuple(array.shape)}, the model's has {tuple(tensor.shape)}")
     return arrays

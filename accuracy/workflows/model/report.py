@@ -13,8 +13,9 @@ from typing import Any, TypedDict
 import ml_dtypes
 import numpy as np
 
-from accuracy.core.formatting import format_table
-from accuracy.judge.verdicts import NOT_COMPARED, WITHIN, Outcome
+from accuracy.core.dtypes import FORMATS
+from accuracy.core.formatting import format_table, printable
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
 from accuracy.workflows.check import _json_safe, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY
 from accuracy.workflows.model.ports.base import EndToEnd, Port
@@ -38,6 +39,21 @@ class UnitRow(TypedDict, total=False):
     worst: dict[str, Any]
 
 
+# A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
+# measured on the zoo models, correct ports (ONNX Runtime with and without graph optimizations,
+# TorchScript, bfloat16 against PyTorch's bfloat16) give 0.9 to 1.2 times PyTorch's own error; the
+# injected port bugs give 3e3 (a BatchNorm eps) to 3e4 (an attention scale) times it.
+# Beyond END_TO_END_FACTOR times the larger of PyTorch's own and the dtype's unit roundoff, the
+# port computes something else, whatever each layer's verdict says (docs/models.md).
+END_TO_END_FACTOR = 100.0
+
+
+class EndToEndVerdict(TypedDict):
+    verdict: Outcome
+    reason: str
+    first_departs: str | None  # the first unit whose propagated difference departs
+
+
 class PortResult(TypedDict):
     port: str
     description: str
@@ -49,6 +65,7 @@ class PortResult(TypedDict):
     worst_introduced: float | None
     layers: list[UnitRow]
     output: dict[str, float | None]
+    end_to_end: EndToEndVerdict
     seconds: float
 
 
@@ -62,12 +79,17 @@ class ModelReport:
     # a sweep stopped early (Ctrl-C, a lost Dask scheduler): why, and the ports it never finished
     interrupted: str | None = None
     not_run: list[str] = field(default_factory=list)
+    not_saved: str | None = None  # why --save-activations wrote nothing, where it could not
 
     @property
     def within_rounding(self) -> bool:
-        """Exit 0 only if every port compared some layer and every compared layer is within rounding."""
-        return all(
-            p["compared"] > 0 and all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in p["layers"]) for p in self.ports
+        """Exit 0 only if some port ran, every port compared some layer, every compared layer is
+        within rounding and no port's end-to-end error is beyond rounding."""
+        return bool(self.ports) and all(
+            p["compared"] > 0
+            and p["end_to_end"]["verdict"] != BEYOND
+            and all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in p["layers"])
+            for p in self.ports
         )
 
     def as_dict(self) -> dict:
@@ -87,19 +109,29 @@ class ModelReport:
         lines = []
         if self.interrupted:
             lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
+        if not self.ports:
+            absent = f" (absent: {', '.join(printable(a['port']) for a in self.absent)})" if self.absent else ""
+            lines.append(f"no port ran: nothing was compared{absent}")
         for p in self.ports:
             counts = f"{p['compared']} units compared, {p['not_compared']} not compared"
-            if p["first_not_within"] is None:
-                head = f"every compared layer within rounding ({counts})"
-            else:
+            end = p["end_to_end"]
+            if p["first_not_within"] is not None:
                 first = next(r for r in p["layers"] if r["path"] == p["first_not_within"])
                 head = (
-                    f"first not within rounding: {first['path']} ({first['op']}): {first['verdict']}: "
+                    f"first not within rounding: {printable(first['path'])} ({first['op']}): {first['verdict']}: "
                     f"{first['reason']}; worst element {worst_text(first['worst'])} ({p['flagged']} flagged, {counts})"
                 )
+            elif p["compared"] == 0:
+                head = f"nothing was compared ({counts})"
+            elif end["verdict"] == BEYOND:
+                head = (
+                    f"every compared layer within rounding, but end to end beyond rounding: {end['reason']} ({counts})"
+                )
+            else:
+                head = f"every compared layer within rounding ({counts})"
             out = p["output"]
             lines.append(
-                f"{p['port']} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
+                f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
                 f"{_num(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
                 f"{_num(out['reference_relative_error'])})"
             )
@@ -109,9 +141,10 @@ class ModelReport:
         shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
         lines = [f"{self.model} in {self.mode} mode on {shapes}", ""]
         lines += self.answers()
-        lines += [f"{a['port']}: absent ({a['reason']})" for a in self.absent]
+        lines += [f"{printable(a['port'])}: absent ({printable(a['reason'])})" for a in self.absent]
         for p in self.ports:
-            lines += ["", f"{p['port']} [{p['dtype']}]: {p['description']}; layer by layer on identical inputs:"]
+            port = printable(p["port"])
+            lines += ["", f"{port} [{p['dtype']}]: {printable(p['description'])}; layer by layer on identical inputs:"]
             lines += format_table(
                 ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated"],
                 [
@@ -128,7 +161,9 @@ class ModelReport:
                     for r in p["layers"]
                 ],
             )
-            reasons = [f"  {r['path']}: {r['reason']}" for r in p["layers"] if r["verdict"] != WITHIN]
+            reasons = [
+                f"  {printable(r['path'])}: {printable(r['reason'])}" for r in p["layers"] if r["verdict"] != WITHIN
+            ]
             if reasons:
                 lines += ["why:", *reasons]
         lines += [
@@ -175,14 +210,14 @@ def port_result(
     port: Port,
     calls: list[LayerCall],
     reference64: dict,
-    own_output: np.ndarray,
+    own: dict[str, np.ndarray],
     judged: dict[str, UnitJudgement],
     units: list[Unit],
     run: EndToEnd,
     seconds: float,
 ) -> PortResult:
     """One port's result: its units' rows in order, and its end-to-end error against the float64
-    model beside PyTorch's own at the port's dtype (`own_output`)."""
+    model beside PyTorch's own at the port's dtype (`own`: PyTorch's activations at that dtype)."""
     by_key = {c.key: c for c in calls}
     layers: list[UnitRow] = []
     for unit in units:
@@ -222,7 +257,50 @@ def port_result(
             "max_abs_error": float(np.max(np.abs(np.asarray(output, np.float64) - reference_out)))
             if np.shape(output) == np.shape(reference_out)
             else None,
-            "reference_relative_error": relative(own_output, reference_out),
+            "reference_relative_error": relative(own[OUTPUT_KEY], reference_out),
         },
+        "end_to_end": _end_to_end(port, units, run, reference64, own),
         "seconds": seconds,
     }
+
+
+def _nonfinite_where_finite(value, reference) -> int:
+    v, r = np.asarray(value, np.float64), np.asarray(reference, np.float64)
+    return int(np.count_nonzero(~np.isfinite(v) & np.isfinite(r))) if v.shape == r.shape else 0
+
+
+def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
+    """The port's end-to-end output judged against PyTorch's own at its dtype (END_TO_END_FACTOR),
+    and the first unit whose propagated difference departs from PyTorch's own there."""
+    if port.products is not None:
+        return {
+            "verdict": NOT_COMPARED,
+            "reason": f"its products are rounded to {port.products.name}: "
+            f"PyTorch's own {port.fmt.name} run is no yardstick",
+            "first_departs": None,
+        }
+    floor = FORMATS[port.fmt.name].u
+
+    def departs(key: str, value) -> bool:
+        if _nonfinite_where_finite(value, reference64[key]):
+            return True
+        mine, theirs = relative(value, reference64[key]), relative(own.get(key), reference64[key])
+        return bool(mine > END_TO_END_FACTOR * max(theirs if theirs == theirs else 0.0, floor))
+
+    first = next((u.last for u in units if u.last in run.outputs and departs(u.last, run.outputs[u.last])), None)
+    reference_out = reference64[OUTPUT_KEY]
+    nonfinite = _nonfinite_where_finite(run.output, reference_out)
+    where = f"; first departs at {first}" if first else ""
+    if nonfinite:
+        reason = f"{nonfinite} non-finite output value(s) where the float64 model's are finite{where}"
+        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+    mine, theirs = relative(run.output, reference_out), relative(own[OUTPUT_KEY], reference_out)
+    limit = END_TO_END_FACTOR * max(theirs, floor)
+    if mine != mine or mine > limit:
+        reason = (
+            f"output error {_num(mine)}, over {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own "
+            f"({_num(theirs)}) on the same input{where}"
+        )
+        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+    reason = f"output error {_num(mine)} within {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own ({_num(theirs)})"
+    return {"verdict": WITHIN, "reason": reason, "first_departs": None}

@@ -24,7 +24,7 @@ from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.report import ModelReport, PortResult, port_result
-from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference, to_numpy
+from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import UnitJudgement, judge_unit
 
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
@@ -86,11 +86,15 @@ def run_model(
         reports, absent, interrupted = _ports_on_cluster(jobs, dask, spec, train, model, given, progress)
         finished = {r["port"] for r in reports} | {a["port"] for a in absent}
         not_run = [job.name for job in jobs if job.name not in finished]
+    not_saved = None
     if save_path is not None:
-        save_activations(save_path, activations(calls, out))
+        try:
+            save_activations(save_path, activations(calls, out))
+        except OpbenchError:  # it appeared during the run: never overwritten, and the report is kept
+            not_saved = f"--save-activations {save_path}: a file appeared there during the run; not overwritten"
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run)
+    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,20 @@ class PortJob:
             return keras_port(self.keras, calls)
         return build_port(self.name, model, inputs)
 
+    def build_or_why(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
+        """The port, or why it is absent: a built-in port the model cannot be converted to (a
+        decoder that does not export to ONNX) is absent with the converter's one line, and the
+        other ports are still judged. What the user brought (a file, a Keras factory) is checked
+        before anything runs: its problems stay bad input."""
+        if self.file is not None or self.keras is not None:
+            return self.build(model, inputs, calls)
+        try:
+            return self.build(model, inputs, calls)
+        except OpbenchError as exc:
+            return str(exc)
+        except Exception as exc:
+            return f"it cannot be built for this model: {type(exc).__name__}: {first_line(exc)}"
+
 
 def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
     """Every port in this process: (port results, absent ports), under the thread limits a Dask
@@ -126,9 +144,10 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
     built, absent = [], []
     with thread_limits([get_backend("torch")], torch.get_num_threads()):
         for job in jobs:
-            port = job.build(model, given, calls)
+            port = job.build_or_why(model, given, calls)
             (absent.append({"port": job.name, "reason": port}) if isinstance(port, str) else built.append(port))
-        return evaluate_ports(built, model, given, calls), absent
+        results, failed = evaluate_ports(built, model, given, calls)
+        return results, absent + failed
 
 
 def _ports_on_cluster(
@@ -171,21 +190,23 @@ def port_task(
             raise OpbenchError(f"on {worker_name()}: {exc}") from None
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
-        port = job.build(model, given, calls)
+        port = job.build_or_why(model, given, calls)
         if isinstance(port, str):
             return None, port
-        (report,) = evaluate_ports([port], model, given, calls)
-        return report, None
+        results, failed = evaluate_ports([port], model, given, calls)
+        return (results[0], None) if results else (None, failed[0]["reason"])
 
 
-def evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[PortResult]:
+def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
     """Each port's result: every unit's isolated output and the end-to-end run, then the units
-    judged, those fed the same inputs once for all their ports."""
+    judged, those fed the same inputs once for all their ports; and the ports whose end-to-end
+    run failed, absent with its one line."""
     reference64_calls, out64 = run_in(model, given, FLOAT64)
     reference64 = activations(reference64_calls, out64)
-    own: dict[str, np.ndarray] = {}  # PyTorch's own output at each port dtype
+    own: dict[str, dict[str, np.ndarray]] = {}  # PyTorch's own activations at each port dtype
     collected = []  # (port, its units, its end-to-end run, seconds)
     groups: dict[tuple, tuple] = {}  # units fed the same inputs: judged once for all their ports
+    failed: list[dict] = []
     for port in ports:
         started = time.perf_counter()
         units = port.units(calls)
@@ -198,31 +219,32 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> list[PortRes
                 continue
             try:
                 output = port.isolated(unit, unit.calls[0].inputs)
-            except OpbenchError:
-                raise
             except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
-                unit.reason = f"the port failed on it: {type(exc).__name__}: {first_line(exc)}"
+                why = str(exc) if isinstance(exc, OpbenchError) else f"{type(exc).__name__}: {first_line(exc)}"
+                unit.reason = f"the port failed on it: {why}"
                 continue
             group = (tuple(unit.covers), port.fmt, port.products, feed.source)
             groups.setdefault(group, (unit, feed.tensors, {}))[2][port.name] = output
         try:
             run = port.end_to_end(given, units)
-        except OpbenchError:
-            raise
         except Exception as exc:
-            raise OpbenchError(
-                f"{port.name}: the end-to-end run failed: {type(exc).__name__}: {first_line(exc)}"
-            ) from None
+            why = str(exc) if isinstance(exc, OpbenchError) else f"{type(exc).__name__}: {first_line(exc)}"
+            failed.append({"port": port.name, "reason": f"the end-to-end run failed: {why}"})
+            for outputs in (by_port for _, _, by_port in groups.values()):
+                outputs.pop(port.name, None)
+            continue
         if port.fmt.name not in own:
-            own[port.fmt.name] = to_numpy(run_in(model, given, port.fmt)[1])
+            own[port.fmt.name] = activations(*run_in(model, given, port.fmt))
         collected.append((port, units, run, time.perf_counter() - started))
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
+            if not by_port:
+                continue
             for label, result in judge_unit(unit, tensors, fmt, by_port, products).items():
                 verdicts[(label, covers[0])] = result
     results = []
     for port, units, run, seconds in collected:
         judged = {u.key: verdicts[(port.name, u.key)] for u in units if (port.name, u.key) in verdicts}
         results.append(port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds))
-    return results
+    return results, failed

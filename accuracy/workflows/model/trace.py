@@ -24,18 +24,22 @@ from accuracy.workflows.array_files import as_array, read_arrays
 from accuracy.workflows.check import load_function
 
 CALL_MARK = "#"
+OUTPUT_KEY = "output"  # the activations file's key for the model's output (activations_file.py)
 
 
 @dataclass
 class LayerCall:
-    """One call of a leaf module: its path, the call's key and the tensors in and out."""
+    """One call of a leaf module: its path, the call's key and the tensors in and out. A call whose
+    output is not one tensor (a rotary embedding's (cos, sin)) has `output` None and `reason` says
+    why it cannot be judged: it is listed, never skipped silently."""
 
     key: str
     path: str
     module: Any  # torch.nn.Module
-    inputs: list  # torch tensors, as received (positional tensor arguments)
-    output: Any  # torch tensor
+    inputs: list  # torch tensors, as received (positional tensor arguments), copied before the call
+    output: Any  # torch tensor, or None
     producers: list[str | None] = field(default_factory=list)  # the call whose output each input is
+    reason: str = ""
 
     @property
     def kind(self) -> str:
@@ -57,40 +61,49 @@ def torch_dtype(fmt: FloatFormat):
 
 
 def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
-    """Every leaf call of one forward pass, in execution order, and the model's output."""
+    """Every leaf call of one forward pass, in execution order, and the model's output.
+
+    A call's inputs are copied by a forward pre-hook, before the module runs, so that an in-place
+    module (`Hardswish(inplace=True)`, `x.mul_(2)`) is fed and judged on what it really received;
+    the model gets copies of `inputs`, which it may overwrite without touching the caller's arrays."""
     import torch
 
     calls: list[LayerCall] = []
     counts: dict[str, int] = {}
     made_by: dict[int, str] = {}
+    received: dict[int, list] = {}  # module id -> a stack of the input copies of its running calls
     keep: list = []  # tensors stay alive so that ids are not reused within the pass
+
+    def before(module, args):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        producers = [made_by.get(id(t)) for t in tensors]
+        received.setdefault(id(module), []).append(([t.detach().clone() for t in tensors], producers))
 
     def hook(path):
         def after(module, args, output):
-            if not isinstance(output, torch.Tensor):
-                return
+            copies, producers = received[id(module)].pop()
             key = call_key(path, counts.get(path, 0))
             counts[path] = counts.get(path, 0) + 1
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            keep.extend([*tensors, output])
-            calls.append(
-                LayerCall(
-                    key,
-                    path,
-                    module,
-                    [t.detach().clone() for t in tensors],
-                    output.detach().clone(),
-                    [made_by.get(id(t)) for t in tensors],
-                )
-            )
+            if not isinstance(output, torch.Tensor):
+                reason = f"its output is a {type(output).__name__}, not one tensor"
+                calls.append(LayerCall(key, path, module, copies, None, producers, reason))
+                return
+            if output.is_complex():
+                reason = f"its output is complex ({output.dtype}): opbench judges real floating outputs"
+                calls.append(LayerCall(key, path, module, copies, None, producers, reason))
+                return
+            keep.append(output)
+            calls.append(LayerCall(key, path, module, copies, output.detach().clone(), producers))
             made_by[id(output)] = key
 
         return after
 
-    handles = [m.register_forward_hook(hook(p)) for p, m in leaf_modules(model).items()]
+    handles = []
+    for path, module in leaf_modules(model).items():
+        handles += [module.register_forward_pre_hook(before), module.register_forward_hook(hook(path))]
     try:
         with torch.no_grad():
-            out = model(**{k: torch.as_tensor(v) for k, v in inputs.items()})
+            out = model(**{k: torch.as_tensor(v).clone() for k, v in inputs.items()})
     finally:
         for h in handles:
             h.remove()
@@ -102,6 +115,8 @@ def first_tensor(out):
     import torch
 
     if isinstance(out, torch.Tensor):
+        if out.is_complex():
+            raise OpbenchError(f"the model's output is complex ({out.dtype}): opbench judges real floating outputs")
         return out.detach()
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         return out[0].detach()
@@ -154,9 +169,14 @@ def load_model(spec: str, train: bool = False):
     """The module the factory MODULE:FUNCTION returns, in eval mode unless `train`."""
     import torch
 
+    from accuracy.backends.torchvision_import import prepare_plain_imports
+
+    prepare_plain_imports()
     factory = load_function(spec, "model")
     try:
         model = factory()
+    except SystemExit as exc:  # user code must not end opbench silently, with its exit status
+        raise OpbenchError(f"{spec}: the factory called sys.exit({exc.code!r})") from None
     except Exception as exc:
         raise OpbenchError(f"{spec}: the factory failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
@@ -191,10 +211,23 @@ def model_inputs(path: Path | str) -> dict[str, np.ndarray]:
 
 def run_reference(model, inputs: dict[str, np.ndarray], source: str) -> tuple[list[LayerCall], Any]:
     """The reference forward pass; inputs the model cannot take (shape, names) are bad input."""
+    clashes = sorted(path for path in leaf_modules(model) if path == OUTPUT_KEY or CALL_MARK in path or "/" in path)
+    if clashes:
+        raise OpbenchError(
+            f"{source}: module path {clashes[0]!r} cannot be told from an activations-file key "
+            f"({OUTPUT_KEY!r}, {CALL_MARK!r} and '/' are the format's own); rename the module"
+        )
+    if not leaf_modules(model):
+        raise OpbenchError(
+            f"{source}: the model is a single {type(model).__name__} with no submodules: there are no layers to "
+            "compare; judge it with opbench check (a registry op) or check --fn, or wrap it in an nn.Sequential"
+        )
     try:
         calls, out = record(model, inputs)
     except OpbenchError:
         raise
+    except SystemExit as exc:
+        raise OpbenchError(f"{source}: the model's forward called sys.exit({exc.code!r})") from None
     except Exception as exc:
         shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in inputs.items())
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

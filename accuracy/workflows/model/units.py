@@ -51,12 +51,14 @@ class Unit:
 
 
 def leaf_units(calls: list[LayerCall]) -> list[Unit]:
-    return [Unit([c]) for c in calls]
+    """One unit per call; a call that cannot be judged (its output is not one tensor) says why."""
+    return [Unit([c], c.reason) for c in calls]
 
 
 def port_inputs(tensors: list, fmt: FloatFormat) -> list:
-    """The reference's tensors as the port receives them: floats rounded to its dtype."""
-    return [t.to(torch_dtype(fmt)) if t.is_floating_point() else t for t in tensors]
+    """The reference's tensors as the port receives them: floats rounded to its dtype, always
+    copies, so that a port's in-place layer cannot overwrite the reference's activations."""
+    return [t.to(torch_dtype(fmt), copy=True) if t.is_floating_point() else t.clone() for t in tensors]
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
         if any(not isinstance(v, torch.Tensor) for v in named.values()):
             raise TypeError("a layer takes torch tensors")
         floats = iter(named[f"in{i}"] for i in range(len(named)))
-        args = [next(floats) if slot is None else slot for slot in fixed]
+        # copies: an in-place module (Hardswish(inplace=True)) must not overwrite its caller's inputs
+        args = [(next(floats) if slot is None else slot).clone() for slot in fixed]
         dtype = next(a.dtype for a in args if a.is_floating_point())
         return composed(modules(dtype))(*args)
 
@@ -131,7 +134,9 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
 
     modules = [converted(converted(c.module, torch_dtype(fmt)), torch.float64) for c in unit.calls]
     with torch.no_grad():
-        return to_numpy(composed(modules)(*[t.to(torch.float64) if t.is_floating_point() else t for t in inputs]))
+        return to_numpy(
+            composed(modules)(*[t.to(torch.float64, copy=True) if t.is_floating_point() else t for t in inputs])
+        )
 
 
 def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None):

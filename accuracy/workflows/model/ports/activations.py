@@ -21,7 +21,8 @@ class FilePort(Port):
 
     def units(self, calls):
         return [
-            Unit([c]) if c.key in self.arrays else Unit([c], "the activations file has no output for it") for c in calls
+            Unit([c], c.reason or ("" if c.key in self.arrays else "the activations file has no output for it"))
+            for c in calls
         ]
 
     def inputs_for(self, unit) -> Feed | str:

@@ -27,7 +27,8 @@ class KerasPort(Port):
 
     def units(self, calls):
         return [
-            Unit([c]) if c.key in self.chains else Unit([c], "the mapping names no Keras layer for it") for c in calls
+            Unit([c], c.reason or ("" if c.key in self.chains else "the mapping names no Keras layer for it"))
+            for c in calls
         ]
 
     def isolated(self, unit, inputs):

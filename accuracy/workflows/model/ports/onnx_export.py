@@ -44,6 +44,9 @@ class OnnxPort(Port):
         for call in calls:
             index = counts.get(call.path, 0)
             counts[call.path] = index + 1
+            if call.reason:
+                units.append(Unit([call], call.reason))
+                continue
             nodes = groups.get((call.path, index))
             if not nodes:
                 previous = units[-1] if units else None

@@ -92,7 +92,8 @@ class TorchPort(Port):
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
         with self._context():
             args = self._on_device(inputs)
-            layers = [self._layer(c, args if i == 0 else [None]) for i, c in enumerate(unit.calls)]
+            # tracing runs the layer on its example: copies, which an in-place layer may overwrite
+            layers = [self._layer(c, [a.clone() for a in args] if i == 0 else [None]) for i, c in enumerate(unit.calls)]
             return to_numpy(composed(layers)(*args).to("cpu"))
 
     def end_to_end(self, inputs, units) -> EndToEnd:
@@ -105,7 +106,7 @@ class TorchPort(Port):
         with self._context():
             calls, out = record(model, {k: v.to(self.device) for k, v in feeds.items()})
         return EndToEnd(
-            {c.key: to_numpy(c.output.to("cpu")) for c in calls},
+            {c.key: to_numpy(c.output.to("cpu")) for c in calls if c.output is not None},
             to_numpy(out.to("cpu")),
             {c.key: [to_numpy(t.to("cpu")) for t in c.inputs] for c in calls},
         )

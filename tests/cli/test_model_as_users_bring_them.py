@@ -1,0 +1,266 @@
+"""`opbench model` on models as users bring them, and the paths that ended badly (issues "Models as
+users bring them" and "Every path ends in an answer, round 3"): in-place layers, forwards that
+write to their input, factories that print or exit, module names that look like file keys,
+ports that cannot be built, ports that compare nothing, outputs that are NaN, complex outputs,
+labels that would drive the terminal, and a user's factory that imports transformers plainly.
+
+The models are written here, in a module the test puts on the path, as a user's would be."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from cli_runner import run_main
+
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import record
+from accuracy.workflows.model.zoo import example_inputs
+
+USER_MODELS = '''
+import sys
+
+import torch
+from torch import nn
+
+
+def _seeded(model):
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    return model.eval()
+
+
+def in_place():
+    """In-place activations, as torchvision's MobileNetV3 (Hardswish) and many CNNs have them."""
+    return _seeded(nn.Sequential(nn.Linear(16, 32), nn.Hardswish(inplace=True), nn.Linear(32, 32),
+                                 nn.LeakyReLU(0.1, inplace=True), nn.Linear(32, 8)))
+
+
+class Doubling(nn.Module):
+    """A forward that writes to its input before its layers run."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+
+    def forward(self, x):
+        x.mul_(2)
+        return self.fc(x)
+
+
+def doubling():
+    return _seeded(Doubling())
+
+
+def printing():
+    print("loading weights...")
+    return in_place()
+
+
+def exiting():
+    sys.exit(0)
+
+
+def named_output():
+    model = nn.Sequential()
+    model.add_module("output", nn.Linear(16, 8))
+    return _seeded(model)
+
+
+def lone_linear():
+    return _seeded(nn.Linear(16, 8))
+
+
+class Spectrum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.fft.fft(self.fc(x))
+
+
+def complex_output():
+    return _seeded(Spectrum())
+
+
+def llama_tiny():
+    from transformers import LlamaConfig, LlamaModel  # plainly, as a user's module does
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaModel(config).eval()
+'''
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    """The user's module `mymodels` importable from the current directory, as `opbench model` finds it."""
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent(USER_MODELS))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("mymodels", None)
+
+
+def _x(tmp_path, name="x", shape=(4, 16)):
+    """Inputs by the forward's argument name (`input` for an nn.Sequential)."""
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    return str(write_arrays(tmp_path / f"{name}.npz", {name: x}))
+
+
+def test_in_place_layers_are_judged_on_what_they_received(user):
+    """Hardswish(inplace=True) and LeakyReLU(inplace=True) overwrite their input: recorded after the
+    call, the input was the output, and PyTorch against itself read 1e6x the threshold."""
+    report = run_model("mymodels:in_place", _x(user, "input"), ["threads:1", "torchscript"])
+    for port in report.ports:
+        assert port["flagged"] == 0 and port["compared"] == 5, [(r["path"], r["reason"]) for r in port["layers"]]
+        assert port["end_to_end"]["verdict"] == "within rounding"
+    assert report.within_rounding
+
+
+def test_a_forward_that_writes_to_its_input_leaves_the_inputs_alone(user):
+    inputs = _x(user)
+    before = np.load(inputs)["x"].copy()
+    report = run_model("mymodels:doubling", inputs, ["threads:1"])
+    (port,) = report.ports
+    assert np.array_equal(np.load(inputs)["x"], before)
+    # PyTorch's own float32 output on the same input is a few ulps off the float64 model, not 0.99
+    assert port["output"]["reference_relative_error"] < 1e-6 and report.within_rounding
+
+
+def test_a_factory_that_prints_keeps_json_parseable(user, capsys):
+    status, out, err = run_main(
+        capsys, "model", "mymodels:printing", "--inputs", _x(user, "input"), "--port", "threads:1", "--json"
+    )
+    assert status == 0 and json.loads(out)["ports"][0]["flagged"] == 0
+    assert "loading weights..." in err
+
+
+def test_a_factory_that_exits_is_one_line(user, capsys):
+    status, out, err = run_main(capsys, "model", "mymodels:exiting", "--inputs", _x(user), "--port", "threads:1")
+    assert (
+        status == 2 and out == "" and err.strip() == "opbench: error: mymodels:exiting: the factory called sys.exit(0)"
+    )
+
+
+def test_a_module_named_like_a_file_key_is_refused(user, capsys):
+    status, _, err = run_main(
+        capsys, "model", "mymodels:named_output", "--inputs", _x(user, "input"), "--port", "threads:1"
+    )
+    assert status == 2 and "module path 'output'" in err and "rename the module" in err
+
+
+def test_a_model_that_is_one_leaf_says_what_to_do(user, capsys):
+    status, _, err = run_main(capsys, "model", "mymodels:lone_linear", "--inputs", _x(user), "--port", "threads:1")
+    assert status == 2 and "single Linear" in err and "check --fn" in err
+
+
+def test_a_complex_output_is_refused_not_halved(user, capsys):
+    status, _, err = run_main(capsys, "model", "mymodels:complex_output", "--inputs", _x(user), "--port", "threads:1")
+    assert status == 2 and "complex" in err and len(err.strip().splitlines()) == 1
+
+
+def test_only_absent_ports_compare_nothing_and_do_not_pass(user, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA ports are present on a GPU")
+    status, out, _ = run_main(capsys, "model", "mymodels:in_place", "--inputs", _x(user, "input"), "--port", "cuda")
+    assert status == 1 and "no port ran: nothing was compared (absent: cuda)" in out
+    assert "within rounding" not in out.splitlines()[2]
+
+
+def test_a_port_the_model_cannot_be_converted_to_is_absent_and_the_others_judged(capsys, tmp_path):
+    flat = str(write_arrays(tmp_path / "flat.npz", {"x": np.zeros((2, 8), np.float32)}))
+    spec = "accuracy.workflows.model.zoo:not_exportable"
+    status, out, _ = run_main(
+        capsys, "model", spec, "--inputs", flat, "--port", "onnxruntime", "--port", "threads:1", "--json"
+    )
+    report = json.loads(out)
+    assert status == 0 and [p["port"] for p in report["ports"]] == ["threads:1"]
+    (absent,) = report["absent_ports"]
+    assert absent["port"] == "onnxruntime" and "aten::fft_rfft" in absent["reason"]
+
+
+def test_a_port_with_nan_output_is_beyond_rounding_end_to_end(tmp_path, capsys):
+    """A runtime whose output is NaN while every layer it reports is right: it used to print
+    'differs ... by -' and exit 0."""
+    from accuracy.workflows.model.zoo import small_cnn
+
+    inputs = example_inputs("small_cnn")
+    calls, out = record(small_cnn().eval(), inputs)
+    arrays = activations(calls, out)
+    arrays["output"] = np.full_like(arrays["output"], np.nan)
+    port = write_arrays(tmp_path / "port.safetensors", arrays)
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    status, text, _ = run_main(
+        capsys, "model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", x, "--activations", f"nan={port}"
+    )
+    assert status == 1
+    assert "every compared layer within rounding, but end to end beyond rounding: 10 non-finite output value(s)" in text
+
+
+def test_a_label_cannot_forge_an_answer_line(tmp_path, capsys):
+    from accuracy.workflows.model.zoo import small_cnn
+
+    inputs = example_inputs("small_cnn")
+    calls, out = record(small_cnn().eval(), inputs)
+    port = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    label = "x\nFAKE: every compared layer within rounding\x1b[2J"
+    status, text, _ = run_main(
+        capsys, "model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", x, "--activations", f"{label}={port}"
+    )
+    assert status == 0 and "\x1b" not in text
+    assert not any(line.startswith("FAKE") for line in text.splitlines())
+    assert "x\\nFAKE: every compared layer within rounding\\x1b[2J [float32]: every compared layer" in text
+
+
+def test_the_same_file_for_html_and_activations_is_refused_before_the_run(tmp_path, capsys):
+    same = tmp_path / "out.npz"
+    status, _, err = run_main(
+        capsys,
+        "model",
+        "accuracy.workflows.model.zoo:small_cnn",
+        "--inputs",
+        "x=2x3x8x8",
+        "--html",
+        same,
+        "--save-activations",
+        same,
+    )
+    assert status == 2 and "same file" in err and not same.exists()
+
+
+@pytest.mark.slow  # imports transformers
+def test_a_users_factory_imports_transformers_plainly_and_unexportable_ports_are_absent(user):
+    """A Llama decoder from the user's own module: it ran only through the zoo's import helper, and
+    the default ports stopped the whole command on the ONNX export's error."""
+    ids = str(write_arrays(user / "ids.npz", {"input_ids": np.arange(8).reshape(1, 8)}))
+    report = run_model("mymodels:llama_tiny", ids)
+    (torchscript,) = report.ports
+    assert torchscript["port"] == "torchscript" and torchscript["flagged"] == 0 and torchscript["compared"] == 22
+    assert {a["port"] for a in report.absent} == {"onnxruntime", "onnxruntime-noopt"}
+    assert all("does not export to ONNX" in a["reason"] for a in report.absent)
+    rotary = next(r for r in torchscript["layers"] if r["path"] == "rotary_emb")  # listed, never skipped silently
+    assert rotary["verdict"] == "not compared" and "tuple" in rotary["reason"]
+
+
+@pytest.mark.slow  # torchvision's MobileNetV3, 141 units
+def test_stock_mobilenet_v3_against_itself_flags_nothing(tmp_path, monkeypatch):
+    (tmp_path / "tv.py").write_text(
+        "import torch, torchvision\n\n\ndef mnv3():\n    torch.manual_seed(0)\n"
+        "    return torchvision.models.mobilenet_v3_small(weights=None)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = run_model("tv:mnv3", "x=1x3x32x32", ["threads:1"])
+    (port,) = report.ports
+    assert port["flagged"] == 0 and port["compared"] == 141 and report.within_rounding
