@@ -19,7 +19,7 @@ why: `not compared` or `error`. A result equal to the exact value rounded to its
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -90,6 +90,33 @@ class ExactLookup:
     name: str
 
 
+@dataclass(frozen=True)
+class NonFiniteInputs:
+    """Inputs with inf or NaN are data, not an error: the output elements that do not depend on
+    them are judged against the exact reference of the inputs with those values set to 0; the
+    elements that do (their float64 evaluation is not finite, or changes without them) must
+    carry the float64 evaluation's own inf and NaN, and are not judged for rounding."""
+
+    counts: dict[str, int]  # input name -> how many of its values are not finite
+    depends: np.ndarray  # bool per output element
+    evaluation: np.ndarray  # the float64 evaluation on the inputs as given
+
+    @classmethod
+    def of(cls, op: Any, inputs64: dict[str, np.ndarray]) -> tuple[NonFiniteInputs | None, dict[str, np.ndarray]]:
+        """(where the inputs are not finite, or None; the inputs the exact reference is computed on)."""
+        counts = {k: int(np.count_nonzero(~np.isfinite(v))) for k, v in inputs64.items()}
+        if not any(counts.values()):
+            return None, inputs64
+        finite = {k: np.where(np.isfinite(v), v, 0.0) for k, v in inputs64.items()}
+        with np.errstate(all="ignore"):
+            given, without = np.asarray(op.fp64(**inputs64)), np.asarray(op.fp64(**finite))
+        depends = ~np.isfinite(given) | (given != without)
+        return cls({k: n for k, n in counts.items() if n}, depends, given), finite
+
+    def inputs_text(self) -> str:
+        return ", ".join(f"{k}: {n}" for k, n in self.counts.items())
+
+
 def tier(verdict: str) -> int:
     return Verdict(verdict).tier
 
@@ -148,6 +175,9 @@ class Evidence:
         self.op = subject
         self.fmt = fmt
         self.inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in inputs.items()}
+        self.nonfinite: NonFiniteInputs | None = None
+        if exact is None:  # a registry op: its exact reference needs finite inputs
+            self.nonfinite, self.inputs64 = NonFiniteInputs.of(subject, self.inputs64)
         self.exact = exact if exact is not None else subject.exact(self.inputs64, fmt)
         self._bounds: dict[str, Any] = {}  # bounds by compute format, and "growth"
         self._typical: dict[str, TypicalModel | None] = {}
@@ -212,6 +242,37 @@ class Evidence:
         `contract` holds it to a stated ulp contract instead of the one `impl` publishes, and
         `compute` to a precision known from outside (a model port run with TF32 on)."""
         output = np.asarray(output)
+        if self.nonfinite is None or output.shape != self.nonfinite.depends.shape:
+            return self._judge(output, impl, contract, compute)
+        nf = self.nonfinite
+        rounded = correctly_rounded(self.exact, self.fmt).astype(output.dtype)
+        judged = self._judge(np.where(nf.depends, rounded, output), impl, contract, compute)
+        given, out = nf.evaluation, output.astype(np.float64)
+        same = (out == given) | (np.isnan(out) & np.isnan(given))
+        missing = int(np.count_nonzero(nf.depends & ~np.isfinite(given) & ~same))
+        finite = int(np.count_nonzero(nf.depends & np.isfinite(given)))
+        depends = int(np.count_nonzero(nf.depends))
+        where = f"{depends} output element(s) depend on non-finite inputs ({nf.inputs_text()})"
+        if missing:
+            return replace(
+                judged,
+                verdict=BEYOND,
+                reason=f"{where}: {missing} of them are not the inf or NaN of the float64 evaluation there; "
+                f"the other elements: {judged.verdict}: {judged.reason}",
+            )
+        unjudged = f", {finite} finite one(s) not judged for rounding" if finite else ""
+        return replace(
+            judged,
+            reason=f"{judged.reason}; {where}: they carry the float64 evaluation's inf and NaN{unjudged}",
+        )
+
+    def _judge(
+        self,
+        output: np.ndarray,
+        impl: Any = None,
+        contract: contracts.Contract | None = None,
+        compute: FloatFormat | None = None,
+    ) -> Judgement:
         if isinstance(self.op, FunctionSubject):
             return self._by_function(output, self.op)
         if isinstance(self.op, ExactLookup):

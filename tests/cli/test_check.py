@@ -370,3 +370,29 @@ def test_fn_a_fused_kernel_is_modelled_by_its_decomposition_so_another_correct_o
     row = next(o for o in report.outputs if o["label"] == "numpy")
     assert row["verdict"] == WITHIN, row
     assert "one rounding" not in row["reason"]
+
+
+def test_inf_and_nan_inputs_are_data_the_finite_part_is_judged(tmp_path, capsys, monkeypatch):
+    """Inf or NaN in x reached the exact GEMM as a traceback. The output rows they reach must carry
+    the float64 evaluation's inf and NaN; the others are judged for rounding as before."""
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.normal(size=s).astype(np.float32) for s in ((8, 16), (4, 16), (4,)))
+    x[2, 3], x[5, 1] = np.inf, np.nan
+    np.savez(tmp_path / "lin.npz", x=x, W=w, b=b)
+    y = (x.astype(np.float64) @ w.T.astype(np.float64) + b).astype(np.float32)  # rounded once: correct
+    np.save(tmp_path / "y.npy", y)
+    wrong = y.copy()
+    wrong[2, 0] = 1.0  # a finite value where the float64 evaluation is inf or NaN
+    np.save(tmp_path / "wrong.npy", wrong)
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = run_main(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "y=y.npy", "--json")
+    (row,) = json.loads(out)["outputs"]
+    assert status == 0 and row["verdict"] == WITHIN and row["max_ulp"] <= 0.5
+    assert (
+        "8 output element(s) depend on non-finite inputs (x: 2): they carry the float64 evaluation's inf and NaN"
+        in row["reason"]
+    )
+    status, out, _ = run_main(capsys, "check", "linear", "--inputs", "lin.npz", "--output", "w=wrong.npy", "--json")
+    (row,) = json.loads(out)["outputs"]
+    assert status == 1 and row["verdict"] == "beyond rounding"
+    assert "1 of them are not the inf or NaN of the float64 evaluation there" in row["reason"]

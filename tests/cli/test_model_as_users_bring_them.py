@@ -204,7 +204,10 @@ def test_a_port_with_nan_output_is_beyond_rounding_end_to_end(tmp_path, capsys):
         capsys, "model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", x, "--activations", f"nan={port}"
     )
     assert status == 1
-    assert "every compared layer within rounding, but end to end beyond rounding: 10 non-finite output value(s)" in text
+    assert (
+        "every compared layer within rounding, but end to end beyond rounding: 10 output value(s) not finite where"
+        in text
+    )
 
 
 def test_a_label_cannot_forge_an_answer_line(tmp_path, capsys):
@@ -264,3 +267,38 @@ def test_stock_mobilenet_v3_against_itself_flags_nothing(tmp_path, monkeypatch):
     report = run_model("tv:mnv3", "x=1x3x32x32", ["threads:1"])
     (port,) = report.ports
     assert port["flagged"] == 0 and port["compared"] == 141 and report.within_rounding
+
+
+def test_inf_in_the_inputs_is_data_judged_on_the_finite_part(user):
+    """An inf in one input row reached the exact GEMM ("entries span more than the float64
+    exponent range") as a traceback; now the row it reaches carries inf and NaN like the
+    reference's, and the rest is judged for rounding."""
+    x = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
+    x[1, 3] = np.inf
+    inputs = str(write_arrays(user / "input.npz", {"input": x}))
+    report = run_model("mymodels:in_place", inputs, ["threads:1", "onnxruntime"])
+    assert report.nonfinite == {"inputs": {"input": 1}, "output": 8}  # row 1 of the 8 outputs per row
+    for port in report.ports:
+        assert port["flagged"] == 0 and port["compared"] == 5 and port["end_to_end"]["verdict"] == "within rounding"
+        first = port["layers"][0]
+        assert "32 output element(s) depend on non-finite inputs (x: 1)" in first["reason"]
+        assert 0 < port["output"]["relative_error"] < 1e-6  # the finite rows, at float32's rounding
+    assert report.within_rounding
+
+
+def test_an_activations_file_of_another_dtype_or_byte_order(tmp_path, capsys):
+    """An int32 `/in0` ended in torch's 'mat1 and mat2 must have the same dtype' traceback, a
+    big-endian one in numpy's byte-order ValueError."""
+    from accuracy.workflows.model.zoo import small_cnn
+
+    inputs = example_inputs("small_cnn")
+    calls, out = record(small_cnn().eval(), inputs)
+    arrays = activations(calls, out)
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    spec = "accuracy.workflows.model.zoo:small_cnn"
+    np.savez(tmp_path / "int.npz", **(arrays | {"fc/in0": arrays["fc/in0"].astype(np.int32)}))
+    status, _, err = run_main(capsys, "model", spec, "--inputs", x, "--activations", f"p={tmp_path / 'int.npz'}")
+    assert status == 2 and "'fc/in0' holds int32 values, the model's are float32" in err
+    np.savez(tmp_path / "big.npz", **(arrays | {"fc/in0": arrays["fc/in0"].astype(">f4")}))
+    status, out_text, _ = run_main(capsys, "model", spec, "--inputs", x, "--activations", f"p={tmp_path / 'big.npz'}")
+    assert status == 0 and "p [float32]: every compared layer within rounding (8 units compared" in out_text

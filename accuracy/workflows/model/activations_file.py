@@ -66,4 +66,11 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
             continue
         if tuple(array.shape) != tuple(tensor.shape):
             raise OpbenchError(f"{path}: {key!r} has shape {tuple(array.shape)}, the model's has {tuple(tensor.shape)}")
-    return arrays
+        if _is_float(array) != tensor.is_floating_point():
+            theirs = str(tensor.dtype).removeprefix("torch.")
+            raise OpbenchError(f"{path}: {key!r} holds {array.dtype} values, the model's are {theirs}")
+    return {k: a.astype(a.dtype.newbyteorder("=")) if not a.dtype.isnative else a for k, a in arrays.items()}
+
+
+def _is_float(array: np.ndarray) -> bool:
+    return array.dtype.kind == "f" or array.dtype.name == "bfloat16"

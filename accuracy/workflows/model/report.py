@@ -20,7 +20,7 @@ from accuracy.workflows.check import _json_safe, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, UnitJudgement, relative
+from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismatches, relative
 
 
 class UnitRow(TypedDict, total=False):
@@ -80,6 +80,8 @@ class ModelReport:
     interrupted: str | None = None
     not_run: list[str] = field(default_factory=list)
     not_saved: str | None = None  # why --save-activations wrote nothing, where it could not
+    # inf and NaN are data: how many the inputs hold, by name, and the reference model's output
+    nonfinite: dict = field(default_factory=dict)
 
     @property
     def within_rounding(self) -> bool:
@@ -102,6 +104,7 @@ class ModelReport:
                 "absent_ports": self.absent,
                 "interrupted": self.interrupted,
                 "ports_not_run": self.not_run,
+                "nonfinite": self.nonfinite,
             }
         )
 
@@ -109,6 +112,12 @@ class ModelReport:
         lines = []
         if self.interrupted:
             lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
+        if self.nonfinite:
+            inputs = ", ".join(f"{k}: {n}" for k, n in self.nonfinite["inputs"].items())
+            lines.append(
+                f"inf or NaN in the inputs ({inputs}), {self.nonfinite['output']} in the reference's output: judged as "
+                "data (each unit's finite elements for rounding, its others must carry the reference's inf and NaN)"
+            )
         if not self.ports:
             absent = f" (absent: {', '.join(printable(a['port']) for a in self.absent)})" if self.absent else ""
             lines.append(f"no port ran: nothing was compared{absent}")
@@ -264,11 +273,6 @@ def port_result(
     }
 
 
-def _nonfinite_where_finite(value, reference) -> int:
-    v, r = np.asarray(value, np.float64), np.asarray(reference, np.float64)
-    return int(np.count_nonzero(~np.isfinite(v) & np.isfinite(r))) if v.shape == r.shape else 0
-
-
 def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
     """The port's end-to-end output judged against PyTorch's own at its dtype (END_TO_END_FACTOR),
     and the first unit whose propagated difference departs from PyTorch's own there."""
@@ -282,17 +286,20 @@ def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict,
     floor = FORMATS[port.fmt.name].u
 
     def departs(key: str, value) -> bool:
-        if _nonfinite_where_finite(value, reference64[key]):
+        if nonfinite_mismatches(value, reference64[key]):
             return True
         mine, theirs = relative(value, reference64[key]), relative(own.get(key), reference64[key])
         return bool(mine > END_TO_END_FACTOR * max(theirs if theirs == theirs else 0.0, floor))
 
     first = next((u.last for u in units if u.last in run.outputs and departs(u.last, run.outputs[u.last])), None)
     reference_out = reference64[OUTPUT_KEY]
-    nonfinite = _nonfinite_where_finite(run.output, reference_out)
+    if np.shape(run.output) != np.shape(reference_out):
+        reason = f"the port's output has shape {np.shape(run.output)}, the model's {np.shape(reference_out)}"
+        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+    nonfinite = nonfinite_mismatches(run.output, reference_out)
     where = f"; first departs at {first}" if first else ""
     if nonfinite:
-        reason = f"{nonfinite} non-finite output value(s) where the float64 model's are finite{where}"
+        reason = f"{nonfinite} output value(s) not finite where the float64 model's are, or the other way{where}"
         return {"verdict": BEYOND, "reason": reason, "first_departs": first}
     mine, theirs = relative(run.output, reference_out), relative(own[OUTPUT_KEY], reference_out)
     limit = END_TO_END_FACTOR * max(theirs, floor)

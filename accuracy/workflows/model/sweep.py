@@ -94,7 +94,13 @@ def run_model(
             not_saved = f"--save-activations {save_path}: a file appeared there during the run; not overwritten"
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved)
+    counts = {k: int(np.count_nonzero(~np.isfinite(v))) for k, v in given.items() if v.dtype.kind == "f"}
+    nonfinite = (
+        {"inputs": {k: n for k, n in counts.items() if n}, "output": int((~torch.isfinite(out)).sum())}
+        if any(counts.values())
+        else {}
+    )
+    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,10 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
             except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
                 why = str(exc) if isinstance(exc, OpbenchError) else f"{type(exc).__name__}: {first_line(exc)}"
                 unit.reason = f"the port failed on it: {why}"
+                continue
+            expected = tuple(unit.calls[-1].output.shape)
+            if np.shape(output) != expected and np.size(output) != np.prod(expected):
+                unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
                 continue
             group = (tuple(unit.covers), port.fmt, port.products, feed.source)
             groups.setdefault(group, (unit, feed.tensors, {}))[2][port.name] = output

@@ -118,14 +118,26 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
 
 
 def relative(value, reference) -> float:
-    """Normwise relative difference ||value - reference|| / ||reference|| (float64)."""
+    """Normwise relative difference ||value - reference|| / ||reference|| (float64) over the
+    elements finite in both: an inf or NaN where the reference has the same is no difference, and
+    one where it has not is counted by `nonfinite_mismatches`."""
     v, r = np.asarray(value, dtype=np.float64), np.asarray(reference, dtype=np.float64)
     if v.shape != r.shape:
         return float("nan")
-    diff, norm = float(np.linalg.norm((v - r).ravel())), float(np.linalg.norm(r.ravel()))
+    both = np.isfinite(v) & np.isfinite(r)
+    diff, norm = float(np.linalg.norm(v[both] - r[both])), float(np.linalg.norm(r[both]))
     if diff == 0:
         return 0.0
     return diff / norm if norm else float("inf")
+
+
+def nonfinite_mismatches(value, reference) -> int:
+    """Elements where value and reference are not the same inf or NaN while one of them is not finite."""
+    v, r = np.asarray(value, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if v.shape != r.shape:
+        return 0
+    same = (v == r) | (np.isnan(v) & np.isnan(r))
+    return int(np.count_nonzero(~(np.isfinite(v) & np.isfinite(r)) & ~same))
 
 
 def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
