@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from cli_runner import run_main
+from torch import nn
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
@@ -89,6 +90,23 @@ class Spectrum(nn.Module):
 
 def complex_output():
     return _seeded(Spectrum())
+
+
+class CastingNorm(nn.Module):
+    """RMSNorm as HF writes it: the input cast to float32 on purpose, whatever the model's dtype."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, width))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.float()
+
+
+def casting_norm():
+    return nn.Sequential(CastingNorm(32)).eval()
 
 
 def llama_tiny():
@@ -302,3 +320,48 @@ def test_an_activations_file_of_another_dtype_or_byte_order(tmp_path, capsys):
     np.savez(tmp_path / "big.npz", **(arrays | {"fc/in0": arrays["fc/in0"].astype(">f4")}))
     status, out_text, _ = run_main(capsys, "model", spec, "--inputs", x, "--activations", f"p={tmp_path / 'big.npz'}")
     assert status == 0 and "p [float32]: every compared layer within rounding (8 units compared" in out_text
+
+
+def _rms_norm64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return w.astype(np.float64) * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+def test_the_float64_reference_keeps_a_models_own_float32_casts_in_float64(user):
+    """The "float64 model" kept HF's float32 casts: its RMSNorm differed from the float64 formula
+    by 2e-7 relative, and every port's RMSNorm read max ulp 0, typical ratio 0."""
+    import mymodels
+
+    from accuracy.core.dtypes import FORMATS
+    from accuracy.workflows.model.trace import run_in
+
+    model = mymodels.casting_norm()
+    x = np.random.default_rng(0).normal(size=(4, 32)).astype(np.float32)
+    _, out = run_in(model, {"input": x}, FORMATS["float64"])
+    exact = _rms_norm64(x, model[0].weight.detach().numpy())
+    assert out.dtype == torch.float64 and np.max(np.abs(out.numpy() - exact) / np.abs(exact)) < 1e-15
+    _, out32 = run_in(model, {"input": x}, FORMATS["float32"])  # a port's own dtype keeps the casts
+    assert out32.dtype == torch.float32 and np.max(np.abs(out32.numpy() - exact) / np.abs(exact)) > 1e-9
+    report = run_model("mymodels:casting_norm", "input=4x32", ["threads:1"])
+    row = report.ports[0]["layers"][0]
+    assert row["max_ulp"] > 0 and row["typical_ratio"] > 0 and row["verdict"] == "within rounding"
+
+
+@pytest.mark.slow  # imports transformers
+def test_hf_llama_rms_norm_reference_is_its_float64_formula():
+    from accuracy.backends.torchvision_import import import_transformers
+
+    import_transformers()
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from accuracy.core.dtypes import FORMATS
+    from accuracy.workflows.model.trace import run_in
+
+    norm = LlamaRMSNorm(32, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 32))
+    model = nn.Sequential(norm).eval()
+    x = np.random.default_rng(0).normal(size=(4, 32)).astype(np.float32)
+    _, out = run_in(model, {"input": x}, FORMATS["float64"])
+    exact = _rms_norm64(x, norm.weight.detach().numpy())
+    assert np.max(np.abs(out.numpy() - exact) / np.abs(exact)) < 8 * np.finfo(np.float64).eps

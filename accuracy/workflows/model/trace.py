@@ -146,6 +146,35 @@ def composed(modules: list) -> Callable:
     return run
 
 
+def float64_throughout():
+    """A context in which a model's own casts to float32 or lower compute in float64 instead:
+    `.float()`, `.half()`, `.bfloat16()`, `.to(torch.float32)`, `.type(...)` and every `dtype=`
+    argument naming a narrower float (HF's `LlamaRMSNorm` casts to float32 on purpose, its rotary
+    embedding computes in float32 under `autocast(enabled=False)`). The reference model and each
+    unit's float64 evaluation run in it, so that the float64 reference is float64 everywhere."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    narrower = {torch.float32, torch.float16, torch.bfloat16}
+    to_double = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+    def widened(value):
+        return torch.float64 if isinstance(value, torch.dtype) and value in narrower else value
+
+    class Float64Throughout(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in to_double:
+                return args[0].double()
+            if func in (torch.Tensor.to, torch.Tensor.type):
+                args = tuple(widened(a) for a in args)
+            if "dtype" in kwargs:
+                kwargs = {**kwargs, "dtype": widened(kwargs["dtype"])}
+            return func(*args, **kwargs)
+
+    return Float64Throughout()
+
+
 def typed_inputs(inputs: dict[str, np.ndarray], fmt: FloatFormat) -> dict:
     """The model inputs as torch tensors, floats in `fmt` (integer ids and masks as they are)."""
     import torch
@@ -157,9 +186,13 @@ def typed_inputs(inputs: dict[str, np.ndarray], fmt: FloatFormat) -> dict:
 
 
 def run_in(model, inputs: dict[str, np.ndarray], fmt: FloatFormat) -> tuple[list[LayerCall], Any]:
-    """The model with its parameters and floating inputs in `fmt`: the float64 reference run, and
-    PyTorch's own output at a port's dtype (the yardstick for the port's end-to-end error)."""
-    return record(converted(model, torch_dtype(fmt)), typed_inputs(inputs, fmt))
+    """The model with its parameters and floating inputs in `fmt`: the float64 reference run (its
+    own casts to narrower floats kept at float64), and PyTorch's own output at a port's dtype (the
+    yardstick for the port's end-to-end error)."""
+    import contextlib
+
+    with float64_throughout() if fmt.name == "float64" else contextlib.nullcontext():
+        return record(converted(model, torch_dtype(fmt)), typed_inputs(inputs, fmt))
 
 
 # --- the factory and its inputs ------------------------------------------------------------

@@ -23,7 +23,14 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.verdicts import Evidence, ExactLookup, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.check import function_evidence, generic_contract, judged_row
-from accuracy.workflows.model.trace import LayerCall, composed, converted, to_numpy, torch_dtype
+from accuracy.workflows.model.trace import (
+    LayerCall,
+    composed,
+    converted,
+    float64_throughout,
+    to_numpy,
+    torch_dtype,
+)
 
 TYPICAL_TIER = "typical tier of check --fn"
 LOOKUP_TIER = "exact (integer inputs)"
@@ -111,7 +118,10 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
         # copies: an in-place module (Hardswish(inplace=True)) must not overwrite its caller's inputs
         args = [(next(floats) if slot is None else slot).clone() for slot in fixed]
         dtype = next(a.dtype for a in args if a.is_floating_point())
-        return composed(modules(dtype))(*args)
+        if dtype != torch.float64:
+            return composed(modules(dtype))(*args)
+        with float64_throughout():  # the evaluation and Monte Carlo runs: its own casts stay float64
+            return composed(modules(dtype))(*args)
 
     layer.__qualname__ = unit.key
     return layer
@@ -145,7 +155,7 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
     import torch
 
     modules = [converted(converted(c.module, torch_dtype(fmt)), torch.float64) for c in unit.calls]
-    with torch.no_grad():
+    with torch.no_grad(), float64_throughout():
         return to_numpy(
             composed(modules)(*[t.to(torch.float64, copy=True) if t.is_floating_point() else t for t in inputs])
         )
