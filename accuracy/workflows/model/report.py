@@ -26,6 +26,9 @@ from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismat
 class UnitRow(TypedDict, total=False):
     path: str  # the unit's first call's key
     covers: list[str]  # every call the unit covers (a fused node covers several)
+    parent: str | None  # the key of the module call it ran inside
+    depth: int  # how many calls it ran inside
+    own_code: bool  # flagged while every unit inside it is within rounding: its own forward differs
     op: str  # the module kinds, and the registry op where it is judged as one
     verdict: Outcome
     reason: str
@@ -126,8 +129,13 @@ class ModelReport:
             end = p["end_to_end"]
             if p["first_not_within"] is not None:
                 first = next(r for r in p["layers"] if r["path"] == p["first_not_within"])
+                own = (
+                    ": the difference is in its own forward, outside its submodules (each within rounding)"
+                    if first.get("own_code")
+                    else ""
+                )
                 head = (
-                    f"first not within rounding: {printable(first['path'])} ({first['op']}): {first['verdict']}: "
+                    f"first not within rounding: {printable(first['path'])} ({first['op']}){own}: {first['verdict']}: "
                     f"{first['reason']}; worst element {worst_text(first['worst'])} ({p['flagged']} flagged, {counts})"
                 )
             elif p["compared"] == 0:
@@ -158,7 +166,7 @@ class ModelReport:
                 ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated"],
                 [
                     [
-                        " + ".join(r["covers"]),
+                        "  " * r.get("depth", 0) + " + ".join(r["covers"]),
                         r["op"],
                         r["verdict"],
                         _num(r.get("max_ulp")),
@@ -231,7 +239,11 @@ def port_result(
     layers: list[UnitRow] = []
     for unit in units:
         kinds = " + ".join(dict.fromkeys(c.kind for c in unit.calls))
-        row: UnitRow = {"path": unit.key, "covers": unit.covers, "op": kinds}
+        parent = unit.calls[0].parent
+        row: UnitRow = {"path": unit.key, "covers": unit.covers, "op": kinds, "parent": parent, "depth": 0}
+        while parent is not None:
+            row["depth"] += 1
+            parent = by_key[parent].parent
         if unit.last in run.outputs:
             row["propagated"] = relative(run.outputs[unit.last], reference64[unit.last])
         inherited = _inherited(unit, by_key, run, reference64)
@@ -255,7 +267,7 @@ def port_result(
         "port": port.name,
         "description": port.description,
         "dtype": port.fmt.name,
-        "first_not_within": flagged[0]["path"] if flagged else None,
+        "first_not_within": _innermost(layers, flagged, by_key),
         "compared": len(compared),
         "flagged": len(flagged),
         "not_compared": len(layers) - len(compared),
@@ -271,6 +283,22 @@ def port_result(
         "end_to_end": _end_to_end(port, units, run, reference64, own),
         "seconds": seconds,
     }
+
+
+def _innermost(layers: list[UnitRow], flagged: list[UnitRow], by_key: dict[str, LayerCall]) -> str | None:
+    """The first flagged unit, in execution order, with no flagged unit inside it: where the
+    difference is. A flagged parent whose units inside are all within rounding differs in its own
+    forward (the attention core, a residual add), outside its submodules: its row says so."""
+    inside_flagged: set[str] = set()
+    for row in flagged:
+        parent = row["parent"]
+        while parent is not None:
+            inside_flagged.add(parent)
+            parent = by_key[parent].parent
+    innermost = [r for r in flagged if r["path"] not in inside_flagged]
+    for row in innermost:
+        row["own_code"] = any(r["parent"] == row["path"] for r in layers)
+    return innermost[0]["path"] if innermost else None
 
 
 def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:

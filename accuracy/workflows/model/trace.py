@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,23 +26,60 @@ CALL_MARK = "#"
 OUTPUT_KEY = "output"  # the activations file's key for the model's output (activations_file.py)
 
 
+@dataclass(frozen=True)
+class CallTemplate:
+    """How a module was called, its tensors taken out: the pytree of (args, kwargs), its leaves with
+    None at the tensor `slots`. Filled with other tensors, it calls the module again the same way
+    (keyword tensors, masks, position embeddings, flags and all)."""
+
+    spec: Any
+    leaves: list
+    slots: list[int]
+
+    def filled(self, tensors: list) -> tuple[tuple, dict]:
+        from torch.utils._pytree import tree_unflatten
+
+        leaves = list(self.leaves)
+        for slot, tensor in zip(self.slots, tensors, strict=True):
+            leaves[slot] = tensor
+        args, kwargs = tree_unflatten(leaves, self.spec)
+        return tuple(args), dict(kwargs)
+
+
+# what a call may take besides tensors and still be called again the same way: plain values
+PLAIN = (type(None), bool, int, float, str)
+
+
 @dataclass
 class LayerCall:
-    """One call of a leaf module: its path, the call's key and the tensors in and out. A call whose
-    output is not one tensor (a rotary embedding's (cos, sin)) has `output` None and `reason` says
-    why it cannot be judged: it is listed, never skipped silently."""
+    """One call of a module: its path, the call's key, the tensors in (positional, then keyword, in
+    the order of torch's pytree flattening of (args, kwargs): `<key>/in0`, `/in1`, ...) and its
+    first tensor output. `parent` is the key of the call it ran inside (None at the top). A call
+    that cannot be judged (no tensor output, state objects among its arguments) has `reason`: it
+    is listed, never skipped silently."""
 
     key: str
     path: str
     module: Any  # torch.nn.Module
-    inputs: list  # torch tensors, as received (positional tensor arguments), copied before the call
+    inputs: list  # torch tensors, as received, copied before the call
     output: Any  # torch tensor, or None
-    producers: list[str | None] = field(default_factory=list)  # the call whose output each input is
+    producers: list[str | None] = field(default_factory=list)  # the leaf call whose output each input is
     reason: str = ""
+    template: CallTemplate | None = None
+    parent: str | None = None
+    leaf: bool = True
+    returns_tensor: bool = True  # its output is one tensor, not a tuple or a model output holding it
 
     @property
     def kind(self) -> str:
         return type(self.module).__name__
+
+    def run(self, module, tensors: list):
+        """`module` called as this call was, on `tensors`: its first tensor output."""
+        if self.template is None:
+            return first_output(module(*tensors))
+        args, kwargs = self.template.filled(tensors)
+        return first_output(module(*args, **kwargs))
 
 
 def call_key(path: str, index: int) -> str:
@@ -61,53 +97,95 @@ def torch_dtype(fmt: FloatFormat):
 
 
 def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
-    """Every leaf call of one forward pass, in execution order, and the model's output.
+    """Every module call of one forward pass, parents before their children, and the model's output.
 
     A call's inputs are copied by a forward pre-hook, before the module runs, so that an in-place
     module (`Hardswish(inplace=True)`, `x.mul_(2)`) is fed and judged on what it really received;
-    the model gets copies of `inputs`, which it may overwrite without touching the caller's arrays."""
+    the model gets copies of `inputs`, which it may overwrite without touching the caller's arrays.
+    A forward that takes `use_cache` runs with it False: a cache is state that a unit's rerun
+    would change."""
+    import inspect
+
     import torch
+    from torch.utils._pytree import tree_flatten
 
     calls: list[LayerCall] = []
     counts: dict[str, int] = {}
     made_by: dict[int, str] = {}
-    received: dict[int, list] = {}  # module id -> a stack of the input copies of its running calls
-    keep: list = []  # tensors stay alive so that ids are not reused within the pass
+    running: list[LayerCall] = []
+    keep: list = []  # outputs stay alive so that ids are not reused within the pass
+    leaves = leaf_modules(model)
 
-    def before(module, args):
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        producers = [made_by.get(id(t)) for t in tensors]
-        received.setdefault(id(module), []).append(([t.detach().clone() for t in tensors], producers))
-
-    def hook(path):
-        def after(module, args, output):
-            copies, producers = received[id(module)].pop()
+    def before(path):
+        def pre(module, args, kwargs):
+            flat, spec = tree_flatten((args, kwargs))
+            slots = [i for i, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor)]
+            tensors = [flat[i] for i in slots]
+            state = sorted({type(v).__name__ for v in flat if not isinstance(v, (torch.Tensor, *PLAIN))})
             key = call_key(path, counts.get(path, 0))
             counts[path] = counts.get(path, 0) + 1
-            if not isinstance(output, torch.Tensor):
-                reason = f"its output is a {type(output).__name__}, not one tensor"
-                calls.append(LayerCall(key, path, module, copies, None, producers, reason))
-                return
-            if output.is_complex():
-                reason = f"its output is complex ({output.dtype}): opbench judges real floating outputs"
-                calls.append(LayerCall(key, path, module, copies, None, producers, reason))
-                return
-            keep.append(output)
-            calls.append(LayerCall(key, path, module, copies, output.detach().clone(), producers))
-            made_by[id(output)] = key
+            call = LayerCall(
+                key,
+                path,
+                module,
+                [t.detach().clone() for t in tensors],
+                None,
+                [made_by.get(id(t)) for t in tensors],
+                f"it takes a {', '.join(state)}: state that a rerun on its own would change" if state else "",
+                CallTemplate(spec, [None if isinstance(v, torch.Tensor) else v for v in flat], slots),
+                running[-1].key if running else None,
+                path in leaves,
+            )
+            calls.append(call)
+            running.append(call)
 
-        return after
+        return pre
+
+    def after(module, args, kwargs, output):
+        call = running.pop()
+        call.returns_tensor = isinstance(output, torch.Tensor)
+        out = first_output(output)
+        if out is None:
+            call.reason = call.reason or f"its output is a {type(output).__name__} holding no tensor"
+        elif out.is_complex():
+            call.reason = f"its output is complex ({out.dtype}): opbench judges real floating outputs"
+        else:
+            keep.append(out)
+            call.output = out.detach().clone()
+            if call.leaf:
+                made_by[id(out)] = call.key
 
     handles = []
-    for path, module in leaf_modules(model).items():
-        handles += [module.register_forward_pre_hook(before), module.register_forward_hook(hook(path))]
+    for path, module in model.named_modules():
+        if path:
+            handles += [
+                module.register_forward_pre_hook(before(path), with_kwargs=True),
+                module.register_forward_hook(after, with_kwargs=True),
+            ]
+    feeds = {k: torch.as_tensor(v).clone() for k, v in inputs.items()}
+    if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in feeds:
+        feeds["use_cache"] = False  # type: ignore[assignment]
     try:
         with torch.no_grad():
-            out = model(**{k: torch.as_tensor(v).clone() for k, v in inputs.items()})
+            out = model(**feeds)
     finally:
         for h in handles:
             h.remove()
     return calls, first_tensor(out)
+
+
+def first_output(output):
+    """A module's first tensor output: the tensor, a tuple's or list's first tensor, or a
+    transformers output's first tensor field; None where it gives none."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    if isinstance(output, (tuple, list)):
+        return next((o for o in output if isinstance(o, torch.Tensor)), None)
+    return None
 
 
 def first_tensor(out):
@@ -134,16 +212,14 @@ def converted(module, dtype, device: str = "cpu"):
     return copy.deepcopy(module).to(device=device, dtype=dtype)
 
 
-def composed(modules: list) -> Callable:
-    """Leaf calls chained: each one's output is the next one's only input."""
-
-    def run(*inputs):
-        out = modules[0](*inputs)
-        for m in modules[1:]:
-            out = m(out)
-        return out
-
-    return run
+def run_calls(calls: list[LayerCall], modules: list, tensors: list):
+    """Calls judged as one unit, each on `modules` (copies of theirs): the first as it was called,
+    on `tensors`; each next one on the previous one's output alone (the leaves one fused port node
+    covers)."""
+    out = calls[0].run(modules[0], tensors)
+    for module in modules[1:]:
+        out = first_output(module(out))
+    return out
 
 
 def float64_throughout():

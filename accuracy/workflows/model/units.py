@@ -25,9 +25,9 @@ from accuracy.reference.exact import Exact
 from accuracy.workflows.check import function_evidence, generic_contract, judged_row
 from accuracy.workflows.model.trace import (
     LayerCall,
-    composed,
     converted,
     float64_throughout,
+    run_calls,
     to_numpy,
     torch_dtype,
 )
@@ -58,7 +58,13 @@ class Unit:
 
 
 def leaf_units(calls: list[LayerCall]) -> list[Unit]:
-    """One unit per call; a call that cannot be judged (its output is not one tensor) says why."""
+    """One unit per leaf call; a call that cannot be judged (no tensor output) says why."""
+    return [Unit([c], c.reason) for c in calls if c.leaf]
+
+
+def nested_units(calls: list[LayerCall]) -> list[Unit]:
+    """One unit per module call, parents (blocks, attention, MLPs) as well as leaves: a port that
+    runs the reference's own modules judges the code between leaf layers too."""
     return [Unit([c], c.reason) for c in calls]
 
 
@@ -119,9 +125,9 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
         args = [(next(floats) if slot is None else slot).clone() for slot in fixed]
         dtype = next(a.dtype for a in args if a.is_floating_point())
         if dtype != torch.float64:
-            return composed(modules(dtype))(*args)
+            return run_calls(unit.calls, modules(dtype), args)
         with float64_throughout():  # the evaluation and Monte Carlo runs: its own casts stay float64
-            return composed(modules(dtype))(*args)
+            return run_calls(unit.calls, modules(dtype), args)
 
     layer.__qualname__ = unit.key
     return layer
@@ -157,7 +163,9 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
     modules = [converted(converted(c.module, torch_dtype(fmt)), torch.float64) for c in unit.calls]
     with torch.no_grad(), float64_throughout():
         return to_numpy(
-            composed(modules)(*[t.to(torch.float64, copy=True) if t.is_floating_point() else t for t in inputs])
+            run_calls(
+                unit.calls, modules, [t.to(torch.float64, copy=True) if t.is_floating_point() else t for t in inputs]
+            )
         )
 
 

@@ -4,13 +4,18 @@
 - `bert2`: transformers' BertModel with 2 layers (hidden 64), random weights from a config;
 - `small_cnn` and `small_transformer`: a few layers of the same kinds (conv, batch norm,
   dropout, flatten before a linear; linear, layer norm, GELU), small enough to judge in seconds,
-  for the injected-bug tests and the asv suite.
+  for the injected-bug tests and the asv suite;
+- `decoder`: a Llama-style decoder written out (RMSNorm, rotary attention, SiLU-gated MLP), with
+  keywords that inject the common transformer port bugs where they live;
+- `llama_tiny`, `gpt2_tiny`, `vit_tiny` (transformers, tiny configs) and `mobilenet_v3`
+  (torchvision's, in-place Hardswish): models as users bring them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from accuracy.backends.torchvision_import import import_torchvision, import_transformers
@@ -100,12 +105,165 @@ def small_transformer() -> nn.Module:
     return SmallTransformerBlock()
 
 
+class RMSNorm(nn.Module):
+    """x / rms(x) * w, by rsqrt (as Llama writes it) or by division (`by_division`: another correct route)."""
+
+    def __init__(self, width: int, eps: float = 1e-5, by_division: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, width))
+        self.eps, self.by_division = eps, by_division
+
+    def forward(self, x):
+        mean_square = x.pow(2).mean(-1, keepdim=True) + self.eps
+        return self.weight * (x / torch.sqrt(mean_square) if self.by_division else x * torch.rsqrt(mean_square))
+
+
+def _rotate_half(x):
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def _rotate_interleaved(x):
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+class DecoderAttention(nn.Module):
+    """Causal self-attention with rotary position embeddings, its core (scores, scale, mask,
+    softmax, weighted sum, rotary) in its own forward, between its four linear leaves: where the
+    common transformer port bugs live. Each keyword but `sdpa` reintroduces one: the scale
+    1/sqrt(width) for 1/sqrt(head width), no causal mask, the interleaved rotary convention for
+    rotate-half, a bfloat16 softmax. `sdpa`: F.scaled_dot_product_attention, another correct route."""
+
+    def __init__(self, width: int, heads: int, *, scale_by_width=False, causal=True, interleaved=False,
+                 softmax_dtype=None, sdpa=False):  # fmt: skip
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(width, width, bias=False) for _ in range(4))
+        self.heads, self.head_width = heads, width // heads
+        self.scale = (width if scale_by_width else self.head_width) ** -0.5
+        self.causal, self.interleaved, self.softmax_dtype, self.sdpa = causal, interleaved, softmax_dtype, sdpa
+
+    def _rotary(self, x):
+        t, half = x.shape[-2], self.head_width // 2
+        angles = torch.arange(t, dtype=x.dtype)[:, None] * 10000.0 ** (-torch.arange(half, dtype=x.dtype) / half)
+        if self.interleaved:
+            cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+            return x * cos + _rotate_interleaved(x) * sin
+        cos, sin = torch.cat((angles.cos(), angles.cos()), -1), torch.cat((angles.sin(), angles.sin()), -1)
+        return x * cos + _rotate_half(x) * sin
+
+    def forward(self, x):
+        b, t, width = x.shape
+        q, k, v = (
+            p(x).view(b, t, self.heads, self.head_width).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        q, k = self._rotary(q), self._rotary(k)
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        else:
+            scores = q @ k.transpose(-1, -2) * self.scale
+            if self.causal:
+                scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+            if self.softmax_dtype is not None:
+                probs = torch.softmax(scores.to(self.softmax_dtype), -1).to(scores.dtype)
+            else:
+                probs = torch.softmax(scores, -1)
+            out = probs @ v
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, width))
+
+
+class DecoderMLP(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(width, 2 * width, bias=False), nn.Linear(width, 2 * width, bias=False)
+        self.down_proj, self.act_fn = nn.Linear(2 * width, width, bias=False), nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, width: int, heads: int, eps: float, by_division: bool, attention: dict):
+        super().__init__()
+        self.input_layernorm = RMSNorm(width, eps, by_division)
+        self.self_attn = DecoderAttention(width, heads, **attention)
+        self.post_attention_layernorm = RMSNorm(width, eps, by_division)
+        self.mlp = DecoderMLP(width)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    """A Llama-style decoder written out, so that a test can inject each common port bug where
+    it lives (`decoder(**bug)`), with no download and no transformers import."""
+
+    def __init__(self, width=32, heads=4, depth=2, eps=1e-5, by_division=False, **attention):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(width, heads, eps, by_division, attention) for _ in range(depth))
+        self.norm = RMSNorm(width, eps, by_division)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+def decoder(**bug) -> nn.Module:
+    """The correct decoder (no keyword), or a port of it with one bug or another correct route."""
+    torch.manual_seed(SEED)
+    return Decoder(**bug).eval()
+
+
+def llama_tiny() -> nn.Module:
+    """transformers' LlamaModel from a tiny config (GQA: 4 heads, 2 key/value heads), random weights."""
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    return transformers.LlamaModel(config).eval()
+
+
+def gpt2_tiny() -> nn.Module:
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    return transformers.GPT2Model(config).eval()
+
+
+def vit_tiny() -> nn.Module:
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.ViTConfig(
+        image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64,
+    )  # fmt: skip
+    return transformers.ViTModel(config, add_pooling_layer=False).eval()
+
+
+def mobilenet_v3() -> nn.Module:
+    """torchvision's MobileNetV3-Small as it ships: its Hardswish and ReLU layers are in place."""
+    torch.manual_seed(SEED)
+    return import_torchvision().models.mobilenet_v3_small(weights=None)
+
+
 def example_inputs(name: str) -> dict[str, np.ndarray]:
     """Inputs for each model here, from the seeded PCG64 generator."""
     rng = np.random.default_rng(SEED)
-    if name == "bert2":
-        return {"input_ids": rng.integers(0, 512, (1, BERT_TOKENS)).astype(np.int64)}
-    shapes = {"resnet18": (1, 3, 224, 224), "small_cnn": (2, 3, 8, 8), "small_transformer": (2, 4, 16)}
+    if name in ("bert2", "llama_tiny", "gpt2_tiny"):
+        return {"input_ids": rng.integers(0, 512 if name == "bert2" else 64, (1, BERT_TOKENS)).astype(np.int64)}
+    if name == "vit_tiny":
+        return {"pixel_values": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    shapes = {
+        "resnet18": (1, 3, 224, 224),
+        "small_cnn": (2, 3, 8, 8),
+        "small_transformer": (2, 4, 16),
+        "decoder": (1, 8, 32),
+        "mobilenet_v3": (1, 3, 32, 32),
+    }
     return {"x": rng.standard_normal(shapes[name]).astype(np.float32)}
 
 

@@ -23,6 +23,7 @@ class FilePort(Port):
         return [
             Unit([c], c.reason or ("" if c.key in self.arrays else "the activations file has no output for it"))
             for c in calls
+            if c.leaf or c.key in self.arrays  # a parent module where the runtime gave its output
         ]
 
     def inputs_for(self, unit) -> Feed | str:

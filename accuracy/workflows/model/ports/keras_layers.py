@@ -29,6 +29,7 @@ class KerasPort(Port):
         return [
             Unit([c], c.reason or ("" if c.key in self.chains else "the mapping names no Keras layer for it"))
             for c in calls
+            if c.leaf
         ]
 
     def isolated(self, unit, inputs):

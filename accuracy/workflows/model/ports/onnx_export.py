@@ -41,7 +41,7 @@ class OnnxPort(Port):
         groups = self.graph.groups(self.modules, self.leaves)
         counts: dict[str, int] = {}
         units: list[Unit] = []
-        for call in calls:
+        for call in (c for c in calls if c.leaf):  # its nodes are mapped to leaf modules
             index = counts.get(call.path, 0)
             counts[call.path] = index + 1
             if call.reason:

@@ -14,8 +14,8 @@ from accuracy.core.errors import OpbenchError
 from accuracy.judge.precision import TF32
 from accuracy.workflows.check import first_line
 from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import LayerCall, composed, converted, leaf_modules, record, to_numpy, typed_inputs
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.trace import LayerCall, converted, leaf_modules, record, run_calls, to_numpy, typed_inputs
+from accuracy.workflows.model.units import Unit, nested_units, port_inputs
 
 SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
 SCRIPT_IN_PROCESS = "TorchScript in-process ({})"  # why C++ is not there: "no C++ compiler"
@@ -34,8 +34,8 @@ def _ported_leaf(fn, original):
             self._parameters.update(original._parameters)
             self._buffers.update(original._buffers)
 
-        def forward(self, *args):
-            return self.fn(*args)
+        def forward(self, *args, **kwargs):
+            return self.fn(*args, **kwargs)
 
     return Ported()
 
@@ -53,10 +53,12 @@ class TorchPort(Port):
         threads=None,
         wrap=None,
         tf32=False,
+        traced=False,
     ):
         self.name, self.model, self.description, self.fmt = name, model, description, FORMATS[dtype]
         self.device, self.threads, self.wrap = device, threads, wrap
         self.products = TF32 if tf32 else None
+        self.traced = traced  # TorchScript: a module called on tensors alone, returning one tensor
         self._layers: dict[str, object] = {}
 
     def _context(self):
@@ -80,8 +82,20 @@ class TorchPort(Port):
 
         return getattr(torch, self.fmt.name)
 
+    def units(self, calls: list[LayerCall]) -> list[Unit]:
+        units = nested_units(calls)
+        if self.traced:
+            for unit in units:
+                call = unit.calls[0]
+                args, kwargs = call.template.filled(call.inputs) if call.template else (call.inputs, {})
+                if not unit.reason and (kwargs or len(args) != len(call.inputs)):
+                    unit.reason = "TorchScript traces a module called on tensors alone: it takes other arguments"
+                elif not unit.reason and not call.returns_tensor:
+                    unit.reason = "the C++ runner takes a module returning one tensor: it returns a tuple"
+        return units
+
     def _layer(self, call: LayerCall, inputs: list):
-        if call.path not in self._layers:
+        if call.path not in self._layers:  # a module called twice is traced or compiled once
             module = converted(call.module, self._torch_dtype(), self.device)
             self._layers[call.path] = self.wrap(module, tuple(inputs)) if self.wrap else module
         return self._layers[call.path]
@@ -94,13 +108,13 @@ class TorchPort(Port):
             args = self._on_device(inputs)
             # tracing runs the layer on its example: copies, which an in-place layer may overwrite
             layers = [self._layer(c, [a.clone() for a in args] if i == 0 else [None]) for i, c in enumerate(unit.calls)]
-            return to_numpy(composed(layers)(*args).to("cpu"))
+            return to_numpy(run_calls(unit.calls, layers, args).to("cpu"))
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         model = converted(self.model, self._torch_dtype(), self.device)
         if self.wrap:
             for path in leaf_modules(model):
-                if path in self._layers:
+                if path in self._layers:  # its first call's traced or compiled module
                     model.set_submodule(path, _ported_leaf(self._layers[path], model.get_submodule(path)))
         feeds = typed_inputs(inputs, self.fmt)
         with self._context():
@@ -134,8 +148,10 @@ def torchscript(name: str, model, inputs) -> TorchPort:
         except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # cpp_extension's failed build
             missing = f"the LibTorch build failed: {type(exc).__name__}: {first_line(exc)}"
     if missing is not None:
-        return TorchPort(name, model, SCRIPT_IN_PROCESS.format(missing), wrap=_trace)
-    return TorchPort(name, model, SCRIPT_FROM_CPP, wrap=lambda m, example: libtorch.script(_trace(m, example)))
+        return TorchPort(name, model, SCRIPT_IN_PROCESS.format(missing), wrap=_trace, traced=True)
+    return TorchPort(
+        name, model, SCRIPT_FROM_CPP, wrap=lambda m, example: libtorch.script(_trace(m, example)), traced=True
+    )
 
 
 def _compile(module, example: tuple):
