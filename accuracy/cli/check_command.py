@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -56,5 +55,5 @@ def run(args) -> int:
     if len(outputs) != len(args.output):
         raise OpbenchError("two --output arguments share a label; give each its own")
     report = check(op=args.op, fn=args.fn, inputs=args.inputs, outputs=outputs, contract=args.contract)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    print(dumps(report.as_dict()) if args.json else report.render())
     return 0 if report.within_rounding else 1

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.formatting import format_number, format_table, printable
+from accuracy.core.json_output import dumps
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.changes import DEFAULT_THRESHOLD as DEFAULT_TIME_THRESHOLD
 from accuracy.run.results_store import check_output_file
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     for line in comparison.warnings:
         warn(line)
     if args.json:
-        print(json.dumps(comparison.to_json(), indent=2))
+        print(dumps(comparison.to_json()))
     else:
         print("\n".join(map(printable, render(comparison))))  # set names come from directory names
     return comparison.exit_code

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.cli.arguments import add_case, add_command, add_json
 from accuracy.core.formatting import format_number, format_table
+from accuracy.core.json_output import dumps
 from accuracy.core.limits import check_threads
 from accuracy.judge.metric_table import cli_columns
 
@@ -137,5 +136,5 @@ def run(args) -> int:
 
     check_threads(args.threads)
     report = explain(args.op, args.dtype, args.size, args.threads, args.condition, load_in_background=True)
-    print(json.dumps(report, indent=2) if args.json else render(report, args.verbose))
+    print(dumps(report) if args.json else render(report, args.verbose))
     return 0

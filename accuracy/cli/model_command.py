@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import dumps
 from accuracy.workflows.model_ports import DEFAULT_PORTS, PORT_NAMES
 
 
@@ -83,7 +83,7 @@ def run(args) -> int:
         from accuracy.report.model_page import write_model_page
 
         write_model_page(args.html, report.as_dict(), report.answers())
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    print(dumps(report.as_dict()) if args.json else report.render())
     if report.interrupted:
         return stopped_early(report.interrupted, "the report covers the ports finished so far")
     return 0 if report.within_rounding else 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from accuracy.catalog.registry import get_op
@@ -10,6 +9,7 @@ from accuracy.cli.arguments import add_command, add_dask, add_json, stopped_earl
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -134,7 +134,7 @@ def run(args) -> int:
     rows = as_rows(result)
     if args.json:
         print(
-            json.dumps(
+            dumps(
                 {
                     "op": op.name,
                     "dtype": fmt.name,
@@ -143,8 +143,7 @@ def run(args) -> int:
                     "seconds": result.seconds,
                     "interrupted": result.interrupted,
                     "implementations": rows,
-                },
-                indent=2,
+                }
             )
         )
     else:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.catalog.registry import get_op
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, stopped_early
 from accuracy.core.dtypes import ALL_DTYPES, get_format
 from accuracy.core.formatting import format_table
+from accuracy.core.json_output import dumps
 from accuracy.workflows.cluster import ClusterLost
 from accuracy.workflows.selftest import MUST_CATCH, selftest, summary
 
@@ -143,7 +142,7 @@ def run(args) -> int:
         lost = exc
     reports, total = [r.as_dict() for r in cases], summary(cases)
     if args.json:
-        print(json.dumps({"cases": reports, "summary": total, "complete": lost is None}, indent=2))
+        print(dumps({"cases": reports, "summary": total, "complete": lost is None}))
     else:
         print(markdown(reports, total) if args.markdown else render(reports, total))
     if lost is not None:

@@ -32,6 +32,7 @@ from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_number, format_table, printable
+from accuracy.core.json_output import json_ready
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.metric_table import BY_NAME
@@ -62,8 +63,8 @@ class CheckReport:
         return all(o["verdict"] == WITHIN for o in self.outputs)
 
     def as_dict(self) -> dict:
-        """Plain JSON: a ratio that does not apply (NaN) is null, which every JSON parser reads."""
-        return _json_safe(
+        """Strict JSON: a ratio that does not apply (NaN) or an infinite error is null, with its reason."""
+        return json_ready(
             {"op": self.op, "dtype": self.dtype, "inputs": self.inputs, "outputs": self.outputs, "pairs": self.pairs}
         )
 
@@ -89,14 +90,6 @@ class CheckReport:
         lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in self.outputs]
         lines += pairs_section(self.pairs)
         return "\n".join(lines)
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return None if isinstance(value, float) and value != value else value
 
 
 def _worst_text(worst: dict) -> str:

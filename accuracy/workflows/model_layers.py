@@ -28,8 +28,9 @@ from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import format_table
+from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import UNDETERMINED, WITHIN
-from accuracy.workflows.check import _first_line, _json_safe, _worst_text, check_function, check_op
+from accuracy.workflows.check import _first_line, _worst_text, check_function, check_op
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model_activations import (
     OUTPUT_KEY,
@@ -225,7 +226,7 @@ class ModelReport:
         )
 
     def as_dict(self) -> dict:
-        return _json_safe(
+        return json_ready(
             {
                 "model": self.model,
                 "mode": self.mode,
