@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -173,15 +174,21 @@ def test_selftest_whose_least_accurate_correct_implementation_is_exact(monkeypat
     assert reported["smallest_caught"] == smallest
 
 
-def test_model_with_an_infinite_layer_error(monkeypatch, capsys):
+def test_model_with_an_infinite_layer_error(monkeypatch, capsys, tmp_path):
+    """--json strict; the --html page, drawn from the same dict, still says inf where it was."""
     import accuracy.workflows.model_layers as model_layers
 
-    layer = {"path": "fc", "verdict": "beyond rounding", "reason": "overflow", "max_ulp": math.inf}
-    layer |= {"typical_ratio": math.nan, "bound_ratio": math.inf}
-    port = {"port": "torch", "compared": 1, "layers": [layer]}
+    layer = {"path": "fc", "covers": ["fc"], "op": "linear", "verdict": "beyond rounding", "reason": "overflow"}
+    layer |= {"max_ulp": math.inf, "typical_ratio": math.nan, "bound_ratio": math.inf, "introduced": 0.5, "worst": {}}
+    port = {"port": "torch", "description": "torch eager", "dtype": "float32", "layers": [layer]}
+    port |= {"first_not_within": "fc", "compared": 1, "flagged": 1, "not_compared": 0}
+    port |= {"output": {"relative_error": math.inf, "max_abs_error": math.inf, "reference_relative_error": 1e-7}}
     report = ModelReport(model="m:f", mode="eval", inputs={"x": [1, 4]}, ports=[port])
     monkeypatch.setattr(model_layers, "run_model", lambda *args, **kwargs: report)
-    done = run_main(capsys, "model", "m:f", "--inputs", "x=1x4", "--json")
+    page = tmp_path / "model.html"
+    done = run_main(capsys, "model", "m:f", "--inputs", "x=1x4", "--html", page, "--json")
     assert done.returncode == 1, done.stderr
     (fc,) = strict(done.stdout)["ports"][0]["layers"]
     assert fc["max_ulp"] is None and fc["max_ulp_reason"] == "inf" and fc["typical_ratio_reason"] == "nan"
+    cells = re.findall(r"<td>(.*?)</td>", page.read_text())
+    assert cells == ["fc", "linear", "beyond rounding", "0.5", "-", "-", "inf", "-", "overflow"]
