@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from accuracy.core.errors import OpbenchError, quiet_stderr
+from accuracy.core.errors import OpbenchError, first_line, quiet_stderr
 
 OPSET = 17  # LayerNormalization is an ONNX op from opset 17 on
 _CALL_SUFFIX = re.compile(r"(.+)_(\d+)")
@@ -46,7 +46,7 @@ def export(model, args: tuple, input_names: list[str]):
                 do_constant_folding=True,
             )
     except Exception as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = first_line(exc)
         op = re.search(r"operator '([^']+)'", text)
         named = f"op {op.group(1)} does not export: " if op else ""
         raise OpbenchError(f"the model does not export to ONNX (opset {OPSET}): {named}{text}") from None

@@ -19,6 +19,24 @@ from accuracy.core.dtypes import FloatFormat
 GPU_DRIVERS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")  # where a CUDA (or ROCm) device can exist
 
 
+def torch_dtype(fmt: FloatFormat):
+    """torch's dtype of a float format (torch names them as opbench does: torch.bfloat16, ...)."""
+    import torch
+
+    return getattr(torch, fmt.name)
+
+
+def tensor_to_numpy(tensor) -> np.ndarray:
+    """A torch tensor's values on the CPU as numpy holds them, bit for bit: numpy has no bfloat16,
+    so a bfloat16 tensor's bits cross as int16 and come back as ml_dtypes' bfloat16."""
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
 class TorchBackend(Backend):
     """torch on a device; bfloat16 crosses the boundary bit for bit through an int16 view."""
 
@@ -43,11 +61,7 @@ class TorchBackend(Backend):
         return tensor.to(self.device)
 
     def to_numpy(self, value, fmt: FloatFormat) -> np.ndarray:
-        torch = self.namespace
-        tensor = torch.as_tensor(value).detach().to("cpu").to(getattr(torch, fmt.name))
-        if fmt.name == "bfloat16":
-            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return tensor.numpy()
+        return tensor_to_numpy(self.namespace.as_tensor(value).detach().cpu().to(torch_dtype(fmt)))
 
     def synchronize(self) -> None:
         if self.device != "cpu":

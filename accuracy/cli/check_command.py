@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.cli.arguments import add_command, add_json, labelled_file
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -48,6 +47,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from accuracy.cli.text.check import render
     from accuracy.workflows.check import check  # the judge and scipy: only when it runs
 
     if (args.op is None) == (args.fn is None):
@@ -56,5 +56,5 @@ def run(args) -> int:
     if len(outputs) != len(args.output):
         raise OpbenchError("two --output arguments share a label; give each its own")
     report = check(op=args.op, fn=args.fn, inputs=args.inputs, outputs=outputs, contract=args.contract)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    print(dumps(report.as_dict()) if args.json else render(report))
     return 0 if report.within_rounding else 1

@@ -3,9 +3,8 @@ kernels, threads, CPU dispatch, devices): what a result's fingerprint records.""
 
 from __future__ import annotations
 
-import json
-
 from accuracy.cli.arguments import add_command, add_json
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -24,7 +23,7 @@ def run(args) -> int:
 
     info = fingerprint(full=args.full)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(dumps(info))
         return 0
     v = info["versions"]
     print(f"python {info['python']} on {info['platform']}, {info['cpu_count']} cores")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.catalog.registry import all_ops
 from accuracy.cli.arguments import add_command, add_json
 from accuracy.core.formatting import format_table
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -41,7 +40,7 @@ def catalog() -> list[dict]:
 def run(args) -> int:
     ops = catalog()
     if args.json:
-        print(json.dumps(ops, indent=2))
+        print(dumps(ops))
         return 0
     rows = [
         [

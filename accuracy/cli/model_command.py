@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import dumps
 from accuracy.workflows.model.ports import BUILT_IN, default_ports
 
 
@@ -71,6 +71,7 @@ def run(args) -> int:
         raise OpbenchError(f"--html {args.html}: already exists")
     if args.html and args.save_activations and Path(args.html).resolve() == Path(args.save_activations).resolve():
         raise OpbenchError(f"--html and --save-activations name the same file {args.html}: give each its own")
+    from accuracy.cli.text.model import render
     from accuracy.workflows.model.sweep import run_model  # torch, pandas: only when it runs
 
     # the user's factory and forward may print: their words go to stderr, so that stdout is the
@@ -91,7 +92,7 @@ def run(args) -> int:
         from accuracy.report.model_page import write_model_page
 
         write_model_page(args.html, report.as_dict(), report.answers())
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    print(dumps(report.as_dict()) if args.json else render(report))
     if report.not_saved:  # the run's report is printed above: only the file is missing
         raise OpbenchError(report.not_saved)
     if report.interrupted:

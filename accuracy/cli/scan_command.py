@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from accuracy.catalog.registry import get_op
 from accuracy.cli.arguments import add_command, add_dask, add_json, stopped_early
+from accuracy.cli.text.scan import render
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_number, format_table
+from accuracy.core.json_output import dumps
 
 
 def register(sub) -> None:
@@ -66,60 +66,6 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def _num(v) -> str:
-    return format_number(v, digits=4)
-
-
-def render(rows: list[dict], result) -> str:
-    fmt = result.fmt
-    state = "interrupted: partial" if result.interrupted else "complete"
-    lines = [
-        f"scan {result.op} {fmt.name}: {result.done} of {result.total} inputs ({state}), {result.seconds:.0f} s",
-        "",
-    ]
-    table = []
-    for r in rows:
-        holds = {None: "no contract declared", True: "holds", False: "BROKEN"}[r["contract_holds"]]
-        contract = "-" if r["contract_max_ulp"] is None else f"{r['contract_max_ulp']} ulp ({r['contract_source']})"
-        table.append(
-            [
-                r["impl"],
-                str(r["checked"]),
-                f"{r['max_ulp']:.6g}" if r["not_correctly_rounded"] else "<= 0.5",
-                str(r["not_correctly_rounded"]),
-                _num(r["max_ulp_from_correctly_rounded"]),
-                contract,
-                holds,
-            ]
-        )
-    lines += format_table(
-        [
-            "implementation",
-            "inputs",
-            "max ulp",
-            "not correctly rounded",
-            "ulps from CR",
-            "contract",
-            "contract everywhere",
-        ],
-        table,
-    )
-    lines.append("")
-    for r in rows:
-        if r["worst"]:
-            worst = ", ".join(
-                f"x={w['x']} ({w['x_value']:.9g}) -> {w['result']}, exact {w['exact']:.12g}, {w['ulp']:.6g} ulp"
-                for w in r["worst"]
-            )
-            lines.append(f"  {r['impl']} worst: {worst}")
-        hist = "  ".join(f"{k}: {v}" for k, v in r["histogram"].items() if v)
-        lines.append(f"  {r['impl']} ulp-error histogram: {hist}")
-    from accuracy.workflows.scan import HISTOGRAM_EDGES
-
-    lines.append(f"(histogram bins in ulps; edges {', '.join(f'{e:g}' for e in HISTOGRAM_EDGES)})")
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     from accuracy.workflows.scan import as_rows, scan, select_impls
 
@@ -134,7 +80,7 @@ def run(args) -> int:
     rows = as_rows(result)
     if args.json:
         print(
-            json.dumps(
+            dumps(
                 {
                     "op": op.name,
                     "dtype": fmt.name,
@@ -143,8 +89,7 @@ def run(args) -> int:
                     "seconds": result.seconds,
                     "interrupted": result.interrupted,
                     "implementations": rows,
-                },
-                indent=2,
+                }
             )
         )
     else:

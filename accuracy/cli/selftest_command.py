@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from accuracy.catalog.registry import get_op
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, stopped_early
+from accuracy.cli.text.selftest import markdown, render
 from accuracy.core.dtypes import ALL_DTYPES, get_format
-from accuracy.core.formatting import format_table
+from accuracy.core.json_output import dumps
 from accuracy.workflows.cluster import ClusterLost
 from accuracy.workflows.selftest import MUST_CATCH, selftest, summary
 
@@ -40,90 +39,6 @@ def register(sub) -> None:
     add_json(p)
 
 
-def _smallest(d: dict) -> str:
-    s = d["smallest_caught"]
-    return "-" if s is None else f"{s['error_ulp']:.3g} ulp ({s['mutant']})"
-
-
-def render(reports: list[dict], total: dict) -> str:
-    rows = [
-        [
-            d["op"],
-            d["dtype"],
-            d["condition"],
-            str(d["size"]),
-            str(d["correct_impls"]),
-            str(len(d["false_alarms"])),
-            str(len(d["alarms"]) - len(d["false_alarms"])),
-            f"{d['least_accurate_correct_ulp']:.3g}",
-            f"{d['caught']}/{d['must_catch']}",
-            _smallest(d),
-        ]
-        for d in reports
-    ]
-    lines = format_table(
-        [
-            "op",
-            "dtype",
-            "condition",
-            "size",
-            "correct",
-            "false alarms",
-            "confirmed alarms",
-            "least accurate correct (ulp)",
-            "caught (>= 16x)",
-            "smallest caught",
-        ],
-        rows,
-    )
-    alarms = [
-        f"  {d['op']} {d['dtype']} {d['condition']}: {'FALSE ' if a in d['false_alarms'] else ''}{a}"
-        for d in reports
-        for a in d["alarms"]
-    ]
-    if alarms:
-        lines += ["", "alarms on correct implementations:", *alarms]
-    missed = [f"  {d['op']} {d['dtype']} {d['condition']}: {m}" for d in reports for m in d["missed"]]
-    if missed:
-        lines += ["", "missed mutants:", *missed]
-    lines += [
-        "",
-        f"{total['cases']} cases, {total['correct_judgements']} judgements of correct implementations: "
-        f"{total['false_alarms']} false alarms, {total['confirmed_alarms']} confirmed alarms, "
-        f"{total['undetermined']} undetermined; mutants caught: {total['caught']}/{total['must_catch']} "
-        f"({100 * total['catch_rate']:.1f}%)",
-    ]
-    return "\n".join(lines)
-
-
-def markdown(reports: list[dict], total: dict) -> str:
-    """Per op and dtype: false alarms, caught/must-catch, over all its conditions; and the
-    smallest caught error in float32."""
-    dtypes = [d for d in ALL_DTYPES if any(r["dtype"] == d for r in reports)]
-    lines = ["| op | " + " | ".join(dtypes) + " | smallest caught, float32 |", "|---" * (len(dtypes) + 2) + "|"]
-    for op in dict.fromkeys(r["op"] for r in reports):
-        cells = []
-        for dtype in dtypes:
-            rs = [r for r in reports if r["op"] == op and r["dtype"] == dtype]
-            cells.append(
-                "-"
-                if not rs
-                else f"{sum(len(r['false_alarms']) for r in rs)} / "
-                f"{sum(r['caught'] for r in rs)}/{sum(r['must_catch'] for r in rs)}"
-            )
-        f32 = [r for r in reports if r["op"] == op and r["dtype"] == "float32" and r["smallest_caught"]]
-        small = min(f32, key=lambda r: r["smallest_caught"]["error_ulp"], default=None)
-        cells.append("-" if small is None else _smallest(small))
-        lines.append(f"| {op} | " + " | ".join(cells) + " |")
-    lines.append(
-        f"| **all** | {total['false_alarms']} false alarms in {total['correct_judgements']} judgements"
-        f" | caught {total['caught']}/{total['must_catch']} ({100 * total['catch_rate']:.1f}%) |"
-        + " |"
-        * (len(dtypes) - 1)
-    )
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     for name in args.ops:
         get_op(name)  # unknown names fail with one line before any work
@@ -143,7 +58,7 @@ def run(args) -> int:
         lost = exc
     reports, total = [r.as_dict() for r in cases], summary(cases)
     if args.json:
-        print(json.dumps({"cases": reports, "summary": total, "complete": lost is None}, indent=2))
+        print(dumps({"cases": reports, "summary": total, "complete": lost is None}))
     else:
         print(markdown(reports, total) if args.markdown else render(reports, total))
     if lost is not None:

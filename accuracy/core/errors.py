@@ -11,6 +11,17 @@ class OpbenchError(Exception):
     """Bad input from the user (unknown op, corrupt file, ...), never a bug in opbench."""
 
 
+def first_line(exc: BaseException, *, typed: bool = False) -> str:
+    """The first non-blank line of `exc`'s message, after `Type: ` when `typed`; its type's name
+    when the message is empty. A library's message can be a whole traceback or build log, and an
+    error or a table cell is one line."""
+    lines = str(exc).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    if not line:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {line}" if typed else line
+
+
 def warn(line: str) -> None:
     """Say something the user should know without stopping: `opbench: warning: ...` on stderr,
     where it never mixes with a command's output (a table, JSON) on stdout."""

@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import json_ready
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
 from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
@@ -168,24 +169,27 @@ class Comparison:
         )
 
     def to_json(self) -> dict:
-        return {
-            "base": self.base.describe(),
-            "new": self.new.describe(),
-            "stack_difference": [{"what": w, "base": b, "new": n} for w, b, n in self.stack_difference],
-            "time_threshold": self.time_threshold,
-            "matched_on": ["op", "params", *self.key_dims],
-            "verdict": self.verdict,
-            "summary": self.summary(),
-            "exit_code": self.exit_code,
-            "counts": self.counts,
-            "bits": self.bits(),
-            "only_in_base": self.only_in_base,
-            "only_in_new": self.only_in_new,
-            "warnings": self.warnings,
-            "busy": self.busy,
-            "overlap": self.overlap,
-            "rows": [{k: _jsonable(v) for k, v in row.items()} for row in self.rows],
-        }
+        """The comparison as strict JSON holds it (accuracy.core.json_output: inf and NaN as null, with a reason)."""
+        return json_ready(
+            {
+                "base": self.base.describe(),
+                "new": self.new.describe(),
+                "stack_difference": [{"what": w, "base": b, "new": n} for w, b, n in self.stack_difference],
+                "time_threshold": self.time_threshold,
+                "matched_on": ["op", "params", *self.key_dims],
+                "verdict": self.verdict,
+                "summary": self.summary(),
+                "exit_code": self.exit_code,
+                "counts": self.counts,
+                "bits": self.bits(),
+                "only_in_base": self.only_in_base,
+                "only_in_new": self.only_in_new,
+                "warnings": self.warnings,
+                "busy": self.busy,
+                "overlap": self.overlap,
+                "rows": self.rows,
+            }
+        )
 
 
 def compare_results(results_dir, base: str, new: str, time_threshold: float = DEFAULT_TIME_THRESHOLD) -> Comparison:
@@ -453,16 +457,6 @@ def _flag(value) -> bool:
 
 def _missing(value) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
-def _jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalars
-        return _jsonable(value.item())
-    return value
 
 
 def _n(count: int, noun: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.report.plots import WIDTH, to_png_base64
 
 COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
@@ -45,9 +46,13 @@ def layer_figure(port: dict) -> str | None:
     return to_png_base64(fig)
 
 
-def _cell(value) -> str:
+def _cell(value, reason: str | None = None) -> str:
+    """A number to 3 digits; "inf" where the report's strict JSON has null for an infinite error,
+    "-" where a value is missing or does not apply (NaN)."""
     if isinstance(value, float):
         return f"{value:.3g}"
+    if reason in ("inf", "-inf"):
+        return reason
     return html.escape("-" if value is None else str(value))
 
 
@@ -66,8 +71,12 @@ def model_page(report: dict, answers: list[str]) -> str:
         rows = "".join(
             "<tr>"
             + "".join(
-                f"<td>{_cell(v)}</td>"
-                for v in (" + ".join(r["covers"]), r["op"], r["verdict"], *(r.get(c) for c in COLUMNS), r["reason"])
+                f"<td>{cell}</td>"
+                for cell in (
+                    *map(_cell, (" + ".join(r["covers"]), r["op"], r["verdict"])),
+                    *(_cell(r.get(c), r.get(c + REASON_SUFFIX)) for c in COLUMNS),
+                    _cell(r["reason"]),
+                )
             )
             + "</tr>"
             for r in port["layers"]

@@ -15,7 +15,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from accuracy.core.errors import OpbenchError
+from accuracy.backends.pytorch import tensor_to_numpy
+from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.files import write_atomic
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
@@ -44,10 +45,7 @@ def _from_torch(where, value) -> np.ndarray:
 
     if not isinstance(value, torch.Tensor):
         raise OpbenchError(f"{where}: holds a {type(value).__name__}, not a tensor")
-    value = value.detach().cpu()
-    if value.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the bits as ml_dtypes'
-        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return value.numpy()
+    return tensor_to_numpy(value)
 
 
 def _load_pt(path: Path) -> dict[str, np.ndarray] | np.ndarray:
@@ -151,8 +149,7 @@ def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     except OpbenchError:
         raise
     except Exception as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise OpbenchError(f"{path}: cannot read it as {suffix}: {detail}") from None
+        raise OpbenchError(f"{path}: cannot read it as {suffix}: {first_line(exc)}") from None
 
 
 def read_arrays(path: Path | str) -> dict[str, np.ndarray]:

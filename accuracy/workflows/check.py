@@ -29,17 +29,17 @@ import numpy as np
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
-from accuracy.core.errors import OpbenchError
-from accuracy.core.formatting import format_number, format_table, printable
+from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.formatting import format_number, printable
+from accuracy.core.json_output import json_ready
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import ulp_error
-from accuracy.judge.metric_table import BY_NAME
 from accuracy.judge.precision import compute_format
 from accuracy.judge.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
 from accuracy.judge.verdicts import WITHIN, Evidence, FunctionSubject, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
-from accuracy.workflows.explain import pairs_section, pairwise
+from accuracy.workflows.explain import pairwise
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
@@ -61,8 +61,8 @@ class CheckReport:
         return all(o["verdict"] == WITHIN for o in self.outputs)
 
     def as_dict(self) -> dict:
-        """Plain JSON: a ratio that does not apply (NaN) is null, which every JSON parser reads."""
-        return _json_safe(
+        """Strict JSON: a ratio that does not apply (NaN) or an infinite error is null, with its reason."""
+        return json_ready(
             {"op": self.op, "dtype": self.dtype, "inputs": self.inputs, "outputs": self.outputs, "pairs": self.pairs}
         )
 
@@ -73,29 +73,6 @@ class CheckReport:
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
-
-    def render(self) -> str:
-        shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
-        lines = [f"{self.op} [{self.dtype}] on {shapes}", ""]
-        columns = [BY_NAME[name] for name in CHECK_COLUMNS]
-        lines += format_table(
-            ["output", "verdict", *(m.label for m in columns), "worst element"],
-            [
-                [o["label"], o["verdict"], *(format_number(o[m.field]) for m in columns), worst_text(o["worst"])]
-                for o in self.outputs
-            ],
-        )
-        lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in self.outputs]
-        lines += pairs_section(self.pairs)
-        return "\n".join(lines)
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return None if isinstance(value, float) and value != value else value
 
 
 def worst_text(worst: dict) -> str:
@@ -205,10 +182,6 @@ def _check_names(op: OpInfo, inputs: dict, source: str) -> None:
             [f"unexpected {', '.join(extra)}"] if extra else []
         )
         raise OpbenchError(f"{source}: {'; '.join(problems)}: {op.name} takes inputs {', '.join(expected)}")
-
-
-def first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else ""
 
 
 def _shapes(inputs: dict) -> str:
@@ -322,7 +295,7 @@ def _first_run(fn: Callable, name: str, inputs: dict, fmt: FloatFormat) -> tuple
         try:
             result = _call(fn, inputs, fmt, backend_name)
         except Exception as exc:
-            failures.append(f"with {backend_name} arrays: {type(exc).__name__}: {first_line(exc)}")
+            failures.append(f"with {backend_name} arrays: {first_line(exc, typed=True)}")
             continue
         if backend_name == "numpy" and "torch" in sys.modules and _computes_with_torch(fn, inputs):
             return "torch", _call(fn, inputs, fmt, "torch")
@@ -345,9 +318,7 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
     try:
         return _call(fn, inputs, fmt, backend_name)
     except Exception as exc:
-        raise OpbenchError(
-            f"{name} failed on {_shapes(inputs)} in {fmt.name}: {type(exc).__name__}: {first_line(exc)}"
-        ) from None
+        raise OpbenchError(f"{name} failed on {_shapes(inputs)} in {fmt.name}: {first_line(exc, typed=True)}") from None
 
 
 def _function_model(

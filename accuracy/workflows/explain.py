@@ -16,6 +16,7 @@ import numpy as np
 from accuracy.backends import get_backend
 from accuracy.backends.startup_threads import StartupThreadsBackend
 from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.core.errors import first_line
 from accuracy.core.formatting import format_number, format_table
 from accuracy.core.threads import all_cores
 from accuracy.judge.error_metrics import ErrorSummary, relative_error, ulps_apart
@@ -41,7 +42,7 @@ def _measure_all(case: Case, evidence: Evidence, threads: int):
             row.update(judgements[impl.name].as_dict())  # its bound ratio is the precision model's
             row["relative_note"] = relative_gap_note(outputs[impl.name], case.exact, case.fmt, summary)
         except Exception as exc:  # a crashing implementation is a finding, not a crash of explain
-            row.update(verdict="error", label="error", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+            row.update(verdict="error", label="error", error=first_line(exc, typed=True))
             outputs.pop(impl.name, None)
         rows.append(row)
     return rows, outputs, judgements

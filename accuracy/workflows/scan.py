@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.catalog.registry import Impl, OpInfo, all_ops, get_op
+from accuracy.catalog.registry import Impl, OpInfo, get_op
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.limits import check_sample
@@ -405,22 +405,6 @@ def scan_class_name(op: str, dtype: str) -> str:
 
 
 SCAN_TRACKS = {"track_max_ulp": "max_ulp", "track_not_correctly_rounded": "not_correctly_rounded"}
-
-
-def rows_from_tracks(tracks: dict[tuple[str, str], float]) -> list[dict]:
-    """`zimmermann_table` rows from asv results of the scan tracks: {(benchmark, impl): value},
-    the benchmark as asv names it ("bench_references.ScanExpFloat32.track_max_ulp"); other
-    benchmarks are ignored. A scan with one of its two tracks missing is left out."""
-    classes = {
-        scan_class_name(op.name, dtype): (op.name, dtype) for op in all_ops() for dtype in (*SCAN_DTYPES, "float64")
-    }
-    found: dict[tuple[str, str, str], dict] = {}
-    for (benchmark, impl), value in tracks.items():
-        *_, cls, track = benchmark.split(".")
-        if cls in classes and track in SCAN_TRACKS:
-            op, dtype = classes[cls]
-            found.setdefault((op, dtype, impl), {"op": op, "dtype": dtype, "impl": impl})[SCAN_TRACKS[track]] = value
-    return [r for r in found.values() if set(SCAN_TRACKS.values()) <= set(r)]
 
 
 def zimmermann_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:

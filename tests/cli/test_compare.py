@@ -510,3 +510,17 @@ def test_overlapping_sets_are_said_to_overlap(tmp_path, capsys):
     assert overlap == [report["overlap"]] and "1 results file in both (bench-box/" in overlap[0], report["summary"]
     _, report = run_json(capsys, results, base_env, "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8")
     assert report["overlap"] is None and not any("overlap" in line for line in report["summary"])
+
+
+def test_an_infinite_error_is_null_with_its_reason_in_strict_json(tmp_path, capsys):
+    """max_ulp inf (an overflow) and a ratio that does not apply (NaN): strict JSON, never "inf"."""
+    new = measure({("max_ulp", BEYOND): np.inf, ("typical_ratio", BEYOND): np.nan, ("verdict_tier", BEYOND): 2.0})
+    done = run_main(capsys, "compare", "box-base", "box-new", "--results", write_sets(tmp_path, new=new), "--json")
+
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+
+    assert done.returncode == 1, done.stderr
+    row = by_case(json.loads(done.stdout, parse_constant=refuse))[BEYOND]
+    assert row["max_ulp_base"] == 2.0 and row["max_ulp_new"] is None and row["max_ulp_new_reason"] == "inf"
+    assert row["verdicts"] == ["now beyond rounding"]

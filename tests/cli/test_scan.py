@@ -18,7 +18,6 @@ from accuracy.workflows.scan import (
     all_inputs,
     as_rows,
     hex_of,
-    rows_from_tracks,
     sample_float64,
     scan,
     scan_class_name,
@@ -107,19 +106,7 @@ def test_zimmermann_table_is_function_by_implementation():
     assert body == [["exp", "float32", "2.4", "0.5"], ["log", "float32", "1.5", ""]]
 
 
-def test_zimmermann_table_from_the_full_profiles_asv_tracks():
-    """The report reads the scan tracks back from asv results by benchmark name and impl."""
-    tracks = {
-        ("bench_references.ScanExpFloat32.track_max_ulp", "numpy:np.exp"): 2.4,
-        ("bench_references.ScanExpFloat32.track_not_correctly_rounded", "numpy:np.exp"): 3.0,
-        ("bench_references.ScanLogBfloat16.track_max_ulp", "torch:torch.log"): 0.9,
-        ("bench_references.ScanLogBfloat16.track_not_correctly_rounded", "torch:torch.log"): 7.0,
-        ("bench_references.ScanSinFloat32.track_max_ulp", "numpy:np.sin"): 1.0,  # its count is missing
-        ("bench_elementwise.Exp.track_max_ulp", "numpy:np.exp"): 9.0,
-    }
-    header, body = zimmermann_table(rows_from_tracks(tracks))
-    assert header == ["function", "dtype", "numpy", "torch"]
-    assert body == [["exp", "float32", "2.4", ""], ["log", "bfloat16", "", "0.9"]]
+def test_scan_class_names_are_the_full_profiles_asv_classes():
     assert scan_class_name("log", "bfloat16") == "ScanLogBfloat16"
 
 

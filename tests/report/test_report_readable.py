@@ -101,3 +101,22 @@ def test_backend_tally_counts_every_op(report):
     assert tally["fastest"].sum() == len(speed) and set(speed["op"]) >= {"linear", "var", "sigmoid"}
     page = report[0]
     assert "Which backend is fastest?" in page
+
+
+def test_the_page_and_the_markdown_follow_the_one_list_of_sections(report):
+    """The page's links, its h2 sections and report.md's sections in SECTIONS' order: a section
+    is added in one place (the list once named its keys apart from the page's own list)."""
+    import re
+
+    from accuracy.report.render import SECTIONS
+
+    page, markdown, _ = report
+    keys = [section.key for section in SECTIONS]
+    nav = re.search(r"<nav>(.*?)</nav>", page).group(1)
+    assert re.findall(r'<a href="#([^"]+)">', nav) == keys
+    assert re.findall(r'<h2 id="([^"]+)">', page) == keys
+    headings = re.findall(r"^## (\w+)", markdown, re.M)
+    assert headings == [
+        "Verdicts", "Discrepancies", "Reproducibility", "Speed", "Changes", "Self", "Machines",
+        "Regressions", "Improvements", "Skipped",
+    ]  # fmt: skip

@@ -8,7 +8,7 @@ import pandas as pd
 from fixtures_report import COMMITS, DATES, FINGERPRINTS, MKL
 
 from accuracy.judge.metric_table import BY_NAME
-from accuracy.report.export import export_frame, read_frame
+from accuracy.report.export import export_frame
 from accuracy.report.load import load_results
 from accuracy.report.render import write_report
 from accuracy.report.tidy import COLUMNS, DATA_DICTIONARY, dictionary_markdown, tidy
@@ -41,8 +41,8 @@ def test_columns_are_split_and_typed(shared_results):
 def test_round_trip_keeps_integers(shared_results, tmp_path):
     frame = tidy(load_results(shared_results).frame)
     csv, parquet = export_frame(frame, tmp_path / "results")
-    pd.testing.assert_frame_equal(read_frame(parquet), frame)
-    assert read_frame(csv)["size"].dtype.kind == "i"
+    pd.testing.assert_frame_equal(pd.read_parquet(parquet), frame)
+    assert pd.read_csv(csv)["size"].dtype.kind == "i"
 
 
 def test_data_dictionary_beside_the_data_and_in_the_docs(shared_results, tmp_path):

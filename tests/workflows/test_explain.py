@@ -6,10 +6,12 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, first_line
 from accuracy.reference.exact import Exact
 from accuracy.workflows.evaluation import Case, make_case
 from accuracy.workflows.explain import explain
@@ -194,3 +196,25 @@ def test_explain_works_on_every_op(op_name, condition):
     # bitwise reproducibility is a finding, not a promise (torch's lstsq can differ run to run);
     # what is promised is that every implementation is checked
     assert {r["impl"] for r in report["reproducibility"]} == set(verdicts)
+
+
+def test_an_implementation_that_raises_is_a_one_line_error_row(monkeypatch):
+    """A library's message can start with a blank line and run on for pages (a C++ traceback):
+    the row keeps its type and its first real line."""
+    run = Case.run
+
+    def failing(self, impl, threads):
+        if impl.name == "numpy:np.sqrt":
+            raise RuntimeError("\n  kernel failed: no float16 path\n  at sqrt_kernel.cpp:12\n")
+        return run(self, impl, threads)
+
+    monkeypatch.setattr(Case, "run", failing)
+    row = _rows(explain("sqrt", "float16", 64, 1))["numpy:np.sqrt"]
+    assert row["verdict"] == "error" and row["error"] == "RuntimeError: kernel failed: no float16 path"
+
+
+@given(st.text())
+def test_first_line_is_one_line_and_never_empty(message):
+    line = first_line(ValueError(message))
+    assert line and "\n" not in line and "\r" not in line
+    assert first_line(ValueError(message), typed=True) in ("ValueError", f"ValueError: {line}")

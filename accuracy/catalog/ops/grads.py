@@ -36,11 +36,6 @@ from accuracy.reference.inputs import normal, uniform
 from accuracy.reference.oracles import elementwise, mp, mp_dot, mp_list, mp_matmul, rowwise
 
 
-def _backward(out, g, *leaves):
-    out.backward(g)
-    return leaves[0].grad if len(leaves) == 1 else leaves
-
-
 def _torch_matmul_grad(ns, a, b, g):
     a.requires_grad_()
     b.requires_grad_()

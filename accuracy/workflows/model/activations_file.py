@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.array_files import read_arrays, write_arrays
-from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall, to_numpy
+from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall
 
 __all__ = ["OUTPUT_KEY", "activations", "input_key", "read_activations", "save_activations"]
 INPUT_SUFFIX = "/in{}"

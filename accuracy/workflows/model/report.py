@@ -14,9 +14,10 @@ import ml_dtypes
 import numpy as np
 
 from accuracy.core.dtypes import FORMATS
-from accuracy.core.formatting import format_table, printable
+from accuracy.core.formatting import printable
+from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
-from accuracy.workflows.check import _json_safe, worst_text
+from accuracy.workflows.check import worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
@@ -98,7 +99,7 @@ class ModelReport:
         )
 
     def as_dict(self) -> dict:
-        return _json_safe(
+        return json_ready(
             {
                 "model": self.model,
                 "mode": self.mode,
@@ -149,49 +150,14 @@ class ModelReport:
             out = p["output"]
             lines.append(
                 f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
-                f"{_num(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
-                f"{_num(out['reference_relative_error'])})"
+                f"{number(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
+                f"{number(out['reference_relative_error'])})"
             )
         return lines
 
-    def render(self) -> str:
-        shapes = ", ".join(f"{k} {tuple(v)}" for k, v in self.inputs.items())
-        lines = [f"{self.model} in {self.mode} mode on {shapes}", ""]
-        lines += self.answers()
-        lines += [f"{printable(a['port'])}: absent ({printable(a['reason'])})" for a in self.absent]
-        for p in self.ports:
-            port = printable(p["port"])
-            lines += ["", f"{port} [{p['dtype']}]: {printable(p['description'])}; layer by layer on identical inputs:"]
-            lines += format_table(
-                ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated"],
-                [
-                    [
-                        "  " * r.get("depth", 0) + " + ".join(r["covers"]),
-                        r["op"],
-                        r["verdict"],
-                        _num(r.get("max_ulp")),
-                        _num(r.get("typical_ratio")),
-                        _num(r.get("introduced")),
-                        _num(r.get("inherited")),
-                        _num(r.get("propagated")),
-                    ]
-                    for r in p["layers"]
-                ],
-            )
-            reasons = [
-                f"  {printable(r['path'])}: {printable(r['reason'])}" for r in p["layers"] if r["verdict"] != WITHIN
-            ]
-            if reasons:
-                lines += ["why:", *reasons]
-        lines += [
-            "",
-            "introduced: the unit's normwise relative error on the reference's own inputs; inherited / propagated: "
-            "the port's end-to-end difference from the float64 model at the unit's input / output",
-        ]
-        return "\n".join(lines)
 
-
-def _num(v) -> str:
+def number(v) -> str:
+    """A number as the answers and the table print it: 3 significant digits, - where there is none."""
     return "-" if v is None or v != v else f"{v:.3g}"
 
 
@@ -333,9 +299,11 @@ def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict,
     limit = END_TO_END_FACTOR * max(theirs, floor)
     if mine != mine or mine > limit:
         reason = (
-            f"output error {_num(mine)}, over {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own "
-            f"({_num(theirs)}) on the same input{where}"
+            f"output error {number(mine)}, over {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own "
+            f"({number(theirs)}) on the same input{where}"
         )
         return {"verdict": BEYOND, "reason": reason, "first_departs": first}
-    reason = f"output error {_num(mine)} within {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own ({_num(theirs)})"
+    reason = (
+        f"output error {number(mine)} within {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own ({number(theirs)})"
+    )
     return {"verdict": WITHIN, "reason": reason, "first_departs": None}

@@ -15,8 +15,7 @@ import numpy as np
 
 from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS
-from accuracy.core.errors import OpbenchError
-from accuracy.workflows.check import first_line
+from accuracy.core.errors import OpbenchError, first_line
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
@@ -138,7 +137,7 @@ class PortJob:
         except OpbenchError as exc:
             return str(exc)
         except Exception as exc:
-            return f"it cannot be built for this model: {type(exc).__name__}: {first_line(exc)}"
+            return f"it cannot be built for this model: {first_line(exc, typed=True)}"
 
 
 def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
@@ -226,7 +225,7 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
             try:
                 output = port.isolated(unit, unit.calls[0].inputs)
             except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
-                why = str(exc) if isinstance(exc, OpbenchError) else f"{type(exc).__name__}: {first_line(exc)}"
+                why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
                 unit.reason = f"the port failed on it: {why}"
                 continue
             expected = tuple(unit.calls[-1].output.shape)
@@ -238,7 +237,7 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
         try:
             run = port.end_to_end(given, units)
         except Exception as exc:
-            why = str(exc) if isinstance(exc, OpbenchError) else f"{type(exc).__name__}: {first_line(exc)}"
+            why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
             failed.append({"port": port.name, "reason": f"the end-to-end run failed: {why}"})
             for outputs in (by_port for _, _, by_port in groups.values()):
                 outputs.pop(port.name, None)

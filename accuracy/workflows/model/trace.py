@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.reference.inputs import normal, seed_for
-from accuracy.workflows.array_files import as_array, read_arrays
+from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.check import load_function
 
 CALL_MARK = "#"
@@ -88,12 +89,6 @@ def call_key(path: str, index: int) -> str:
 
 def leaf_modules(model) -> dict[str, Any]:
     return {name: m for name, m in model.named_modules() if name and not any(True for _ in m.children())}
-
-
-def torch_dtype(fmt: FloatFormat):
-    import torch
-
-    return getattr(torch, fmt.name)
 
 
 def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
@@ -201,10 +196,6 @@ def first_tensor(out):
     if hasattr(out, "to_tuple"):
         return first_tensor(out.to_tuple())
     raise OpbenchError(f"the model returned a {type(out).__name__}, not a tensor (or a tuple starting with one)")
-
-
-def to_numpy(tensor) -> np.ndarray:
-    return as_array(tensor, "tensor")
 
 
 def converted(module, dtype, device: str = "cpu"):

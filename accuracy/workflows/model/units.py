@@ -17,20 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.backends.pytorch import torch_dtype
 from accuracy.catalog.module_ops import module_op
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.verdicts import Evidence, ExactLookup, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.check import function_evidence, generic_contract, judged_row
-from accuracy.workflows.model.trace import (
-    LayerCall,
-    converted,
-    float64_throughout,
-    run_calls,
-    to_numpy,
-    torch_dtype,
-)
+from accuracy.workflows.model.trace import LayerCall, converted, float64_throughout, run_calls
 
 TYPICAL_TIER = "typical tier of check --fn"
 LOOKUP_TIER = "exact (integer inputs)"

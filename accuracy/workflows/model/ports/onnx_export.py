@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import LayerCall, leaf_modules, to_numpy
+from accuracy.workflows.model.trace import LayerCall, leaf_modules
 from accuracy.workflows.model.units import Unit, port_inputs
 
 

@@ -9,12 +9,12 @@ import numpy as np
 
 from accuracy.backends import get_backend
 from accuracy.backends.libtorch import LibTorchBackend
+from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.dtypes import FORMATS
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, first_line
 from accuracy.judge.precision import TF32
-from accuracy.workflows.check import first_line
 from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import LayerCall, converted, leaf_modules, record, run_calls, to_numpy, typed_inputs
+from accuracy.workflows.model.trace import LayerCall, converted, leaf_modules, record, run_calls, typed_inputs
 from accuracy.workflows.model.units import Unit, nested_units, port_inputs
 
 SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
@@ -146,7 +146,7 @@ def torchscript(name: str, model, inputs) -> TorchPort:
         try:
             libtorch.preload()  # build (once per torch build) or load the cached build
         except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # cpp_extension's failed build
-            missing = f"the LibTorch build failed: {type(exc).__name__}: {first_line(exc)}"
+            missing = f"the LibTorch build failed: {first_line(exc, typed=True)}"
     if missing is not None:
         return TorchPort(name, model, SCRIPT_IN_PROCESS.format(missing), wrap=_trace, traced=True)
     return TorchPort(
