@@ -59,6 +59,9 @@ def register(sub) -> None:
     )
     p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="every unit inside the blocks too (the default sums them up)"
+    )
     add_dask(p)
     add_json(p)
 
@@ -92,7 +95,7 @@ def run(args) -> int:
         from accuracy.report.model_page import write_model_page
 
         write_model_page(args.html, report.as_dict(), report.answers())
-    print(dumps(report.as_dict()) if args.json else render(report))
+    print(dumps(report.as_dict()) if args.json else render(report, args.verbose))
     if report.not_saved:  # the run's report is printed above: only the file is missing
         raise OpbenchError(report.not_saved)
     if report.interrupted:

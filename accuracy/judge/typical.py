@@ -33,6 +33,11 @@ from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
 
 TYPICAL_Z = 12.0
+# The worst case of a unit's roundings, first order: its error is sum_i c_i d_i over N roundings,
+# each |d_i| <= its half-width w_i with the runs' RMS w_i/sqrt(3) (uniform), so by Cauchy-Schwarz
+# |error| <= sqrt(3 N) * RMS. The runs estimate the RMS from 64 samples (below half the true value
+# with probability < 1e-9); WORST_MARGIN covers that (docs/verdicts.md, "The typical tier's worst case").
+WORST_MARGIN = 2.0
 RANDOM_RUNS = 64
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
 MODEL_VERSION = 3  # bump when the emulation or the threshold changes: cached models are keyed by it
@@ -45,6 +50,14 @@ class TypicalModel:
     scale: np.ndarray  # absolute error scale of the least accurate correct algorithm
     threshold: np.ndarray  # TYPICAL_Z * scale + one ulp of the stored format
     compute: str
+    # the most any rounding of its ops can give, per element (None: the roundings were not counted)
+    worst_case: np.ndarray | None = None
+
+    def with_worst_case(self, roundings: int, exact: Exact, storage: FloatFormat) -> TypicalModel:
+        """This model with its first-order worst case over `roundings` sampled roundings."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            worst = WORST_MARGIN * np.sqrt(3.0 * max(roundings, 1)) * self.scale + ulp(exact.hi, storage)
+        return TypicalModel(self.scale, self.threshold, self.compute, worst)
 
     def ratio(self, abs_error: np.ndarray) -> float:
         """max |error| / threshold over finite elements: > 1 is atypically large."""

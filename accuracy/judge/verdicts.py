@@ -31,7 +31,7 @@ from accuracy.judge import backward_error as backward
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import correctly_rounded, error_over_bound, rounding_error
 from accuracy.judge.precision import compute_format, model_bound, scaled_unit_roundoff
-from accuracy.judge.typical import TypicalModel, cached_typical_model
+from accuracy.judge.typical import WORST_MARGIN, TypicalModel, cached_typical_model
 from accuracy.reference.exact import Exact
 
 
@@ -361,6 +361,15 @@ class Evidence:
         median, sharpest = model.threshold_ulps(exact, fmt)
         fields |= {"typical_ratio": ratio, "threshold_ulp": median, "sharpest_threshold_ulp": sharpest}
         tier = f"{subject.basis} (flags errors >= {median:.3g} ulp here; {no_bound})"
+        if model.worst_case is not None and ratio > 1:
+            beyond = error_over_bound(err, model.worst_case)
+            if beyond > 1:
+                return Judgement(
+                    BEYOND,
+                    f"{beyond:.3g}x the most any rounding of its ops can give (first order, "
+                    f"{WORST_MARGIN:g} sqrt(3 N) x the runs' RMS over its N sampled roundings): {tier}",
+                    **fields,
+                )
         if ratio > 1:
             return Judgement(SUSPICIOUS, f"{ratio:.3g}x the typical threshold: {tier}", **fields)
         return Judgement(WITHIN, f"typical of a correct {fmt.name} evaluation: {tier}", **fields)

@@ -354,7 +354,7 @@ def _function_model(
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:
-        runs, unmodelled, contracted = monte_carlo_runs(
+        runs, unmodelled, contracted, roundings = monte_carlo_runs(
             fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
         )
     except Exception:
@@ -368,7 +368,7 @@ def _function_model(
         else ""
     )
     return (
-        model_from_runs(runs, own, exact, fmt, fmt.name),
+        model_from_runs(runs, own, exact, fmt, fmt.name).with_worst_case(roundings, exact, fmt),
         how("its torch ops with sampled roundings", f"its own {fmt.name} result") + inputs_rounded + rounded_once,
     )
 
