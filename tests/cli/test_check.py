@@ -289,7 +289,7 @@ def test_assert_within_rounding_passes_and_fails_as_it_should():
 
     assert_within_rounding(np.tanh(x @ W.T + b), fn=block, inputs=case.inputs)
     # a bias 1% off: past the most any rounding of the block's ops can give, not only atypical
-    with pytest.raises(AssertionError, match="actual: beyond rounding: .*the most any rounding of its ops can give"):
+    with pytest.raises(AssertionError, match=r"actual: beyond rounding: .*the most any rounding of its ops can give"):
         assert_within_rounding(np.tanh(x @ W.T + b * np.float32(1.01)), fn=block, inputs=case.inputs)
 
 
