@@ -10,15 +10,19 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from cli_runner import run_main, run_opbench
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accuracy.cli import main as cli
 from accuracy.judge.metric_table import tracks
+from accuracy.report.compare import compare_results
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 
 COMMITS = [hashlib.sha1(f"upgrade {i}".encode()).hexdigest() for i in range(2)]
@@ -167,11 +171,13 @@ def test_two_identical_runs_compare_safe(tmp_path, capsys):
 )
 def test_a_busy_machine_makes_time_differences_inconclusive(tmp_path, capsys, load, verdict, change):
     """The same software, NEW timed 1.5x slower: real on an idle 2-CPU machine, unattributable when
-    a load average of 11 says other work competed (two identical runs under load measured 2.5x)."""
-    fingerprint = {"packages": {"numpy": "2.4.6"}, "load": {"max_1min": load, "cpus": 2}}
+    a load average of 11 says other work competed (two identical runs under load measured 2.5x).
+    torch changed, so the slowdown of torch:F.linear is the upgrade's, not a control's."""
+    fingerprint = {"packages": {"numpy": "2.4.6", "torch": "2.12.0"}, "load": {"max_1min": load, "cpus": 2}}
+    upgraded = fingerprint | {"packages": {"numpy": "2.4.6", "torch": "2.13.0"}}
     new = measure(seed=7, time={SLOW: 1.5})
     code, report = run_json(
-        capsys, write_sets(tmp_path, new=new, fingerprints=(fingerprint, fingerprint)), "box-base", "box-new"
+        capsys, write_sets(tmp_path, new=new, fingerprints=(fingerprint, upgraded)), "box-base", "box-new"
     )
     assert report["verdict"] == verdict and code == {"NOT SAFE": 1, "INCONCLUSIVE": 3}[verdict]
     assert by_case(report)[SLOW]["time_change"] == change
@@ -510,3 +516,54 @@ def test_overlapping_sets_are_said_to_overlap(tmp_path, capsys):
     assert overlap == [report["overlap"]] and "1 results file in both (bench-box/" in overlap[0], report["summary"]
     _, report = run_json(capsys, results, base_env, "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8")
     assert report["overlap"] is None and not any("overlap" in line for line in report["summary"])
+
+
+# Two stacks where only torch changed: numpy's cases are the controls of torch's.
+TORCH_BEFORE = {"python": "3.11.7", "versions": {"numpy": "2.4.6", "torch": "2.12.0"}}
+TORCH_AFTER = TORCH_BEFORE | {"versions": {"numpy": "2.4.6", "torch": "2.13.0"}}
+ALL_CASES = [(impl, size, threads) for impl in PARAMS[0] for size in PARAMS[1] for threads in PARAMS[2]]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    scale=st.floats(1.2, 3.0),
+    stacks=st.sampled_from([(TORCH_BEFORE, TORCH_AFTER), (TORCH_BEFORE, TORCH_BEFORE)]),
+)
+def test_a_machine_that_got_slower_is_never_not_safe(scale, stacks):
+    """Issue 44: every time scaled by the same factor (the machine, not the software) is judged
+    against the unchanged implementations' drift: SAFE or INCONCLUSIVE, never NOT SAFE."""
+    with tempfile.TemporaryDirectory() as tmp:
+        results = write_sets(
+            Path(tmp), new=measure(seed=7, time=dict.fromkeys(ALL_CASES, scale)), fingerprints=stacks
+        )
+        comparison = compare_results(results, "box-base", "box-new")
+    code, report = comparison.exit_code, comparison.to_json()
+    assert report["verdict"] in ("SAFE", "INCONCLUSIVE") and code in (0, 3), report["summary"]
+    assert report["controls"]["drift"] == pytest.approx(scale, rel=0.01)
+    assert f"unchanged controls ({report['controls']['cases']} cases of numpy" in report["summary"][0]
+
+
+def test_a_slowdown_is_measured_beyond_the_controls(tmp_path, capsys):
+    """The machine ran 1.4x slower in NEW, and torch:F.linear (whose library changed) 1.5x beyond
+    that: NOT SAFE for that case only, and the verdict line says what it was judged against."""
+    time = dict.fromkeys(ALL_CASES, 1.4) | {SLOW: 1.4 * 1.5}
+    results = write_sets(tmp_path, new=measure(seed=7, time=time), fingerprints=(TORCH_BEFORE, TORCH_AFTER))
+    code, report = run_json(capsys, results, "box-base", "box-new")
+    rows = by_case(report)
+    assert code == 1 and [r["verdicts"] for r in report["rows"]].count(["slower"]) == 1
+    assert rows[SLOW]["time_ratio"] == pytest.approx(2.1, rel=0.01) and rows[SLOW]["control"] is False
+    assert {rows[c]["control"] for c in ALL_CASES if c[0] == X_W_B} == {True}
+    assert report["summary"][0] == (
+        "NOT SAFE: 1 significant slowdown beyond 10% (unchanged controls (4 cases of numpy) moved 1.40x "
+        "(median); torch:F.linear 1.50x beyond them)"
+    )
+
+
+def test_a_control_that_moved_is_inconclusive_never_slower(tmp_path, capsys):
+    """np x @ W.T + b 1.5x slower with numpy unchanged: the machine or noise, never the upgrade."""
+    results = write_sets(tmp_path, new=measure(seed=7, time={SAME: 1.5}), fingerprints=(TORCH_BEFORE, TORCH_AFTER))
+    code, report = run_json(capsys, results, "box-base", "box-new")
+    row = by_case(report)[SAME]
+    assert row["control"] is True and row["time_change"] == "inconclusive" and row["verdicts"] == ["speed inconclusive"]
+    assert code == 3 and report["verdict"] == "INCONCLUSIVE"
+    assert "1 control moved beyond the controls' median" in report["summary"][0]
