@@ -367,11 +367,16 @@ def busy_machine(results_dir, result_set: ResultSet) -> str | None:
     CPUs (a 1-minute load average above the CPU count plus one, the benchmark's own threads
     and asv's process), so a time difference may be the machine's, not the software's."""
     pairs = result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False)
+    return busy_files(results_dir, pairs, result_set.role)
+
+
+def busy_files(results_dir, pairs, during: str) -> str | None:
+    """The busy-machine rule for the results files `pairs` ((machine, file name)), or None."""
     loads = [load for m, f in pairs if (load := read_load(Path(results_dir) / m / f))]
     if not loads:
         return None
     highest, cpus = max(loads)
-    return f"load average up to {highest:.3g} on {cpus} CPUs during {result_set.role}" if highest > cpus + 1 else None
+    return f"load average up to {highest:.3g} on {cpus} CPUs during {during}" if highest > cpus + 1 else None
 
 
 _STATS = ("value", "ci_99_a", "ci_99_b", "repeat", "samples", "failed")
