@@ -38,7 +38,7 @@ from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
 from accuracy.report.load import load_results, param_columns
-from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
+from accuracy.report.resultsets import KEY_DIMS, VARIES, ResultSet, file_stacks, resolve
 from accuracy.report.stack import parts_used, read_load, stack_difference
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
@@ -301,6 +301,8 @@ def compare_sets(
         and (base.frame[dim].nunique() > 1 or new.frame[dim].nunique() > 1)
     ]
     shared = overlap(base, new)
+    for side, other in ((base, new), (new, base)):
+        one_stack(side, other)
     wide_base, wide_new = _wide(base, key_dims), _wide(new, key_dims)
     index = ["op", "params", *key_dims]
     merged = wide_base.merge(wide_new, on=index, how="inner", suffixes=("_base", "_new"))
@@ -360,6 +362,18 @@ def _controls(records: list[dict], backends: list[str], is_control: list[bool]) 
     names = sorted({b for b, control in zip(backends, is_control, strict=True) if control})
     drift = statistics.median(ratios) if len(ratios) >= MIN_CONTROLS else 1.0
     return Controls(len(ratios), tuple(names), drift)
+
+
+def one_stack(side: ResultSet, other: ResultSet) -> None:
+    """A set that spans environments of different stacks compares only env by env with a set of
+    the same environments; against anything else its stack difference would read "(varies)" and
+    its cases would stand for no one stack: bad input, naming the environments to choose from."""
+    envs = sorted(set(side.frame["env_name"]))
+    if len(envs) > 1 and side.stack and VARIES in side.stack.values() and set(envs) != set(other.frame["env_name"]):
+        raise OpbenchError(
+            f"{side.role} {side.spec!r} covers {len(envs)} environments with different stacks "
+            f"({', '.join(envs)}): name one of them instead"
+        )
 
 
 def busy_machine(results_dir, result_set: ResultSet) -> str | None:

@@ -22,6 +22,7 @@ from accuracy.report.fingerprint import label_of, short_env_name
 from accuracy.report.stack import normal_package, read_stack
 
 KEY_DIMS = ("machine", "env_name")
+VARIES = "(varies)"  # a part of the stack that differs between the files of one set
 _HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _WORDS = {"machine": "machine", "env_name": "environment", "commit": "commit hash prefix", "alias": "package versions"}
 
@@ -141,7 +142,7 @@ def _unique(values: pd.Series, spec: str, role: str, what: str, advice: str) -> 
 
 
 def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
-    """One stack for a set of files: a part that differs between them reads "(varies)"."""
+    """One stack for a set of files: a part that differs between them reads VARIES."""
     known = [s for s in stacks if s is not None]
     if not known:
         return None
@@ -149,7 +150,7 @@ def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
     for stack in known[1:]:
         for key in merged.keys() | stack.keys():
             if merged.get(key) != stack.get(key):
-                merged[key] = "(varies)"
+                merged[key] = VARIES
     return merged
 
 

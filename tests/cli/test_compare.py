@@ -567,3 +567,24 @@ def test_a_control_that_moved_is_inconclusive_never_slower(tmp_path, capsys):
     assert row["control"] is True and row["time_change"] == "inconclusive" and row["verdicts"] == ["speed inconclusive"]
     assert code == 3 and report["verdict"] == "INCONCLUSIVE"
     assert "1 control moved beyond the controls' median" in report["summary"][0]
+
+
+def test_a_commit_that_spans_environments_of_different_stacks_is_refused(tmp_path, capsys):
+    """`compare <commit> ENV`: the commit covered two matrix environments and compare merged them,
+    printing a "(varies)" row for every package; now one line names the environments to choose."""
+    base_env, new_env = "virtualenv-py3.11-numpy2.3.5", "virtualenv-py3.11-numpy2.4.6"
+    results = tmp_path / "results"
+    write_benchmarks(results, BENCHMARKS)
+    write_machine(results, "bench-box")
+    for env, stack in ((base_env, FINGERPRINT), (new_env, UPGRADED)):
+        write_result_file(results, "bench-box", env, COMMITS[0], DATES[0], BENCHMARKS, measure(seed=1), stack)
+    write_result_file(results, "bench-box", new_env, COMMITS[1], DATES[1], BENCHMARKS, UPGRADE, UPGRADED)
+    done = run_main(capsys, "compare", COMMITS[0][:8], new_env, "--results", results)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"opbench: error: BASE '{COMMITS[0][:8]}' covers 2 environments with different stacks "
+        f"({base_env}, {new_env}): name one of them instead\n"
+    )
+    # against the later commit, which ran in one of the two environments only: refused too
+    assert run_main(capsys, "compare", COMMITS[0][:8], COMMITS[1][:8], "--results", results).returncode == 2
+    assert run_main(capsys, "compare", base_env, new_env, "--results", results).returncode == 1
