@@ -36,7 +36,7 @@ from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batc
 from accuracy.run.environment_python import environment_python, relabel_python
 from accuracy.run.offline_pages import finish_pages
 from accuracy.run.profiles import DEFAULT, PROFILE_VAR, PROFILES, QUICK
-from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
+from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress, measured_costs
 from accuracy.run.results_store import (
     check_no_links,
     merge_benchmarks_json,
@@ -369,7 +369,12 @@ def run_suite(
                 args.append("--quick")
             # a history run discovers as asv does over the range: in the newest commit that installs
             discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
-            if log.call(discover, env) != 0:
+            if commits:  # asv builds or updates a virtualenv per environment first: minutes, silent
+                print(
+                    f"opbench: asv sets up the run's environments first (minutes for each new one); log: {log.path}",
+                    flush=True,
+                )
+            if log.call(discover, env, progress=ClassProgress([])) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
             chosen = PROFILES[env[PROFILE_VAR]]
             batches = plan_batches(private, bench, chosen.history_batches if commits else chosen.batches)
@@ -378,7 +383,8 @@ def run_suite(
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
             modules = {name.split(".", 1)[0] for name in suite}
             classes = [owner for batch in batches for owner in batch.classes]
-            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits))
+            costs = measured_costs(staging / machine, classes)
+            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits), costs=costs)
             measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
             measurements.mkdir()
             pythons = environment_pythons(private) if commits else {}
@@ -403,6 +409,7 @@ def run_suite(
                         progress.skip(batch.classes)  # a suite without passes ran whole in the first
                         break
                     progress.stage = f"{suite_pass} pass, "
+                    progress.expect(batch.classes)
                     status = max(
                         status,
                         log.call(
