@@ -112,7 +112,7 @@ class Comparison:
     busy: list[str] = field(default_factory=list)  # why timings are not comparable (busy_machine)
     overlap: str | None = None  # what BASE and NEW share (`overlap`), said in the summary
     controls: Controls | None = None  # the unchanged implementations and their drift; None without
-
+    confirmed: bool = False  # decided on the first samples and those `compare --confirm` added
 
     @property
     def counts(self) -> dict[str, int]:
@@ -188,6 +188,8 @@ class Comparison:
         tail = f"; 1-vs-all-threads bitwise reproducibility lost in {_n(lost, 'case')}" if lost else ""
         lines = [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
         lines += [self.overlap] if self.overlap else []
+        if self.confirmed:
+            return [*lines, "decided once on both runs' samples (compare --confirm added the second beside the first)"]
         return lines + ([self.confirm_slowdowns()] if counts[SLOWER] else [])
 
     def _beyond_controls(self) -> str:
@@ -199,17 +201,27 @@ class Comparison:
         more = f" and {len(slower) - 3} more" if len(slower) > 3 else ""
         return f" ({self.controls.describe()}; {named}{more} beyond them)"
 
+    def doubtful_classes(self) -> list[str]:
+        """The benchmark classes whose speed is not settled: a slowdown, or a timing left inconclusive."""
+        return sorted(
+            {
+                row["benchmark_class"]
+                for row in self.rows
+                if SLOWER in row["verdicts"] or row["time_change"] == changes.INCONCLUSIVE
+            }
+        )
+
     def confirm_slowdowns(self) -> str:
         """How to confirm the slowdowns: each side's samples of a case come from one process, run
         back to back, so a slow spell of the machine shifts them all and asv's test takes it for
         a change (an idle rerun of the whole matrix found 3 such, 1.25-1.91x, gone on a rerun).
-        A second run of just those classes, compared on its own, tells which are real."""
+        `--confirm` reruns the doubtful classes into the same results, beside the first samples,
+        and decides once on all of them; the report and the pages stay as they are."""
         classes = sorted({row["benchmark_class"] for row in self.rows if SLOWER in row["verdicts"]})
-        pattern = "|".join(c.replace(".", r"\.") for c in classes)
         return (
-            f"confirm the slowdowns with a second run of their classes in another results directory, "
-            f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
-            f"--config and --commits), then opbench compare --results DIR2 BASE NEW"
+            f"confirm the slowdowns ({', '.join(classes)}): opbench compare {self.base.spec!r} {self.new.spec!r} "
+            "--confirm (with this run's --results, --config and --profile) reruns the doubtful classes and "
+            "decides once on both runs' samples"
         )
 
     def to_json(self) -> dict:
@@ -229,6 +241,7 @@ class Comparison:
             "warnings": self.warnings,
             "busy": self.busy,
             "overlap": self.overlap,
+            "confirmed": self.confirmed,
             "controls": None
             if self.controls is None
             else {"cases": self.controls.cases, "backends": list(self.controls.backends), "drift": self.controls.drift},

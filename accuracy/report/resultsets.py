@@ -123,7 +123,9 @@ def _alias(frame: pd.DataFrame, spec: str, role: str, stacks: dict) -> dict[str,
 
 
 def _has(stack: dict[str, str], env_name: str, name: str, version: str) -> bool:
-    installed = {normal_package(key.split(" ", 1)[1]): value for key, value in stack.items() if key.startswith("package ")}
+    installed = {
+        normal_package(key.split(" ", 1)[1]): value for key, value in stack.items() if key.startswith("package ")
+    }
     if name in installed:
         return _version_matches(installed[name], version)
     # asv names matrix environments by concatenating each requirement with its version

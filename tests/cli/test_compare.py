@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -19,11 +20,18 @@ import pytest
 from cli_runner import run_main, run_opbench
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_asv_suite import tiny_repo  # noqa: F401 - a fixture, used by name
 
 from accuracy.cli import main as cli
 from accuracy.judge.metric_table import tracks
 from accuracy.report.compare import compare_results
-from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+from accuracy.report.synthetic import (
+    SyntheticBenchmark,
+    append_samples,
+    write_benchmarks,
+    write_machine,
+    write_result_file,
+)
 
 COMMITS = [hashlib.sha1(f"upgrade {i}".encode()).hexdigest() for i in range(2)]
 DATES = [datetime.datetime(2026, 2, 1, tzinfo=datetime.UTC) + datetime.timedelta(days=i) for i in range(2)]
@@ -151,9 +159,12 @@ def test_verdicts_and_exit_code(tmp_path, capsys, layout, base, new):
         "slower",
         "changed within rounding",
     ]
-    # a slowdown comes with the targeted rerun that confirms it: only the slowed class
-    slowed = rows[SLOW]["benchmark_class"].replace(".", "\\.")
-    assert f"opbench run --bench '^({slowed})\\.' --results DIR2" in report["summary"][3]
+    # a slowdown comes with the command that confirms it in the same results (a second results
+    # directory, the old advice, gave a second decision and replaced the report and pages)
+    assert report["summary"][3] == (
+        f"confirm the slowdowns (bench_products.Linear): opbench compare {base!r} {new!r} --confirm (with this "
+        "run's --results, --config and --profile) reruns the doubtful classes and decides once on both runs' samples"
+    )
 
 
 def test_two_identical_runs_compare_safe(tmp_path, capsys):
@@ -533,9 +544,7 @@ def test_a_machine_that_got_slower_is_never_not_safe(scale, stacks):
     """Issue 44: every time scaled by the same factor (the machine, not the software) is judged
     against the unchanged implementations' drift: SAFE or INCONCLUSIVE, never NOT SAFE."""
     with tempfile.TemporaryDirectory() as tmp:
-        results = write_sets(
-            Path(tmp), new=measure(seed=7, time=dict.fromkeys(ALL_CASES, scale)), fingerprints=stacks
-        )
+        results = write_sets(Path(tmp), new=measure(seed=7, time=dict.fromkeys(ALL_CASES, scale)), fingerprints=stacks)
         comparison = compare_results(results, "box-base", "box-new")
     code, report = comparison.exit_code, comparison.to_json()
     assert report["verdict"] in ("SAFE", "INCONCLUSIVE") and code in (0, 3), report["summary"]
@@ -588,3 +597,74 @@ def test_a_commit_that_spans_environments_of_different_stacks_is_refused(tmp_pat
     # against the later commit, which ran in one of the two environments only: refused too
     assert run_main(capsys, "compare", COMMITS[0][:8], COMMITS[1][:8], "--results", results).returncode == 2
     assert run_main(capsys, "compare", base_env, new_env, "--results", results).returncode == 1
+
+
+def test_confirm_adds_samples_beside_the_first_and_decides_once(tmp_path, capsys, monkeypatch):
+    """Issue 44 #2: a slow spell in NEW's run made torch:F.linear "slower". --confirm reruns that
+    class at the sets' commit in their asv environments, with asv's --append-samples, into the
+    same results: 30 more samples each side, at the same speed, and one decision on all 40:
+    the slowdown was the spell. No second results directory, no report, no pages."""
+    from accuracy.run import driver
+
+    base_env, new_env = (
+        "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1",
+        "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8",
+    )
+    results = write_sets(tmp_path, new=measure(seed=2, time={SLOW: 1.5}), layout="envs")
+    assert by_case(run_json(capsys, results, base_env, new_env)[1])[SLOW]["time_change"] == "slower"
+    calls = []
+
+    def second_run(**kwargs):  # what asv run --append-samples leaves
+        calls.append(kwargs)
+        for env, seed in ((base_env, 3), (new_env, 4)):
+            path = results / "bench-box" / f"{COMMITS[0][:8]}-{env}.json"
+            append_samples(results, path, BENCHMARKS, measure(seed=seed, samples=30))
+
+    monkeypatch.setattr(driver, "run_suite", second_run)
+    code, report = run_json(capsys, results, base_env, new_env, "--confirm", "--config", "asv.blas-upgrade.conf.json")
+    assert [(c["bench"], c["commits"], c["append_samples"], c["publish"], c["machine"]) for c in calls] == [
+        (r"^(bench_products\.Linear)\.", f"{COMMITS[0]}^!", True, False, "bench-box")
+    ]
+    assert calls[0]["config"] == Path("asv.blas-upgrade.conf.json")
+    row = by_case(report)[SLOW]
+    assert (row["time_samples_base"], row["time_samples_new"]) == (40, 40)
+    assert row["time_change"] == "same" and code == 0 and report["confirmed"] is True
+    assert (
+        report["summary"][-1]
+        == "decided once on both runs' samples (compare --confirm added the second beside the first)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]  # no html/, no reports/
+
+
+def test_confirm_reruns_on_one_machine_only(tmp_path, capsys):
+    results = write_sets(tmp_path, new=measure(seed=2, time={SLOW: 1.5}))
+    done = run_main(capsys, "compare", "box-base", "box-new", "--results", results, "--confirm")
+    assert done.returncode == 2 and done.stderr == (
+        "opbench: error: --confirm reruns on one machine; BASE and NEW were measured on box-base, box-new\n"
+    )
+
+
+@pytest.mark.slow  # asv builds a virtualenv and runs the tiny project's suite twice
+def test_a_rerun_with_append_samples_keeps_the_first_samples_and_leaves_the_pages(request, tmp_path):
+    """What --confirm runs: the same commit again, --append-samples, publish=False."""
+    from accuracy.run.driver import run_suite
+
+    repo = request.getfixturevalue("tiny_repo")  # test_asv_suite's three-commit project with a time benchmark
+
+    results, html = tmp_path / "results", tmp_path / "html"
+    config = repo / "asv.conf.json"
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    common = {"config": config, "results": results, "html": html, "machine": "ci", "quick": False}
+    common |= {"bench": "time_sum", "commits": f"{head.strip()}^!", "profile": None, "knobs": {}, "verbose": False}
+
+    def samples() -> int:
+        (path,) = [p for p in (results / "ci").glob("*.json") if p.name != "machine.json"]
+        data = json.loads(path.read_text())
+        row = dict(zip(data["result_columns"], data["results"]["bench_tiny.time_sum"], strict=False))
+        return len(row["samples"][0])
+
+    run_suite(**common)
+    first, pages = samples(), {p: p.stat().st_mtime_ns for p in html.rglob("*") if p.is_file()}
+    outcome = run_suite(**common, append_samples=True, publish=False)
+    assert outcome.written and samples() == 2 * first > 0
+    assert {p: p.stat().st_mtime_ns for p in html.rglob("*") if p.is_file()} == pages
