@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 
 import numpy as np
@@ -96,7 +97,7 @@ def test_log_axis_labels_never_run_together(drawn, name_length, low, high):
         shown = [t for t in ax.get_xticklabels() if t.get_text() and left <= t.get_position()[0] <= right]
         boxes = [t.get_window_extent(canvas.get_renderer()) for t in shown]
         assert len(boxes) >= 2, ax.get_title()
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [t.get_text() for t in shown]
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [t.get_text() for t in shown]
 
 
 def test_zero_and_n_a_are_words_without_a_bar(drawn):
