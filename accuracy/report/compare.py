@@ -196,10 +196,16 @@ class Comparison:
         """ "(unchanged controls ... moved 1.40x (median); blas-x:gemv 1.50x beyond them)" """
         if self.controls is None or not self.controls.measured:
             return ""
-        slower = [row for row in self.rows if SLOWER in row["verdicts"]]
-        named = ", ".join(f"{row['impl']} {row['time_ratio_beyond_controls']:.2f}x" for row in slower[:3])
-        more = f" and {len(slower) - 3} more" if len(slower) > 3 else ""
-        return f" ({self.controls.describe()}; {named}{more} beyond them)"
+        beyond: dict[str, list[float]] = {}
+        for row in self.rows:
+            if SLOWER in row["verdicts"]:
+                beyond.setdefault(str(row["impl"]), []).append(row["time_ratio_beyond_controls"])
+        named = [
+            f"{impl} {max(ratios):.2f}x" + (f" (worst of {len(ratios)} cases)" if len(ratios) > 1 else "")
+            for impl, ratios in beyond.items()
+        ]
+        more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+        return f" ({self.controls.describe()}; {', '.join(named[:3])}{more} beyond them)"
 
     def doubtful_classes(self) -> list[str]:
         """The benchmark classes whose speed is not settled: a slowdown, or a timing left inconclusive."""
