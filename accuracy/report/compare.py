@@ -358,8 +358,11 @@ def compare_sets(
 
 def _changed_parts(base: ResultSet, new: ResultSet) -> list[str] | None:
     """The parts of the stack that differ between BASE and NEW; None where no case can serve as a
-    control: a side without a fingerprint, or two commits (the benchmarked code itself may differ)."""
+    control: a side without a fingerprint, two commits (the benchmarked code itself may differ),
+    or two machines (the machine is then what changed, not a drift to allow for)."""
     if base.stack is None or new.stack is None or base.commit_hash != new.commit_hash:
+        return None
+    if set(base.frame["machine"]) != set(new.frame["machine"]):
         return None
     return [what for what, _, _ in stack_difference(base.stack, new.stack)]
 

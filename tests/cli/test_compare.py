@@ -532,6 +532,10 @@ def test_overlapping_sets_are_said_to_overlap(tmp_path, capsys):
 # Two stacks where only torch changed: numpy's cases are the controls of torch's.
 TORCH_BEFORE = {"python": "3.11.7", "versions": {"numpy": "2.4.6", "torch": "2.12.0"}}
 TORCH_AFTER = TORCH_BEFORE | {"versions": {"numpy": "2.4.6", "torch": "2.13.0"}}
+ENVS = (  # BASE and NEW as two environments on one machine (write_sets' "envs" layout)
+    "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1",
+    "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8",
+)
 ALL_CASES = [(impl, size, threads) for impl in PARAMS[0] for size in PARAMS[1] for threads in PARAMS[2]]
 
 
@@ -544,8 +548,9 @@ def test_a_machine_that_got_slower_is_never_not_safe(scale, stacks):
     """Issue 44: every time scaled by the same factor (the machine, not the software) is judged
     against the unchanged implementations' drift: SAFE or INCONCLUSIVE, never NOT SAFE."""
     with tempfile.TemporaryDirectory() as tmp:
-        results = write_sets(Path(tmp), new=measure(seed=7, time=dict.fromkeys(ALL_CASES, scale)), fingerprints=stacks)
-        comparison = compare_results(results, "box-base", "box-new")
+        new = measure(seed=7, time=dict.fromkeys(ALL_CASES, scale))
+        results = write_sets(Path(tmp), new=new, layout="envs", fingerprints=stacks)
+        comparison = compare_results(results, *ENVS)
     code, report = comparison.exit_code, comparison.to_json()
     assert report["verdict"] in ("SAFE", "INCONCLUSIVE") and code in (0, 3), report["summary"]
     assert report["controls"]["drift"] == pytest.approx(scale, rel=0.01)
@@ -556,8 +561,9 @@ def test_a_slowdown_is_measured_beyond_the_controls(tmp_path, capsys):
     """The machine ran 1.4x slower in NEW, and torch:F.linear (whose library changed) 1.5x beyond
     that: NOT SAFE for that case only, and the verdict line says what it was judged against."""
     time = dict.fromkeys(ALL_CASES, 1.4) | {SLOW: 1.4 * 1.5}
-    results = write_sets(tmp_path, new=measure(seed=7, time=time), fingerprints=(TORCH_BEFORE, TORCH_AFTER))
-    code, report = run_json(capsys, results, "box-base", "box-new")
+    new = measure(seed=7, time=time)
+    results = write_sets(tmp_path, new=new, layout="envs", fingerprints=(TORCH_BEFORE, TORCH_AFTER))
+    code, report = run_json(capsys, results, *ENVS)
     rows = by_case(report)
     assert code == 1 and [r["verdicts"] for r in report["rows"]].count(["slower"]) == 1
     assert rows[SLOW]["time_ratio"] == pytest.approx(2.1, rel=0.01) and rows[SLOW]["control"] is False
@@ -570,12 +576,21 @@ def test_a_slowdown_is_measured_beyond_the_controls(tmp_path, capsys):
 
 def test_a_control_that_moved_is_inconclusive_never_slower(tmp_path, capsys):
     """np x @ W.T + b 1.5x slower with numpy unchanged: the machine or noise, never the upgrade."""
-    results = write_sets(tmp_path, new=measure(seed=7, time={SAME: 1.5}), fingerprints=(TORCH_BEFORE, TORCH_AFTER))
-    code, report = run_json(capsys, results, "box-base", "box-new")
+    new = measure(seed=7, time={SAME: 1.5})
+    results = write_sets(tmp_path, new=new, layout="envs", fingerprints=(TORCH_BEFORE, TORCH_AFTER))
+    code, report = run_json(capsys, results, *ENVS)
     row = by_case(report)[SAME]
     assert row["control"] is True and row["time_change"] == "inconclusive" and row["verdicts"] == ["speed inconclusive"]
     assert code == 3 and report["verdict"] == "INCONCLUSIVE"
     assert "1 control moved beyond the controls' median" in report["summary"][0]
+
+
+def test_two_machines_have_no_controls(tmp_path, capsys):
+    """Comparing machines, the machine is what changed: a slowdown there is not a drift to allow for."""
+    new = measure(seed=7, time=dict.fromkeys(ALL_CASES, 1.6))
+    results = write_sets(tmp_path, new=new, fingerprints=(TORCH_BEFORE, TORCH_BEFORE))
+    code, report = run_json(capsys, results, "box-base", "box-new")
+    assert report["controls"] is None and code == 1 and report["counts"]["slower"] == 8
 
 
 def test_a_commit_that_spans_environments_of_different_stacks_is_refused(tmp_path, capsys):
@@ -606,10 +621,7 @@ def test_confirm_adds_samples_beside_the_first_and_decides_once(tmp_path, capsys
     the slowdown was the spell. No second results directory, no report, no pages."""
     from accuracy.run import driver
 
-    base_env, new_env = (
-        "virtualenv-py3.11-numpy2.3.5-scipy-openblas320.3.27.63.1",
-        "virtualenv-py3.11-numpy2.4.6-scipy-openblas320.3.30.0.8",
-    )
+    base_env, new_env = ENVS
     results = write_sets(tmp_path, new=measure(seed=2, time={SLOW: 1.5}), layout="envs")
     assert by_case(run_json(capsys, results, base_env, new_env)[1])[SLOW]["time_change"] == "slower"
     calls = []
