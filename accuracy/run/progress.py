@@ -39,7 +39,8 @@ def measured_costs(folder: Path, classes: Iterable[str]) -> dict[str, float]:
     of a few minutes when every class counted as the mean of the first, heavy ones."""
     from asv.results import Results  # asv loads its plugins on import: only when a run starts
 
-    wanted, costs = set(classes), {}
+    wanted = set(classes)
+    costs: dict[str, float] = {}
     files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
     for path in files:
         if path.name == "machine.json":
