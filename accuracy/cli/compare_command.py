@@ -32,7 +32,9 @@ def register(sub) -> None:
         "by commas; matched against the fingerprints and asv matrix environment names). A set with "
         "several commits means its latest. Prints the stack difference, every case present in both, "
         "worst first, then the verdict. Time is decided by time_op's samples (asv's test and the ratio "
-        "threshold), accuracy by verdict tier, bits by output digest. Exit status: 0 SAFE; 1 NOT SAFE "
+        "threshold), against the drift of the implementations whose libraries did not change (the "
+        "controls: at one commit on one machine, a control's slowdown is never NOT SAFE), accuracy by "
+        "verdict tier, bits by output digest. Exit status: 0 SAFE; 1 NOT SAFE "
         "(a case left within rounding, a significant slowdown, a benchmark newly failing); 2 bad input; "
         "3 INCONCLUSIVE (nothing got worse, but the speed of some cases could not be decided: fewer "
         "than 2 samples, or a change asv's test does not confirm).",
