@@ -574,6 +574,14 @@ def test_a_slowdown_is_measured_beyond_the_controls(tmp_path, capsys):
     )
 
 
+def test_the_table_marks_the_controls(tmp_path, capsys):
+    results = write_sets(tmp_path, layout="envs", fingerprints=(TORCH_BEFORE, TORCH_AFTER))
+    lines = run_main(capsys, "compare", *ENVS, "--results", results).stdout.splitlines()
+    cases = [line for line in lines if line.startswith("Linear ")]
+    assert len(cases) == 8 and all(line.rstrip().endswith("(control)") == ("numpy:" in line) for line in cases)
+    assert "(control): an implementation whose libraries did not change; the others are judged against them" in lines
+
+
 def test_a_control_that_moved_is_inconclusive_never_slower(tmp_path, capsys):
     """np x @ W.T + b 1.5x slower with numpy unchanged: the machine or noise, never the upgrade."""
     new = measure(seed=7, time={SAME: 1.5})
