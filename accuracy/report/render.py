@@ -757,7 +757,7 @@ def _lead(data: ReportData) -> str:
         speed += f" The machine was busy ({html.escape('; '.join(a.busy.values()))}): no fastest is named there."
     if len(a.speed):
         speed += f" By backend, {html.escape(_tally_line(a.speed))}."
-    flagged = a.reproducibility
+    flagged = a.reproducibility.drop_duplicates(["op", "implementation", "dtype", "condition", "size"])  # per case
     repro = f"<b>Not reproducible?</b> {len(flagged)} cases change bits with the thread count or from run to run" + (
         f": {html.escape(_names(f'{r.implementation} ({r.op})' for r in flagged.itertuples()))}."
         if len(flagged)
