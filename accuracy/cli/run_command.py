@@ -79,6 +79,7 @@ def check_bench_regex(pattern: str | None) -> None:
 
 def run(args) -> int:
     from accuracy.run.driver import default_machine_name, run_suite  # asv: only when it runs
+    from accuracy.run.offline_pages import serve_line
 
     results = check_results_dir(args.results)
     html = check_output_dir(
@@ -123,6 +124,7 @@ def run(args) -> int:
 
         path = write_report(results, args.report, "latest")
         print(f"opbench: report in {path}")
+    print(f"opbench: asv's pages need a server (opened from disk, a browser refuses their data): {serve_line(html)}")
     return 0
 
 

@@ -169,6 +169,7 @@ def integer_columns(table: pd.DataFrame) -> pd.DataFrame:
 def backend_tally(speed: pd.DataFrame) -> pd.DataFrame:
     """Which backend is fastest: per backend, how many op/dtype/thread cases it is fastest in
     (and second in), over every op, not only GEMM."""
+    speed = speed.loc[speed["fastest"].astype(bool)]  # none is crowned where the machine was busy
     backend = speed["fastest"].astype(str).str.split(":").str[0]
     second = speed["runner_up"].astype(str).str.split(":").str[0]
     tally = pd.DataFrame(

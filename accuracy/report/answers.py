@@ -4,8 +4,9 @@
 - Discrepancies: per op, which implementations give bitwise identical outputs (equal output
   digests) and how the distinct outputs are judged.
 - Reproducibility: every case whose bits change with the thread count or from run to run.
-- Speed: the fastest implementation per op, dtype and thread count, against the peak.
-- Changes: the newest results against the previous commit (or environment), by compare's verdict.
+- Speed: the fastest implementation per op, dtype and thread count, against the peak; none is
+  named where the machine was busy (compare's busy-machine rule).
+- Changes: the run's own last two commits (else two environments), by compare's verdict.
 
 Each table is a DataFrame (tests read the real contents); render.py turns them into HTML and
 Markdown. A case is one op x implementation x dtype x size x condition x threads in one machine
@@ -30,7 +31,7 @@ import pandas as pd
 from accuracy.core.errors import OpbenchError
 from accuracy.judge.metric_table import METRICS
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
-from accuracy.report.compare import UNCHANGED, compare_specs
+from accuracy.report.compare import UNCHANGED, busy_files, compare_specs
 from accuracy.report.fingerprint import fingerprint_path, short_env_name
 from accuracy.report.tidy import op_of_class, tidy
 
@@ -366,8 +367,21 @@ def _cpu(results_file: Path) -> tuple[float, int, int, bool, str] | None:
     return float(cpu["mhz"]), int(data["cpu_count"]), width, bool(simd & {"FMA3", "AVX512F"}), cpu.get("model") or "CPU"
 
 
-def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
-    """The fastest implementation per op, dtype and thread count, at the largest size timed."""
+def busy_environments(cases: pd.DataFrame, results_dir: Path) -> dict[str, str]:
+    """env -> why its timings are not comparable (compare's busy-machine rule), for each busy one."""
+    out = {}
+    for env, files in cases.groupby("env")[["machine", "file"]]:
+        pairs = files.drop_duplicates().itertuples(index=False)
+        if why := busy_files(results_dir, pairs, "the run" + (f" of {env}" if env else "")):
+            out[env] = why
+    return out
+
+
+def speed(cases: pd.DataFrame, peak: Peak, busy: dict[str, str] | None = None) -> pd.DataFrame:
+    """The fastest implementation per op, dtype and thread count, at the largest size timed.
+    Where the machine was busy (`busy`: env -> why) the times are shown but no fastest is named:
+    under load 5-7 torch timed 33-78x slower than numpy, which other work explains."""
+    busy = busy or {}
     columns = [
         "env",
         "op",
@@ -381,6 +395,7 @@ def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
         "pct_theoretical_peak",
         "runner_up",
         "runner_up_slower",
+        "busy",
     ]
     # the hand-written benchmarks (a model's ports, opbench's own references) time no registry
     # implementation of an op: no fastest to name
@@ -394,7 +409,7 @@ def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
         best = group.iloc[0]
         measured = peak.measured.get((env, dtype, threads), (math.nan, ""))[0]
         theoretical = peak.theoretical.get((env, dtype, threads), math.nan)
-        second = group.iloc[1] if len(group) > 1 else None
+        second = group.iloc[1] if len(group) > 1 and env not in busy else None
         rows.append(
             {
                 "env": env,
@@ -402,13 +417,14 @@ def speed(cases: pd.DataFrame, peak: Peak) -> pd.DataFrame:
                 "dtype": dtype,
                 "threads": threads,
                 "size": best["size"],
-                "fastest": best["implementation"],
+                "fastest": "" if env in busy else best["implementation"],
                 "time": best["time"],
                 "gflops": best["gflops"],
                 "pct_measured_peak": 100 * best["gflops"] / measured,
                 "pct_theoretical_peak": 100 * best["gflops"] / theoretical,
                 "runner_up": "" if second is None else second["implementation"],
                 "runner_up_slower": math.nan if second is None else second["time"] / best["time"],
+                "busy": busy.get(env, ""),
             }
         )
     return pd.DataFrame(rows, columns=columns)
@@ -441,14 +457,20 @@ CHANGE_COLUMNS = [
 
 
 def changes(frame: pd.DataFrame, results_dir: Path) -> Changes:
-    """Previous commit of the newest environment, else the other environment at the newest commit."""
+    """The run's own commits: the last two commits of the environment with history whose newest
+    results are newest (a matrix run at one commit beside a history run does not hide the history);
+    else, without any history, the other environment at the newest commit."""
     runs = frame.drop_duplicates(["machine", "env_name", "commit_hash"]).sort_values(["commit_date", "started_at"])
     newest = runs.iloc[-1]
-    same_env = runs.loc[(runs["machine"] == newest["machine"]) & (runs["env_name"] == newest["env_name"])]
-    if len(same_env) > 1:
-        specs = (same_env.iloc[-2]["commit_hash"], newest["commit_hash"])
-        scope = frame.loc[(frame["machine"] == newest["machine"]) & (frame["env_name"] == newest["env_name"])]
-        names = tuple(f"commit {c[:8]} ({short_env_name(newest['env_name'])})" for c in specs)
+    with_history = runs.loc[runs.groupby(ENV_KEYS)["commit_hash"].transform("nunique") > 1]
+    if len(with_history):
+        latest = with_history.iloc[-1]
+        same_env = with_history.loc[
+            (with_history["machine"] == latest["machine"]) & (with_history["env_name"] == latest["env_name"])
+        ]
+        specs = (same_env.iloc[-2]["commit_hash"], latest["commit_hash"])
+        scope = frame.loc[(frame["machine"] == latest["machine"]) & (frame["env_name"] == latest["env_name"])]
+        names = tuple(f"commit {c[:8]} ({short_env_name(latest['env_name'])})" for c in specs)
     else:
         others = runs.loc[runs["commit_hash"] == newest["commit_hash"]]
         if len(others) < 2:
@@ -481,17 +503,20 @@ class Answers:
     speed: pd.DataFrame
     peak: Peak
     changes: Changes
+    busy: dict[str, str] = field(default_factory=dict)  # env -> why no fastest is named there
 
 
 def answer(frame: pd.DataFrame, results_dir: Path) -> Answers:
     cases = latest_cases(frame)
     peak = peaks(cases, results_dir)
+    busy = busy_environments(cases, results_dir)
     return Answers(
         cases,
         verdicts(cases),
         discrepancies(cases),
         reproducibility(cases),
-        speed(cases, peak),
+        speed(cases, peak, busy),
         peak,
         changes(frame, results_dir),
+        busy,
     )

@@ -52,6 +52,17 @@ class Timing:
             return False
         return all(v is not None and math.isfinite(v) for v in self.ci)
 
+    def scaled(self, factor: float) -> Timing:
+        """The same timing as if the machine ran `factor` times slower: `opbench compare` judges
+        NEW against BASE scaled by its controls' drift."""
+        if factor == 1.0:
+            return self
+
+        def times(values):
+            return None if values is None else tuple(None if v is None else v * factor for v in values)
+
+        return Timing(self.value * factor, times(self.ci), self.repeat, times(self.samples))
+
     def stats(self) -> dict:
         assert self.ci is not None, "stats() of a timing without an interval"
         return {"ci_99_a": self.ci[0], "ci_99_b": self.ci[1]}

@@ -8,6 +8,11 @@ What is compared comes from the metric table (`accuracy.judge.metric_table`):
 - **Accuracy** by verdict tier: a case that leaves `within rounding` (or goes from suspicious to
   beyond rounding) makes the upgrade NOT SAFE; a change that stays within rounding is reported
   as such. Results without a tier track are judged by the bound ratio alone.
+- **Controls**: at one commit, the implementations whose libraries did not change between BASE and
+  NEW (the fingerprints' stack difference touches none of their packages or BLAS libraries) time
+  the machine's drift between the two runs. Every case is judged against that drift (BASE's
+  samples scaled by the controls' median ratio), and a control that moved is inconclusive, never
+  slower: only a changed library can make an upgrade NOT SAFE.
 - **Bits** by output digest: bitwise identical, changed within rounding, changed beyond
   rounding. A case whose bits differ from run to run is compared as "not reproducible", never
   as a regression.
@@ -19,6 +24,7 @@ decided); bad input is 2, as everywhere in opbench.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +39,8 @@ from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
 from accuracy.report.load import load_results, param_columns
-from accuracy.report.resultsets import KEY_DIMS, ResultSet, file_stacks, resolve
-from accuracy.report.stack import read_load, stack_difference
+from accuracy.report.resultsets import KEY_DIMS, VARIES, ResultSet, file_stacks, resolve
+from accuracy.report.stack import parts_used, read_load, stack_difference
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
 SAFE, NOT_SAFE, INCONCLUSIVE = "SAFE", "NOT SAFE", "INCONCLUSIVE"
@@ -71,6 +77,29 @@ VERDICT_ORDER = (
 )
 
 
+MIN_CONTROLS = 3  # timed control cases needed before their median is taken as the machine's drift
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The cases whose implementations' libraries did not change between BASE and NEW, and how far
+    their times moved (NEW / BASE, median): what the machine itself did between the two runs."""
+
+    cases: int
+    backends: tuple[str, ...]
+    drift: float  # 1.0 where fewer than MIN_CONTROLS cases are timed
+
+    @property
+    def measured(self) -> bool:
+        return self.cases >= MIN_CONTROLS
+
+    def describe(self) -> str:
+        return (
+            f"unchanged controls ({_n(self.cases, 'case')} of {', '.join(self.backends)}) "
+            f"moved {self.drift:.2f}x (median)"
+        )
+
+
 @dataclass
 class Comparison:
     base: ResultSet
@@ -83,6 +112,8 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # why timings are not comparable (busy_machine)
     overlap: str | None = None  # what BASE and NEW share (`overlap`), said in the summary
+    controls: Controls | None = None  # the unchanged implementations and their drift; None without
+    confirmed: bool = False  # decided on the first samples and those `compare --confirm` added
 
     @property
     def counts(self) -> dict[str, int]:
@@ -127,7 +158,7 @@ class Comparison:
                 else []
             )
             if counts[SLOWER]:
-                parts.append(f"{_n(counts[SLOWER], 'significant slowdown')} beyond {pct}")
+                parts.append(f"{_n(counts[SLOWER], 'significant slowdown')} beyond {pct}{self._beyond_controls()}")
             if counts[FAILING]:
                 parts.append(f"{counts[FAILING]} newly failing")
             head = "NOT SAFE: " + ", ".join(parts)
@@ -140,10 +171,15 @@ class Comparison:
                     "idle machine"
                 )
             elif verdict == INCONCLUSIVE:
+                moved = sum(row["control"] and row["time_moved"] for row in self.rows)
                 head += (
                     f"; but the speed of {undecided} of {timed} timed cases is undecided (fewer than 2 "
-                    "samples, or a change asv's test does not confirm): rerun with more samples"
+                    "samples, or a change asv's test does not confirm"
+                    + (f"; {_n(moved, 'control')} moved beyond the controls' median" if moved else "")
+                    + "): rerun with more samples"
                 )
+        if self.controls is not None and self.controls.measured and not (verdict == NOT_SAFE and counts[SLOWER]):
+            head += f"; time judged against {self.controls.describe()}"
         bits = "bits: " + ", ".join(f"{count} {what}" for what, count in self.bits().items())
         speed = [f"{counts[v]} {v}" for v in (SLOWER, FASTER) if counts[v]]
         speed.append(f"{timed - counts[SLOWER] - counts[FASTER] - undecided} same")
@@ -153,19 +189,46 @@ class Comparison:
         tail = f"; 1-vs-all-threads bitwise reproducibility lost in {_n(lost, 'case')}" if lost else ""
         lines = [head, f"{bits} (of {_n(len(self.rows), 'case')})", f"speed: {', '.join(speed)}{tail}"]
         lines += [self.overlap] if self.overlap else []
+        if self.confirmed:
+            return [*lines, "decided once on both runs' samples (compare --confirm added the second beside the first)"]
         return lines + ([self.confirm_slowdowns()] if counts[SLOWER] else [])
+
+    def _beyond_controls(self) -> str:
+        """ "(unchanged controls ... moved 1.40x (median); blas-x:gemv 1.50x beyond them)" """
+        if self.controls is None or not self.controls.measured:
+            return ""
+        beyond: dict[str, list[float]] = {}
+        for row in self.rows:
+            if SLOWER in row["verdicts"]:
+                beyond.setdefault(str(row["impl"]), []).append(row["time_ratio_beyond_controls"])
+        named = [
+            f"{impl} {max(ratios):.2f}x" + (f" (worst of {len(ratios)} cases)" if len(ratios) > 1 else "")
+            for impl, ratios in beyond.items()
+        ]
+        more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+        return f" ({self.controls.describe()}; {', '.join(named[:3])}{more} beyond them)"
+
+    def doubtful_classes(self) -> list[str]:
+        """The benchmark classes whose speed is not settled: a slowdown, or a timing left inconclusive."""
+        return sorted(
+            {
+                row["benchmark_class"]
+                for row in self.rows
+                if SLOWER in row["verdicts"] or row["time_change"] == changes.INCONCLUSIVE
+            }
+        )
 
     def confirm_slowdowns(self) -> str:
         """How to confirm the slowdowns: each side's samples of a case come from one process, run
         back to back, so a slow spell of the machine shifts them all and asv's test takes it for
         a change (an idle rerun of the whole matrix found 3 such, 1.25-1.91x, gone on a rerun).
-        A second run of just those classes, compared on its own, tells which are real."""
+        `--confirm` reruns the doubtful classes into the same results, beside the first samples,
+        and decides once on all of them; the report and the pages stay as they are."""
         classes = sorted({row["benchmark_class"] for row in self.rows if SLOWER in row["verdicts"]})
-        pattern = "|".join(c.replace(".", r"\.") for c in classes)
         return (
-            f"confirm the slowdowns with a second run of their classes in another results directory, "
-            f"compared on its own: opbench run --bench '^({pattern})\\.' --results DIR2 (with this run's "
-            f"--config and --commits), then opbench compare --results DIR2 BASE NEW"
+            f"confirm the slowdowns ({', '.join(classes)}): opbench compare {self.base.spec!r} {self.new.spec!r} "
+            "--confirm (with this run's --results, --config and --profile) reruns the doubtful classes and "
+            "decides once on both runs' samples"
         )
 
     def to_json(self) -> dict:
@@ -187,6 +250,14 @@ class Comparison:
                 "warnings": self.warnings,
                 "busy": self.busy,
                 "overlap": self.overlap,
+                "confirmed": self.confirmed,
+                "controls": None
+                if self.controls is None
+                else {
+                    "cases": self.controls.cases,
+                    "backends": list(self.controls.backends),
+                    "drift": self.controls.drift,
+                },
                 "rows": self.rows,
             }
         )
@@ -257,6 +328,8 @@ def compare_sets(
         and (base.frame[dim].nunique() > 1 or new.frame[dim].nunique() > 1)
     ]
     shared = overlap(base, new)
+    for side, other in ((base, new), (new, base)):
+        one_stack(side, other)
     wide_base, wide_new = _wide(base, key_dims), _wide(new, key_dims)
     index = ["op", "params", *key_dims]
     merged = wide_base.merge(wide_new, on=index, how="inner", suffixes=("_base", "_new"))
@@ -266,7 +339,16 @@ def compare_sets(
             f"({len(wide_base)} vs {len(wide_new)} cases, none with the same op and parameters)"
         )
     params = _param_lookup(base.frame)
-    rows = [_row(record, index, params, time_threshold, bool(busy)) for record in merged.to_dict("records")]
+    records = merged.to_dict("records")
+    changed = _changed_parts(base, new)
+    backends = [_backend(params.get((r["op"], r["params"]), {})) for r in records]
+    is_control = [changed is not None and not parts_used(b, changed) for b in backends]
+    controls = _controls(records, backends, is_control) if changed is not None else None
+    drift = controls.drift if controls is not None else 1.0
+    rows = [
+        _row(record, index, params, time_threshold, bool(busy), drift, control)
+        for record, control in zip(records, is_control, strict=True)
+    ]
     rows.sort(key=_sort_key)
     return Comparison(
         base,
@@ -278,7 +360,50 @@ def compare_sets(
         only_in_new=len(wide_new) - len(merged),
         busy=list(busy),
         overlap=shared,
+        controls=controls,
     )
+
+
+def _changed_parts(base: ResultSet, new: ResultSet) -> list[str] | None:
+    """The parts of the stack that differ between BASE and NEW; None where no case can serve as a
+    control: a side without a fingerprint, two commits (the benchmarked code itself may differ),
+    or two machines (the machine is then what changed, not a drift to allow for)."""
+    if base.stack is None or new.stack is None or base.commit_hash != new.commit_hash:
+        return None
+    if set(base.frame["machine"]) != set(new.frame["machine"]):
+        return None
+    return [what for what, _, _ in stack_difference(base.stack, new.stack)]
+
+
+def _backend(params: dict) -> str:
+    impl = str(params.get("impl_dtype") or params.get("impl") or "")
+    return impl.partition(":")[0] if ":" in impl else ""
+
+
+def _controls(records: list[dict], backends: list[str], is_control: list[bool]) -> Controls | None:
+    """The drift of the controls' times: the median of their NEW / BASE ratios."""
+    ratios = [
+        r["time_new"] / r["time_base"]
+        for r, control in zip(records, is_control, strict=True)
+        if control and not (_missing(r.get("time_base")) or _missing(r.get("time_new"))) and r["time_base"] > 0
+    ]
+    if not ratios:
+        return None
+    names = sorted({b for b, control in zip(backends, is_control, strict=True) if control})
+    drift = statistics.median(ratios) if len(ratios) >= MIN_CONTROLS else 1.0
+    return Controls(len(ratios), tuple(names), drift)
+
+
+def one_stack(side: ResultSet, other: ResultSet) -> None:
+    """A set that spans environments of different stacks compares only env by env with a set of
+    the same environments; against anything else its stack difference would read "(varies)" and
+    its cases would stand for no one stack: bad input, naming the environments to choose from."""
+    envs = sorted(set(side.frame["env_name"]))
+    if len(envs) > 1 and side.stack and VARIES in side.stack.values() and set(envs) != set(other.frame["env_name"]):
+        raise OpbenchError(
+            f"{side.role} {side.spec!r} covers {len(envs)} environments with different stacks "
+            f"({', '.join(envs)}): name one of them instead"
+        )
 
 
 def busy_machine(results_dir, result_set: ResultSet) -> str | None:
@@ -286,11 +411,16 @@ def busy_machine(results_dir, result_set: ResultSet) -> str | None:
     CPUs (a 1-minute load average above the CPU count plus one, the benchmark's own threads
     and asv's process), so a time difference may be the machine's, not the software's."""
     pairs = result_set.frame[["machine", "file"]].drop_duplicates().itertuples(index=False)
+    return busy_files(results_dir, pairs, result_set.role)
+
+
+def busy_files(results_dir, pairs, during: str) -> str | None:
+    """The busy-machine rule for the results files `pairs` ((machine, file name)), or None."""
     loads = [load for m, f in pairs if (load := read_load(Path(results_dir) / m / f))]
     if not loads:
         return None
     highest, cpus = max(loads)
-    return f"load average up to {highest:.3g} on {cpus} CPUs during {result_set.role}" if highest > cpus + 1 else None
+    return f"load average up to {highest:.3g} on {cpus} CPUs during {during}" if highest > cpus + 1 else None
 
 
 _STATS = ("value", "ci_99_a", "ci_99_b", "repeat", "samples", "failed")
@@ -327,7 +457,9 @@ def _param_lookup(frame: pd.DataFrame) -> dict[tuple[str, str], dict]:
     }
 
 
-def _row(record: dict, index: list[str], params: dict, threshold: float, busy: bool) -> dict:
+def _row(
+    record: dict, index: list[str], params: dict, threshold: float, busy: bool, drift: float, control: bool
+) -> dict:
     p = params.get((record["op"], record["params"]), {})
     impl, _, dtype = str(p.get("impl_dtype", "")).rpartition("@")
     row: dict = {
@@ -339,6 +471,7 @@ def _row(record: dict, index: list[str], params: dict, threshold: float, busy: b
         "condition": p.get("condition"),
         "threads": p.get("threads"),
         "params": record["params"],
+        "control": control,
     } | {dim: record[dim] for dim in index[2:]}
 
     def get(slot: str, side: str) -> float | None:
@@ -355,7 +488,7 @@ def _row(record: dict, index: list[str], params: dict, threshold: float, busy: b
     ]
     if row["newly_failing"]:
         verdicts.append(FAILING)
-    verdicts += _speed(row, record, threshold, busy)
+    verdicts += _speed(row, record, threshold, busy, drift)
     verdicts += _accuracy(row)
     verdicts = sorted(set(verdicts), key=VERDICT_ORDER.index) or [UNCHANGED]
     row["verdicts"] = verdicts
@@ -364,18 +497,21 @@ def _row(record: dict, index: list[str], params: dict, threshold: float, busy: b
     return row
 
 
-def _speed(row: dict, record: dict, threshold: float, busy: bool) -> list[str]:
-    """time_op's samples decide; GFLOP/s (derived from them) is only shown."""
+def _speed(row: dict, record: dict, threshold: float, busy: bool, drift: float) -> list[str]:
+    """time_op's samples decide, against the controls' drift; GFLOP/s (derived from them) is only shown."""
     t_base, t_new = row["time_base"], row["time_new"]
     row["time_ratio"] = t_new / t_base if t_base and t_new is not None else None
-    row["time_change"] = row["time_ratio_low"] = row["time_ratio_high"] = None
+    row["time_change"] = row["time_ratio_low"] = row["time_ratio_high"] = row["time_ratio_beyond_controls"] = None
+    row["time_moved"] = False
     if row["time_ratio"] is None:
         return []
     base, new = (_timing(record, side) for side in ("base", "new"))
     row["time_samples_base"], row["time_samples_new"] = base.repeat, new.repeat
-    row["time_change"] = timing_change(base, new, threshold)
+    row["time_ratio_beyond_controls"] = row["time_ratio"] / drift
+    row["time_change"] = timing_change(base.scaled(drift), new, threshold)
     row["time_ratio_low"], row["time_ratio_high"] = ratio_interval(base, new) or (None, None)
-    if busy and row["time_change"] in (changes.SLOWER, changes.FASTER):
+    row["time_moved"] = row["time_change"] in (changes.SLOWER, changes.FASTER)
+    if row["time_moved"] and (busy or row["control"]):  # a control's move is the machine's, or noise
         row["time_change"] = changes.INCONCLUSIVE
     return (
         [{changes.SLOWER: SLOWER, changes.FASTER: FASTER, changes.INCONCLUSIVE: TIME_INCONCLUSIVE}[row["time_change"]]]

@@ -112,8 +112,9 @@ def _env_labels(table: pd.DataFrame) -> tuple[dict[str, str], str]:
 def _tally_line(speed: pd.DataFrame) -> str:
     if speed.empty:
         return ""
-    parts = ", ".join(f"{r.backend} {r.fastest}" for r in backend_tally(speed).itertuples() if r.fastest)
-    return f"fastest in {len(speed)} op/dtype/thread cases: {parts}"
+    crowned = speed.loc[speed["fastest"].astype(bool)]
+    parts = ", ".join(f"{r.backend} {r.fastest}" for r in backend_tally(crowned).itertuples() if r.fastest)
+    return f"fastest in {len(crowned)} op/dtype/thread cases: {parts}"
 
 
 def _verdicts_html(answers: Answers) -> str:
@@ -251,7 +252,7 @@ def _speed_html(answers: Answers) -> str:
             _text(r.dtype),
             _number(r.threads),
             _number(r.size),
-            _code(r.fastest),
+            _code(r.fastest) if r.fastest else _text(f"none named: {r.busy}"),
             _number(r.time),
             _number(r.gflops),
             _number(r.pct_measured_peak),
@@ -527,7 +528,7 @@ def _lead(data: ReportData) -> str:
     head = f"{impls} implementations of {cases['op'].nunique()} ops at commit {latest_commit(data.frame)[:8]}."
     differ = a.discrepancies.loc[a.discrepancies["distinct_outputs"] > 1]
     rounding = differ.loc[differ["answer"].str.contains("all within rounding")]
-    outside = [f"{r.implementation} ({r.op}, {r.dtype})" for r in a.verdicts.itertuples()]
+    outside = list(dict.fromkeys(f"{r.implementation} ({r.op}, {r.dtype})" for r in a.verdicts.itertuples()))
     seed = pair_answer(a.discrepancies)
     bug = (
         f"<b>Bug or rounding?</b> {html.escape(seed) + '. ' if seed else ''}{len(outside)} not within rounding"
@@ -547,9 +548,11 @@ def _lead(data: ReportData) -> str:
         )
     else:
         speed = "<b>Fastest?</b> see Speed (no large GEMM timed here, so no measured peak)."
+    if a.busy:
+        speed += f" The machine was busy ({html.escape('; '.join(a.busy.values()))}): no fastest is named there."
     if len(a.speed):
         speed += f" By backend, {html.escape(_tally_line(a.speed))}."
-    flagged = a.reproducibility
+    flagged = a.reproducibility.drop_duplicates(["op", "implementation", "dtype", "condition", "size"])  # per case
     repro = f"<b>Not reproducible?</b> {len(flagged)} cases change bits with the thread count or from run to run" + (
         f": {html.escape(_names(f'{r.implementation} ({r.op})' for r in flagged.itertuples()))}."
         if len(flagged)

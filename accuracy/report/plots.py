@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import LogFormatter, LogLocator
 
 from accuracy.core.threads import all_cores
 from accuracy.report.load import SERIES_KEYS
@@ -99,10 +99,18 @@ def _bars(ax, y, widths, styles: list[dict], left=0.0) -> None:
     )
 
 
+LOG_LABEL_POINTS = 40  # room for one decade label ("1e-05": 28 points at 8 pt) and a gap
+
+
 def _log_x(ax) -> None:
-    """A log x axis with decade ticks only: minor ticks cost a line each to draw, and clutter."""
+    """A log x axis with decade ticks only, as many as the panel has room for: minor ticks cost
+    a line each to draw, and clutter; matplotlib's own count assumes 3-character labels, and
+    "1e-05" labels on a narrow panel ran together ("1e-051e-041e-031e-02")."""
     ax.set_xscale("log")
     ax.minorticks_off()
+    width = ax.get_position().width * ax.figure.get_figwidth() * 72  # points: the layout is fixed
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=max(3, int(width // LOG_LABEL_POINTS))))
+    ax.tick_params(axis="x", labelsize=8)
     ax.xaxis.set_major_formatter(LogFormatter())  # 1e-05, 0.01, 100: no mathtext to parse
 
 
@@ -127,10 +135,18 @@ def accuracy_figure(cases: pd.DataFrame) -> str | None:
         floor = positive.min() / 10 if positive.size else 1e-3
         if line:
             floor = min(floor, 1e-2)
-        shown = np.where(np.isfinite(values) & (values > 0), values, floor)
-        _bars(ax, y, shown - floor / 10, [styles[label] for label in worst.index], left=floor / 10)
-        for i in np.flatnonzero(~(values > 0)):
-            ax.text(floor / 10, y[i], " 0" if values[i] == 0 else " n/a", va="center", fontsize=8)
+        drawn = np.isfinite(values) & (values > 0)
+        shown = np.where(drawn, values, floor)
+        # 0 and n/a have no bar (a stub at the floor read as a real, tiny value): only the words
+        _bars(
+            ax,
+            y,
+            np.where(drawn, shown - floor / 10, np.nan),
+            [styles[label] for label in worst.index],
+            left=floor / 10,
+        )
+        for i in np.flatnonzero(~drawn):
+            ax.text(floor / 10, y[i], " 0" if values[i] == 0 else " n/a", va="center", fontsize=8, color="#555")
         _log_x(ax)
         ax.set_title(title, fontsize=10)
         if line:
@@ -211,7 +227,7 @@ def _time_vs_size(timed: pd.DataFrame) -> str:
             linestyle=dashes[threads],
             label=f"{label}, {_threads_label(threads)}",
         )
-    ax.set(xscale="log", yscale="log", xlabel="size", ylabel="seconds per call")
+    ax.set(xscale="log", yscale="log", xlabel="size", ylabel="seconds per call", title="time per call against size")
     ax.minorticks_off()
     ax.set_xticks(sorted(timed["size"].unique()), [str(int(s)) for s in sorted(timed["size"].unique())])
     ax.grid(alpha=0.3, which="both")
@@ -252,7 +268,7 @@ def _sorted_bars(timed: pd.DataFrame) -> str:
     ax.set_xlim(right=bars["time"].max() * 20)
     size = timed["size"].dropna()
     where = f" at size {int(size.iloc[0])}" if not size.empty else ""
-    title = f"bars: {_threads_label(most)}{where}" if pd.notna(most) else f"bars{where}"
+    title = f"time per call{where}" + (f", bars at {_threads_label(most)}" if pd.notna(most) else "")
     ax.set(xlabel="seconds per call (log)", title=title)
     if not others.empty:
         ax.legend(fontsize=8, loc="lower right")

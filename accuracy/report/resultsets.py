@@ -19,9 +19,10 @@ import pandas as pd
 
 from accuracy.core.errors import OpbenchError
 from accuracy.report.fingerprint import label_of, short_env_name
-from accuracy.report.stack import read_stack
+from accuracy.report.stack import normal_package, read_stack
 
 KEY_DIMS = ("machine", "env_name")
+VARIES = "(varies)"  # a part of the stack that differs between the files of one set
 _HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _WORDS = {"machine": "machine", "env_name": "environment", "commit": "commit hash prefix", "alias": "package versions"}
 
@@ -100,7 +101,7 @@ def _alias(frame: pd.DataFrame, spec: str, role: str, stacks: dict) -> dict[str,
     parts = [part.strip().partition("==") for part in spec.split(",")]
     if not all(name and sep and version for name, sep, version in parts):
         return {}
-    pins = [(_normal(name), version) for name, _, version in parts]
+    pins = [(normal_package(name), version) for name, _, version in parts]
     files = frame[["machine", "file", "env_name"]].drop_duplicates()
     chosen = [
         (m, f)
@@ -122,7 +123,9 @@ def _alias(frame: pd.DataFrame, spec: str, role: str, stacks: dict) -> dict[str,
 
 
 def _has(stack: dict[str, str], env_name: str, name: str, version: str) -> bool:
-    installed = {_normal(key.split(" ", 1)[1]): value for key, value in stack.items() if key.startswith("package ")}
+    installed = {
+        normal_package(key.split(" ", 1)[1]): value for key, value in stack.items() if key.startswith("package ")
+    }
     if name in installed:
         return _version_matches(installed[name], version)
     # asv names matrix environments by concatenating each requirement with its version
@@ -133,10 +136,6 @@ def _version_matches(installed: str, wanted: str) -> bool:
     return installed == wanted or installed.startswith((wanted + ".", wanted + "+"))
 
 
-def _normal(package: str) -> str:
-    return re.sub(r"[-_.]+", "-", package).lower()
-
-
 def _unique(values: pd.Series, spec: str, role: str, what: str, advice: str) -> None:
     names = sorted(values.unique())
     if len(names) > 1:
@@ -145,7 +144,7 @@ def _unique(values: pd.Series, spec: str, role: str, what: str, advice: str) -> 
 
 
 def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
-    """One stack for a set of files: a part that differs between them reads "(varies)"."""
+    """One stack for a set of files: a part that differs between them reads VARIES."""
     known = [s for s in stacks if s is not None]
     if not known:
         return None
@@ -153,7 +152,7 @@ def _merged(stacks: list[dict | None]) -> dict[str, str] | None:
     for stack in known[1:]:
         for key in merged.keys() | stack.keys():
             if merged.get(key) != stack.get(key):
-                merged[key] = "(varies)"
+                merged[key] = VARIES
     return merged
 
 

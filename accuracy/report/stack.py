@@ -10,6 +10,8 @@ change. Keys a fingerprint lacks are skipped, so older or partial fingerprints s
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from accuracy.report.fingerprint import fingerprint_path
@@ -87,3 +89,56 @@ def _library(entry: dict, name_key: str) -> str:
 
 def _mapping(value) -> dict:
     return value if isinstance(value, dict) else {}
+
+
+# The packages and BLAS libraries (the `blas <provider>` parts) each backend's implementations
+# run on. A part of the stack that none of them names (another package, the threadpool view of a
+# library whose package is already compared) leaves an implementation unchanged; the parts in
+# `_EVERYONE` change every implementation; a backend this table does not know uses everything.
+_BACKEND_LIBRARIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "numpy": (frozenset({"numpy"}), frozenset({"numpy-openblas"})),
+    "scipy": (frozenset({"scipy", "numpy"}), frozenset({"scipy-openblas", "numpy-openblas"})),
+    "torch": (frozenset({"torch"}), frozenset()),
+    "jax": (frozenset({"jax", "jaxlib"}), frozenset()),
+    "tensorflow": (frozenset({"tensorflow", "tensorflow-cpu", "keras", "tf-keras"}), frozenset()),
+    "onnxruntime": (frozenset({"onnxruntime"}), frozenset()),
+}
+_BUNDLED_BLAS = {"numpy-openblas": "numpy", "scipy-openblas": "scipy"}  # the wheel that ships each
+_EVERYONE = ("python", "knob ", "package opbench", "package asv")  # the interpreter, knobs, the harness
+
+
+def normal_package(name: str) -> str:
+    """PEP 503's normal form: `scipy_openblas32` and `scipy-openblas32` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _libraries(backend: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(packages, BLAS providers) a backend's implementations run on; None for an unknown backend."""
+    if backend.startswith("blas-"):
+        provider = backend.removeprefix("blas-")
+        owner = _BUNDLED_BLAS.get(provider)
+        return frozenset({normal_package(provider), *([owner] if owner else [])}), frozenset({provider})
+    if backend.startswith("torch") or backend == "libtorch":  # torch-compile, torch-cuda: one wheel
+        backend = "torch"
+    return _BACKEND_LIBRARIES.get(backend)
+
+
+def parts_used(backend: str, parts: Iterable[str]) -> list[str]:
+    """The parts of the stack (keys of `flatten`) among `parts` that `backend`'s implementations
+    run on: where none of a BASE -> NEW difference is, the implementation did not change and its
+    timings measure the machine's drift between the two runs."""
+    libraries = _libraries(backend)
+    used = []
+    for part in parts:
+        kind, _, name = part.partition(" ")
+        if part.startswith(_EVERYONE) or libraries is None:
+            used.append(part)
+        elif kind == "package":
+            used += [part] if normal_package(name) in libraries[0] else []
+        elif kind == "blas":
+            used += [part] if name in libraries[1] else []
+        elif kind in ("numpy", "torch"):  # numpy SIMD, torch cpu capability / num threads
+            used += [part] if kind in libraries[0] else []
+        elif kind != "threadpool":  # the threadpool view repeats what the package and blas parts say
+            used.append(part)
+    return used

@@ -92,6 +92,28 @@ def write_result_file(
         env_name,
         {},
     )
+    _add(results, benchmarks, measure, commit_date, append=False)
+    results.save(str(results_dir))
+    path = Path(results_dir) / machine / f"{commit_hash[:8]}-{env_name}.json"
+    if fingerprint is not None:
+        path.with_suffix(".fingerprint").write_text(json.dumps(fingerprint))
+    return path
+
+
+def append_samples(
+    results_dir: Path,
+    path: Path,
+    benchmarks: Sequence[SyntheticBenchmark],
+    measure: Callable[[SyntheticBenchmark, tuple[object, ...]], Measurement],
+) -> None:
+    """Add a second run's measurements to a saved results file, as `asv run --append-samples`
+    does: its timing samples beside the first ones, its tracked values in their place."""
+    results = Results.load(str(path))
+    _add(results, benchmarks, measure, datetime.datetime.now(datetime.UTC), append=True)
+    results.save(str(results_dir))
+
+
+def _add(results: Results, benchmarks, measure, started_at: datetime.datetime, append: bool) -> None:
     for bench in benchmarks:
         measurements = [measure(bench, combo) for combo in bench.combinations()]
         timed = [isinstance(m, Sequence) for m in measurements]
@@ -104,12 +126,9 @@ def write_result_file(
             profile=None,
         )
         spec = bench.to_json() | {"params": bench.param_reprs}
-        results.add_result(spec, outcome, started_at=commit_date, duration=1.0, record_samples=True)
-    results.save(str(results_dir))
-    path = Path(results_dir) / machine / f"{commit_hash[:8]}-{env_name}.json"
-    if fingerprint is not None:
-        path.with_suffix(".fingerprint").write_text(json.dumps(fingerprint))
-    return path
+        results.add_result(
+            spec, outcome, started_at=started_at, duration=1.0, record_samples=True, append_samples=append
+        )
 
 
 def _point_value(measurement: Measurement) -> float | None:

@@ -36,7 +36,7 @@ from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batc
 from accuracy.run.environment_python import environment_python, relabel_python
 from accuracy.run.offline_pages import finish_pages
 from accuracy.run.profiles import DEFAULT, PROFILE_VAR, PROFILES, QUICK
-from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
+from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress, measured_costs
 from accuracy.run.results_store import (
     check_no_links,
     merge_benchmarks_json,
@@ -313,6 +313,8 @@ def run_suite(
     profile: str | None,
     knobs: dict[str, str],
     verbose: bool,
+    append_samples: bool = False,
+    publish: bool = True,
 ) -> RunOutcome:
     """Run the asv suite batch by batch into a staging copy, saving each batch into `results`.
 
@@ -321,6 +323,8 @@ def run_suite(
     environment goes to asv as the environment `env-<digest>` of the stack (environment_python.py),
     so a changed stack (an upgraded package, another BLAS kernel, a knob) files its results beside
     the old ones, under the same machine. Each batch runs as two passes (suite_passes.py).
+    `append_samples` adds the timing samples beside those already saved for the same commit and
+    environment (`opbench compare --confirm`), and `publish=False` leaves the HTML as it is.
     """
     from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
 
@@ -367,9 +371,16 @@ def run_suite(
                 args += ["--launch-method", "forkserver"]
             if quick:
                 args.append("--quick")
+            if append_samples:
+                args.append("--append-samples")
             # a history run discovers as asv does over the range: in the newest commit that installs
             discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
-            if log.call(discover, env) != 0:
+            if commits:  # asv builds or updates a virtualenv per environment first: minutes, silent
+                print(
+                    f"opbench: asv sets up the run's environments first (minutes for each new one); log: {log.path}",
+                    flush=True,
+                )
+            if log.call(discover, env, progress=ClassProgress([])) != 0:
                 raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
             chosen = PROFILES[env[PROFILE_VAR]]
             batches = plan_batches(private, bench, chosen.history_batches if commits else chosen.batches)
@@ -378,7 +389,8 @@ def run_suite(
             suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
             modules = {name.split(".", 1)[0] for name in suite}
             classes = [owner for batch in batches for owner in batch.classes]
-            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits))
+            costs = measured_costs(staging / machine, classes)
+            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits), costs=costs)
             measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
             measurements.mkdir()
             pythons = environment_pythons(private) if commits else {}
@@ -403,6 +415,7 @@ def run_suite(
                         progress.skip(batch.classes)  # a suite without passes ran whole in the first
                         break
                     progress.stage = f"{suite_pass} pass, "
+                    progress.expect(batch.classes)
                     status = max(
                         status,
                         log.call(
@@ -438,6 +451,8 @@ def run_suite(
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
+                if append_samples:  # the samples of both runs are compared: so is the busier one's load
+                    fingerprints = {p: _with_saved_load(f, results / machine / p.name) for p, f in fingerprints.items()}
                 with _stop_deferred():
                     try:
                         files, batch_warnings = _commit(staging, results, machine, changed, fingerprints)
@@ -453,13 +468,13 @@ def run_suite(
             for job in [fresh, *jobs.values()]:
                 if job is not None:
                     job.cancel()
-        if written:
+        if written and publish:
             publish_config = write_private_config(
                 config, results, html, tmp / "publish", branches=graph_branches(config)
             )
             if log.call(["publish", "--config", str(publish_config)], env) != 0:
                 raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
-    if written:
+    if written and publish:
         warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
     return RunOutcome(status, machine, label, list(written), log.path, warnings)
 
@@ -505,6 +520,17 @@ def _with_load(fingerprint: str, busiest: float) -> str:
     return json.dumps(
         json.loads(fingerprint) | {"load": {"max_1min": round(busiest, 2), "cpus": os.cpu_count()}}, indent=2
     )
+
+
+def _with_saved_load(fingerprint: str, saved_results: Path) -> str:
+    """The fingerprint with the higher of its load and the one saved beside `saved_results`."""
+    from accuracy.report.stack import read_load
+
+    saved = read_load(saved_results)
+    data = json.loads(fingerprint)
+    if saved is None or "load" not in data or data["load"]["max_1min"] >= saved[0]:
+        return fingerprint
+    return json.dumps(data | {"load": {"max_1min": saved[0], "cpus": data["load"]["cpus"]}}, indent=2)
 
 
 def _interrupted(results: Path, machine: str, plan: list[Step], saved: list[Step], by: str = "") -> str:

@@ -52,11 +52,13 @@ def render(comparison: Comparison) -> list[str]:
                 _pair(r["verdict_base"], r["verdict_new"], text=True),
                 *(_pair(r[f"{m.name}_base"], r[f"{m.name}_new"]) for m in accuracy),
                 r["bits"],
-                r["verdict"],
+                r["verdict"] + (" (control)" if r["control"] else ""),
             ]
         )
     lines += format_table(header, rows)
     notes = ["ratio marks: ! significantly slower, + significantly faster, ? inconclusive"]
+    if comparison.controls is not None:
+        notes.append("(control): an implementation whose libraries did not change; the others are judged against them")
     if comparison.only_in_base or comparison.only_in_new:
         notes.append(
             f"not compared: {comparison.only_in_base} cases only in BASE, {comparison.only_in_new} only in NEW"
