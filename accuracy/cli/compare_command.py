@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.files import os_error_line, write_atomic
 from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
 from accuracy.report.changes import DEFAULT_THRESHOLD as DEFAULT_TIME_THRESHOLD
@@ -73,9 +74,9 @@ def write_csv(comparison: Comparison, path: Path) -> None:
         frame[column] = frame[column].map(";".join)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(path, index=False)
     except OSError as exc:
-        raise OpbenchError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise OpbenchError(os_error_line("write", path, exc)) from None
+    write_atomic(path, frame.to_csv(index=False))
 
 
 def render(comparison: Comparison) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.files import check_owned_directory
 from accuracy.run.profiles import DEFAULT, PROFILES, QUICK
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
@@ -86,6 +87,7 @@ def run(args) -> int:
     )
     if not args.no_report:
         check_output_dir("--report", args.report / "latest", results)
+        check_owned_directory("--report", args.report / "latest")
     knobs = parse_knobs(args.env)
     machine = check_name("--machine", default_machine_name() if args.machine is None else args.machine)
     check_bench_regex(args.bench)

@@ -110,9 +110,7 @@ def write_private_config(
     conf["results_dir"] = str(results.resolve())
     conf["html_dir"] = str(html.resolve())
     workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / "asv.conf.json"
-    out.write_text(json.dumps(conf, indent=2))
-    return out
+    return write_atomic(workdir / "asv.conf.json", json.dumps(conf, indent=2))
 
 
 def default_machine_name() -> str:

@@ -56,7 +56,9 @@ def check_output_dir(flag: str, path: Path, results: Path, *, owned_marker: tupl
 
 
 def check_output_file(flag: str, path: Path, results: Path) -> Path:
-    """A file written by a command: never inside the results directory, never a directory."""
+    """A file written by a command: never inside the results directory, never a directory, never
+    through a symbolic link (checked before the command's work, so nothing is lost to it)."""
+    refuse_symlink(path)
     out, res = path.resolve(), results.resolve()
     if _is_within(out, res):
         raise OpbenchError(f"{flag} {path} is inside the results directory {results}; choose a path outside it")

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import start_opbench
+from cli_runner import run_main, start_opbench
 
 from accuracy.cli import main as cli
+from accuracy.core.files import OWNED_MARK
 from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.run.results_store import results_lock
@@ -46,6 +47,9 @@ def _workspace(root: Path) -> dict[str, Path]:
     )
     (root / "reports" / "latest").mkdir(parents=True)
     (root / "reports" / "latest" / "index.html").write_text("<p>an earlier report</p>")
+    (root / "reports" / "latest" / OWNED_MARK).write_text("")
+    (root / "thesis" / "latest").mkdir(parents=True)  # a user's directory where a report could go
+    (root / "thesis" / "latest" / "chapter1.tex").write_text("\\chapter{Results}")
     (root / "html").mkdir()
     for marker in ("index.json", "asv.js", "index.html"):
         (root / "html" / marker).write_text("{}")
@@ -176,6 +180,14 @@ CASES = [
     (["report", "--results", R, "--out", R], "overlaps the results directory"),
     (["report", "--results", R, "--out", "{root}", "--name", "results"], "overlaps the results directory"),
     (["report", "--results", R, "--name", "../escape"], "not a valid name"),
+    # issue 40 item 1: never replace a directory opbench did not create
+    (["report", "--results", R, "--out", "{root}", "--name", "thesis"], "opbench did not create"),
+    (["report", "--results", R, "--out", "{root}/thesis"], "--out/--name {root}/thesis/latest is a directory opbench"),
+    (["run", "--results", R, "--report", "{root}/thesis"], "--report {root}/thesis/latest is a directory opbench"),
+    # issue 40 item 10: a threshold that is no number, or no ratio above 1
+    (["report", "--results", R, "--threshold", "nan"], "--threshold nan must be a finite number greater than 1"),
+    (["report", "--results", R, "--threshold", "inf"], "--threshold inf must be a finite number greater than 1"),
+    (["report", "--results", R, "--threshold", "-2"], "--threshold -2.0 must be a finite number greater than 1"),
     # check: files
     (["check", "exp", "--inputs", "{root}/case/nofile.npz", "--output", "a={root}/case/exp_out.npy"], "no such file"),
     (
@@ -367,6 +379,15 @@ def _full_disk_at_index_html(root: Path, monkeypatch) -> None:
     monkeypatch.setattr(Path, "write_text", write_text)
 
 
+def _outside_link(name: str, to: str):
+    """A symbolic link `name` in the workspace (beside results/) pointing at `to` (which may not exist)."""
+
+    def prepare(root: Path, monkeypatch) -> None:
+        (root / name).symlink_to(root / to)
+
+    return prepare
+
+
 HISTORY = ["--commits", "HEAD^!", "--config", str(ROOT / "asv.conf.json"), "--no-report"]
 PROBE_CASES = [
     # item 11: symbolic links inside the results directory are refused, never followed
@@ -397,6 +418,17 @@ PROBE_CASES = [
         ["report", "--results", R, "--out", "{root}/reports"],
         "cannot write {root}/reports/latest: No space left on device",
         _full_disk_at_index_html,
+    ),
+    # issue 40 items 2 and 3: outputs never go through a link, dangling or not
+    (
+        ["compare", "box", "box", "--results", R, "--csv", "{root}/linked.csv"],
+        "{root}/linked.csv is a symbolic link",
+        _outside_link("linked.csv", "a_file"),
+    ),
+    (
+        ["compare", "box", "box", "--results", R, "--csv", "{root}/linked.csv"],
+        "{root}/linked.csv is a symbolic link",
+        _outside_link("linked.csv", "nowhere.csv"),
     ),
 ]
 TABLE = [(args, needle, None) for args, needle in CASES] + PROBE_CASES
@@ -578,3 +610,26 @@ def test_a_2_gib_output_file_is_refused_before_numpy_reads_it(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "declares 2 GiB of array data (shape (536870912,) float32), more than the 1 GiB" in err
+
+
+def test_compare_csv_onto_a_full_disk_keeps_the_previous_file(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 2: `to_csv` straight onto the path left a 4,096-byte cut-off file."""
+    results = tmp_path / "results"
+    write_benchmarks(results, [BENCH])
+    for machine in ("box", "other"):
+        write_machine(results, machine)
+        write_result_file(results, machine, "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {})
+    previous = tmp_path / "cmp.csv"
+    previous.write_text("the previous comparison\n")
+
+    def full_disk(_fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    done = run_main(capsys, "compare", "box", "other", "--results", results, "--csv", previous)
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == f"opbench: error: cannot write {previous}: No space left on device"
+    )
+    assert previous.read_text() == "the previous comparison\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "results"]

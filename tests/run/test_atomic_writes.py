@@ -88,15 +88,57 @@ def test_atomic_directory_swaps_whole_or_not_at_all(tmp_path):
     target.mkdir()
     (target / "index.html").write_text("old page")
     (target / "old.csv").write_text("old")
+    (target / files.OWNED_MARK).write_text("")
     with pytest.raises(OpbenchError, match="No space left"), atomic_directory(target) as building:
         (building / "index.html").write_text("new page, cut o")
         _enospc()
-    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "old page", "old.csv": "old"}
+    assert {p.name: p.read_text() for p in target.iterdir()} == {
+        "index.html": "old page",
+        "old.csv": "old",
+        files.OWNED_MARK: "",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
     with atomic_directory(target) as building:
         (building / "index.html").write_text("new page")
-    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "new page"}
+    assert {p.name for p in target.iterdir()} == {"index.html", files.OWNED_MARK}
+    assert (target / "index.html").read_text() == "new page"
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+@pytest.mark.parametrize("user_files", [["chapter1.tex"], ["index.html"], ["index.html", "notes.txt"]])
+def test_atomic_directory_never_replaces_a_directory_opbench_did_not_make(tmp_path, user_files):
+    """Issue 40 item 1: `report --out userdir --name thesis` deleted userdir/thesis/chapter1.tex."""
+    target = tmp_path / "thesis"
+    target.mkdir()
+    for name in user_files:
+        (target / name).write_text("a user's work")
+    refused = pytest.raises(OpbenchError, match="is a directory opbench did not create")
+    with refused, atomic_directory(target) as building:
+        (building / "index.html").write_text("a report")
+    assert {p.name: p.read_text() for p in target.iterdir()} == dict.fromkeys(user_files, "a user's work")
+    assert [p.name for p in tmp_path.iterdir()] == ["thesis"]
+
+
+@pytest.mark.parametrize("before", [None, [], list(files.LEGACY_REPORT_FILES)])
+def test_atomic_directory_replaces_its_own_new_empty_or_earlier_report(tmp_path, before):
+    """A new or empty directory, one it marked and a report from before the mark are opbench's."""
+    target = tmp_path / "latest"
+    if before is not None:
+        target.mkdir()
+        for name in before:
+            (target / name).write_text("an earlier report")
+    for page in ("first", "second"):
+        with atomic_directory(target) as building:
+            (building / "index.html").write_text(page)
+        assert (target / "index.html").read_text() == page and (target / files.OWNED_MARK).is_file()
+
+
+def test_write_atomic_refuses_a_dangling_link_and_creates_nothing_at_its_target(tmp_path):
+    """Issue 40 item 3: `--html` at a dangling link created the file it pointed to."""
+    (tmp_path / "page.html").symlink_to(tmp_path / "elsewhere.html")
+    with pytest.raises(OpbenchError, match="symbolic link"):
+        write_atomic(tmp_path / "page.html", "<p>")
+    assert not (tmp_path / "elsewhere.html").exists()
 
 
 def test_every_writer_uses_the_one_helper():
