@@ -14,6 +14,7 @@ Reading goes through `check_regular` first: a FIFO would block the reader for ev
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -74,6 +75,22 @@ def check_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> int:
             "from such a file"
         )
     return info.st_size
+
+
+def read_json(path: Path | str, limit: int = MAX_READ_BYTES) -> object:
+    """The JSON value in a regular file of at most `limit` bytes; any problem is one line naming it.
+
+    Deep nesting (200 KB of `[`) is a RecursionError in the parser, not a crash."""
+    check_regular(path, limit)
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read(limit + 1))
+    except OSError as exc:
+        raise OpbenchError(os_error_line("read", path, exc)) from None
+    except RecursionError:
+        raise OpbenchError(f"{path}: not JSON opbench can read (nested too deeply)") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise OpbenchError(f"{path}: not JSON ({' '.join(str(exc).split())})") from None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -32,6 +32,13 @@ from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, replace_atomic, write_atomic
+from accuracy.core.fingerprints import (
+    FINGERPRINT_SUFFIX,
+    PENDING_SUFFIX,
+    RESULTS_DIGEST,
+    environment_label,
+    results_digest,
+)
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
 from accuracy.run.environment_python import environment_python, relabel_python
 from accuracy.run.offline_pages import finish_pages
@@ -52,8 +59,6 @@ from accuracy.run.stack_fingerprint import (
     take_fingerprint,
 )
 from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, PASS_VAR, PASSES, PRELOAD_VAR, READ
-
-FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
 
 def load_asv_config(path: Path) -> dict:
@@ -230,8 +235,6 @@ def _commit(
     A kill between any two steps leaves a state `fingerprint_path` reads right and
     `recover_interrupted_saves` completes. Files the run did not touch are left alone.
     """
-    from accuracy.report.fingerprint import PENDING_SUFFIX, RESULTS_DIGEST, results_digest
-
     target = results / machine
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -320,7 +323,6 @@ def run_suite(
     so a changed stack (an upgraded package, another BLAS kernel, a knob) files its results beside
     the old ones, under the same machine. Each batch runs as two passes (suite_passes.py).
     """
-    from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
 
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
@@ -483,7 +485,6 @@ def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[st
     """The fingerprint taken beside the first batch's read pass (which times nothing), the one
     filed: it must name the environment the run started under (the stack's last fingerprint), or
     nothing is saved."""
-    from accuracy.report.fingerprint import environment_label
 
     fingerprint = job.result()
     save_fingerprint(key, fingerprint)

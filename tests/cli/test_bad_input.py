@@ -633,3 +633,111 @@ def test_compare_csv_onto_a_full_disk_keeps_the_previous_file(tmp_path, capsys, 
     )
     assert previous.read_text() == "the previous comparison\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "results"]
+
+
+# issue 40 items 13, 14, 16 and 18: one damaged file of a fleet is a warning naming it; the rest is reported
+def _fleet(root: Path) -> tuple[Path, Path]:
+    """results/ with machines box (sound) and wreck; returns (results, wreck's results file)."""
+    results = root / "results"
+    write_benchmarks(results, [BENCH])
+    for machine in ("box", "wreck"):
+        write_machine(results, machine)
+        wreck = write_result_file(results, machine, "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {})
+    return results, wreck
+
+
+def _replace_by_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _edit_file(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _huge_grid(data: dict) -> None:
+    """8 parameter lists of 100 values in a few KB: 10^16 combinations."""
+    for row in data["results"].values():
+        row[data["result_columns"].index("params")] = [[repr(i) for i in range(100)]] * 8
+
+
+def _values(value: float):
+    def edit(data: dict) -> None:
+        for row in data["results"].values():
+            row[0] = [value]
+
+    return edit
+
+
+NESTED = "[" * 200_000
+FLEET_DAMAGE = [
+    ("value 1e308", lambda wreck: _edit_file(wreck, _values(1e308)), None),
+    ("date 1e300", lambda wreck: _edit_file(wreck, lambda d: d.update(date=1e300)), "outside the years 1677 to 2262"),
+    ("nested results", lambda wreck: wreck.write_text(NESTED), "{wreck}: skipped, unreadable results file"),
+    (
+        "nested benchmarks.json",
+        lambda wreck: (wreck.parents[1] / "benchmarks.json").write_text(NESTED),
+        "benchmarks.json: unreadable",
+    ),
+    (
+        "nested fingerprint",
+        lambda wreck: wreck.with_suffix(".fingerprint").write_text(NESTED),
+        "{wreck_fp}: not JSON opbench can read (nested too deeply); fingerprint ignored",
+    ),
+    ("FIFO results", lambda wreck: _replace_by_fifo(wreck), "{wreck} is not a regular file"),
+    (
+        "FIFO machine.json",
+        lambda wreck: _replace_by_fifo(wreck.parent / "machine.json"),
+        "machine.json is not a regular",
+    ),
+    (
+        "FIFO benchmarks.json",
+        lambda wreck: _replace_by_fifo(wreck.parents[1] / "benchmarks.json"),
+        "benchmarks.json is not a regular file",
+    ),
+    (
+        "FIFO fingerprint",
+        lambda wreck: _replace_by_fifo(wreck.with_suffix(".fingerprint")),
+        "{wreck_fp} is not a regular",
+    ),
+    ("link to /dev/zero", lambda wreck: (wreck.unlink(), wreck.symlink_to("/dev/zero")), "{wreck} is not a regular"),
+    (
+        "10^16 combinations",
+        lambda wreck: _edit_file(wreck, _huge_grid),
+        "1e+16 parameter combinations (at most 1,000,000",
+    ),
+]
+
+
+class Hung(BaseException):
+    """Not an OSError (as TimeoutError is), which the loader would take for an unreadable file."""
+
+
+@pytest.fixture
+def no_hang():
+    """A FIFO blocked the report for ever: fail after 60 s instead of hanging the test run."""
+
+    def timeout(_signum, _frame):
+        raise Hung("opbench hung")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("damage,named", [d[1:] for d in FLEET_DAMAGE], ids=[d[0] for d in FLEET_DAMAGE])
+def test_one_damaged_file_never_costs_the_fleet_report(tmp_path, capsys, no_hang, damage, named):
+    results, wreck = _fleet(tmp_path)
+    damage(wreck)
+    done = run_main(capsys, "report", "--results", results, "--out", tmp_path / "out", "--max-plots", "1")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    if named is not None:
+        needle = named.format(wreck=wreck, wreck_fp=wreck.with_suffix(".fingerprint"))
+        warnings = [line for line in done.stderr.splitlines() if line.startswith("opbench: warning: ")]
+        assert any(needle in line for line in warnings), done.stderr
+    page = (tmp_path / "out" / "latest" / "index.html").read_text()
+    assert "box" in page

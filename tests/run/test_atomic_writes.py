@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from accuracy.core import files
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import atomic_directory, remove_stale_temps, write_atomic
+from accuracy.core.fingerprints import RESULTS_DIGEST, results_digest
 from accuracy.report.fingerprint import read_fingerprint
 from accuracy.report.load import load_results
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
@@ -334,3 +335,40 @@ def test_the_machine_is_recorded_with_arch_cpu_os_and_ram(tmp_path, monkeypatch)
     assert info["machine"] == "box-1234abcd"
     assert all(info[field] for field in ("arch", "cpu", "os", "ram", "num_cpu")), info
     assert info["num_cpu"] == str(os.cpu_count())
+
+
+def test_every_reader_of_a_fingerprint_checks_it_belongs_to_its_results(tmp_path):
+    """Issue 38 item 4: the stack difference and the CPU peak read the fingerprint without the
+    results digest, so a fingerprint of another save (an interrupted run) was shown as this one's."""
+    from accuracy.report.answers import _cpu
+    from accuracy.report.stack import read_stack
+
+    _, old, _ = _saved_once(tmp_path)
+    fingerprint = old.with_suffix(".fingerprint")
+    data = json.loads(fingerprint.read_text()) | {"cpu": {"mhz": 3000.0}, "cpu_count": 2}
+    fingerprint.write_text(json.dumps(data | {RESULTS_DIGEST: results_digest(old.read_bytes())}))
+    assert read_stack(old) is not None and _cpu(old) is not None
+    fingerprint.write_text(json.dumps(data | {RESULTS_DIGEST: results_digest(b"another save")}))
+    assert read_stack(old) is None and _cpu(old) is None
+    warnings: list[str] = []
+    assert read_fingerprint(old, warnings) == {}
+    assert warnings == [
+        f"{fingerprint}: the fingerprint of another save of {old.name} (an interrupted run); fingerprint ignored"
+    ]
+
+
+def test_run_needs_nothing_from_the_report():
+    """Issue 38 item 4: run/ imported report/ for the fingerprint helpers; they are in core now."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "accuracy" / "run"
+    imported = {
+        f"{path.name}: {name}"
+        for path in root.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+        )
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and name.startswith("accuracy.report")
+    }
+    assert imported == set()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accuracy.report.fingerprint import fingerprint_digest
+from accuracy.core.fingerprints import fingerprint_digest
 from accuracy.run.progress import ClassProgress
 
 FINGERPRINT = {
@@ -297,7 +297,7 @@ def test_the_stack_label_survives_asvs_environment_name(tmp_path, digest, folder
     read the label back from asv's name, wherever the checkout is."""
     from asv.environment import ExistingEnvironment
 
-    from accuracy.report.fingerprint import label_of, short_env_name
+    from accuracy.core.fingerprints import label_of, short_env_name
     from accuracy.run.environment_python import environment_python
 
     config = tmp_path / folder / "asv.conf.json"
