@@ -59,6 +59,30 @@ def check_owned_directory(flag: str, path: Path) -> None:
         )
 
 
+def cache_home() -> Path:
+    """$XDG_CACHE_HOME, or ~/.cache where it is unset, empty or relative (as the XDG spec says):
+    an empty one put the caches in the current directory, where anyone could plant entries."""
+    value = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(value) if os.path.isabs(value) else Path.home() / ".cache"
+
+
+def check_private_directory(path: Path, what: str) -> None:
+    """A cache whose entries opbench trusts (references, a compiled library it loads) must belong to
+    this user and be writable by no one else; one that does not exist yet is made so."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OpbenchError(os_error_line("use", path, exc)) from None
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        owner = "another user's" if info.st_uid != os.geteuid() else "writable by others"
+        raise OpbenchError(
+            f"{what} {path} is {owner} (mode {stat.filemode(info.st_mode)}), so its entries cannot be trusted; "
+            f"use a directory of your own (chmod go-w {path}, or another one)"
+        )
+
+
 def check_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> int:
     """The size of `path` if it is a regular file of at most `limit` bytes, else one line.
 

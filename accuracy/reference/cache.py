@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.core.errors import OpbenchError
-from accuracy.core.files import write_atomic
+from accuracy.core.files import cache_home, check_private_directory, write_atomic
 from accuracy.reference.exact import Exact
 
 # 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
@@ -27,8 +27,11 @@ CACHE_FORMAT = 3
 
 
 def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opbench" / "refs"
-    return Path(os.environ.get("OPBENCH_CACHE", default))
+    """OPBENCH_CACHE, else $XDG_CACHE_HOME/opbench/refs; refused if others could write to it (a
+    forged entry there needs no secret: it would be read as the exact reference)."""
+    path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
+    check_private_directory(path, "the reference cache")
+    return path
 
 
 def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:

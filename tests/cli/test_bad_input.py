@@ -24,6 +24,7 @@ import pytest
 from cli_runner import run_main, start_opbench
 
 from accuracy.cli import main as cli
+from accuracy.core.errors import OpbenchError
 from accuracy.core.files import OWNED_MARK
 from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
@@ -741,3 +742,43 @@ def test_one_damaged_file_never_costs_the_fleet_report(tmp_path, capsys, no_hang
         assert any(needle in line for line in warnings), done.stderr
     page = (tmp_path / "out" / "latest" / "index.html").read_text()
     assert "box" in page
+
+
+# issue 40 item 4: caches whose entries are trusted are never in the current directory or others'
+def test_an_empty_xdg_cache_home_is_treated_as_unset(tmp_path, monkeypatch):
+    from accuracy.backends.libtorch import LibTorchBackend
+    from accuracy.reference.cache import cache_dir
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    monkeypatch.delenv("OPBENCH_CACHE")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert cache_dir() == tmp_path / "home" / ".cache" / "opbench" / "refs"
+    build = LibTorchBackend().build_directory
+    assert build.is_relative_to(tmp_path / "home" / ".cache" / "torch_extensions"), build
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+@pytest.mark.parametrize("variable", ["OPBENCH_CACHE", "TORCH_EXTENSIONS_DIR"])
+def test_a_cache_others_can_write_to_is_refused(tmp_path, monkeypatch, variable):
+    from accuracy.backends.libtorch import LibTorchBackend
+    from accuracy.reference.cache import cache_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv(variable, str(shared))
+    with pytest.raises(OpbenchError, match=f"{shared} is writable by others \\(mode drwxrwxrwx\\)"):
+        cache_dir() if variable == "OPBENCH_CACHE" else LibTorchBackend().build_directory
+
+
+def test_explain_with_a_shared_reference_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    shared = tmp_path / "refs"
+    shared.mkdir()
+    shared.chmod(0o775)
+    monkeypatch.setenv("OPBENCH_CACHE", str(shared))
+    done = run_main(capsys, "explain", "exp", "--size", "16")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"opbench: error: the reference cache {shared} is writable by others")
