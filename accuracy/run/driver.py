@@ -40,7 +40,7 @@ from accuracy.core.fingerprints import (
     results_digest,
 )
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
-from accuracy.run.environment_python import environment_python, relabel_python
+from accuracy.run.environment_python import environment_python, refile, relabel_python
 from accuracy.run.offline_pages import finish_pages
 from accuracy.run.profiles import DEFAULT, PROFILE_VAR, PROFILES, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress
@@ -432,9 +432,19 @@ def run_suite(
                     }
                 else:
                     assert label is not None  # named by the stack's last fingerprint
-                    if here is None:  # the fresh one, which must give the same label before anything is saved
+                    if here is None:  # the fresh one, which names the stack this batch measured
                         assert fresh is not None
-                        here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
+                        fingerprint, fresh = fresh.result(), None
+                        save_fingerprint(key, fingerprint)
+                        here, now = json.dumps(fingerprint, indent=2), environment_label(fingerprint, knobs)
+                        if now != label:
+                            changed = [refile(path, label, now, discovered) for path in changed]
+                            warnings.append(_relabelled(label, now))
+                            label, python = now, environment_python(config, now)
+                            args = [
+                                f"--environment=existing:{python}" if a.startswith("--environment=") else a
+                                for a in args
+                            ]
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
@@ -481,20 +491,14 @@ def _staging_dir(results: Path):
         yield Path(folder)
 
 
-def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
-    """The fingerprint taken beside the first batch's read pass (which times nothing), the one
-    filed: it must name the environment the run started under (the stack's last fingerprint), or
-    nothing is saved."""
-
-    fingerprint = job.result()
-    save_fingerprint(key, fingerprint)
-    now = environment_label(fingerprint, knobs)
-    if now != label:
-        raise OpbenchError(
-            f"this environment's stack is {now} now, not {label} as when it last ran (a change opbench's "
-            "quick check of the installed packages, knobs and CPU does not see): nothing was saved; run again"
-        )
-    return json.dumps(fingerprint, indent=2)
+def _relabelled(last: str, now: str) -> str:
+    """The fresh fingerprint (taken beside the first batch's read pass, which times nothing) names
+    another stack than the last one did: the batch measured the stack it names, so it is filed
+    there, as a rerun would file it, never thrown away."""
+    return (
+        f"this environment's stack is {now} now, not {last} as when it last ran (a change opbench's quick "
+        f"check of the installed packages, knobs, interpreter and CPU does not see): results filed under {now}"
+    )
 
 
 def _with_load(fingerprint: str, busiest: float) -> str:
