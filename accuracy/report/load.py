@@ -72,6 +72,8 @@ class LoadedResults:
 def load_results(results_dir: str | Path) -> LoadedResults:
     """Read every results file under `results_dir`; raise OpbenchError if there are none."""
     root = Path(results_dir)
+    if root.exists() and not root.is_dir():
+        raise OpbenchError(f"--results {root} is a file, not a results directory (the folder asv writes)")
     if not root.is_dir():
         raise OpbenchError(f"results directory {root} does not exist")
     warnings: list[str] = []

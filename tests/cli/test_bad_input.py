@@ -110,6 +110,9 @@ def _huge_declared_files(folder: Path) -> None:
         archive.writestr("x.npy", member.getvalue())
     tensors = json.dumps({"x": {"dtype": "F32", "shape": [1 << 29], "data_offsets": [0, 1 << 31]}}).encode()
     (folder / "huge.safetensors").write_bytes(struct.pack("<Q", len(tensors)) + tensors)
+    for name, header in (("list", [1, 2]), ("shape", {"x": {"dtype": "F32", "shape": "8", "data_offsets": [0, 32]}})):
+        text = json.dumps(header).encode()
+        (folder / f"{name}.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + bytes(32))
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -120,6 +123,7 @@ def _checksums(root: Path) -> dict[str, str]:
 
 
 R = "{root}/results"
+SMALL_CNN = "accuracy.workflows.model_zoo:small_cnn"
 # (args, what the one line must say); {root} is the workspace
 CASES = [
     # explain
@@ -171,10 +175,10 @@ CASES = [
     (["compare", "box", "box", "--results", R, "--csv", R + "/new.csv"], "inside the results directory"),
     (["compare", "box", "box", "--results", R, "--csv", "{root}/mine"], "is a directory"),
     (["compare", "box", "nosuch", "--results", R], "nosuch"),
-    (["compare", "box", "box", "--results", "{root}/a_file"], "does not exist"),
+    (["compare", "box", "box", "--results", "{root}/a_file"], "--results {root}/a_file is a file, not a results"),
     (["compare", "box", "box", "--results", "{root}/bad/date"], "no asv results"),
     # report
-    (["report", "--results", "{root}/a_file"], "does not exist"),
+    (["report", "--results", "{root}/a_file"], "--results {root}/a_file is a file, not a results directory"),
     (["report", "--results", "{root}/nowhere"], "does not exist"),
     (["report", "--results", "{root}/bad/date"], "no asv results"),
     (["report", "--results", "{root}/bad/null"], "no asv results"),
@@ -334,6 +338,23 @@ CASES = [
         "std_rows_of_1.npz: std needs rows of at least 2 elements, input 'x' has 1",
     ),
     (["scan", "exp", "--dtype", "float64", "--sample", "99999999999999"], "choose a smaller --sample"),
+    # issue 40 items 16 and 20: generated model inputs are checked before anything is allocated
+    (["model", SMALL_CNN, "--inputs", "x=100000000000x8"], "GB (half the memory available now); choose smaller"),
+    (["model", SMALL_CNN, "--inputs", "x=" + "x".join(["1"] * 65)], "x has 65 dimensions, more than the 32 opbench"),
+    (
+        ["model", SMALL_CNN, "--inputs", "x=2x3x8x8y"],
+        "'x=2x3x8x8y' is neither an existing file nor a shape NAME=D1xD2x",
+    ),
+    (["model", SMALL_CNN, "--inputs", "x=2x3x8x8,x=3x3x8x8"], "x is given twice; give each input once"),
+    # issue 40 item 20: a malformed .safetensors header says what the format wants
+    (
+        ["check", "exp", "--inputs", "{root}/case/list.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "list.safetensors: malformed .safetensors header: a JSON list, not a JSON object of NAME: {{",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/shape.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "shape.safetensors: malformed .safetensors header: tensor 'x' is {{'dtype': 'F32', 'shape': '8'",
+    ),
 ]
 
 
