@@ -172,6 +172,34 @@ def _local_workers(spec: str) -> int:
     return int(count)
 
 
+def _check_scheduler(spec: str) -> None:
+    """Only what opbench can join without more configuration (`tls://` needs certificates, `ucx://`
+    a UCX build), and only a service that speaks first, as a Dask scheduler does on accepting a
+    connection. Dask's own client waited for ever on a service that accepts and never answers,
+    and read an HTTP server's reply as a frame length (a 3 EiB allocation)."""
+    import socket
+
+    scheme, sep, rest = spec.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not (sep and scheme == "tcp" and host and colon and port.isdigit()):
+        raise OpbenchError(
+            f"--dask {spec!r}: expected tcp://HOST:PORT (a running Dask scheduler) or local:N; "
+            "tls://, ucx:// and other protocols are not supported"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
+            greeting = probe.recv(1)
+    except TimeoutError:
+        greeting = b""
+    except OSError as exc:
+        raise OpbenchError(f"cannot reach a Dask scheduler at {spec}: {exc.strerror or exc}") from None
+    if not greeting:
+        raise OpbenchError(
+            f"cannot reach a Dask scheduler at {spec}: the service there answered nothing in "
+            f"{CONNECT_TIMEOUT_S} s (a scheduler greets at once); is it a Dask scheduler?"
+        )
+
+
 def check_workers(client: Any, address: str) -> int:
     """Refuse a fleet whose numerical stack differs from this process's; returns the worker threads."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -250,13 +278,15 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
                 )
                 client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
             else:
+                _check_scheduler(dask)
                 client = Client(dask, timeout=CONNECT_TIMEOUT_S)
         except OpbenchError:
             raise
-        except (OSError, TimeoutError, ValueError) as exc:
+        except Exception as exc:  # an HTTP server's reply read as a frame length: a 3 EiB MemoryError
             if cluster is not None:
                 cluster.close()
-            raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {exc}") from exc
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {detail}") from None
         try:
             yield _DaskPool(client, dask, check_workers(client, dask))
         finally:

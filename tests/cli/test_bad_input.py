@@ -803,3 +803,44 @@ def test_explain_with_a_shared_reference_cache_is_one_line(tmp_path, capsys, mon
     done = run_main(capsys, "explain", "exp", "--size", "16")
     assert done.returncode == 2
     assert done.stderr.strip().startswith(f"opbench: error: the reference cache {shared} is writable by others")
+
+
+# issue 40 items 15 and 19: a --dask address that is no Dask scheduler ends in one line, in seconds
+def _serve(reply: bytes | None) -> int:
+    """A TCP service on a free port that accepts, reads, and answers `reply` (None: never answers)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept() -> None:
+        while True:
+            conn, _ = server.accept()
+            held.append(conn)
+            if reply is not None:
+                conn.recv(4096)
+                conn.sendall(reply)
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "address,message",
+    [
+        ("ucx://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
+        ("tls://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
+        ("silent", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
+        ("http", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
+    ],
+)
+def test_a_dask_address_that_is_no_scheduler_is_one_line(capsys, monkeypatch, no_hang, address, message):
+    from accuracy.workflows import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)
+    if address in ("silent", "http"):
+        address = f"tcp://127.0.0.1:{_serve(None if address == 'silent' else b'HTTP/1.1 400 Bad Request' * 8)}"
+    done = run_main(capsys, "scan", "exp", "--dtype", "float16", "--dask", address)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert message in done.stderr
