@@ -844,3 +844,27 @@ def test_a_dask_address_that_is_no_scheduler_is_one_line(capsys, monkeypatch, no
     done = run_main(capsys, "scan", "exp", "--dtype", "float16", "--dask", address)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert message in done.stderr
+
+
+def test_stdout_on_a_full_device_is_one_line(capsys, monkeypatch):
+    """Issue 40 item 19: `opbench list > /dev/full` was an OSError traceback."""
+    with open("/dev/full", "w", encoding="utf-8") as full:  # a device, not a path
+        monkeypatch.setattr(sys, "stdout", full)
+        code = cli.main(["list"])
+    assert code == 2
+    assert capsys.readouterr().err == "opbench: error: cannot write the output: No space left on device\n"
+
+
+def test_a_label_the_output_encoding_lacks_is_shown_escaped(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 19: PYTHONIOENCODING=latin-1 and a euro sign in a label was a UnicodeEncodeError."""
+    import io
+
+    _case_files(tmp_path / "case")
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="latin-1"))
+    code = cli.main(
+        ["check", "exp", "--inputs", f"{tmp_path}/case/exp.npz", "--output", f"\u20ac={tmp_path}/case/exp_out.npy"]
+    )
+    sys.stdout.flush()
+    assert code == 0, capsys.readouterr().err
+    assert b"\\u20ac" in out.getvalue()
