@@ -6,6 +6,7 @@ import argparse
 import errno
 import importlib
 import io
+import logging
 import os
 import sys
 
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     # escaped, as stderr shows it, not a UnicodeEncodeError traceback
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="backslashreplace")
+    # with a read-only HOME matplotlib warns, in two lines, that it keeps its settings in a temporary
+    # directory: opbench's figures need none of them
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         args = build_parser().parse_args(argv)
         status = int(args.func(args) or 0)

@@ -12,6 +12,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -868,3 +869,16 @@ def test_a_label_the_output_encoding_lacks_is_shown_escaped(tmp_path, capsys, mo
     sys.stdout.flush()
     assert code == 0, capsys.readouterr().err
     assert b"\\u20ac" in out.getvalue()
+
+
+def test_a_read_only_home_gets_no_matplotlib_warning(tmp_path, capsys, caplog, monkeypatch):
+    """Issue 40 item 20: matplotlib's two-line warning about its config directory reached the user."""
+    import matplotlib
+
+    assert cli.main(["list"]) == 0
+    monkeypatch.delenv("MPLCONFIGDIR", raising=False)
+    not_a_directory = tmp_path / "home-file"
+    not_a_directory.write_text("")
+    with caplog.at_level(logging.WARNING):
+        matplotlib._get_config_or_cache_dir(lambda: str(not_a_directory))  # as with a read-only HOME
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []
