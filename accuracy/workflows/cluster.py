@@ -30,6 +30,8 @@ from accuracy.core.errors import OpbenchError
 LOCAL_PREFIX = "local:"
 PRELOAD_VAR = "OPBENCH_WORKER_PRELOAD"  # the backends worker_preload loads, comma-separated
 CONNECT_TIMEOUT_S = 20
+POLL_S = 1.0  # how often a wait for a result looks whether the cluster still has workers
+NO_WORKERS_WAIT_S = 60  # a cluster without workers this long has lost them (a restart takes seconds)
 # The packages whose versions change a number opbench reports; a worker must match all of them.
 STACK_PACKAGES = (
     "opbench",
@@ -124,7 +126,7 @@ class _DaskFuture:
         from distributed.comm.core import CommClosedError
 
         try:
-            return self._future.result()
+            return self._wait_while_workers_remain()
         except (CommClosedError, OSError, TimeoutError) as exc:
             raise ClusterLost(f"the Dask scheduler at {self._address} went away ({type(exc).__name__})") from exc
         except Exception as exc:
@@ -134,6 +136,24 @@ class _DaskFuture:
             ):
                 raise ClusterLost(f"the Dask scheduler at {self._address} went away") from exc
             raise
+
+    def _wait_while_workers_remain(self) -> Any:
+        """The result, waited for while the cluster has workers: the scheduler keeps a task whose
+        last worker died pending until another joins, so a scan waited silently for ever."""
+        alone = 0.0
+        while True:
+            try:
+                return self._future.result(timeout=POLL_S)
+            except TimeoutError:
+                if self._future.done():
+                    raise
+            workers = self._future.client.scheduler_info(n_workers=-1)["workers"]
+            alone = 0.0 if workers else alone + POLL_S
+            if alone >= NO_WORKERS_WAIT_S:
+                raise ClusterLost(
+                    f"the Dask cluster at {self._address} has had no workers for {NO_WORKERS_WAIT_S:g} s "
+                    "(did they die?); start workers and run again"
+                )
 
     def cancel(self) -> Any:
         try:
