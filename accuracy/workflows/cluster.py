@@ -145,8 +145,8 @@ class _DaskFuture:
             try:
                 return self._future.result(timeout=POLL_S)
             except TimeoutError:
-                if self._future.done():
-                    raise
+                if self._future.done():  # it ended as the wait timed out, or raised TimeoutError itself
+                    return self._future.result()
             workers = self._future.client.scheduler_info(n_workers=-1)["workers"]
             alone = 0.0 if workers else alone + POLL_S
             if alone >= NO_WORKERS_WAIT_S:
