@@ -45,3 +45,10 @@ def test_a_report_never_replaces_a_users_directory(shared_results, tmp_path):
     first = write_report(shared_results, tmp_path, "latest")
     assert write_report(shared_results, tmp_path, "latest") == first  # its own directory is replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "thesis"]
+
+
+def test_model_page_into_a_missing_directory_is_one_line(tmp_path):
+    """Issue 40 item 19: `--html` into a missing directory was a FileNotFoundError traceback after the run."""
+    with pytest.raises(OpbenchError, match=r"cannot write .*nowhere/page\.html: No such file or directory"):
+        write_model_page(tmp_path / "nowhere" / "page.html", MODEL_REPORT, [])
+    assert list(tmp_path.iterdir()) == []
