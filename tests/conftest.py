@@ -24,7 +24,7 @@ from hypothesis import settings
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
 if _RUN:
     _SESSION_CACHE = os.path.join(tempfile.gettempdir(), f"opbench-test-cache-{_RUN}")
-    os.makedirs(_SESSION_CACHE, exist_ok=True)
+    os.makedirs(_SESSION_CACHE, mode=0o700, exist_ok=True)  # a cache others can write to is refused
 else:
     _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
 os.environ["OPBENCH_CACHE"] = _SESSION_CACHE

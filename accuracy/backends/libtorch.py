@@ -38,6 +38,7 @@ from pathlib import Path
 from accuracy.backends.base import Backend
 from accuracy.backends.pytorch import TorchBackend
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import cache_home, check_private_directory
 
 # The ops, and TorchScript from C++ in a second source: ninja compiles them side by side (24 s and
 # 19 s alone; 40 s together on the shared 2-core machine, load 2-3), and the ops' source stays free
@@ -180,10 +181,17 @@ class LibTorchBackend(Backend):
 
     @cached_property
     def build_directory(self) -> Path:
-        """Under torch's extension root (TORCH_EXTENSIONS_DIR honoured), named per environment."""
+        """Under torch's extension root (TORCH_EXTENSIONS_DIR honoured), named per environment;
+        refused where others could plant a library there (it is loaded, and its constructors run)."""
         from torch.utils import cpp_extension
 
-        return Path(cpp_extension._get_build_directory(self.build_name, verbose=False))
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        if xdg is not None and not os.path.isabs(xdg) and not os.environ.get("TORCH_EXTENSIONS_DIR"):
+            os.environ["XDG_CACHE_HOME"] = str(cache_home())  # torch took an empty one for the current directory
+        directory = Path(cpp_extension._get_build_directory(self.build_name, verbose=False))
+        for folder in (directory.parent, directory):
+            check_private_directory(folder, "the LibTorch extension directory")
+        return directory
 
     @cached_property
     def namespace(self):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.cli.text.compare import render
 from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.files import os_error_line, write_atomic
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import dumps
 from accuracy.report.changes import DEFAULT_THRESHOLD as DEFAULT_TIME_THRESHOLD
@@ -98,7 +99,7 @@ def confirm(args: argparse.Namespace, comparison: Comparison) -> None:
     asv's --append-samples, into the same results: one decision on all samples, where a second
     results directory (the old advice) gave a second decision and, through `opbench run`,
     replaced the main report and pages with its own."""
-    from accuracy.report.fingerprint import label_of
+    from accuracy.core.fingerprints import label_of
 
     sets = (comparison.base, comparison.new)
     machines = sorted({m for s in sets for m in s.frame["machine"].unique()})
@@ -154,6 +155,6 @@ def write_csv(comparison: Comparison, path: Path) -> None:
         frame[column] = frame[column].map(";".join)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(path, index=False)
     except OSError as exc:
-        raise OpbenchError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise OpbenchError(os_error_line("write", path, exc)) from None
+    write_atomic(path, frame.to_csv(index=False))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
+import logging
 import os
 import sys
 
@@ -19,6 +22,8 @@ whether the difference is within rounding. `opbench run` keeps timings and error
 BLAS builds and environments; `opbench compare` says whether an upgrade is safe.
 
 start with:  opbench list   then   opbench explain linear --dtype float32"""
+
+OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)  # stdout on a full or failing device
 
 # Each module exposes `register(subparsers)`, which adds its subcommand with
 # `accuracy.cli.arguments.add_command`. Adding a command is one line here.
@@ -49,9 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a label the terminal's encoding lacks (PYTHONIOENCODING=latin-1 and a euro sign) is shown
+    # escaped, as stderr shows it, not a UnicodeEncodeError traceback
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+    # with a read-only HOME matplotlib warns, in two lines, that it keeps its settings in a temporary
+    # directory: opbench's figures need none of them
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a full device is then this one line
+        return status
     except OpbenchError as exc:
         print(f"opbench: error: {printable(exc)}", file=sys.stderr)  # one line, whatever a path or label holds
         return 2
@@ -61,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `opbench list --json | head`: the reader has all it wanted
         _silence_stdout()
         return 0
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRORS:
+            raise
+        _silence_stdout()  # what is left in its buffer would fail again at exit
+        print(f"opbench: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 def _silence_stdout() -> None:

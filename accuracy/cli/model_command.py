@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import refuse_symlink
 from accuracy.core.json_output import dumps
 from accuracy.workflows.model.ports import BUILT_IN, default_ports
 
@@ -70,8 +72,15 @@ def run(args) -> int:
     files = dict(labelled_file("--activations", a, "djl=activations_djl.safetensors") for a in args.activations)
     if len(files) != len(args.activations):
         raise OpbenchError("two --activations arguments share a label; give each its own")
-    if args.html and Path(args.html).exists():  # checked before the run: bad input writes nothing
-        raise OpbenchError(f"--html {args.html}: already exists")
+    if args.html:  # checked before the run: bad input writes nothing, and the run is not lost to it
+        html = Path(args.html)
+        refuse_symlink(html)
+        if html.exists():
+            raise OpbenchError(f"--html {args.html}: already exists")
+        if not html.parent.is_dir():
+            raise OpbenchError(f"--html {args.html}: directory {html.parent} does not exist")
+        if not os.access(html.parent, os.W_OK):
+            raise OpbenchError(f"--html {args.html}: directory {html.parent} is not writable")
     if args.html and args.save_activations and Path(args.html).resolve() == Path(args.save_activations).resolve():
         raise OpbenchError(f"--html and --save-activations name the same file {args.html}: give each its own")
     from accuracy.cli.text.model import render

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
-from accuracy.core.errors import warn
+from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.files import check_owned_directory
 from accuracy.report.changes import DEFAULT_MAX_PLOTS, DEFAULT_THRESHOLD
 from accuracy.run.results_store import check_name, check_output_dir
 
@@ -49,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from accuracy.report.trends import DEFAULT_NONDETERMINISTIC
 
     check_name("--name", args.name)
+    if not (math.isfinite(args.threshold) and args.threshold > 1):  # NaN compares false: no step would pass it
+        raise OpbenchError(f"--threshold {args.threshold} must be a finite number greater than 1 (e.g. 1.10 for 10%)")
     check_output_dir("--out", args.out / args.name, args.results)
+    check_owned_directory("--out/--name", args.out / args.name)
     index = write_report(
         args.results,
         args.out,

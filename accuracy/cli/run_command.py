@@ -8,6 +8,7 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_results
 from accuracy.core.errors import OpbenchError, warn
+from accuracy.core.files import check_owned_directory
 from accuracy.run.profiles import DEFAULT, PROFILES, QUICK
 from accuracy.run.results_store import ASV_HTML_MARKERS, check_name, check_output_dir, check_results_dir
 
@@ -87,6 +88,7 @@ def run(args) -> int:
     )
     if not args.no_report:
         check_output_dir("--report", args.report / "latest", results)
+        check_owned_directory("--report", args.report / "latest")
     knobs = parse_knobs(args.env)
     machine = check_name("--machine", default_machine_name() if args.machine is None else args.machine)
     check_bench_regex(args.bench)
@@ -117,7 +119,7 @@ def run(args) -> int:
     print(f"opbench: results in {where}, HTML in {html}, asv's log in {outcome.log}")
     for line in outcome.warnings:
         warn(line)
-    for line in summarize(outcome.written):
+    for line in summarize(outcome.written, bench, verbose=args.verbose):
         print(f"opbench: {line}")
     if not args.no_report:
         from accuracy.report import write_report
@@ -144,14 +146,17 @@ def op_bench_regex(pattern: str | None) -> str | None:
     return rf"\.{benchmark_class_name(word)}\." if word in names else pattern
 
 
-def summarize(paths: list[Path]) -> list[str]:
-    """Failed benchmarks by name, the parameter combinations not run (n/a), and the accuracy
-    cases counted by verdict (track_verdict_tier)."""
+def summarize(paths: list[Path], bench: str | None = None, *, verbose: bool = False) -> list[str]:
+    """Failed benchmarks by name, the parameter combinations not run (n/a) counted by why (one
+    line; the benchmarks with `verbose`), and the accuracy cases counted by verdict."""
+    import re
+
     from accuracy.judge.metric_table import BY_NAME
     from accuracy.judge.verdicts import VERDICTS
 
     tier_track = BY_NAME["verdict_tier"].track
     failed, not_run, tiers = [], {}, []
+    skipped, unselected = 0, 0  # n/a combinations: ones that do not apply; ones --bench left out
     for path in paths:
         data = json.loads(path.read_text())
         columns = data["result_columns"]
@@ -164,15 +169,26 @@ def summarize(paths: list[Path]) -> list[str]:
             missing = sum(isinstance(v, float) and math.isnan(v) for v in values)
             if missing:
                 not_run[name] = f"{name} ({missing} of {len(values)})"
+                # asv matches --bench against the name and each `name(params)`: a class it names is run whole
+                if bench is None or re.search(bench, name):
+                    skipped += missing
+                else:
+                    unselected += missing
             if name.endswith(f".{tier_track}"):
                 tiers += [int(v) for v in values if v is not None and not math.isnan(v)]
     counts = ", ".join(f"{tiers.count(tier)} {verdict}" for tier, verdict in enumerate(VERDICTS))
     lines = [f"accuracy cases by verdict: {counts}"]
     if not_run:
+        why = [
+            *([f"{skipped} skipped (they do not apply, e.g. a dtype an implementation lacks)"] if skipped else []),
+            *([f"{unselected} not selected by --bench"] if unselected else []),
+        ]
         lines.append(
-            f"{len(not_run)} benchmarks ran only some parameter combinations, the rest are n/a (not selected "
-            f"by --bench, or skipped): {', '.join(not_run[k] for k in sorted(not_run))}"
+            f"{len(not_run)} benchmarks ran only some parameter combinations; n/a: {', '.join(why)}"
+            + ("" if verbose else " (-v lists them)")
         )
+        if verbose:
+            lines.append(f"n/a by benchmark: {', '.join(not_run[k] for k in sorted(not_run))}")
     if failed:
         lines.append(f"{len(failed)} benchmarks failed (recorded as failed): {', '.join(sorted(failed))}")
     return lines

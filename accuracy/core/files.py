@@ -4,14 +4,20 @@ Every writer of results, fingerprints, cached references, saved inputs and repor
 here: a temporary file in the same directory (same file system, so the rename is atomic), fsync,
 then os.replace. A full disk, a read-only disk or a kill leaves the old file as it was and no
 temporary file behind (a kill leaves one, named so that `remove_stale_temps` finds it). A symbolic
-link is never written through: it could point anywhere, e.g. at a system file when run as root.
+link is never written through, dangling or not: it could point anywhere, e.g. at a system file
+when run as root. A directory is replaced only if opbench made it (`OWNED_MARK`), never a user's.
+
+Reading goes through `check_regular` first: a FIFO would block the reader for ever and a link to
+/dev/zero would be read until memory runs out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +26,10 @@ from typing import BinaryIO
 from accuracy.core.errors import OpbenchError
 
 TEMP_MARK = ".tmp-"  # every temporary name holds it: .<name>.tmp-<random>
+OWNED_MARK = ".opbench-owned"  # in every directory `atomic_directory` makes: opbench may replace it
+# What a report held before OWNED_MARK existed: such a directory is still opbench's own
+LEGACY_REPORT_FILES = ("index.html", "report.md", "steps.csv")
+MAX_READ_BYTES = 256 * 1024**2  # a results file, fingerprint or benchmarks.json larger than this is not asv's
 
 
 def os_error_line(action: str, path: Path | str, exc: OSError) -> str:
@@ -31,6 +41,80 @@ def refuse_symlink(path: Path) -> None:
     """A symbolic link where opbench writes is refused, never followed."""
     if path.is_symlink():
         raise OpbenchError(f"{path} is a symbolic link; opbench does not write through links (remove it)")
+
+
+def check_owned_directory(flag: str, path: Path) -> None:
+    """Refuse to replace a non-empty directory opbench did not make: it holds a user's files."""
+    refuse_symlink(path)
+    if not path.is_dir():
+        return
+    try:
+        entries = {entry.name for entry in path.iterdir()}
+    except OSError as exc:
+        raise OpbenchError(os_error_line("read", path, exc)) from None
+    if entries and OWNED_MARK not in entries and not entries.issuperset(LEGACY_REPORT_FILES):
+        raise OpbenchError(
+            f"{flag} {path} is a directory opbench did not create and would be replaced; "
+            "choose another (an empty or new directory, or an earlier report)"
+        )
+
+
+def cache_home() -> Path:
+    """$XDG_CACHE_HOME, or ~/.cache where it is unset, empty or relative (as the XDG spec says):
+    an empty one put the caches in the current directory, where anyone could plant entries."""
+    value = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(value) if os.path.isabs(value) else Path.home() / ".cache"
+
+
+def check_private_directory(path: Path, what: str) -> None:
+    """A cache whose entries opbench trusts (references, a compiled library it loads) must belong to
+    this user and be writable by no one else; one that does not exist yet is made so."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OpbenchError(os_error_line("use", path, exc)) from None
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        owner = "another user's" if info.st_uid != os.geteuid() else "writable by others"
+        raise OpbenchError(
+            f"{what} {path} is {owner} (mode {stat.filemode(info.st_mode)}), so its entries cannot be trusted; "
+            f"use a directory of your own (chmod go-w {path}, or another one)"
+        )
+
+
+def check_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> int:
+    """The size of `path` if it is a regular file of at most `limit` bytes, else one line.
+
+    A FIFO, a device (a link to /dev/zero) or a huge file is refused before it is opened."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise OpbenchError(os_error_line("read", path, exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise OpbenchError(f"{path} is not a regular file (a FIFO, device or directory); opbench reads only files")
+    if info.st_size > limit:
+        raise OpbenchError(
+            f"{path} is {info.st_size / 1024**2:.0f} MiB, more than the {limit / 1024**2:.0f} MiB opbench reads "
+            "from such a file"
+        )
+    return info.st_size
+
+
+def read_json(path: Path | str, limit: int = MAX_READ_BYTES) -> object:
+    """The JSON value in a regular file of at most `limit` bytes; any problem is one line naming it.
+
+    Deep nesting (200 KB of `[`) is a RecursionError in the parser, not a crash."""
+    check_regular(path, limit)
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read(limit + 1))
+    except OSError as exc:
+        raise OpbenchError(os_error_line("read", path, exc)) from None
+    except RecursionError:
+        raise OpbenchError(f"{path}: not JSON opbench can read (nested too deeply)") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise OpbenchError(f"{path}: not JSON ({' '.join(str(exc).split())})") from None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -93,9 +177,11 @@ def atomic_directory(target: Path) -> Iterator[Path]:
 
     The old directory is moved aside, the new one renamed in and the old one deleted, so
     `target` holds the whole old or the whole new contents, never a mix. On any error the
-    temporary directory is removed and `target` is as it was.
+    temporary directory is removed and `target` is as it was. A `target` opbench did not make
+    (no OWNED_MARK in it) is refused, not replaced.
     """
     refuse_symlink(target)
+    check_owned_directory("the report directory", target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}"))
@@ -104,6 +190,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     old: Path | None = None
     try:
         yield tmp
+        (tmp / OWNED_MARK).write_text("made by opbench; it replaces this directory whole on its next write\n")
         os.chmod(tmp, 0o755)
         if target.exists():
             old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{TEMP_MARK}old-"))

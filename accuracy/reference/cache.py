@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.core.errors import OpbenchError
-from accuracy.core.files import write_atomic
+from accuracy.core.files import cache_home, check_private_directory, check_regular, write_atomic
 from accuracy.reference.exact import Exact
 
 # 2: narrow elementwise references take their float64 value from torch (references.TORCH_TWINS)
@@ -27,8 +28,11 @@ CACHE_FORMAT = 3
 
 
 def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opbench" / "refs"
-    return Path(os.environ.get("OPBENCH_CACHE", default))
+    """OPBENCH_CACHE, else $XDG_CACHE_HOME/opbench/refs; refused if others could write to it (a
+    forged entry there needs no secret: it would be read as the exact reference)."""
+    path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
+    check_private_directory(path, "the reference cache")
+    return path
 
 
 def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:
@@ -44,11 +48,28 @@ def _digest(key: str, hi: np.ndarray, lo: np.ndarray) -> str:
     return hashlib.sha256(key.encode() + b"\0" + hi.tobytes() + lo.tobytes() + str(hi.shape).encode()).hexdigest()
 
 
+def _stored_as_written(path: Path) -> bool:
+    """Whether `path` is a regular file whose members are stored uncompressed, as np.savez writes
+    them: a planted entry of compressed zeros (4 MB inflating to 4.26 GB) is never inflated."""
+    size = check_regular(path, limit=sys.maxsize)
+    with zipfile.ZipFile(path) as archive:
+        return all(info.compress_type == zipfile.ZIP_STORED and info.file_size <= size for info in archive.infolist())
+
+
 def _read(path: Path, key: str) -> Exact | None:
     try:
+        if not _stored_as_written(path):
+            return None
         with np.load(path, allow_pickle=False) as data:
             hi, lo, digest = data["hi"], data["lo"], str(data["digest"])
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # bad CRC, truncated zip
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        zipfile.BadZipFile,
+        OpbenchError,
+    ):  # bad CRC, truncated zip, a FIFO
         return None
     return Exact(hi, lo) if digest == _digest(key, hi, lo) else None
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from accuracy.catalog.registry import Impl
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,10 +28,10 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.fingerprints import load_fingerprint, short_env_name
 from accuracy.judge.metric_table import METRICS
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
 from accuracy.report.compare import UNCHANGED, busy_files, compare_specs
-from accuracy.report.fingerprint import fingerprint_path, short_env_name
 from accuracy.report.tidy import op_of_class, tidy
 
 ENV_KEYS = ["machine", "env_name"]
@@ -357,8 +356,8 @@ def peaks(cases: pd.DataFrame, results_dir: Path) -> Peak:
 def _cpu(results_file: Path) -> tuple[float, int, int, bool, str] | None:
     """(MHz, cores, SIMD width in bits, FMA, model) from a results file's fingerprint."""
     try:
-        data = json.loads(fingerprint_path(results_file).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_fingerprint(results_file) or {}
+    except OpbenchError:  # the report's loader has said so, as a warning
         return None
     cpu, simd = data.get("cpu") or {}, set((data.get("numpy") or {}).get("simd_enabled") or ())
     if not cpu.get("mhz") or not data.get("cpu_count"):

@@ -23,6 +23,7 @@ from asv.machine import Machine
 from asv.results import Results
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import check_regular
 from accuracy.report.fingerprint import FINGERPRINT_COLUMNS, read_fingerprint
 from accuracy.report.measures import metric_column, with_gflops
 
@@ -52,8 +53,12 @@ BASE_COLUMNS = frozenset(
         "metric",
     ]
 )
-# Errors asv (or json) raises on a truncated, corrupt or partial results file.
-_UNREADABLE = (util.UserError, OSError, ValueError, TypeError, AttributeError, KeyError)
+# Errors asv (or json) raises on a truncated, corrupt or partial results file; OpbenchError is
+# check_regular's (a FIFO, a device, a huge file), RecursionError json's on deeply nested lists.
+_UNREADABLE = (util.UserError, OSError, ValueError, TypeError, AttributeError, KeyError, OpbenchError, RecursionError)
+MAX_COMBINATIONS = 1_000_000  # parameter combinations of one benchmark: asv's grids have hundreds
+# asv stores dates as milliseconds since 1970; pandas' timestamps end in 1677 and 2262
+DATE_RANGE_MS = (pd.Timestamp.min.value // 1_000_000 + 1, pd.Timestamp.max.value // 1_000_000)
 
 
 @dataclass
@@ -67,6 +72,8 @@ class LoadedResults:
 def load_results(results_dir: str | Path) -> LoadedResults:
     """Read every results file under `results_dir`; raise OpbenchError if there are none."""
     root = Path(results_dir)
+    if root.exists() and not root.is_dir():
+        raise OpbenchError(f"--results {root} is a file, not a results directory (the folder asv writes)")
     if not root.is_dir():
         raise OpbenchError(f"results directory {root} does not exist")
     warnings: list[str] = []
@@ -79,6 +86,7 @@ def load_results(results_dir: str | Path) -> LoadedResults:
             continue
         for path in result_paths:
             try:
+                check_regular(path)  # a FIFO blocked asv's reader for ever, /dev/zero filled memory
                 result = Results.load(str(path), machine_name=machine)
             except _UNREADABLE as exc:
                 warnings.append(f"{path}: skipped, unreadable results file ({_one_line(exc)})")
@@ -99,6 +107,7 @@ def _read_benchmark_specs(root: Path, warnings: list[str]) -> dict[str, dict]:
     """benchmarks.json gives each benchmark's kind, unit and parameter names."""
     path = root / BENCHMARKS_FILE
     try:
+        check_regular(path)
         return util.load_json(str(path), api_version=Benchmarks.api_version)
     except _UNREADABLE as exc:
         warnings.append(f"{path}: unreadable ({_one_line(exc)}); kinds and parameter names guessed")
@@ -108,6 +117,7 @@ def _read_benchmark_specs(root: Path, warnings: list[str]) -> dict[str, dict]:
 def _read_machine_name(machine_dir: Path, warnings: list[str]) -> str | None:
     path = machine_dir / MACHINE_FILE
     try:
+        check_regular(path)
         name = util.load_json(str(path), api_version=Machine.api_version).get("machine")
     except _UNREADABLE as exc:
         name, reason = None, _one_line(exc)
@@ -139,6 +149,9 @@ class _RowBuilder:
         if not isinstance(result.date, (int, float)) or isinstance(result.date, bool):
             self._warnings.append(f"{path}: skipped, its date {result.date!r} is not a timestamp")
             return
+        if not DATE_RANGE_MS[0] <= result.date <= DATE_RANGE_MS[1]:  # NaN too
+            self._warnings.append(f"{path}: skipped, its date {result.date!r} is outside the years 1677 to 2262")
+            return
         if not isinstance(result.commit_hash, str) or not isinstance(result.env_name, str):
             self._warnings.append(f"{path}: skipped, it names no commit or environment")
             return
@@ -153,16 +166,28 @@ class _RowBuilder:
         if not names:
             self._warnings.append(f"{path}: skipped, it holds no benchmark results")
         for name in names:
-            params = result.get_result_params(name) or []
-            labels, _ = self._combinations(name, params)
-            # asv pads a short value list with None; a mismatch means the file was cut short.
-            raw = result._results[name]
-            if raw is not None and len(raw) != len(labels):
-                self._warnings.append(
-                    f"{path}: skipped {name}, {len(raw)} values for {len(labels)} parameter combinations"
-                )
-                continue
-            self._add_benchmark(path, name, result, params, labels, file_info)
+            try:
+                self._add_checked(path, name, result, file_info)
+            except (TypeError, ValueError, AttributeError) as exc:  # parameters or values of another shape
+                self._warnings.append(f"{path}: skipped {name}, not asv's layout ({_one_line(exc)})")
+
+    def _add_checked(self, path: Path, name: str, result: Results, file_info: dict) -> None:
+        """One benchmark, its parameter grid counted before any combination is built: 8 lists of
+        100 values in a 5 KB file would be 10^16 combinations."""
+        params = result.get_result_params(name) or []
+        count = math.prod(len(values) for values in params)
+        # asv pads a short value list with None; a mismatch means the file was cut short.
+        raw = result._results[name]
+        if count > MAX_COMBINATIONS:
+            self._warnings.append(
+                f"{path}: skipped {name}, {count:.3g} parameter combinations (at most {MAX_COMBINATIONS:,} are read)"
+            )
+            return
+        if raw is not None and len(raw) != count:
+            self._warnings.append(f"{path}: skipped {name}, {len(raw)} values for {count} parameter combinations")
+            return
+        labels, _ = self._combinations(name, params)
+        self._add_benchmark(path, name, result, params, labels, file_info)
 
     def _add_benchmark(self, path, name, result, params, labels, file_info) -> None:
         n = len(labels)
@@ -179,7 +204,8 @@ class _RowBuilder:
         columns["params"].extend(labels)
         columns["value"].extend(v if isinstance(v, float) else math.nan for v in values)
         columns["error"].extend(v is None for v in values)  # asv: None failed, NaN skipped or not a number
-        columns["started_at"].extend([started_at if isinstance(started_at, float) else None] * n)
+        in_range = isinstance(started_at, float) and DATE_RANGE_MS[0] <= started_at <= DATE_RANGE_MS[1]
+        columns["started_at"].extend([started_at if in_range else None] * n)
         columns["version"].extend([result.benchmark_version.get(name)] * n)
         for stat in STAT_NAMES:
             columns[stat].extend(s.get(stat) if s else None for s in stats)

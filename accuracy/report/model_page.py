@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.files import refuse_symlink, write_atomic
 from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.report.plots import WIDTH, to_png_base64
 
@@ -86,8 +87,9 @@ def model_page(report: dict, answers: list[str]) -> str:
 
 
 def write_model_page(path: Path | str, report: dict, answers: list[str]) -> Path:
+    """Atomically, never over an existing file or through a link (a dangling one included)."""
     path = Path(path)
+    refuse_symlink(path)
     if path.exists():
         raise OpbenchError(f"--html {path}: already exists")
-    path.write_text(model_page(report, answers))
-    return path
+    return write_atomic(path, model_page(report, answers))

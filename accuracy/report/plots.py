@@ -13,6 +13,7 @@ import base64
 import io
 import math
 import multiprocessing
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -186,7 +187,17 @@ def op_figures(groups: list[pd.DataFrame]) -> list[tuple[str | None, str | None]
 
 
 def _figures_of_op(cases: pd.DataFrame) -> tuple[str | None, str | None]:
-    return accuracy_figure(cases), speed_figure(cases)
+    return _drawn(accuracy_figure, cases), _drawn(speed_figure, cases)
+
+
+def _drawn(draw: Callable[..., str | None], *args: object) -> str | None:
+    """A figure, or none where matplotlib cannot draw the values: 1e308 from a damaged results file
+    makes an axis limit Inf (ValueError) or a log tick overflow, which cost the whole report."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return draw(*args)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _threads_label(threads) -> str:
@@ -301,5 +312,7 @@ def history(frame: pd.DataFrame, steps: pd.DataFrame, limit: int) -> list[tuple[
         ax.set_ylabel(rows["unit"].iloc[0])
         ax.set_title(f"{key.benchmark} [{key.env_name}]\n{key.params}", fontsize=8)
         ax.legend(fontsize=7)
-        figures.append((f"{key.benchmark} [{key.machine} / {key.env_name}] {key.params}", to_png_base64(fig)))
+        png = _drawn(to_png_base64, fig)
+        if png is not None:
+            figures.append((f"{key.benchmark} [{key.machine} / {key.env_name}] {key.params}", png))
     return figures

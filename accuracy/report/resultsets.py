@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
-from accuracy.report.fingerprint import label_of, short_env_name
+from accuracy.core.fingerprints import label_of, short_env_name
 from accuracy.report.stack import normal_package, read_stack
 
 KEY_DIMS = ("machine", "env_name")

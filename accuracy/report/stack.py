@@ -9,22 +9,22 @@ change. Keys a fingerprint lacks are skipped, so older or partial fingerprints s
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from accuracy.report.fingerprint import fingerprint_path
+from accuracy.core.errors import OpbenchError
+from accuracy.core.fingerprints import load_fingerprint
 
 MISSING = "-"
 
 
 def _read_fingerprint(result_path: Path) -> dict | None:
     try:
-        data = json.loads(fingerprint_path(result_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_fingerprint(result_path)
+    except OpbenchError:  # the report's loader has said so, as a warning
         return None
-    return data if isinstance(data, dict) and "error" not in data else None
+    return data if data is not None and "error" not in data else None
 
 
 def read_stack(result_path: Path) -> dict[str, str] | None:

@@ -32,8 +32,15 @@ from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, replace_atomic, write_atomic
+from accuracy.core.fingerprints import (
+    FINGERPRINT_SUFFIX,
+    PENDING_SUFFIX,
+    RESULTS_DIGEST,
+    environment_label,
+    results_digest,
+)
 from accuracy.run.batches import Batch, batch_benchmark_dir, describe, plan_batches
-from accuracy.run.environment_python import environment_python, relabel_python
+from accuracy.run.environment_python import environment_python, refile, relabel_python
 from accuracy.run.offline_pages import finish_pages
 from accuracy.run.profiles import DEFAULT, PROFILE_VAR, PROFILES, QUICK
 from accuracy.run.progress import LOG_DIR, AsvLog, ClassProgress, measured_costs
@@ -52,8 +59,6 @@ from accuracy.run.stack_fingerprint import (
     take_fingerprint,
 )
 from accuracy.run.suite_passes import MEASURE, MEASUREMENTS_VAR, PASS_VAR, PASSES, PRELOAD_VAR, READ
-
-FINGERPRINT_SUFFIX = ".fingerprint"  # not .json: asv reads every .json in a machine folder
 
 
 def load_asv_config(path: Path) -> dict:
@@ -110,9 +115,7 @@ def write_private_config(
     conf["results_dir"] = str(results.resolve())
     conf["html_dir"] = str(html.resolve())
     workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / "asv.conf.json"
-    out.write_text(json.dumps(conf, indent=2))
-    return out
+    return write_atomic(workdir / "asv.conf.json", json.dumps(conf, indent=2))
 
 
 def default_machine_name() -> str:
@@ -232,8 +235,6 @@ def _commit(
     A kill between any two steps leaves a state `fingerprint_path` reads right and
     `recover_interrupted_saves` completes. Files the run did not touch are left alone.
     """
-    from accuracy.report.fingerprint import PENDING_SUFFIX, RESULTS_DIGEST, results_digest
-
     target = results / machine
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -326,7 +327,6 @@ def run_suite(
     `append_samples` adds the timing samples beside those already saved for the same commit and
     environment (`opbench compare --confirm`), and `publish=False` leaves the HTML as it is.
     """
-    from accuracy.report.fingerprint import environment_label  # not at import: `opbench --help` stays light
 
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
@@ -445,9 +445,19 @@ def run_suite(
                     }
                 else:
                     assert label is not None  # named by the stack's last fingerprint
-                    if here is None:  # the fresh one, which must give the same label before anything is saved
+                    if here is None:  # the fresh one, which names the stack this batch measured
                         assert fresh is not None
-                        here, fresh = _fresh_fingerprint(fresh, key, label, knobs), None
+                        fingerprint, fresh = fresh.result(), None
+                        save_fingerprint(key, fingerprint)
+                        here, now = json.dumps(fingerprint, indent=2), environment_label(fingerprint, knobs)
+                        if now != label:
+                            changed = [refile(path, label, now, discovered) for path in changed]
+                            warnings.append(_relabelled(label, now))
+                            label, python = now, environment_python(config, now)
+                            args = [
+                                f"--environment=existing:{python}" if a.startswith("--environment=") else a
+                                for a in args
+                            ]
                     for path in changed:
                         relabel_python(path, label)
                     fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
@@ -496,21 +506,14 @@ def _staging_dir(results: Path):
         yield Path(folder)
 
 
-def _fresh_fingerprint(job: FingerprintJob, key: str, label: str, knobs: dict[str, str]) -> str:
-    """The fingerprint taken beside the first batch's read pass (which times nothing), the one
-    filed: it must name the environment the run started under (the stack's last fingerprint), or
-    nothing is saved."""
-    from accuracy.report.fingerprint import environment_label
-
-    fingerprint = job.result()
-    save_fingerprint(key, fingerprint)
-    now = environment_label(fingerprint, knobs)
-    if now != label:
-        raise OpbenchError(
-            f"this environment's stack is {now} now, not {label} as when it last ran (a change opbench's "
-            "quick check of the installed packages, knobs and CPU does not see): nothing was saved; run again"
-        )
-    return json.dumps(fingerprint, indent=2)
+def _relabelled(last: str, now: str) -> str:
+    """The fresh fingerprint (taken beside the first batch's read pass, which times nothing) names
+    another stack than the last one did: the batch measured the stack it names, so it is filed
+    there, as a rerun would file it, never thrown away."""
+    return (
+        f"this environment's stack is {now} now, not {last} as when it last ran (a change opbench's quick "
+        f"check of the installed packages, knobs, interpreter and CPU does not see): results filed under {now}"
+    )
 
 
 def _with_load(fingerprint: str, busiest: float) -> str:

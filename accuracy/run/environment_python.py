@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from accuracy.core.files import write_atomic
@@ -33,6 +34,27 @@ def environment_python(config: Path, label: str) -> Path:
 
 def python_label(label: str) -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor} {label}"
+
+
+def refile(results_file: Path, old: str, new: str, benchmarks: Collection[str]) -> Path:
+    """Copy `benchmarks`' results from a staged file asv wrote under the `old` label into the `new`
+    label's file (made, or merged into the one holding earlier benchmarks of that commit and
+    stack); return the new file. The old file's other benchmarks were never this run's: the
+    staged old file is left as it is, and is not saved.
+
+    A batch timed while the stack's last fingerprint named it `old`, whose fresh fingerprint says
+    `new`, measured the stack `new` names: a rerun would file the same numbers there."""
+    from asv.results import get_filename
+
+    data = json.loads(results_file.read_text())
+    data["env_name"] = data["env_name"].replace(old, new)
+    data["python"] = data["params"]["python"] = python_label(new)
+    ours = {name: row for name, row in data["results"].items() if name in benchmarks}
+    target = results_file.parents[1] / get_filename(results_file.parent.name, data["commit_hash"], data["env_name"])
+    there = json.loads(target.read_text()) if target.is_file() else {}
+    earlier = there.get("results", {}) if there.get("result_columns") == data["result_columns"] else {}
+    write_atomic(target, json.dumps(data | {"results": earlier | ours}))
+    return target
 
 
 def relabel_python(results_file: Path, label: str) -> None:

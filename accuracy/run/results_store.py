@@ -18,6 +18,7 @@ from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import os_error_line, refuse_symlink, remove_stale_temps, replace_atomic
+from accuracy.core.fingerprints import PENDING_SUFFIX, fingerprint_path
 from accuracy.run.progress import LOG_DIR
 
 LOCK_FILE = ".opbench.lock"  # not .json: asv and the report loader read every .json they find
@@ -56,7 +57,9 @@ def check_output_dir(flag: str, path: Path, results: Path, *, owned_marker: tupl
 
 
 def check_output_file(flag: str, path: Path, results: Path) -> Path:
-    """A file written by a command: never inside the results directory, never a directory."""
+    """A file written by a command: never inside the results directory, never a directory, never
+    through a symbolic link (checked before the command's work, so nothing is lost to it)."""
+    refuse_symlink(path)
     out, res = path.resolve(), results.resolve()
     if _is_within(out, res):
         raise OpbenchError(f"{flag} {path} is inside the results directory {results}; choose a path outside it")
@@ -170,8 +173,6 @@ def recover_interrupted_saves(results: Path, staging: Path | None = None) -> lis
     run's `staging`) are deleted.
     Returns one line per repair, for the user to see.
     """
-    from accuracy.report.fingerprint import PENDING_SUFFIX, fingerprint_path
-
     lines = []
     for folder in [results, *(p for p in results.iterdir() if p.is_dir() and not p.is_symlink())]:
         for pending in folder.glob(f"*{PENDING_SUFFIX}"):

@@ -100,7 +100,9 @@ def stack_key(env: dict) -> str:
     from accuracy.backends.environment import first_core_cpuinfo, installed_packages
 
     key = {
-        "python": [os.path.realpath(sys.executable), sys.version],
+        # the environment's own path too: a second clone's venv resolves to the same interpreter,
+        # but its libraries' paths (in the label) differ, and the two clones took turns failing
+        "python": [sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.version],
         "packages": installed_packages(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(KEYED_ENV_PREFIXES) or k in KEYED_ENV},
         # model, flags, microcode; not the clock, which moves

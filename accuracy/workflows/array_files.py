@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -28,6 +29,43 @@ NPY_MAGIC = b"\x93NUMPY"
 # `opbench check` to 19.8 GB before.
 MAX_FILE_BYTES = 1 << 30
 SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header
+
+
+SHAPE_ITEM = re.compile(r"([A-Za-z_]\w*)=(\d+(?:x\d+)*)")
+MAX_GENERATED_DIMS = 32  # numpy's own limit is 64; no model input has more than a handful
+GENERATED_BYTES_PER_ELEMENT = 16  # the float64 normal draw plus its float32 rounding, held at once
+
+
+def parse_shapes(text: str, flag: str = "--inputs") -> dict[str, tuple[int, ...]]:
+    """NAME=D1xD2x...[,NAME=...] as {name: shape}, checked before anything is allocated: every
+    item well-formed, each name once, at most MAX_GENERATED_DIMS dimensions, and all of them
+    within half the memory available now (`input=100000000000x8` was a MemoryError traceback)."""
+    from accuracy.core.limits import MEMORY_BUDGET_FRACTION, available_memory
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in text.split(","):
+        found = SHAPE_ITEM.fullmatch(item.strip())
+        if found is None:
+            raise OpbenchError(
+                f"{flag} {text}: {item!r} is neither an existing file nor a shape NAME=D1xD2x... (e.g. x=1x3x224x224)"
+            )
+        name, shape = found.group(1), tuple(int(d) for d in found.group(2).split("x"))
+        if name in shapes:
+            raise OpbenchError(f"{flag} {text}: {name} is given twice; give each input once")
+        if len(shape) > MAX_GENERATED_DIMS:
+            limit = MAX_GENERATED_DIMS
+            raise OpbenchError(
+                f"{flag} {text}: {name} has {len(shape)} dimensions, more than the {limit} opbench generates"
+            )
+        shapes[name] = shape
+    needed = GENERATED_BYTES_PER_ELEMENT * sum(math.prod(shape) for shape in shapes.values())
+    budget = int(available_memory() * MEMORY_BUDGET_FRACTION)
+    if needed > budget:
+        raise OpbenchError(
+            f"{flag} {text}: generating these inputs needs about {needed / 1e9:.3g} GB, more than the budget of "
+            f"{budget / 1e9:.1f} GB (half the memory available now); choose smaller shapes"
+        )
+    return shapes
 
 
 def as_array(value, where: str) -> np.ndarray:
@@ -100,9 +138,33 @@ def _safetensors_bytes(path: Path) -> tuple[int, str]:
         if length > SAFETENSORS_MAX_HEADER:
             raise ValueError(f"header of {length} bytes, more than the format allows")
         header = json.loads(f.read(length))
-    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    tensors = _tensor_entries(path, header)
     total = sum(int(v["data_offsets"][1]) - int(v["data_offsets"][0]) for v in tensors.values())
     return total, ", ".join(f"{k} shape {tuple(v['shape'])} {v['dtype']}" for k, v in tensors.items())
+
+
+def _tensor_entries(path: Path, header: object) -> dict[str, dict]:
+    """The tensors a .safetensors header declares, each checked for the format's fields: a header of
+    another shape said "'list' object has no attribute 'items'"."""
+    expected = 'a JSON object of NAME: {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}'
+    if not isinstance(header, dict):
+        raise OpbenchError(f"{path}: malformed .safetensors header: a JSON {type(header).__name__}, not {expected}")
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    for name, entry in tensors.items():
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("dtype"), str)
+            and isinstance(entry.get("shape"), list)
+            and all(isinstance(d, int) and d >= 0 for d in entry["shape"])
+            and isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) and o >= 0 for o in offsets)
+        ):
+            raise OpbenchError(
+                f"{path}: malformed .safetensors header: tensor {name!r} is {repr(entry)[:80]}, not {expected}"
+            )
+    return tensors
 
 
 def _check_declared_size(path: Path, suffix: str) -> None:

@@ -30,6 +30,8 @@ from accuracy.core.errors import OpbenchError
 LOCAL_PREFIX = "local:"
 PRELOAD_VAR = "OPBENCH_WORKER_PRELOAD"  # the backends worker_preload loads, comma-separated
 CONNECT_TIMEOUT_S = 20
+POLL_S = 1.0  # how often a wait for a result looks whether the cluster still has workers
+NO_WORKERS_WAIT_S = 60  # a cluster without workers this long has lost them (a restart takes seconds)
 # The packages whose versions change a number opbench reports; a worker must match all of them.
 STACK_PACKAGES = (
     "opbench",
@@ -124,7 +126,7 @@ class _DaskFuture:
         from distributed.comm.core import CommClosedError
 
         try:
-            return self._future.result()
+            return self._wait_while_workers_remain()
         except (CommClosedError, OSError, TimeoutError) as exc:
             raise ClusterLost(f"the Dask scheduler at {self._address} went away ({type(exc).__name__})") from exc
         except Exception as exc:
@@ -134,6 +136,24 @@ class _DaskFuture:
             ):
                 raise ClusterLost(f"the Dask scheduler at {self._address} went away") from exc
             raise
+
+    def _wait_while_workers_remain(self) -> Any:
+        """The result, waited for while the cluster has workers: the scheduler keeps a task whose
+        last worker died pending until another joins, so a scan waited silently for ever."""
+        alone = 0.0
+        while True:
+            try:
+                return self._future.result(timeout=POLL_S)
+            except TimeoutError:
+                if self._future.done():  # it ended as the wait timed out, or raised TimeoutError itself
+                    return self._future.result()
+            workers = self._future.client.scheduler_info(n_workers=-1)["workers"]
+            alone = 0.0 if workers else alone + POLL_S
+            if alone >= NO_WORKERS_WAIT_S:
+                raise ClusterLost(
+                    f"the Dask cluster at {self._address} has had no workers for {NO_WORKERS_WAIT_S:g} s "
+                    "(did they die?); start workers and run again"
+                )
 
     def cancel(self) -> Any:
         try:
@@ -170,6 +190,34 @@ def _local_workers(spec: str) -> int:
     if not count.isdigit() or int(count) < 1:
         raise OpbenchError(f"--dask {spec!r}: expected local:N with N >= 1 workers, or a scheduler address")
     return int(count)
+
+
+def _check_scheduler(spec: str) -> None:
+    """Only what opbench can join without more configuration (`tls://` needs certificates, `ucx://`
+    a UCX build), and only a service that speaks first, as a Dask scheduler does on accepting a
+    connection. Dask's own client waited for ever on a service that accepts and never answers,
+    and read an HTTP server's reply as a frame length (a 3 EiB allocation)."""
+    import socket
+
+    scheme, sep, rest = spec.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not (sep and scheme == "tcp" and host and colon and port.isdigit()):
+        raise OpbenchError(
+            f"--dask {spec!r}: expected tcp://HOST:PORT (a running Dask scheduler) or local:N; "
+            "tls://, ucx:// and other protocols are not supported"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
+            greeting = probe.recv(1)
+    except TimeoutError:
+        greeting = b""
+    except OSError as exc:
+        raise OpbenchError(f"cannot reach a Dask scheduler at {spec}: {exc.strerror or exc}") from None
+    if not greeting:
+        raise OpbenchError(
+            f"cannot reach a Dask scheduler at {spec}: the service there answered nothing in "
+            f"{CONNECT_TIMEOUT_S} s (a scheduler greets at once); is it a Dask scheduler?"
+        )
 
 
 def check_workers(client: Any, address: str) -> int:
@@ -250,13 +298,15 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
                 )
                 client = Client(cluster, timeout=CONNECT_TIMEOUT_S)
             else:
+                _check_scheduler(dask)
                 client = Client(dask, timeout=CONNECT_TIMEOUT_S)
         except OpbenchError:
             raise
-        except (OSError, TimeoutError, ValueError) as exc:
+        except Exception as exc:  # an HTTP server's reply read as a frame length: a 3 EiB MemoryError
             if cluster is not None:
                 cluster.close()
-            raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {exc}") from exc
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {detail}") from None
         try:
             yield _DaskPool(client, dask, check_workers(client, dask))
         finally:

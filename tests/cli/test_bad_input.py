@@ -12,6 +12,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import start_opbench
+from cli_runner import run_main, start_opbench
 
 from accuracy.cli import main as cli
+from accuracy.core.errors import OpbenchError
+from accuracy.core.files import OWNED_MARK
 from accuracy.core.threads import all_cores
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.run.results_store import results_lock
@@ -46,6 +49,9 @@ def _workspace(root: Path) -> dict[str, Path]:
     )
     (root / "reports" / "latest").mkdir(parents=True)
     (root / "reports" / "latest" / "index.html").write_text("<p>an earlier report</p>")
+    (root / "reports" / "latest" / OWNED_MARK).write_text("")
+    (root / "thesis" / "latest").mkdir(parents=True)  # a user's directory where a report could go
+    (root / "thesis" / "latest" / "chapter1.tex").write_text("\\chapter{Results}")
     (root / "html").mkdir()
     for marker in ("index.json", "asv.js", "index.html"):
         (root / "html" / marker).write_text("{}")
@@ -105,6 +111,9 @@ def _huge_declared_files(folder: Path) -> None:
         archive.writestr("x.npy", member.getvalue())
     tensors = json.dumps({"x": {"dtype": "F32", "shape": [1 << 29], "data_offsets": [0, 1 << 31]}}).encode()
     (folder / "huge.safetensors").write_bytes(struct.pack("<Q", len(tensors)) + tensors)
+    for name, header in (("list", [1, 2]), ("shape", {"x": {"dtype": "F32", "shape": "8", "data_offsets": [0, 32]}})):
+        text = json.dumps(header).encode()
+        (folder / f"{name}.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + bytes(32))
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -115,6 +124,7 @@ def _checksums(root: Path) -> dict[str, str]:
 
 
 R = "{root}/results"
+SMALL_CNN = "accuracy.workflows.model_zoo:small_cnn"
 # (args, what the one line must say); {root} is the workspace
 CASES = [
     # explain
@@ -166,16 +176,24 @@ CASES = [
     (["compare", "box", "box", "--results", R, "--csv", R + "/new.csv"], "inside the results directory"),
     (["compare", "box", "box", "--results", R, "--csv", "{root}/mine"], "is a directory"),
     (["compare", "box", "nosuch", "--results", R], "nosuch"),
-    (["compare", "box", "box", "--results", "{root}/a_file"], "does not exist"),
+    (["compare", "box", "box", "--results", "{root}/a_file"], "--results {root}/a_file is a file, not a results"),
     (["compare", "box", "box", "--results", "{root}/bad/date"], "no asv results"),
     # report
-    (["report", "--results", "{root}/a_file"], "does not exist"),
+    (["report", "--results", "{root}/a_file"], "--results {root}/a_file is a file, not a results directory"),
     (["report", "--results", "{root}/nowhere"], "does not exist"),
     (["report", "--results", "{root}/bad/date"], "no asv results"),
     (["report", "--results", "{root}/bad/null"], "no asv results"),
     (["report", "--results", R, "--out", R], "overlaps the results directory"),
     (["report", "--results", R, "--out", "{root}", "--name", "results"], "overlaps the results directory"),
     (["report", "--results", R, "--name", "../escape"], "not a valid name"),
+    # issue 40 item 1: never replace a directory opbench did not create
+    (["report", "--results", R, "--out", "{root}", "--name", "thesis"], "opbench did not create"),
+    (["report", "--results", R, "--out", "{root}/thesis"], "--out/--name {root}/thesis/latest is a directory opbench"),
+    (["run", "--results", R, "--report", "{root}/thesis"], "--report {root}/thesis/latest is a directory opbench"),
+    # issue 40 item 10: a threshold that is no number, or no ratio above 1
+    (["report", "--results", R, "--threshold", "nan"], "--threshold nan must be a finite number greater than 1"),
+    (["report", "--results", R, "--threshold", "inf"], "--threshold inf must be a finite number greater than 1"),
+    (["report", "--results", R, "--threshold", "-2"], "--threshold -2.0 must be a finite number greater than 1"),
     # check: files
     (["check", "exp", "--inputs", "{root}/case/nofile.npz", "--output", "a={root}/case/exp_out.npy"], "no such file"),
     (
@@ -321,6 +339,23 @@ CASES = [
         "std_rows_of_1.npz: std needs rows of at least 2 elements, input 'x' has 1",
     ),
     (["scan", "exp", "--dtype", "float64", "--sample", "99999999999999"], "choose a smaller --sample"),
+    # issue 40 items 16 and 20: generated model inputs are checked before anything is allocated
+    (["model", SMALL_CNN, "--inputs", "x=100000000000x8"], "GB (half the memory available now); choose smaller"),
+    (["model", SMALL_CNN, "--inputs", "x=" + "x".join(["1"] * 65)], "x has 65 dimensions, more than the 32 opbench"),
+    (
+        ["model", SMALL_CNN, "--inputs", "x=2x3x8x8y"],
+        "'x=2x3x8x8y' is neither an existing file nor a shape NAME=D1xD2x",
+    ),
+    (["model", SMALL_CNN, "--inputs", "x=2x3x8x8,x=3x3x8x8"], "x is given twice; give each input once"),
+    # issue 40 item 20: a malformed .safetensors header says what the format wants
+    (
+        ["check", "exp", "--inputs", "{root}/case/list.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "list.safetensors: malformed .safetensors header: a JSON list, not a JSON object of NAME: {{",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/case/shape.safetensors", "--output", "a={root}/case/exp_out.npy"],
+        "shape.safetensors: malformed .safetensors header: tensor 'x' is {{'dtype': 'F32', 'shape': '8'",
+    ),
 ]
 
 
@@ -367,6 +402,15 @@ def _full_disk_at_index_html(root: Path, monkeypatch) -> None:
     monkeypatch.setattr(Path, "write_text", write_text)
 
 
+def _outside_link(name: str, to: str):
+    """A symbolic link `name` in the workspace (beside results/) pointing at `to` (which may not exist)."""
+
+    def prepare(root: Path, monkeypatch) -> None:
+        (root / name).symlink_to(root / to)
+
+    return prepare
+
+
 HISTORY = ["--commits", "HEAD^!", "--config", str(ROOT / "asv.conf.json"), "--no-report"]
 PROBE_CASES = [
     # item 11: symbolic links inside the results directory are refused, never followed
@@ -397,6 +441,17 @@ PROBE_CASES = [
         ["report", "--results", R, "--out", "{root}/reports"],
         "cannot write {root}/reports/latest: No space left on device",
         _full_disk_at_index_html,
+    ),
+    # issue 40 items 2 and 3: outputs never go through a link, dangling or not
+    (
+        ["compare", "box", "box", "--results", R, "--csv", "{root}/linked.csv"],
+        "{root}/linked.csv is a symbolic link",
+        _outside_link("linked.csv", "a_file"),
+    ),
+    (
+        ["compare", "box", "box", "--results", R, "--csv", "{root}/linked.csv"],
+        "{root}/linked.csv is a symbolic link",
+        _outside_link("linked.csv", "nowhere.csv"),
     ),
 ]
 TABLE = [(args, needle, None) for args, needle in CASES] + PROBE_CASES
@@ -578,3 +633,252 @@ def test_a_2_gib_output_file_is_refused_before_numpy_reads_it(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "declares 2 GiB of array data (shape (536870912,) float32), more than the 1 GiB" in err
+
+
+def test_compare_csv_onto_a_full_disk_keeps_the_previous_file(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 2: `to_csv` straight onto the path left a 4,096-byte cut-off file."""
+    results = tmp_path / "results"
+    write_benchmarks(results, [BENCH])
+    for machine in ("box", "other"):
+        write_machine(results, machine)
+        write_result_file(results, machine, "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {})
+    previous = tmp_path / "cmp.csv"
+    previous.write_text("the previous comparison\n")
+
+    def full_disk(_fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    done = run_main(capsys, "compare", "box", "other", "--results", results, "--csv", previous)
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == f"opbench: error: cannot write {previous}: No space left on device"
+    )
+    assert previous.read_text() == "the previous comparison\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "results"]
+
+
+# issue 40 items 13, 14, 16 and 18: one damaged file of a fleet is a warning naming it; the rest is reported
+def _fleet(root: Path) -> tuple[Path, Path]:
+    """results/ with machines box (sound) and wreck; returns (results, wreck's results file)."""
+    results = root / "results"
+    write_benchmarks(results, [BENCH])
+    for machine in ("box", "wreck"):
+        write_machine(results, machine)
+        wreck = write_result_file(results, machine, "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {})
+    return results, wreck
+
+
+def _replace_by_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _edit_file(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _huge_grid(data: dict) -> None:
+    """8 parameter lists of 100 values in a few KB: 10^16 combinations."""
+    for row in data["results"].values():
+        row[data["result_columns"].index("params")] = [[repr(i) for i in range(100)]] * 8
+
+
+def _values(value: float):
+    def edit(data: dict) -> None:
+        for row in data["results"].values():
+            row[0] = [value]
+
+    return edit
+
+
+NESTED = "[" * 200_000
+FLEET_DAMAGE = [
+    ("value 1e308", lambda wreck: _edit_file(wreck, _values(1e308)), None),
+    ("date 1e300", lambda wreck: _edit_file(wreck, lambda d: d.update(date=1e300)), "outside the years 1677 to 2262"),
+    ("nested results", lambda wreck: wreck.write_text(NESTED), "{wreck}: skipped, unreadable results file"),
+    (
+        "nested benchmarks.json",
+        lambda wreck: (wreck.parents[1] / "benchmarks.json").write_text(NESTED),
+        "benchmarks.json: unreadable",
+    ),
+    (
+        "nested fingerprint",
+        lambda wreck: wreck.with_suffix(".fingerprint").write_text(NESTED),
+        "{wreck_fp}: not JSON opbench can read (nested too deeply); fingerprint ignored",
+    ),
+    ("FIFO results", lambda wreck: _replace_by_fifo(wreck), "{wreck} is not a regular file"),
+    (
+        "FIFO machine.json",
+        lambda wreck: _replace_by_fifo(wreck.parent / "machine.json"),
+        "machine.json is not a regular",
+    ),
+    (
+        "FIFO benchmarks.json",
+        lambda wreck: _replace_by_fifo(wreck.parents[1] / "benchmarks.json"),
+        "benchmarks.json is not a regular file",
+    ),
+    (
+        "FIFO fingerprint",
+        lambda wreck: _replace_by_fifo(wreck.with_suffix(".fingerprint")),
+        "{wreck_fp} is not a regular",
+    ),
+    ("link to /dev/zero", lambda wreck: (wreck.unlink(), wreck.symlink_to("/dev/zero")), "{wreck} is not a regular"),
+    (
+        "10^16 combinations",
+        lambda wreck: _edit_file(wreck, _huge_grid),
+        "1e+16 parameter combinations (at most 1,000,000",
+    ),
+]
+
+
+class Hung(BaseException):
+    """Not an OSError (as TimeoutError is), which the loader would take for an unreadable file."""
+
+
+@pytest.fixture
+def no_hang():
+    """A FIFO blocked the report for ever: fail after 60 s instead of hanging the test run."""
+
+    def timeout(_signum, _frame):
+        raise Hung("opbench hung")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("damage,named", [d[1:] for d in FLEET_DAMAGE], ids=[d[0] for d in FLEET_DAMAGE])
+def test_one_damaged_file_never_costs_the_fleet_report(tmp_path, capsys, no_hang, damage, named):
+    results, wreck = _fleet(tmp_path)
+    damage(wreck)
+    done = run_main(capsys, "report", "--results", results, "--out", tmp_path / "out", "--max-plots", "1")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    if named is not None:
+        needle = named.format(wreck=wreck, wreck_fp=wreck.with_suffix(".fingerprint"))
+        warnings = [line for line in done.stderr.splitlines() if line.startswith("opbench: warning: ")]
+        assert any(needle in line for line in warnings), done.stderr
+    page = (tmp_path / "out" / "latest" / "index.html").read_text()
+    assert "box" in page
+
+
+# issue 40 item 4: caches whose entries are trusted are never in the current directory or others'
+def test_an_empty_xdg_cache_home_is_treated_as_unset(tmp_path, monkeypatch):
+    from accuracy.backends.libtorch import LibTorchBackend
+    from accuracy.reference.cache import cache_dir
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    monkeypatch.delenv("OPBENCH_CACHE")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert cache_dir() == tmp_path / "home" / ".cache" / "opbench" / "refs"
+    build = LibTorchBackend().build_directory
+    assert build.is_relative_to(tmp_path / "home" / ".cache" / "torch_extensions"), build
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+@pytest.mark.parametrize("variable", ["OPBENCH_CACHE", "TORCH_EXTENSIONS_DIR"])
+def test_a_cache_others_can_write_to_is_refused(tmp_path, monkeypatch, variable):
+    from accuracy.backends.libtorch import LibTorchBackend
+    from accuracy.reference.cache import cache_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv(variable, str(shared))
+    with pytest.raises(OpbenchError, match=f"{shared} is writable by others \\(mode drwxrwxrwx\\)"):
+        cache_dir() if variable == "OPBENCH_CACHE" else LibTorchBackend().build_directory
+
+
+def test_explain_with_a_shared_reference_cache_is_one_line(tmp_path, capsys, monkeypatch):
+    shared = tmp_path / "refs"
+    shared.mkdir()
+    shared.chmod(0o775)
+    monkeypatch.setenv("OPBENCH_CACHE", str(shared))
+    done = run_main(capsys, "explain", "exp", "--size", "16")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"opbench: error: the reference cache {shared} is writable by others")
+
+
+# issue 40 items 15 and 19: a --dask address that is no Dask scheduler ends in one line, in seconds
+def _serve(reply: bytes | None) -> int:
+    """A TCP service on a free port that accepts, reads, and answers `reply` (None: never answers)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept() -> None:
+        while True:
+            conn, _ = server.accept()
+            held.append(conn)
+            if reply is not None:
+                conn.recv(4096)
+                conn.sendall(reply)
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "address,message",
+    [
+        ("ucx://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
+        ("tls://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
+        ("silent", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
+        ("http", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
+    ],
+)
+def test_a_dask_address_that_is_no_scheduler_is_one_line(capsys, monkeypatch, no_hang, address, message):
+    from accuracy.workflows import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)
+    if address in ("silent", "http"):
+        address = f"tcp://127.0.0.1:{_serve(None if address == 'silent' else b'HTTP/1.1 400 Bad Request' * 8)}"
+    done = run_main(capsys, "scan", "exp", "--dtype", "float16", "--dask", address)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert message in done.stderr
+
+
+def test_stdout_on_a_full_device_is_one_line(capsys, monkeypatch):
+    """Issue 40 item 19: `opbench list > /dev/full` was an OSError traceback."""
+    with open("/dev/full", "w", encoding="utf-8") as full:  # a device, not a path
+        monkeypatch.setattr(sys, "stdout", full)
+        code = cli.main(["list"])
+    assert code == 2
+    assert capsys.readouterr().err == "opbench: error: cannot write the output: No space left on device\n"
+
+
+def test_a_label_the_output_encoding_lacks_is_shown_escaped(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 19: PYTHONIOENCODING=latin-1 and a euro sign in a label was a UnicodeEncodeError."""
+    import io
+
+    _case_files(tmp_path / "case")
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="latin-1"))
+    code = cli.main(
+        ["check", "exp", "--inputs", f"{tmp_path}/case/exp.npz", "--output", f"\u20ac={tmp_path}/case/exp_out.npy"]
+    )
+    sys.stdout.flush()
+    assert code == 0, capsys.readouterr().err
+    assert b"\\u20ac" in out.getvalue()
+
+
+def test_a_read_only_home_gets_no_matplotlib_warning(tmp_path, capsys, caplog, monkeypatch):
+    """Issue 40 item 20: matplotlib's two-line warning about its config directory reached the user."""
+    import matplotlib
+
+    assert cli.main(["list"]) == 0
+    monkeypatch.delenv("MPLCONFIGDIR", raising=False)
+    not_a_directory = tmp_path / "home-file"
+    not_a_directory.write_text("")
+    with caplog.at_level(logging.WARNING):
+        matplotlib._get_config_or_cache_dir(lambda: str(not_a_directory))  # as with a read-only HOME
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []

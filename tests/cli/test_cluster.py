@@ -326,3 +326,28 @@ def test_local_workers_fork_from_one_server_that_loaded_their_backends(tmp_path)
     [(server, loaded)] = {tuple(w) for w in seen["workers"]}
     assert loaded and server != seen["here"][0]
     assert seen["here"][1] is False  # this process never imported the framework
+
+
+def test_a_scan_whose_last_worker_dies_ends_in_one_line(dask_cluster, monkeypatch, capsys):
+    """Issue 40 item 15: with the only worker killed mid-scan, the scheduler kept the chunks pending
+    and the scan waited silently for ever; now one line and the partial table."""
+    from accuracy.cli import scan_command
+
+    address, _scheduler, workers = dask_cluster
+    monkeypatch.setattr(cluster, "NO_WORKERS_WAIT_S", 3)
+    os.killpg(workers[1].pid, signal.SIGKILL)
+    workers[1].wait()
+
+    class KillLastWorker(scan_command._Progress):
+        def __call__(self, done, total, seconds):
+            if done >= total // 4 and workers[0].poll() is None:
+                os.killpg(workers[0].pid, signal.SIGKILL)
+
+    monkeypatch.setattr(scan_command, "_Progress", KillLastWorker)
+    monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
+    capsys.readouterr()
+    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
+    out, err = capsys.readouterr()
+    partial = json.loads(out)
+    assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
+    assert err.count("\n") == 1 and f"the Dask cluster at {address} has had no workers for 3 s" in err

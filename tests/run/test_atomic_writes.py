@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from accuracy.core import files
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import atomic_directory, remove_stale_temps, write_atomic
+from accuracy.core.fingerprints import RESULTS_DIGEST, results_digest
 from accuracy.report.fingerprint import read_fingerprint
 from accuracy.report.load import load_results
 from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
@@ -88,15 +89,57 @@ def test_atomic_directory_swaps_whole_or_not_at_all(tmp_path):
     target.mkdir()
     (target / "index.html").write_text("old page")
     (target / "old.csv").write_text("old")
+    (target / files.OWNED_MARK).write_text("")
     with pytest.raises(OpbenchError, match="No space left"), atomic_directory(target) as building:
         (building / "index.html").write_text("new page, cut o")
         _enospc()
-    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "old page", "old.csv": "old"}
+    assert {p.name: p.read_text() for p in target.iterdir()} == {
+        "index.html": "old page",
+        "old.csv": "old",
+        files.OWNED_MARK: "",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
     with atomic_directory(target) as building:
         (building / "index.html").write_text("new page")
-    assert {p.name: p.read_text() for p in target.iterdir()} == {"index.html": "new page"}
+    assert {p.name for p in target.iterdir()} == {"index.html", files.OWNED_MARK}
+    assert (target / "index.html").read_text() == "new page"
     assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
+@pytest.mark.parametrize("user_files", [["chapter1.tex"], ["index.html"], ["index.html", "notes.txt"]])
+def test_atomic_directory_never_replaces_a_directory_opbench_did_not_make(tmp_path, user_files):
+    """Issue 40 item 1: `report --out userdir --name thesis` deleted userdir/thesis/chapter1.tex."""
+    target = tmp_path / "thesis"
+    target.mkdir()
+    for name in user_files:
+        (target / name).write_text("a user's work")
+    refused = pytest.raises(OpbenchError, match="is a directory opbench did not create")
+    with refused, atomic_directory(target) as building:
+        (building / "index.html").write_text("a report")
+    assert {p.name: p.read_text() for p in target.iterdir()} == dict.fromkeys(user_files, "a user's work")
+    assert [p.name for p in tmp_path.iterdir()] == ["thesis"]
+
+
+@pytest.mark.parametrize("before", [None, [], list(files.LEGACY_REPORT_FILES)])
+def test_atomic_directory_replaces_its_own_new_empty_or_earlier_report(tmp_path, before):
+    """A new or empty directory, one it marked and a report from before the mark are opbench's."""
+    target = tmp_path / "latest"
+    if before is not None:
+        target.mkdir()
+        for name in before:
+            (target / name).write_text("an earlier report")
+    for page in ("first", "second"):
+        with atomic_directory(target) as building:
+            (building / "index.html").write_text(page)
+        assert (target / "index.html").read_text() == page and (target / files.OWNED_MARK).is_file()
+
+
+def test_write_atomic_refuses_a_dangling_link_and_creates_nothing_at_its_target(tmp_path):
+    """Issue 40 item 3: `--html` at a dangling link created the file it pointed to."""
+    (tmp_path / "page.html").symlink_to(tmp_path / "elsewhere.html")
+    with pytest.raises(OpbenchError, match="symbolic link"):
+        write_atomic(tmp_path / "page.html", "<p>")
+    assert not (tmp_path / "elsewhere.html").exists()
 
 
 def test_every_writer_uses_the_one_helper():
@@ -292,3 +335,40 @@ def test_the_machine_is_recorded_with_arch_cpu_os_and_ram(tmp_path, monkeypatch)
     assert info["machine"] == "box-1234abcd"
     assert all(info[field] for field in ("arch", "cpu", "os", "ram", "num_cpu")), info
     assert info["num_cpu"] == str(os.cpu_count())
+
+
+def test_every_reader_of_a_fingerprint_checks_it_belongs_to_its_results(tmp_path):
+    """Issue 38 item 4: the stack difference and the CPU peak read the fingerprint without the
+    results digest, so a fingerprint of another save (an interrupted run) was shown as this one's."""
+    from accuracy.report.answers import _cpu
+    from accuracy.report.stack import read_stack
+
+    _, old, _ = _saved_once(tmp_path)
+    fingerprint = old.with_suffix(".fingerprint")
+    data = json.loads(fingerprint.read_text()) | {"cpu": {"mhz": 3000.0}, "cpu_count": 2}
+    fingerprint.write_text(json.dumps(data | {RESULTS_DIGEST: results_digest(old.read_bytes())}))
+    assert read_stack(old) is not None and _cpu(old) is not None
+    fingerprint.write_text(json.dumps(data | {RESULTS_DIGEST: results_digest(b"another save")}))
+    assert read_stack(old) is None and _cpu(old) is None
+    warnings: list[str] = []
+    assert read_fingerprint(old, warnings) == {}
+    assert warnings == [
+        f"{fingerprint}: the fingerprint of another save of {old.name} (an interrupted run); fingerprint ignored"
+    ]
+
+
+def test_run_needs_nothing_from_the_report():
+    """Issue 38 item 4: run/ imported report/ for the fingerprint helpers; they are in core now."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "accuracy" / "run"
+    imported = {
+        f"{path.name}: {name}"
+        for path in root.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+        )
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and name.startswith("accuracy.report")
+    }
+    assert imported == set()

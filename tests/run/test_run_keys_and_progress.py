@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accuracy.report.fingerprint import fingerprint_digest
+from accuracy.core.fingerprints import fingerprint_digest
 from accuracy.run.progress import ClassProgress
 
 FINGERPRINT = {
@@ -263,11 +263,23 @@ def test_run_summary_of_partial_results_says_what_was_not_run(tmp_path):
     path = write_result_file(
         tmp_path, "box", "py3.11", "a" * 40, datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC), benches, measure
     )
+    verdicts = "accuracy cases by verdict: 2 within rounding, 0 suspicious, 0 beyond rounding, 0 undetermined"
+    listed = "bench_activations.Softmax.time_op (1 of 3), bench_activations.Softmax.track_verdict_tier (1 of 3)"
+    # issue 40 item 22: one line by why, never a 2,000-character list unless -v asks for it
     assert summarize([path]) == [
-        "accuracy cases by verdict: 2 within rounding, 0 suspicious, 0 beyond rounding, 0 undetermined",
-        "2 benchmarks ran only some parameter combinations, the rest are n/a (not selected by --bench, or skipped): "
-        "bench_activations.Softmax.time_op (1 of 3), bench_activations.Softmax.track_verdict_tier (1 of 3)",
+        verdicts,
+        "2 benchmarks ran only some parameter combinations; n/a: 2 skipped (they do not apply, e.g. a dtype an "
+        "implementation lacks) (-v lists them)",
     ]
+    assert summarize([path], r"\.Softmax\.", verbose=True) == [
+        verdicts,
+        "2 benchmarks ran only some parameter combinations; n/a: 2 skipped (they do not apply, e.g. a dtype an "
+        "implementation lacks)",
+        f"n/a by benchmark: {listed}",
+    ]
+    assert summarize([path], "torch")[1] == (
+        "2 benchmarks ran only some parameter combinations; n/a: 2 not selected by --bench (-v lists them)"
+    )
 
 
 def test_an_op_name_for_bench_selects_that_ops_class_whole():
@@ -297,7 +309,7 @@ def test_the_stack_label_survives_asvs_environment_name(tmp_path, digest, folder
     read the label back from asv's name, wherever the checkout is."""
     from asv.environment import ExistingEnvironment
 
-    from accuracy.report.fingerprint import label_of, short_env_name
+    from accuracy.core.fingerprints import label_of, short_env_name
     from accuracy.run.environment_python import environment_python
 
     config = tmp_path / folder / "asv.conf.json"

@@ -4,13 +4,19 @@ cannot be read is no fingerprint."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import sys
+from pathlib import Path
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accuracy.backends import environment
+from accuracy.report.synthetic import SyntheticBenchmark, write_result_file
+from accuracy.run.environment_python import refile
 from accuracy.run.stack_fingerprint import KEYED_ENV, KEYED_ENV_PREFIXES, last_fingerprint, save_fingerprint, stack_key
 
 BASE = {"HOME": "/root", "PATH": "/usr/bin"}
@@ -74,3 +80,33 @@ def test_installed_packages_are_what_importlib_metadata_parses(tmp_path, monkeyp
     expected = dict(sorted((d.metadata["Name"].lower(), d.version) for d in named))
     assert environment.installed_packages() == expected
     assert expected["folded_pkg"] == "1.0" and expected["old_egg"] == "2.0rc1" and len(expected) > 100
+
+
+def test_a_second_clone_has_its_own_key(monkeypatch):
+    """Issue 40 item 21: two clones' venvs resolve to one interpreter, so they shared a key; but
+    their libraries' paths are in the label, and each clone's run failed after the other's."""
+    with mock.patch.object(environment, "installed_packages", lambda: {"numpy": "2.4.6"}):
+        key = stack_key(BASE)
+        monkeypatch.setattr(sys, "prefix", "/elsewhere/second-clone/.venv")
+        assert stack_key(BASE) != key
+
+
+def test_a_batch_timed_under_a_stale_label_is_refiled_under_the_fresh_one(tmp_path):
+    """Issue 40 item 21: "nothing was saved; run again" threw a finished batch away, though the
+    batch had measured the stack the fresh label names. Only this batch's benchmarks move; those
+    already filed under the fresh label for the commit stay."""
+    old, new = "env-aaaaaaaa", "env-bbbbbbbb"
+    bench = {name: SyntheticBenchmark(f"bench_x.X.{name}", "track", "ulp", ("n",), ((1,),)) for name in "abc"}
+    when = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
+
+    def file(label: str, names: str, value: float) -> Path:
+        env = f"existing-py_clone_.asv_python_{label}_python"
+        return write_result_file(tmp_path, "box", env, "c" * 40, when, [bench[n] for n in names], lambda b, c: value)
+
+    earlier_old, earlier_new = file(old, "ab", 1.0), file(new, "c", 3.0)
+    before = earlier_old.read_text()
+    moved = refile(earlier_old, old, new, {"bench_x.X.b"})
+    assert moved == earlier_new and earlier_old.read_text() == before
+    data = json.loads(moved.read_text())
+    assert data["env_name"] == f"existing-py_clone_.asv_python_{new}_python" and data["python"] == f"3.11 {new}"
+    assert {name: row[0] for name, row in data["results"].items()} == {"bench_x.X.b": [1.0], "bench_x.X.c": [3.0]}

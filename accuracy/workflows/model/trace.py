@@ -9,7 +9,6 @@ in a forward pass (torchvision's BasicBlock calls its `relu` twice) gives one ke
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.reference.inputs import normal, seed_for
-from accuracy.workflows.array_files import read_arrays
+from accuracy.workflows.array_files import parse_shapes, read_arrays
 from accuracy.workflows.check import load_function
 
 CALL_MARK = "#"
@@ -284,24 +283,21 @@ def load_model(spec: str, train: bool = False):
     return model.train(train)
 
 
-SHAPES = re.compile(r"[A-Za-z_]\w*=\d+(x\d+)*(,[A-Za-z_]\w*=\d+(x\d+)*)*")
-
-
 def generated_inputs(text: str) -> dict[str, np.ndarray]:
     """NAME=D1xD2x...[,NAME=...]: standard normal float32 arrays from the suite's seeded PCG64
-    (a stable seed per name and shape), for a model whose inputs are plain floats."""
+    (a stable seed per name and shape), for a model whose inputs are plain floats; the shapes are
+    checked against the size limits before anything is allocated (array_files.parse_shapes)."""
     arrays = {}
-    for item in text.split(","):
-        name, _, shape = item.partition("=")
-        rng = np.random.Generator(np.random.PCG64(seed_for(f"model:{name}", 0, shape)))
-        arrays[name] = FORMATS["float32"].round(normal(rng, tuple(int(d) for d in shape.split("x")))).astype(np.float32)
+    for name, shape in parse_shapes(text).items():
+        rng = np.random.Generator(np.random.PCG64(seed_for(f"model:{name}", 0, "x".join(map(str, shape)))))
+        arrays[name] = FORMATS["float32"].round(normal(rng, shape)).astype(np.float32)
     return arrays
 
 
 def model_inputs(path: Path | str) -> dict[str, np.ndarray]:
     """The model's inputs by argument name: a file (.npz, .safetensors or .pt), or shapes to
     generate (`x=1x3x224x224`)."""
-    if not Path(path).exists() and SHAPES.fullmatch(str(path)):
+    if not Path(path).exists() and "=" in str(path):
         return generated_inputs(str(path))
     arrays = read_arrays(path)
     if not arrays:
