@@ -128,3 +128,18 @@ def short_env_name(env_name: str) -> str:
     """How an environment is shown: its stack label, or asv's name where it has none (a history
     run's virtualenv, `virtualenv-py3.11-numpy2.4.6`)."""
     return label_of(env_name) or env_name
+
+
+def read_load(result_path: Path) -> tuple[float, int] | None:
+    """(the highest 1-minute load average seen while the run that wrote the file ran, the
+    machine's CPU count), as `opbench run` records it; None for older or unreadable fingerprints."""
+    try:
+        data = load_fingerprint(result_path)
+    except OpbenchError:
+        return None
+    load = data.get("load") if isinstance(data, dict) else None
+    if not isinstance(load, dict):
+        return None
+    if not isinstance(load.get("max_1min"), (int, float)) or not isinstance(load.get("cpus"), int):
+        return None
+    return float(load["max_1min"]), load["cpus"]

@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.fingerprints import read_load
 from accuracy.core.json_output import json_ready
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
 from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
@@ -40,7 +41,7 @@ from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
 from accuracy.report.load import load_results, param_columns
 from accuracy.report.resultsets import KEY_DIMS, VARIES, ResultSet, file_stacks, resolve
-from accuracy.report.stack import parts_used, read_load, stack_difference
+from accuracy.report.stack import parts_used, stack_difference
 
 DEFAULT_TIME_THRESHOLD = DEFAULT_THRESHOLD
 SAFE, NOT_SAFE, INCONCLUSIVE = "SAFE", "NOT SAFE", "INCONCLUSIVE"

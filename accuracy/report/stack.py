@@ -33,15 +33,6 @@ def read_stack(result_path: Path) -> dict[str, str] | None:
     return None if data is None else flatten(data)
 
 
-def read_load(result_path: Path) -> tuple[float, int] | None:
-    """(the highest 1-minute load average seen while the run that wrote the file ran, the
-    machine's CPU count), as `opbench run` records it; None for older fingerprints."""
-    load = _mapping((_read_fingerprint(result_path) or {}).get("load"))
-    if not isinstance(load.get("max_1min"), (int, float)) or not isinstance(load.get("cpus"), int):
-        return None
-    return float(load["max_1min"]), load["cpus"]
-
-
 def flatten(fingerprint: dict) -> dict[str, str]:
     """ "what" -> "which" for every part of the stack the fingerprint names."""
     stack: dict[str, str] = {}

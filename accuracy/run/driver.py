@@ -527,7 +527,7 @@ def _with_load(fingerprint: str, busiest: float) -> str:
 
 def _with_saved_load(fingerprint: str, saved_results: Path) -> str:
     """The fingerprint with the higher of its load and the one saved beside `saved_results`."""
-    from accuracy.report.stack import read_load
+    from accuracy.core.fingerprints import read_load
 
     saved = read_load(saved_results)
     data = json.loads(fingerprint)

@@ -124,7 +124,7 @@ def _checksums(root: Path) -> dict[str, str]:
 
 
 R = "{root}/results"
-SMALL_CNN = "accuracy.workflows.model_zoo:small_cnn"
+SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
 # (args, what the one line must say); {root} is the workspace
 CASES = [
     # explain
