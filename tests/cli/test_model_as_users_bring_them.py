@@ -369,3 +369,29 @@ def test_hf_llama_rms_norm_reference_is_its_float64_formula():
     _, out = run_in(model, {"input": x}, FORMATS["float64"])
     exact = _rms_norm64(x, norm.weight.detach().numpy())
     assert np.max(np.abs(out.numpy() - exact) / np.abs(exact)) < 8 * np.finfo(np.float64).eps
+
+
+def test_a_runtimes_own_end_to_end_activations_give_its_own_propagated_error(tmp_path):
+    """A file whose layer keys are each layer run on PyTorch's inputs made an eps bug's error seem
+    to vanish after the bad layer; `e2e/` keys carry the runtime's own end-to-end run."""
+    from accuracy.workflows.model.zoo import small_cnn
+
+    inputs = example_inputs("small_cnn")
+    reference, port = small_cnn().eval(), small_cnn().eval()
+    port.bn1.eps = 1e-3
+    calls, _ = record(reference, inputs)
+    arrays = {}
+    for call in calls:  # each layer of the port on PyTorch's own inputs to it
+        with torch.no_grad():
+            arrays[call.key] = port.get_submodule(call.path)(*call.inputs).numpy()
+        arrays |= {f"{call.key}/in{i}": t.numpy() for i, t in enumerate(call.inputs)}
+    own_calls, own_out = record(port, inputs)  # and the port run whole
+    arrays |= {f"e2e/{k}": v for k, v in activations(own_calls, own_out).items() if "/" not in k}
+    arrays["output"] = arrays["fc"]
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    file = write_arrays(tmp_path / "port.safetensors", arrays)
+    (judged,) = run_model("accuracy.workflows.model.zoo:small_cnn", x, activations_files={"p": str(file)}).ports
+    assert judged["first_not_within"] == "bn1"
+    fc = next(r for r in judged["layers"] if r["path"] == "fc")
+    assert fc["propagated"] > 1e-5  # the port's own run carries bn1's error to its output
+    assert judged["output"]["relative_error"] > 1e-5 and judged["end_to_end"]["verdict"] == "beyond rounding"

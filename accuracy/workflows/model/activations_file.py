@@ -2,7 +2,10 @@
 
 - `<module path>` (e.g. `layer1.0.conv1`): that layer's output;
 - `<module path>/in0`, `/in1`, ...: the tensor inputs it received, in call order;
-- `output`: the model's output.
+- `output`: the model's output;
+- `e2e/<module path>`, `e2e/output` (optional): the runtime's own end-to-end run, where the keys
+  above hold each layer computed on PyTorch's inputs: `inherited` and `propagated` are then the
+  runtime's own, not those of its layers fed PyTorch's activations.
 
 A module's second call is `<module path>#2` (accuracy.workflows.model.trace).
 """
@@ -20,6 +23,7 @@ from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall
 
 __all__ = ["OUTPUT_KEY", "activations", "input_key", "read_activations", "save_activations"]
 INPUT_SUFFIX = "/in{}"
+END_TO_END = "e2e/"  # the prefix of a runtime's own end-to-end activations
 
 
 def input_key(call: LayerCall, index: int) -> str:
@@ -48,6 +52,7 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
     arrays = read_arrays(path)
     expected = {c.key: c for c in calls}
     known = {c.key for c in calls if c.output is not None} | {OUTPUT_KEY}
+    known |= {END_TO_END + k for k in known}
     for call in calls:
         known |= {input_key(call, i) for i in range(len(call.inputs))}
     extra = sorted(k for k in arrays if k not in known)
@@ -59,10 +64,11 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
     if not layer_keys:
         raise OpbenchError(f"{path}: holds no layer output; keys are module paths, e.g. {next(iter(expected))}")
     for key, array in arrays.items():
-        ref = expected.get(key.split("/")[0])
+        plain = key.removeprefix(END_TO_END)
+        ref = expected.get(plain.split("/")[0])
         if ref is None:
             continue
-        tensor = ref.output if "/" not in key else ref.inputs[int(key.rpartition("/in")[2])]
+        tensor = ref.output if "/" not in plain else ref.inputs[int(plain.rpartition("/in")[2])]
         if tensor is None:
             continue
         if tuple(array.shape) != tuple(tensor.shape):

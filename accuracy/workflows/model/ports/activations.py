@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from accuracy.core.dtypes import format_of
-from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
+from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Feed, Port
 from accuracy.workflows.model.units import Unit
 
@@ -39,5 +39,9 @@ class FilePort(Port):
         return self.arrays[unit.last]
 
     def end_to_end(self, inputs, units) -> EndToEnd:
-        outputs = {k: a for k, a in self.arrays.items() if "/" not in k and k != OUTPUT_KEY}
-        return EndToEnd(outputs, self.arrays[OUTPUT_KEY])
+        """The runtime's own end-to-end activations where the file has them (`e2e/` keys), else its
+        layer outputs (which are the end-to-end run where the runtime ran whole)."""
+        own = {k.removeprefix(END_TO_END): a for k, a in self.arrays.items() if k.startswith(END_TO_END)}
+        source = own if own else self.arrays
+        outputs = {k: a for k, a in source.items() if "/" not in k and k != OUTPUT_KEY}
+        return EndToEnd(outputs, source.get(OUTPUT_KEY, self.arrays[OUTPUT_KEY]))
