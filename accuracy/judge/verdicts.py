@@ -243,10 +243,10 @@ class Evidence:
         `compute` to a precision known from outside (a model port run with TF32 on)."""
         output = np.asarray(output)
         if self.nonfinite is None or output.shape != self.nonfinite.depends.shape:
-            return self._judge(output, impl, contract, compute)
+            return self._judge(output, (impl, contract, compute))
         nf = self.nonfinite
         rounded = correctly_rounded(self.exact, self.fmt).astype(output.dtype)
-        judged = self._judge(np.where(nf.depends, rounded, output), impl, contract, compute)
+        judged = self._judge(np.where(nf.depends, rounded, output), (impl, contract, compute))
         given, out = nf.evaluation, output.astype(np.float64)
         same = (out == given) | (np.isnan(out) & np.isnan(given))
         missing = int(np.count_nonzero(nf.depends & ~np.isfinite(given) & ~same))
@@ -266,13 +266,9 @@ class Evidence:
             reason=f"{judged.reason}; {where}: they carry the float64 evaluation's inf and NaN{unjudged}",
         )
 
-    def _judge(
-        self,
-        output: np.ndarray,
-        impl: Any = None,
-        contract: contracts.Contract | None = None,
-        compute: FloatFormat | None = None,
-    ) -> Judgement:
+    def _judge(self, output: np.ndarray, claim: tuple[Any, contracts.Contract | None, FloatFormat | None]) -> Judgement:
+        """`judge` on finite inputs; `claim`: (impl, contract, compute) as `judge` takes them."""
+        impl, contract, compute = claim
         if isinstance(self.op, FunctionSubject):
             return self._by_function(output, self.op)
         if isinstance(self.op, ExactLookup):

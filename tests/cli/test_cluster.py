@@ -130,20 +130,7 @@ def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_survives_a_killed_work
     assert killed and workers[0].wait() == -signal.SIGKILL
     assert not result.interrupted and as_rows(result) == here
 
-    from accuracy.cli import scan_command
-
-    class KillScheduler(scan_command._Progress):
-        def __call__(self, done, total, seconds):
-            if done >= total // 4 and scheduler.poll() is None:
-                os.killpg(scheduler.pid, signal.SIGKILL)
-
-    monkeypatch.setattr(scan_command, "_Progress", KillScheduler)
-    monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
-    capsys.readouterr()
-    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
-    out, err = capsys.readouterr()
-    partial = json.loads(out)
-    assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
+    partial, err = _scan_killing(scheduler, address, monkeypatch, capsys)
     assert partial["implementations"][0]["checked"] == partial["inputs"]
     assert err.count("\n") == 1 and f"the Dask scheduler at {address} went away" in err
 
@@ -331,23 +318,31 @@ def test_local_workers_fork_from_one_server_that_loaded_their_backends(tmp_path)
 def test_a_scan_whose_last_worker_dies_ends_in_one_line(dask_cluster, monkeypatch, capsys):
     """Issue 40 item 15: with the only worker killed mid-scan, the scheduler kept the chunks pending
     and the scan waited silently for ever; now one line and the partial table."""
-    from accuracy.cli import scan_command
 
     address, _scheduler, workers = dask_cluster
     monkeypatch.setattr(cluster, "NO_WORKERS_WAIT_S", 3)
     os.killpg(workers[1].pid, signal.SIGKILL)
     workers[1].wait()
 
-    class KillLastWorker(scan_command._Progress):
-        def __call__(self, done, total, seconds):
-            if done >= total // 4 and workers[0].poll() is None:
-                os.killpg(workers[0].pid, signal.SIGKILL)
+    _, err = _scan_killing(workers[0], address, monkeypatch, capsys)
+    assert err.count("\n") == 1 and f"the Dask cluster at {address} has had no workers for 3 s" in err
 
-    monkeypatch.setattr(scan_command, "_Progress", KillLastWorker)
+
+def _scan_killing(process, address, monkeypatch, capsys) -> tuple[dict, str]:
+    """`scan --json --dask address`, killing `process` (its process group) a quarter of the way in:
+    the partial report (checked to be partial) and stderr."""
+    from accuracy.cli import scan_command
+
+    class Kill(scan_command._Progress):
+        def __call__(self, done, total, seconds):
+            if done >= total // 4 and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(scan_command, "_Progress", Kill)
     monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
     capsys.readouterr()
     assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
     out, err = capsys.readouterr()
     partial = json.loads(out)
     assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
-    assert err.count("\n") == 1 and f"the Dask cluster at {address} has had no workers for 3 s" in err
+    return partial, err
