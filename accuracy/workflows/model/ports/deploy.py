@@ -7,12 +7,13 @@ A unit the converter cannot take alone is not compared, with the converter's one
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
 import numpy as np
 
 from accuracy.workflows.check import first_line
-from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import LayerCall, converted, first_tensor, to_numpy
+from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
+from accuracy.workflows.model.trace import LayerCall, converted, first_tensor, to_numpy, typed_inputs
 from accuracy.workflows.model.units import Unit, port_inputs
 
 
@@ -26,14 +27,14 @@ def missing(*modules: str) -> str | None:
 
 class ConvertedPort(Port):
     """A model as a deploy runtime runs it: `convert(module, example)` gives a program (a callable
-    from float32/integer numpy arrays to the first output as numpy); `run_whole` may give the
-    intermediate outputs the runtime shows."""
+    from float32/integer numpy arrays to the first output as numpy). A runtime that shows its
+    intermediate tensors overrides `end_to_end` to give them."""
 
     converter: str  # the converter's name in a unit's "not compared" reason
 
     def __init__(self, name: str, model, inputs: dict[str, np.ndarray]):
         self.name, self.model, self.input_names = name, model, list(inputs)
-        self._programs: dict[tuple, object] = {}
+        self._programs: dict[tuple, Callable[[list[np.ndarray]], np.ndarray]] = {}
         self._failures: dict[tuple, str] = {}
 
     def convert(self, module, example: tuple):
@@ -66,19 +67,20 @@ class ConvertedPort(Port):
         return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
-        out = self._programs[unit.detail["program"]](self._arrays(port_inputs(inputs, self.fmt)))  # type: ignore[operator]
+        out = self._programs[unit.detail["program"]](self._arrays(port_inputs(inputs, self.fmt)))
         return np.asarray(out).astype(self.fmt.np_dtype)
 
     def whole(self, inputs: dict[str, np.ndarray]) -> tuple:
-        """(the whole model, giving only the output compared, as a float32 copy; its example inputs)."""
+        """(the whole model, giving only the output compared, as a float32 copy; its example inputs,
+        floats in float32: a runtime takes float32 and computes in its own precision)."""
         import torch
 
-        tensors = tuple(torch.as_tensor(np.ascontiguousarray(inputs[k])) for k in self.input_names)
+        typed = typed_inputs(inputs, FLOAT32)
+        tensors = tuple(typed[k].contiguous() for k in self.input_names)
         return first_output(converted(self.model, torch.float32).eval()), tensors
 
     def end_to_end(self, inputs, units) -> EndToEnd:
-        """The whole model converted once and run: its output only (a runtime that shows its
-        intermediate tensors overrides this)."""
+        """The whole model converted once and run: its output only."""
         import torch
 
         model, tensors = self.whole(inputs)

@@ -29,7 +29,7 @@ class OpenVinoPort(ConvertedPort):
         super().__init__(name, model, inputs)
         self.ov, self.core, self.hint, self.fmt = openvino, openvino.Core(), hint, FORMATS[fmt]
         self.description = (
-            f"OpenVINO {openvino.__version__} (openvino.convert_model) on CPU, inference precision {hint}"
+            f"OpenVINO {openvino.__version__.partition('-')[0]} (openvino.convert_model) on CPU, inference precision {hint}"
         )
 
     def _compile(self, ov_model):
