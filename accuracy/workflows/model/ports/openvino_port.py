@@ -28,9 +28,8 @@ class OpenVinoPort(ConvertedPort):
 
         super().__init__(name, model, inputs)
         self.ov, self.core, self.hint, self.fmt = openvino, openvino.Core(), hint, FORMATS[fmt]
-        self.description = (
-            f"OpenVINO {openvino.__version__.partition('-')[0]} (openvino.convert_model) on CPU, inference precision {hint}"
-        )
+        version = openvino.__version__.partition("-")[0]
+        self.description = f"OpenVINO {version} (openvino.convert_model) on CPU, inference precision {hint}"
 
     def _compile(self, ov_model):
         return self.core.compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": self.hint})
