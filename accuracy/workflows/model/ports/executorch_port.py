@@ -8,7 +8,32 @@ own outputs in one anyway.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+
 from accuracy.workflows.model.ports.deploy import ConvertedPort, missing
+
+# what importing and running the exporter logs that says nothing about the model: torchao's CUDA
+# kernels missing from a CPU build, torch's deprecation of registering Enum constants
+IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter's import-time log lines and deprecation warnings kept off the user's terminal."""
+    loggers = [logging.getLogger(name) for name in IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 class ExecuTorchPort(ConvertedPort):
@@ -24,17 +49,16 @@ class ExecuTorchPort(ConvertedPort):
 
     def convert(self, module, example: tuple):
         import torch
-        from executorch.exir import to_edge_transform_and_lower
-        from executorch.runtime import Runtime
 
-        partitioners = []
-        if self.delegate:
+        with _quiet():
             from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+            from executorch.exir import to_edge_transform_and_lower
+            from executorch.runtime import Runtime
 
-            partitioners = [XnnpackPartitioner()]
-        exported = torch.export.export(module, example)
-        program = to_edge_transform_and_lower(exported, partitioner=partitioners).to_executorch()
-        return _Method(Runtime.get().load_program(program.buffer))
+            exported = torch.export.export(module, example)
+            partitioners = [XnnpackPartitioner()] if self.delegate else []
+            program = to_edge_transform_and_lower(exported, partitioner=partitioners).to_executorch()
+            return _Method(Runtime.get().load_program(program.buffer))
 
 
 class _Method:
