@@ -18,7 +18,7 @@ from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
 from accuracy.workflows.model.ports.litert_port import UNRESOLVABLE
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
 from accuracy.workflows.model.sweep import run_model
-from accuracy.workflows.model.trace import load_model
+from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.zoo import example_inputs
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
@@ -137,10 +137,8 @@ def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     model, inputs = load_model(SMALL_CNN), example_inputs("small_cnn")
     port = build_port("openvino-f16", model, inputs)
     assert isinstance(port, OpenVinoPort) and port.fmt.name == "float16"
-    from accuracy.workflows.model.trace import record
-
     calls, _ = record(model, inputs)
-    unit = port.units(calls)[0]
+    (unit,) = port.units(calls[:1])  # conv1 alone, converted on its own
     assert unit.key == "conv1" and not unit.reason
     x16 = unit.calls[0].inputs[0].to(torch.float16)
     out = port._programs[unit.detail["program"]]([x16.float().numpy()])
