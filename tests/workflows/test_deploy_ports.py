@@ -139,6 +139,21 @@ def test_a_weight_rounded_to_bfloat16_is_named_at_its_layer(monkeypatch, port):
     _names(_port(SMALL_TRANSFORMER, TRANSFORMER_INPUTS, port), "up")
 
 
+@SLOW
+def test_an_in_place_activation_converts_alone():
+    """resnet18's ReLU(inplace=True) alone writes its own input; converted out of place it is a unit."""
+    _require("executorch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True)).eval()
+    inputs = {"input": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+    calls, _ = record(model, inputs)
+    port = build_port("executorch", model, inputs)
+    units = port.units(calls)
+    assert [u.reason for u in units] == ["", ""]
+    relu = units[1]
+    expected = torch.relu(relu.calls[0].inputs[0]).numpy()
+    assert np.array_equal(port.isolated(relu, relu.calls[0].inputs), expected)
+
+
 @needs_openvino
 def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     """Measured, not assumed: the f16 hint's convolution outputs are float16 values, each the

@@ -53,8 +53,7 @@ class ConvertedPort(Port):
             if key not in self._programs and key not in self._failures:
                 try:
                     with torch.no_grad():
-                        module = converted(call.module, torch.float32).eval()
-                        self._programs[key] = self.convert(module, tuple(call.inputs))
+                        self._programs[key] = self.convert(_out_of_place(call.module), tuple(call.inputs))
                 except Exception as exc:  # any converter error: this unit alone cannot be converted
                     self._failures[key] = f"{self.converter} cannot convert it alone: {type(exc).__name__}: "
                     self._failures[key] += first_line(exc)
@@ -87,6 +86,20 @@ class ConvertedPort(Port):
         with torch.no_grad():
             program = self.convert(model, tensors)
         return EndToEnd({}, np.asarray(program(self._arrays(tensors))))
+
+
+def _out_of_place(module):
+    """A float32 copy of a leaf to convert alone, computing out of place: an in-place activation
+    (resnet's `ReLU(inplace=True)`) alone is a graph that writes its own input, which
+    ExecuTorch's lowering rejects ("Could not find input in either buffer or input nodes");
+    the values are the same."""
+    import torch
+
+    copy = converted(module, torch.float32).eval()
+    for m in copy.modules():
+        if getattr(m, "inplace", False):
+            m.inplace = False
+    return copy
 
 
 WRAPPED = "model."  # the path prefix of the model's modules inside `first_output`'s wrapper
