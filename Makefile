@@ -8,7 +8,7 @@ STAMP := $(VENV)/.opbench-installed
 
 setup: $(STAMP)
 
-EXTRAS := .[test,blas,frameworks,models,dask,lint]
+EXTRAS := .[test,blas,frameworks,models,deploy,dask,lint]
 
 # Reinstall whenever the pins or the project metadata change. uv installs the pinned stack in ~15 s
 # where pip takes ~2 min (measured here); pip, reading the same pins, is the fallback wherever uv

@@ -6,6 +6,8 @@ time, its output's normwise relative difference from the float64 model, and the 
 verdict as a tier (0 within rounding, 1 suspicious, 2 beyond rounding, 3 undetermined), so a
 BLAS build or a framework upgrade that changes a layer shows on the graph. The model is small so
 that `make bench` stays in its budget; `scripts/measure_models.py` measures resnet18 and BERT.
+`DeployPorts` tracks the same for the deploy runtimes (ExecuTorch, OpenVINO), whose end-to-end
+time includes converting the whole model, so that a runtime upgrade shows in the history.
 """
 
 from __future__ import annotations
@@ -18,6 +20,28 @@ from .common import hide_outside_measure_pass
 
 MODEL = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ["onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"]
+DEPLOY_PORTS = ["executorch", "executorch-portable", "openvino", "openvino-f16"]
+
+
+# torch and the model workflows are imported where they run, not with the suite: the server
+# asv forks every benchmark process from stays small where nothing here runs (suite_passes.py)
+def _judged(ports: list[str]) -> dict:
+    """Every port judged once (the verdicts do not depend on the timing runs)."""
+    from accuracy.judge.verdicts import NOT_COMPARED, tier
+    from accuracy.workflows.array_files import write_arrays
+    from accuracy.workflows.model.sweep import run_model
+    from accuracy.workflows.model.zoo import example_inputs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
+        report = run_model(MODEL, inputs, ports)
+    return {
+        p["port"]: {
+            "relative_error": p["output"]["relative_error"],
+            "worst_tier": max(tier(r["verdict"]) for r in p["layers"] if r["verdict"] != NOT_COMPARED),
+        }
+        for p in report.ports
+    }
 
 
 class SmallModelPorts:
@@ -25,25 +49,8 @@ class SmallModelPorts:
     param_names: ClassVar = ["port"]
     timeout = 600
 
-    # torch and the model workflows are imported where they run, not with the suite: the server
-    # asv forks every benchmark process from stays small where nothing here runs (suite_passes.py)
     def setup_cache(self) -> dict:
-        """Every port judged once (the verdicts do not depend on the timing runs)."""
-        from accuracy.judge.verdicts import NOT_COMPARED, tier
-        from accuracy.workflows.array_files import write_arrays
-        from accuracy.workflows.model.sweep import run_model
-        from accuracy.workflows.model.zoo import example_inputs
-
-        with tempfile.TemporaryDirectory() as tmp:
-            inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
-            report = run_model(MODEL, inputs, PORTS)
-        return {
-            p["port"]: {
-                "relative_error": p["output"]["relative_error"],
-                "worst_tier": max(tier(r["verdict"]) for r in p["layers"] if r["verdict"] != NOT_COMPARED),
-            }
-            for p in report.ports
-        }
+        return _judged(PORTS)
 
     def setup(self, judged: dict, port: str) -> None:
         from accuracy.workflows.model.ports import build_port
@@ -71,6 +78,30 @@ class SmallModelPorts:
         return judged[port]["worst_tier"]
 
     track_worst_layer_tier.unit = "tier (0 within rounding .. 3 undetermined)"
+
+
+class DeployPorts(SmallModelPorts):
+    """A conversion per timing: one sample of each, a few times (a port whose runtime is not
+    installed is skipped)."""
+
+    params: ClassVar = [DEPLOY_PORTS]
+    number, repeat, warmup_time = 1, 3, 0
+
+    def setup_cache(self) -> dict:  # its own: asv keys a cache by where setup_cache is defined
+        return _judged(DEPLOY_PORTS)
+
+    def setup(self, judged: dict, port: str) -> None:
+        from accuracy.workflows.model.ports import build_port
+        from accuracy.workflows.model.trace import load_model, record
+        from accuracy.workflows.model.units import leaf_units
+        from accuracy.workflows.model.zoo import example_inputs
+
+        if port not in judged:
+            raise NotImplementedError(f"{port} is absent here")  # asv: skipped
+        self.inputs = example_inputs("small_cnn")
+        model = load_model(MODEL)
+        self.port = build_port(port, model, self.inputs)
+        self.units = leaf_units(record(model, self.inputs)[0])  # end to end needs no unit converted
 
 
 hide_outside_measure_pass(globals())  # `opbench run`'s read pass runs the generated tracks only

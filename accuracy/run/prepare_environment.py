@@ -31,6 +31,11 @@ LATER_IMPORTS = (
     "torch._dynamo",
     "torch._inductor.compile_fx",
     "distributed",
+    # the deploy ports' runtimes (opbench model --port executorch/openvino)
+    "executorch.exir",
+    "executorch.backends.xnnpack.partition.xnnpack_partitioner",
+    "executorch.runtime",
+    "openvino",
 )
 
 

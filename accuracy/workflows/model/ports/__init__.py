@@ -15,7 +15,7 @@ from typing import Any
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
-from accuracy.workflows.model.ports import onnx_export, torch_variants
+from accuracy.workflows.model.ports import executorch_port, litert_port, onnx_export, openvino_port, torch_variants
 from accuracy.workflows.model.ports.base import Port
 
 COUNT = ":N"  # a name ending so takes a count: threads:N is threads:1, threads:2, ...
@@ -50,6 +50,12 @@ BUILT_IN = (
     PortSpec("threads:N", torch_variants.threads),
     PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
     PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
+    # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
+    PortSpec("executorch", executorch_port.executorch_port),
+    PortSpec("executorch-portable", executorch_port.executorch_port),
+    PortSpec("litert", litert_port.litert_port),
+    PortSpec("openvino", openvino_port.openvino_port),
+    PortSpec("openvino-f16", openvino_port.openvino_port),
 )
 
 

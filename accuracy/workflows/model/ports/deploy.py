@@ -1,0 +1,128 @@
+"""What the deploy runtimes' ports share (ExecuTorch, OpenVINO): a converter and a runtime, each
+leaf unit converted on its own from its example inputs, and the whole model converted once.
+
+A unit the converter cannot take alone is not compared, with the converter's one-line reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+import numpy as np
+
+from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.core.errors import first_line
+from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
+from accuracy.workflows.model.trace import LayerCall, converted, first_tensor, typed_inputs
+from accuracy.workflows.model.units import Unit, port_inputs
+
+
+def missing(*modules: str) -> str | None:
+    """Why a runtime is absent (its first module not installed), or None; imports nothing."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed (pip install 'opbench[deploy]')"
+    return None
+
+
+class ConvertedPort(Port):
+    """A model as a deploy runtime runs it: `convert(module, example)` gives a program (a callable
+    from float32/integer numpy arrays to the first output as numpy). A runtime that shows its
+    intermediate tensors overrides `end_to_end` to give them."""
+
+    converter: str  # the converter's name in a unit's "not compared" reason
+
+    def __init__(self, name: str, model, inputs: dict[str, np.ndarray]):
+        self.name, self.model, self.input_names = name, model, list(inputs)
+        self._programs: dict[tuple, Callable[[list[np.ndarray]], np.ndarray]] = {}
+        self._failures: dict[tuple, str] = {}
+
+    def convert(self, module, example: tuple):
+        raise NotImplementedError
+
+    def _key(self, call: LayerCall) -> tuple:
+        return (call.path, tuple((tuple(t.shape), t.dtype) for t in call.inputs))
+
+    def units(self, calls: list[LayerCall]) -> list[Unit]:
+        """One unit per leaf call, each converted here on its own from the reference's inputs."""
+        import torch
+
+        units = []
+        for call in (c for c in calls if c.leaf):
+            args, kwargs = call.template.filled(call.inputs) if call.template else (call.inputs, {})
+            if call.reason or kwargs or len(args) != len(call.inputs):
+                why = (
+                    call.reason
+                    or f"{self.converter} converts a module called on tensors alone: it takes other arguments"
+                )
+                units.append(Unit([call], why))
+                continue
+            key = self._key(call)
+            if key not in self._programs and key not in self._failures:
+                try:
+                    with torch.no_grad():
+                        self._programs[key] = self.convert(_out_of_place(call.module), tuple(call.inputs))
+                except Exception as exc:  # any converter error: this unit alone cannot be converted
+                    self._failures[key] = f"{self.converter} cannot convert it alone: {first_line(exc, typed=True)}"
+            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
+        return units
+
+    @staticmethod
+    def _arrays(tensors) -> list[np.ndarray]:
+        """What a program is fed: floats as float32 (values already rounded to the port's format)."""
+        return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
+
+    def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
+        out = self._programs[unit.detail["program"]](self._arrays(port_inputs(inputs, self.fmt)))
+        return np.asarray(out).astype(self.fmt.np_dtype)
+
+    def whole(self, inputs: dict[str, np.ndarray]) -> tuple:
+        """(the whole model, giving only the output compared, as a float32 copy; its example inputs,
+        floats in float32: a runtime takes float32 and computes in its own precision)."""
+        import torch
+
+        typed = typed_inputs(inputs, FLOAT32)
+        tensors = tuple(typed[k].contiguous() for k in self.input_names)
+        return first_output(converted(self.model, torch.float32).eval()), tensors
+
+    def end_to_end(self, inputs, units) -> EndToEnd:
+        """The whole model converted once and run: its output only."""
+        import torch
+
+        model, tensors = self.whole(inputs)
+        with torch.no_grad():
+            program = self.convert(model, tensors)
+        return EndToEnd({}, np.asarray(program(self._arrays(tensors))))
+
+
+def _out_of_place(module):
+    """A float32 copy of a leaf to convert alone, computing out of place: an in-place activation
+    (resnet's `ReLU(inplace=True)`) alone is a graph that writes its own input, which
+    ExecuTorch's lowering rejects ("Could not find input in either buffer or input nodes");
+    the values are the same."""
+    import torch
+
+    copy = converted(module, torch.float32).eval()
+    for m in copy.modules():
+        if getattr(m, "inplace", False):
+            m.inplace = False
+    return copy
+
+
+WRAPPED = "model."  # the path prefix of the model's modules inside `first_output`'s wrapper
+
+
+def first_output(model):
+    """The model giving only the output opbench compares (a transformers output's first field)."""
+    import torch
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            return first_tensor(self.model(*args))
+
+    return FirstOutput()

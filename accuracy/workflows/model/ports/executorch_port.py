@@ -1,0 +1,138 @@
+"""ExecuTorch: `torch.export` -> `to_edge_transform_and_lower` (with the XNNPACK partitioner, or
+none: the portable kernels) -> a .pte program, run by the ExecuTorch runtime's Python bindings.
+
+End to end, the whole program runs with the ETDump event tracer and its debug buffer, and the
+devtools' Inspector reads each operator's output back with the module it came from: every layer
+shows with the portable kernels, while an XNNPACK delegate shows only its own outputs (the model's,
+for a model lowered whole), so that port gives the model's output only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from accuracy.workflows.model.ports.base import EndToEnd
+from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
+from accuracy.workflows.model.trace import call_key
+from accuracy.workflows.model.units import Unit
+
+# what importing and running the exporter logs that says nothing about the model: torchao's CUDA
+# kernels missing from a CPU build, torch's deprecation of registering Enum constants
+IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter's import-time log lines and deprecation warnings kept off the user's terminal."""
+    loggers = [logging.getLogger(name) for name in IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)  # the Inspector's notes on kwargs it does not record
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+class ExecuTorchPort(ConvertedPort):
+    converter = "torch.export + executorch.exir"
+
+    def __init__(self, name: str, model, inputs, delegate: bool):
+        import executorch.version
+
+        super().__init__(name, model, inputs)
+        self.delegate = delegate
+        kernels = "the XNNPACK delegate" if delegate else "the portable kernels (no delegate)"
+        self.description = f"ExecuTorch {executorch.version.__version__} (.pte), {kernels}"
+
+    def _lowered(self, module, example: tuple, etrecord: bool = False):
+        import torch
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        exported = torch.export.export(module, example)
+        partitioners = [XnnpackPartitioner()] if self.delegate else []
+        return to_edge_transform_and_lower(
+            exported, partitioner=partitioners, generate_etrecord=etrecord
+        ).to_executorch()
+
+    def convert(self, module, example: tuple):
+        with _quiet():
+            from executorch.runtime import Runtime
+
+            return _Method(Runtime.get().load_program(self._lowered(module, example).buffer))
+
+    def end_to_end(self, inputs, units) -> EndToEnd:
+        """The whole program run once with ETDump on; each layer's output read back by the Inspector."""
+        import torch
+
+        model, tensors = self.whole(inputs)
+        room = (1 << 20) + 8 * sum(4 * u.calls[-1].output.numel() for u in units)  # every op's output, with margin
+        with _quiet(), torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+            from executorch.devtools import Inspector
+            from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+            program = self._lowered(model, tensors, etrecord=True)
+            files = {name: str(Path(tmp) / name) for name in ("etrecord.bin", "etdump.etdp", "debug.bin")}
+            program.get_etrecord().save(files["etrecord.bin"])
+            runtime = _load_for_executorch_from_buffer(program.buffer, enable_etdump=True, debug_buffer_size=room)
+            output = runtime.forward(list(tensors))[0].numpy()
+            runtime.write_etdump_result_to_file(files["etdump.etdp"], files["debug.bin"])
+            inspector = Inspector(
+                etdump_path=files["etdump.etdp"], etrecord=files["etrecord.bin"], debug_buffer_path=files["debug.bin"]
+            )
+            return EndToEnd(_layer_outputs(inspector, units), output)
+
+
+def _layer_outputs(inspector, units: list[Unit]) -> dict[str, np.ndarray]:
+    """Each layer's output by key: the last operator run for its module call (the innermost
+    module of the operator's hierarchy; `@N` marks the module's call N + 1) whose output has the
+    layer's shape. Operators inside a delegate are not there: the delegate call is left out."""
+    shapes = {u.calls[0].key: tuple(u.calls[0].output.shape) for u in units}
+    found = {}
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if (
+                event.name == "DELEGATE_CALL"
+                or event.is_delegated_op
+                or not (event.debug_data and event.module_hierarchy)
+            ):
+                continue
+            stack = list(event.module_hierarchy.values())[-1]  # {node: {frame: (path, class)}}: its last node's
+            frame, (path, _) = list(stack.items())[-1]
+            index = int(frame.rpartition("@")[2]) if "@" in frame else 0
+            key = call_key(path.removeprefix(WRAPPED), index)
+            value = event.debug_data[0]
+            if key in shapes and tuple(value.shape) == shapes[key]:
+                found[key] = value.numpy()
+    return found
+
+
+class _Method:
+    """The program's forward method, holding the loaded program it runs in."""
+
+    def __init__(self, loaded):
+        self.loaded, self.method = loaded, loaded.load_method("forward")
+
+    def __call__(self, arrays):
+        import torch
+
+        return self.method.execute([torch.from_numpy(a) for a in arrays])[0].numpy()
+
+
+def executorch_port(name: str, model, inputs) -> ExecuTorchPort | str:
+    absent = missing("executorch")
+    if absent:
+        return absent
+    return ExecuTorchPort(name, model, inputs, delegate=name == "executorch")

@@ -1,0 +1,235 @@
+"""The deploy runtimes as ports of `opbench model` (#43): ExecuTorch (XNNPACK, portable kernels),
+OpenVINO (f32, and the f16 precision hint judged as float16), LiteRT absent with its reason.
+
+A correct conversion of the zoo's small models flags no layer; a bug injected into what the
+converter is given (a BatchNorm eps, a weight rounded to bfloat16) is named at its layer, in
+isolation and as the first layer not within rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from cli_runner import run_main
+from hidden_tools import hide
+
+from accuracy.workflows.model.ports import build_port, executorch_port, openvino_port
+from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
+from accuracy.workflows.model.ports.litert_port import UNRESOLVABLE
+from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import load_model, record
+from accuracy.workflows.model.zoo import example_inputs
+
+SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
+SMALL_TRANSFORMER = "accuracy.workflows.model.zoo:small_transformer"
+CNN_INPUTS = "x=2x3x8x8"
+TRANSFORMER_INPUTS = "x=2x4x16"
+PORT_CLASSES = {
+    "openvino": OpenVinoPort,
+    "openvino-f16": OpenVinoPort,
+    "executorch": ExecuTorchPort,
+    "executorch-portable": ExecuTorchPort,
+}
+SLOW = pytest.mark.slow
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+needs_openvino = pytest.mark.skipif(not _has("openvino"), reason="openvino not installed (the deploy extra)")
+
+
+def _require(port: str) -> None:
+    if not _has("openvino" if port.startswith("openvino") else "executorch"):
+        pytest.skip(f"{port}: its runtime is not installed (the deploy extra)")
+
+
+def _inject(monkeypatch, port: str, bug) -> None:
+    """`bug(module)` applied to every module the port converts (the copies it is given)."""
+    cls = PORT_CLASSES[port]
+    real = cls.convert
+
+    def buggy(self, module, example):
+        for m in module.modules():
+            bug(m)
+        return real(self, module, example)
+
+    monkeypatch.setattr(cls, "convert", buggy)
+
+
+def _batch_norm_eps(module) -> None:
+    if isinstance(module, torch.nn.BatchNorm2d):
+        module.eps = 0.1  # the reference's is 1e-5
+
+
+def _up_weight_in_bfloat16(module) -> None:
+    """small_transformer's `up` (the only 16 -> 32 Linear) with its weight rounded to bfloat16."""
+    if isinstance(module, torch.nn.Linear) and module.weight.shape == (32, 16):
+        module.weight.data = module.weight.data.to(torch.bfloat16).float()
+
+
+def _port(spec: str, inputs: str, port: str) -> dict:
+    report = run_model(spec, inputs, [port])
+    assert report.absent == []
+    (result,) = report.ports
+    return result
+
+
+def _flags_nothing(result: dict, units: int) -> None:
+    assert (result["flagged"], result["not_compared"], result["compared"]) == (0, 0, units)
+    own, port = result["output"]["reference_relative_error"], result["output"]["relative_error"]
+    assert port < 4 * own + 1e-6, (port, own)  # end to end, within a few times PyTorch's own error
+
+
+def _names(result: dict, layer: str) -> None:
+    flagged = [row["path"] for row in result["layers"] if row["verdict"] != "within rounding"]
+    assert result["first_not_within"] == layer and flagged == [layer], flagged
+
+
+@needs_openvino
+def test_openvino_converts_small_cnn_within_rounding_and_reads_every_layer_end_to_end():
+    result = _port(SMALL_CNN, CNN_INPUTS, "openvino")
+    assert result["dtype"] == "float32" and "inference precision f32" in result["description"]
+    _flags_nothing(result, 8)
+    # conv1 is folded into bn1's node (no node of its own), dropout has none: the rest show theirs
+    shown = [row["path"] for row in result["layers"] if row.get("propagated") is not None]
+    assert shown == ["bn1", "relu", "conv2", "relu#2", "flatten", "fc"]
+
+
+@needs_openvino
+def test_openvino_names_a_changed_batch_norm_eps(monkeypatch):
+    _inject(monkeypatch, "openvino", _batch_norm_eps)
+    _names(_port(SMALL_CNN, CNN_INPUTS, "openvino"), "bn1")
+
+
+@SLOW
+@pytest.mark.parametrize(
+    ("port", "shown"),
+    [
+        ("openvino-f16", ["bn1", "relu", "conv2", "relu#2", "flatten", "fc"]),
+        ("executorch", []),  # XNNPACK takes the whole model as one delegate: its output only
+        ("executorch-portable", ["conv1", "bn1", "relu", "conv2", "relu#2", "dropout", "fc"]),  # from ETDump
+    ],
+)
+def test_the_other_deploy_ports_convert_small_cnn_within_rounding(port, shown):
+    _require(port)
+    result = _port(SMALL_CNN, CNN_INPUTS, port)
+    _flags_nothing(result, 8)
+    assert [row["path"] for row in result["layers"] if row.get("propagated") is not None] == shown
+
+
+@SLOW
+@pytest.mark.parametrize("port", ["openvino-f16", "executorch-portable"])
+def test_a_changed_batch_norm_eps_is_named_at_its_layer(monkeypatch, port):
+    _require(port)
+    _inject(monkeypatch, port, _batch_norm_eps)
+    _names(_port(SMALL_CNN, CNN_INPUTS, port), "bn1")
+
+
+@SLOW
+@pytest.mark.parametrize("port", ["openvino", "executorch"])
+def test_a_weight_rounded_to_bfloat16_is_named_at_its_layer(monkeypatch, port):
+    """small_transformer's other four layers stay within rounding: the correct export of it."""
+    _require(port)
+    _inject(monkeypatch, port, _up_weight_in_bfloat16)
+    _names(_port(SMALL_TRANSFORMER, TRANSFORMER_INPUTS, port), "up")
+
+
+@SLOW
+def test_an_in_place_activation_converts_alone():
+    """resnet18's ReLU(inplace=True) alone writes its own input; converted out of place it is a unit."""
+    _require("executorch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True)).eval()
+    inputs = {"input": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+    calls, _ = record(model, inputs)
+    port = build_port("executorch", model, inputs)
+    units = port.units(calls)
+    assert [u.reason for u in units] == ["", ""]
+    relu = units[1]
+    expected = torch.relu(relu.calls[0].inputs[0]).numpy()
+    assert np.array_equal(port.isolated(relu, relu.calls[0].inputs), expected)
+
+
+@needs_openvino
+def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
+    """Measured, not assumed: the f16 hint's convolution outputs are float16 values, each the
+    float16 rounding of the exact result (within half an ulp), so the port is judged as float16."""
+    model, inputs = load_model(SMALL_CNN), example_inputs("small_cnn")
+    port = build_port("openvino-f16", model, inputs)
+    assert isinstance(port, OpenVinoPort) and port.fmt.name == "float16"
+    calls, _ = record(model, inputs)
+    (unit,) = port.units(calls[:1])  # conv1 alone, converted on its own
+    assert unit.key == "conv1" and not unit.reason
+    x16 = unit.calls[0].inputs[0].to(torch.float16)
+    out = port._programs[unit.detail["program"]]([x16.float().numpy()])
+    assert np.array_equal(out, out.astype(np.float16).astype(np.float32))  # every output a float16
+    exact = torch.nn.functional.conv2d(
+        x16.double(), unit.calls[0].module.weight.detach().to(torch.float16).double(), stride=2, padding=1
+    ).numpy()
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert np.max(np.abs(out - exact) / ulp) <= 0.5
+
+
+@needs_openvino
+def test_openvino_asks_for_f32_because_the_cpu_default_may_be_bf16():
+    """On a CPU with bf16 (this machine's Xeon), the CPU plugin's default computes a float32
+    model in bf16: errors near bfloat16's 2**-8, where the port's explicit f32 hint gives float32's."""
+    import openvino
+
+    core = openvino.Core()
+    if core.get_property("CPU", "INFERENCE_PRECISION_HINT") != openvino.Type.bf16:
+        pytest.skip("the CPU plugin's default precision is not bf16 on this CPU")
+    layer = torch.nn.Linear(64, 64).eval()
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
+    ov_model = openvino.convert_model(layer, example_input=(x,))
+    exact = torch.nn.functional.linear(x.double(), layer.weight.double(), layer.bias.double()).detach().numpy()
+
+    def error(config) -> float:
+        out = core.compile_model(ov_model, "CPU", config)([x.numpy()])[0]
+        return float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
+
+    assert error({}) > 1e-3 and error({"INFERENCE_PRECISION_HINT": "f32"}) < 1e-6
+
+
+def test_openvino_f16_is_absent_with_a_reason_on_a_cpu_without_f16_or_bf16(monkeypatch):
+    _require("openvino")
+    monkeypatch.setattr(openvino_port, "HINTS", {"AMX_FP4": ("f4", "float16")})
+    reason = build_port("openvino-f16", load_model(SMALL_CNN), example_inputs("small_cnn"))
+    assert reason == "this CPU computes neither f16 nor bf16 natively (OpenVINO's CPU capabilities: FP32 only)"
+
+
+@pytest.mark.parametrize(
+    ("port", "module"),
+    [
+        ("openvino", "openvino"),
+        ("openvino-f16", "openvino"),
+        ("executorch", "executorch"),
+        ("executorch-portable", "executorch"),
+    ],
+)
+def test_a_runtime_not_installed_makes_its_port_absent_with_a_reason(monkeypatch, capsys, port, module):
+    hide(monkeypatch, modules=(module,))
+    result = run_main(capsys, "model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", port)
+    assert result.returncode == 1 and "no port ran: nothing was compared" in result.stdout  # never an error
+    assert f"{port}: absent ({module} is not installed (pip install 'opbench[deploy]'))" in result.stdout
+
+
+def test_litert_is_absent_with_why_it_does_not_install(capsys):
+    result = run_main(capsys, "model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", "litert")
+    assert result.returncode == 1 and f"litert: absent ({UNRESOLVABLE})" in result.stdout
+
+
+def test_building_the_port_table_imports_no_runtime(monkeypatch):
+    """`available()`-style checks only: naming a port whose runtime is hidden imports nothing."""
+    import sys
+
+    hide(monkeypatch, modules=("openvino", "executorch"))
+    for name in ("openvino", "executorch"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert isinstance(openvino_port.openvino_port("openvino", None, {}), str)
+    assert isinstance(executorch_port.executorch_port("executorch", None, {}), str)
+    assert "openvino" not in sys.modules and "executorch" not in sys.modules
