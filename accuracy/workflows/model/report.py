@@ -41,6 +41,7 @@ class UnitRow(TypedDict, total=False):
     inherited: float  # the port's end-to-end difference from the float64 model at the unit's input
     propagated: float  # ... at its output
     worst: dict[str, Any]
+    cause: dict[str, Any] | None  # {name, words, parameters, verdict, ratio, explains, alternatives}
 
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
@@ -137,7 +138,8 @@ class ModelReport:
                 )
                 head = (
                     f"first not within rounding: {printable(first['path'])} ({first['op']}){own}: {first['verdict']}: "
-                    f"{first['reason']}; worst element {worst_text(first['worst'])} ({p['flagged']} flagged, {counts})"
+                    f"{cause_text(first.get('cause'))}{first['reason']}; worst element {worst_text(first['worst'])} "
+                    f"({p['flagged']} flagged, {counts})"
                 )
             elif p["compared"] == 0:
                 head = f"nothing was compared ({counts})"
@@ -154,6 +156,18 @@ class ModelReport:
                 f"{number(out['reference_relative_error'])})"
             )
         return lines
+
+
+def cause_text(cause: dict | None) -> str:
+    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
+    if not cause:
+        return ""
+    if cause["words"] is None:
+        return "no known cause explains it (none in the catalogue applies to it); "
+    if cause["explains"]:
+        also = f" (also: {'; '.join(cause['alternatives'])})" if cause["alternatives"] else ""
+        return f"explained by {cause['words']}{also}; "
+    return f"no known cause explains it (nearest: {cause['words']}, {number(cause['ratio'])}x its tier's limit); "
 
 
 def number(v) -> str:
@@ -186,6 +200,8 @@ def _row(unit: Unit, judged: UnitJudgement) -> UnitRow:
     numbers = {k: v for k, v in judged.numbers.items() if k != "label"}
     row: UnitRow = {**numbers, "verdict": judged.judgement.verdict, "reason": judged.judgement.reason}
     row["tier"], row["introduced"] = judged.tier, judged.introduced
+    if judged.cause is not None:
+        row["cause"] = judged.cause
     return row
 
 

@@ -8,7 +8,7 @@ depends on its port only through its output).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +16,10 @@ import numpy as np
 from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
+from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import Port
@@ -251,6 +253,8 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
             if not by_port:
                 continue
             for label, result in judge_unit(unit, tensors, fmt, by_port, products).items():
+                if result.judgement.verdict != WITHIN:  # why: the known port bugs, tried on flagged units only
+                    result = replace(result, cause=explain(unit, tensors, fmt, label, by_port[label], products))
                 verdicts[(label, covers[0])] = result
     results = []
     for port, units, run, seconds in collected:
