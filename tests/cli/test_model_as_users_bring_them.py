@@ -395,3 +395,21 @@ def test_a_runtimes_own_end_to_end_activations_give_its_own_propagated_error(tmp
     fc = next(r for r in judged["layers"] if r["path"] == "fc")
     assert fc["propagated"] > 1e-5  # the port's own run carries bn1's error to its output
     assert judged["output"]["relative_error"] > 1e-5 and judged["end_to_end"]["verdict"] == "beyond rounding"
+
+
+def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
+    """TensorFlow's LeakyReLU slope 0.2 where the model has 0.1: every negative output twice its
+    exact value, beyond rounding (it read "suspicious", 1.3e6x the threshold), and named."""
+    import mymodels
+
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
+    port = mymodels.in_place()
+    port[3].negative_slope = 0.2
+    calls, out = record(port, {"input": x})
+    file = write_arrays(user / "port.safetensors", activations(calls, out))
+    inputs = str(write_arrays(user / "input.npz", {"input": x}))
+    (judged,) = run_model("mymodels:in_place", inputs, activations_files={"p": str(file)}).ports
+    row = next(r for r in judged["layers"] if r["path"] == "3")
+    assert judged["first_not_within"] == "3" and row["verdict"] == "beyond rounding"
+    assert row["cause"]["explains"] and row["cause"]["parameters"] == {"negative_slope": 0.2}
+    assert "TensorFlow's default" in row["cause"]["words"]

@@ -157,8 +157,10 @@ def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     grid = np.linspace(np.log10(low), np.log10(high), 25)
     best = grid[int(np.argmin([distance(g) for g in grid]))]
     step = grid[1] - grid[0]
-    found = minimize_scalar(distance, bounds=(best - step, best + step), method="bounded", options={"xatol": 1e-4})
-    return float(10.0**found.x)
+    found = float(10.0 ** minimize_scalar(distance, bounds=(best - step, best + step), method="bounded").x)
+    # the value a port was written with is a round number (0.2, 1e-3): the nearest of the fit's roundings
+    candidates = {found, *(float(f"{found:.{digits}g}") for digits in (1, 2, 3))}
+    return min(candidates, key=lambda v: distance(float(np.log10(v))))
 
 
 def _changed(unit: Unit, cause: Cause, value: Any) -> Unit:
