@@ -123,20 +123,21 @@ def test_the_other_deploy_ports_convert_small_cnn_within_rounding(port, shown):
 
 
 @SLOW
-@pytest.mark.parametrize("port", ["openvino-f16", "executorch-portable"])
-def test_a_changed_batch_norm_eps_is_named_at_its_layer(monkeypatch, port):
+@pytest.mark.parametrize(
+    ("port", "bug", "model", "inputs", "layer"),
+    [
+        ("openvino-f16", _batch_norm_eps, SMALL_CNN, CNN_INPUTS, "bn1"),
+        ("executorch-portable", _batch_norm_eps, SMALL_CNN, CNN_INPUTS, "bn1"),
+        # small_transformer's other four layers stay within rounding: the correct export of it
+        ("openvino", _up_weight_in_bfloat16, SMALL_TRANSFORMER, TRANSFORMER_INPUTS, "up"),
+        ("executorch", _up_weight_in_bfloat16, SMALL_TRANSFORMER, TRANSFORMER_INPUTS, "up"),
+    ],
+    ids=["openvino-f16-bn-eps", "executorch-portable-bn-eps", "openvino-bf16-weight", "executorch-bf16-weight"],
+)
+def test_an_injected_bug_is_named_at_its_layer(monkeypatch, port, bug, model, inputs, layer):
     _require(port)
-    _inject(monkeypatch, port, _batch_norm_eps)
-    _names(_port(SMALL_CNN, CNN_INPUTS, port), "bn1")
-
-
-@SLOW
-@pytest.mark.parametrize("port", ["openvino", "executorch"])
-def test_a_weight_rounded_to_bfloat16_is_named_at_its_layer(monkeypatch, port):
-    """small_transformer's other four layers stay within rounding: the correct export of it."""
-    _require(port)
-    _inject(monkeypatch, port, _up_weight_in_bfloat16)
-    _names(_port(SMALL_TRANSFORMER, TRANSFORMER_INPUTS, port), "up")
+    _inject(monkeypatch, port, bug)
+    _names(_port(model, inputs, port), layer)
 
 
 @SLOW
