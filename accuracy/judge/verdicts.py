@@ -60,14 +60,16 @@ NAN = float("nan")
 
 
 class Unjudged(StrEnum):
-    """Outcomes that are not verdicts: a unit no port output could be compared for, or an
-    implementation that failed to run. Never counted as within rounding."""
+    """Outcomes that are not verdicts: a unit no port output could be compared for, an
+    implementation that failed to run, a stored result with no verdict track (it failed, or
+    predates it). Never counted as within rounding."""
 
     NOT_COMPARED = "not compared"
     ERROR = "error"
+    NO_VERDICT = "no verdict"
 
 
-NOT_COMPARED, ERROR = Unjudged
+NOT_COMPARED, ERROR, NO_VERDICT = Unjudged
 Outcome = Verdict | Unjudged
 
 

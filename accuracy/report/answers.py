@@ -30,7 +30,7 @@ import pandas as pd
 from accuracy.core.errors import OpbenchError
 from accuracy.core.fingerprints import load_fingerprint, short_env_name
 from accuracy.judge.metric_table import METRICS
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
+from accuracy.judge.verdicts import BEYOND, NO_VERDICT, SUSPICIOUS, UNDETERMINED, WITHIN, Verdict
 from accuracy.report.compare import UNCHANGED, busy_files, compare_specs
 from accuracy.report.tidy import op_of_class, tidy
 
@@ -86,7 +86,7 @@ def _impl(op: str, implementation: str, dtype):
 def verdict_label(op: str, implementation: str, tier: float, dtype: str | None = None) -> str:
     """The verdict as `explain` prints it: a semantic variant names its semantics."""
     if tier != tier:  # NaN: the tier track failed, or the results predate it
-        return "no verdict"
+        return NO_VERDICT
     impl = _impl(op, implementation, dtype)
     semantics = getattr(impl, "semantics", "")
     return f"{Verdict.of_tier(tier)} (semantics: {semantics})" if semantics else Verdict.of_tier(tier)

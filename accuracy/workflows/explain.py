@@ -20,7 +20,7 @@ from accuracy.core.errors import first_line
 from accuracy.core.formatting import format_number, format_table
 from accuracy.core.threads import all_cores
 from accuracy.judge.error_metrics import ErrorSummary, relative_error, ulps_apart
-from accuracy.judge.verdicts import WITHIN, Evidence, Judgement, pair_verdict
+from accuracy.judge.verdicts import ERROR, WITHIN, Evidence, Judgement, pair_verdict
 from accuracy.reference.exact import Exact
 from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.workflows.evaluation import Case, make_case
@@ -42,7 +42,7 @@ def _measure_all(case: Case, evidence: Evidence, threads: int):
             row.update(judgements[impl.name].as_dict())  # its bound ratio is the precision model's
             row["relative_note"] = relative_gap_note(outputs[impl.name], case.exact, case.fmt, summary)
         except Exception as exc:  # a crashing implementation is a finding, not a crash of explain
-            row.update(verdict="error", label="error", error=first_line(exc, typed=True))
+            row.update(verdict=ERROR, label=ERROR, error=first_line(exc, typed=True))
             outputs.pop(impl.name, None)
         rows.append(row)
     return rows, outputs, judgements

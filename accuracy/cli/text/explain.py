@@ -32,8 +32,10 @@ def _grouped(notes: dict[str, str]) -> list[str]:
 
 
 def _header(report: dict) -> list[str]:
+    from accuracy.judge.verdicts import ERROR  # the judge loads numpy: only when a report is rendered
+
     impls = report["implementations"]
-    failed = sum(r["verdict"] == "error" for r in impls)
+    failed = sum(r["verdict"] == ERROR for r in impls)
     ran = f"{len(impls)} implementation{'s' if len(impls) != 1 else ''}" + (
         f" ({failed} failed to run)" if failed else ""
     )
@@ -48,7 +50,7 @@ def _header(report: dict) -> list[str]:
 def _verdicts(report: dict, verbose: bool) -> list[str]:
     """The answer: every implementation's verdict and numbers, then why for those that need it
     (every implementation under -v)."""
-    from accuracy.judge.verdicts import WITHIN
+    from accuracy.judge.verdicts import ERROR, WITHIN
 
     impls = report["implementations"]
     columns = cli_columns()
@@ -57,13 +59,13 @@ def _verdicts(report: dict, verbose: bool) -> list[str]:
             r["impl"],
             r.get("compute", "-"),
             *(format_number(r.get(m.field)) for m in columns),
-            r["label"] if r["verdict"] != "error" else f"error: {r['error']}",
+            r["label"] if r["verdict"] != ERROR else f"error: {r['error']}",
         ]
         for r in impls
     ]
     lines = format_table(["implementation", "computes in", *(m.label for m in columns), "verdict"], rows)
     lines += _grouped({r["impl"]: r.get("relative_note", "") for r in impls})
-    explained = [r for r in impls if r["verdict"] not in ("error", WITHIN) or (verbose and r["verdict"] != "error")]
+    explained = [r for r in impls if r["verdict"] not in (ERROR, WITHIN) or (verbose and r["verdict"] != ERROR)]
     if explained:
         lines += ["", "why:"] + [line for r in explained for line in _why(r)]
     elif all(r["verdict"] == WITHIN for r in impls):

@@ -143,6 +143,10 @@ def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
             call.reason = call.reason or f"its output is a {type(output).__name__} holding no tensor"
         elif out.is_complex():
             call.reason = f"its output is complex ({out.dtype}): opbench judges real floating outputs"
+        elif not out.is_floating_point():
+            call.reason = f"its output is {str(out.dtype).removeprefix('torch.')}: no rounding to judge"
+            keep.append(out)
+            call.output = out.detach().clone()
         else:
             keep.append(out)
             call.output = out.detach().clone()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from accuracy.core.dtypes import format_of
+from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Feed, Port
 from accuracy.workflows.model.units import Unit
@@ -16,8 +17,12 @@ class FilePort(Port):
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays
         self.description = "an activations file"
-        outputs = [a for k, a in arrays.items() if "/" not in k]
-        self.fmt = format_of(outputs[0])
+        floating = [
+            k for k, a in arrays.items() if "/" not in k and (a.dtype.kind == "f" or a.dtype.name == "bfloat16")
+        ]
+        if not floating:
+            raise OpbenchError(f"--activations {name}: the file holds no floating layer output to judge")
+        self.fmt = format_of(arrays[floating[0]])
 
     def units(self, calls):
         return [
