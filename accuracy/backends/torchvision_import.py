@@ -60,10 +60,15 @@ def prepare_plain_imports() -> None:
     """Let a user's own module import torchvision and transformers plainly (`from transformers
     import LlamaModel`), as the zoo's go through here: torchvision's schemas where its C++ library
     does not load, transformers offline and without TensorFlow. Neither is imported here."""
+    import logging
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("USE_TF", "0")  # transformers would otherwise import tensorflow (tens of seconds)
+    # transformers imports torchao where it is installed (the deploy extra's ExecuTorch brings it):
+    # its CUDA kernels' load failures and torch's notes on its enums are not the user's concern
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     spec = importlib.util.find_spec("torchvision")
     if spec is not None and "torchvision" not in sys.modules:
         _define_unguarded_schemas(spec)

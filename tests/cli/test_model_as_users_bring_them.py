@@ -413,3 +413,14 @@ def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
     assert judged["first_not_within"] == "3" and row["verdict"] == "beyond rounding"
     assert row["cause"]["explains"] and row["cause"]["parameters"] == {"negative_slope": 0.2}
     assert "TensorFlow's default" in row["cause"]["words"]
+
+
+@pytest.mark.slow  # a fresh process: what the terminal shows
+def test_a_transformers_model_leaves_the_terminal_clean(tmp_path):
+    """transformers imports torchao where the deploy extra installed it: its kernels' load failures
+    and torch's notes on its enums were four lines on stderr of every Llama run."""
+    from cli_runner import run_opbench
+
+    ids = write_arrays(tmp_path / "ids.npz", example_inputs("llama_tiny"))
+    done = run_opbench("model", "accuracy.workflows.model.zoo:llama_tiny", "--inputs", ids, "--port", "threads:1")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
