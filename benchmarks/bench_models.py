@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar
 
+from accuracy.run.profiles import current_profile
+
 from .common import hide_outside_measure_pass
 
 MODEL = "accuracy.workflows.model.zoo:small_cnn"
@@ -80,28 +82,32 @@ class SmallModelPorts:
     track_worst_layer_tier.unit = "tier (0 within rounding .. 3 undetermined)"
 
 
-class DeployPorts(SmallModelPorts):
-    """A conversion per timing: one sample of each, a few times (a port whose runtime is not
-    installed is skipped)."""
+# The full profile's: judging and converting four runtimes' ports takes about 30 s more, which the
+# quick and default runs' budgets do not hold.
+if current_profile().name == "full":
 
-    params: ClassVar = [DEPLOY_PORTS]
-    number, repeat, warmup_time = 1, 3, 0
+    class DeployPorts(SmallModelPorts):
+        """A conversion per timing: one sample of each, a few times (a port whose runtime is not
+        installed is skipped)."""
 
-    def setup_cache(self) -> dict:  # its own: asv keys a cache by where setup_cache is defined
-        return _judged(DEPLOY_PORTS)
+        params: ClassVar = [DEPLOY_PORTS]
+        number, repeat, warmup_time = 1, 3, 0
 
-    def setup(self, judged: dict, port: str) -> None:
-        from accuracy.workflows.model.ports import build_port
-        from accuracy.workflows.model.trace import load_model, record
-        from accuracy.workflows.model.units import leaf_units
-        from accuracy.workflows.model.zoo import example_inputs
+        def setup_cache(self) -> dict:  # its own: asv keys a cache by where setup_cache is defined
+            return _judged(DEPLOY_PORTS)
 
-        if port not in judged:
-            raise NotImplementedError(f"{port} is absent here")  # asv: skipped
-        self.inputs = example_inputs("small_cnn")
-        model = load_model(MODEL)
-        self.port = build_port(port, model, self.inputs)
-        self.units = leaf_units(record(model, self.inputs)[0])  # end to end needs no unit converted
+        def setup(self, judged: dict, port: str) -> None:
+            from accuracy.workflows.model.ports import build_port
+            from accuracy.workflows.model.trace import load_model, record
+            from accuracy.workflows.model.units import leaf_units
+            from accuracy.workflows.model.zoo import example_inputs
+
+            if port not in judged:
+                raise NotImplementedError(f"{port} is absent here")  # asv: skipped
+            self.inputs = example_inputs("small_cnn")
+            model = load_model(MODEL)
+            self.port = build_port(port, model, self.inputs)
+            self.units = leaf_units(record(model, self.inputs)[0])  # end to end needs no unit converted
 
 
 hide_outside_measure_pass(globals())  # `opbench run`'s read pass runs the generated tracks only
