@@ -75,6 +75,12 @@ def get_format(name: str) -> FloatFormat:
         raise OpbenchError(f"unknown dtype {name!r}; choose from {', '.join(FORMATS)}") from None
 
 
+def is_floating(array: ArrayLike) -> bool:
+    """Whether an array holds floats, bfloat16 included (ml_dtypes' bfloat16 is numpy kind 'V')."""
+    dtype = np.asarray(array).dtype
+    return dtype.kind == "f" or dtype == FORMATS["bfloat16"].np_dtype
+
+
 def format_of(array: np.ndarray) -> FloatFormat:
     """The format of a numpy array's dtype (bfloat16 included, through ml_dtypes)."""
     for fmt in FORMATS.values():

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.core.dtypes import is_floating
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.array_files import read_arrays, write_arrays
 from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall
@@ -73,11 +74,7 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
             continue
         if tuple(array.shape) != tuple(tensor.shape):
             raise OpbenchError(f"{path}: {key!r} has shape {tuple(array.shape)}, the model's has {tuple(tensor.shape)}")
-        if _is_float(array) != tensor.is_floating_point():
+        if is_floating(array) != tensor.is_floating_point():
             theirs = str(tensor.dtype).removeprefix("torch.")
             raise OpbenchError(f"{path}: {key!r} holds {array.dtype} values, the model's are {theirs}")
     return {k: a.astype(a.dtype.newbyteorder("=")) if not a.dtype.isnative else a for k, a in arrays.items()}
-
-
-def _is_float(array: np.ndarray) -> bool:
-    return array.dtype.kind == "f" or array.dtype.name == "bfloat16"

@@ -10,15 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-import ml_dtypes
 import numpy as np
 
-from accuracy.core.dtypes import FORMATS
+from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
 from accuracy.workflows.check import worst_text
-from accuracy.workflows.model.activations_file import OUTPUT_KEY
+from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismatches, relative
@@ -175,18 +174,14 @@ def number(v) -> str:
     return "-" if v is None or v != v else f"{v:.3g}"
 
 
-def _floating(array) -> bool:
-    return np.asarray(array).dtype.kind == "f" or np.asarray(array).dtype == ml_dtypes.bfloat16
-
-
 def _inherited(unit: Unit, by_key: dict[str, LayerCall], run: EndToEnd, reference64: dict) -> float | None:
     """The port's end-to-end difference at the unit's inputs, where the port's run shows them."""
     call = unit.calls[0]
     errors = []
     if run.received.get(call.key):
         for i, value in enumerate(run.received[call.key]):
-            ref = reference64.get(f"{call.key}/in{i}")
-            if ref is not None and _floating(value):
+            ref = reference64.get(input_key(call, i))
+            if ref is not None and is_floating(value):
                 errors.append(relative(value, ref))
     else:
         for producer in call.producers:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.core.dtypes import FORMATS
+from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.errors import OpbenchError, first_line
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
@@ -91,11 +91,12 @@ def run_model(
     if save_path is not None:
         try:
             save_activations(save_path, activations(calls, out))
-        except OpbenchError:  # it appeared during the run: never overwritten, and the report is kept
-            not_saved = f"--save-activations {save_path}: a file appeared there during the run; not overwritten"
+        except OpbenchError as exc:  # never overwritten, and the report is kept
+            why = "a file appeared there during the run; not overwritten" if Path(save_path).exists() else str(exc)
+            not_saved = f"--save-activations {save_path}: {why}"
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    counts = {k: int(np.count_nonzero(~np.isfinite(v))) for k, v in given.items() if v.dtype.kind == "f"}
+    counts = {k: int(np.count_nonzero(~np.isfinite(v.astype(np.float64)))) for k, v in given.items() if is_floating(v)}
     nonfinite = (
         {"inputs": {k: n for k, n in counts.items() if n}, "output": int((~torch.isfinite(out)).sum())}
         if any(counts.values())

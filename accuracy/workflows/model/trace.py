@@ -74,6 +74,14 @@ class LayerCall:
     def kind(self) -> str:
         return type(self.module).__name__
 
+    @property
+    def tensors_only(self) -> bool:
+        """Called on positional tensors alone: what a converter that traces a module can take."""
+        if self.template is None:
+            return True
+        args, kwargs = self.template.filled(self.inputs)
+        return not kwargs and len(args) == len(self.inputs)
+
     def run(self, module, tensors: list):
         """`module` called as this call was, on `tensors`: its first tensor output."""
         if self.template is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accuracy.core.dtypes import format_of
+from accuracy.core.dtypes import format_of, is_floating
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Feed, Port
@@ -17,9 +17,7 @@ class FilePort(Port):
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays
         self.description = "an activations file"
-        floating = [
-            k for k, a in arrays.items() if "/" not in k and (a.dtype.kind == "f" or a.dtype.name == "bfloat16")
-        ]
+        floating = [k for k, a in arrays.items() if "/" not in k and is_floating(a)]
         if not floating:
             raise OpbenchError(f"--activations {name}: the file holds no floating layer output to judge")
         self.fmt = format_of(arrays[floating[0]])

@@ -50,8 +50,7 @@ class ConvertedPort(Port):
 
         units = []
         for call in (c for c in calls if c.leaf):
-            args, kwargs = call.template.filled(call.inputs) if call.template else (call.inputs, {})
-            if call.reason or kwargs or len(args) != len(call.inputs):
+            if call.reason or not call.tensors_only:
                 why = (
                     call.reason
                     or f"{self.converter} converts a module called on tensors alone: it takes other arguments"

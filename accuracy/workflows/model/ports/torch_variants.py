@@ -87,8 +87,7 @@ class TorchPort(Port):
         if self.traced:
             for unit in units:
                 call = unit.calls[0]
-                args, kwargs = call.template.filled(call.inputs) if call.template else (call.inputs, {})
-                if not unit.reason and (kwargs or len(args) != len(call.inputs)):
+                if not unit.reason and not call.tensors_only:
                     unit.reason = "TorchScript traces a module called on tensors alone: it takes other arguments"
                 elif not unit.reason and not call.returns_tensor:
                     unit.reason = "the C++ runner takes a module returning one tensor: it returns a tuple"
