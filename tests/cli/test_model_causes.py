@@ -1,4 +1,4 @@
-"""Why, not only where: the catalogue of known port bugs (accuracy/workflows/model/causes.py)
+"""Why, not only where: the catalogue of known port bugs (accuracy/workflows/model/causes/)
 names the cause of a flagged unit, with its fitted parameter, and never names one for a unit
 within rounding. Each port is a zoo model with one bug, handed over as a runtime's activations."""
 

@@ -79,7 +79,7 @@ class UnitJudgement:
     op: str | None
     numbers: dict
     introduced: float
-    cause: dict | None = None  # for a unit not within rounding: the known port bug that explains it (causes.py)
+    cause: dict | None = None  # for a unit not within rounding: the known port bug that explains it (causes/)
 
 
 def _param(tensor, fmt: FloatFormat) -> np.ndarray:

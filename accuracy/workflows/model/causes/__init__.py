@@ -11,11 +11,8 @@ difference on a log scale before the one full judgement. A package adds causes t
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,125 +20,18 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.model.causes import activations, normalization, precision
+from accuracy.workflows.model.causes.cause import Cause
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
 
-NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
-# where a value is some framework's default, the words say whose
-EPS_DEFAULTS = {1e-3: "Keras' and TensorFlow's default", 1e-5: "torch's default", 1e-6: "Llama's RMSNorm default",
-                1e-12: "HF BERT's LayerNorm default"}  # fmt: skip
-SLOPE_DEFAULTS = {0.01: "torch's default", 0.2: "TensorFlow's default", 0.3: "Keras' default"}
-
-
-@dataclass(frozen=True)
-class Cause:
-    """A known port bug: the module kinds it applies to, `change(module, value)` the reference
-    module with it (a copy), `values(module)` the candidate values of its parameter (None: no
-    parameter; a range: fitted), and `words(module, value)` what the answer says."""
-
-    name: str
-    kinds: tuple[str, ...]
-    change: Callable[[Any, Any], Any]
-    words: Callable[[Any, Any], str]
-    values: Callable[[Any], tuple] | None = None
-    parameter: str | None = None
-
-    def applies(self, module: Any) -> bool:
-        return type(module).__name__ in self.kinds
-
-
-def _eps_attribute(module: Any) -> str:
-    return "eps" if hasattr(module, "eps") else "variance_epsilon"
-
-
-def _with(attribute: str | Callable[[Any], str]):
-    def change(module: Any, value: Any) -> Any:
-        changed = copy.deepcopy(module)
-        setattr(changed, attribute(module) if callable(attribute) else attribute, value)
-        return changed
-
-    return change
-
-
-def _named(value: float, defaults: dict[float, str]) -> str:
-    known = next((words for v, words in defaults.items() if abs(value - v) <= 0.1 * v), None)
-    return f"{value:.2g}" + (f" ({known})" if known else "")
-
-
-def _stored_in(dtype_name: str):
-    def change(module: Any, value: Any) -> Any:
-        import torch
-
-        changed = copy.deepcopy(module)
-        with torch.no_grad():
-            weight = getattr(changed, "weight", None)
-            if weight is None:
-                raise ValueError("no weight")
-            weight.copy_(weight.to(getattr(torch, dtype_name)).to(weight.dtype))
-        return changed
-
-    return change
-
-
-def _train_mode(module: Any, value: Any) -> Any:
-    return copy.deepcopy(module).train()
-
-
-def _gelu_other(module: Any, value: Any) -> Any:
-    changed = copy.deepcopy(module)
-    changed.approximate = "tanh" if module.approximate == "none" else "none"
-    return changed
-
-
-CAUSES: tuple[Cause, ...] = (
-    Cause(
-        "normalization eps",
-        NORMS,
-        _with(_eps_attribute),
-        lambda m, v: (
-            f"{type(m).__name__} eps = {_named(v, EPS_DEFAULTS)}; this model has {getattr(m, _eps_attribute(m)):.2g}"
-        ),
-        values=lambda m: (1e-12, 1.0),
-        parameter="eps",
-    ),
-    Cause(
-        "GELU approximation",
-        ("GELU",),
-        _gelu_other,
-        lambda m, v: "the tanh GELU for the erf GELU" if m.approximate == "none" else "the erf GELU for the tanh GELU",
-    ),
-    Cause(
-        "LeakyReLU slope",
-        ("LeakyReLU",),
-        _with("negative_slope"),
-        lambda m, v: f"LeakyReLU slope = {_named(v, SLOPE_DEFAULTS)}; this model has {m.negative_slope:g}",
-        values=lambda m: (1e-4, 1.0),
-        parameter="negative_slope",
-    ),
-    Cause(
-        "weights in bfloat16",
-        ("Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding", *NORMS),
-        _stored_in("bfloat16"),
-        lambda m, v: "its weights stored in bfloat16",
-    ),
-    Cause(
-        "weights in float16",
-        ("Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding", *NORMS),
-        _stored_in("float16"),
-        lambda m, v: "its weights stored in float16",
-    ),
-    Cause(
-        "train mode",
-        ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Dropout"),
-        _train_mode,
-        lambda m, v: "the model in train mode (batch statistics)",
-    ),
-)
+# the catalogue, one module per subject, cheapest causes first within each
+CATALOGUE = (normalization, activations, precision)
 
 
 @functools.cache
 def causes() -> tuple[Cause, ...]:
     """The catalogue, then the causes installed packages add."""
-    return (*CAUSES, *load_plugins("opbench.causes", "CAUSES", Cause))
+    return (*(c for module in CATALOGUE for c in module.CAUSES), *load_plugins("opbench.causes", "CAUSES", Cause))
 
 
 def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray) -> Any:

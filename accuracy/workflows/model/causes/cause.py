@@ -1,0 +1,42 @@
+"""A catalogue entry: a known port bug as data, and the small builders entries share."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A known port bug: the module kinds it applies to, `change(module, value)` the reference
+    module with it (a copy), `values(module)` the candidate values of its parameter (None: no
+    parameter; a range: fitted), and `words(module, value)` what the answer says."""
+
+    name: str
+    kinds: tuple[str, ...]
+    change: Callable[[Any, Any], Any]
+    words: Callable[[Any, Any], str]
+    values: Callable[[Any], tuple] | None = None
+    parameter: str | None = None
+
+    def applies(self, module: Any) -> bool:
+        return type(module).__name__ in self.kinds
+
+
+def with_attribute(attribute: str | Callable[[Any], str]):
+    """The change that sets one attribute (or the one `attribute(module)` names) on a copy."""
+
+    def change(module: Any, value: Any) -> Any:
+        changed = copy.deepcopy(module)
+        setattr(changed, attribute(module) if callable(attribute) else attribute, value)
+        return changed
+
+    return change
+
+
+def named(value: float, defaults: dict[float, str]) -> str:
+    """A fitted value, with whose default it is where it is one (within 10%)."""
+    known = next((words for v, words in defaults.items() if abs(value - v) <= 0.1 * v), None)
+    return f"{value:.2g}" + (f" ({known})" if known else "")
