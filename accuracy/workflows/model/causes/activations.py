@@ -30,5 +30,6 @@ CAUSES: tuple[Cause, ...] = (
         lambda m, v: f"LeakyReLU slope = {named(v, SLOPE_DEFAULTS)}; this model has {m.negative_slope:g}",
         values=lambda m: (1e-4, 1.0),
         parameter="negative_slope",
+        example=0.2,
     ),
 )

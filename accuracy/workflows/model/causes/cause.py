@@ -12,7 +12,8 @@ from typing import Any
 class Cause:
     """A known port bug: the module kinds it applies to, `change(module, value)` the reference
     module with it (a copy), `values(module)` the candidate values of its parameter (None: no
-    parameter; a range: fitted), and `words(module, value)` what the answer says."""
+    parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
+    the model self-test injects to check that the entry is named (a parameter's wrong value)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -20,6 +21,7 @@ class Cause:
     words: Callable[[Any, Any], str]
     values: Callable[[Any], tuple] | None = None
     parameter: str | None = None
+    example: Any = None
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds

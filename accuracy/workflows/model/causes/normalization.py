@@ -31,6 +31,7 @@ CAUSES: tuple[Cause, ...] = (
         ),
         values=lambda m: (1e-12, 1.0),
         parameter="eps",
+        example=1e-3,
     ),
     Cause(
         "train mode",
