@@ -20,12 +20,12 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model.causes import activations, normalization, precision
+from accuracy.workflows.model.causes import activations, attention, normalization, precision
 from accuracy.workflows.model.causes.cause import Cause
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, precision)
+CATALOGUE = (normalization, activations, precision, attention)
 
 
 @functools.cache

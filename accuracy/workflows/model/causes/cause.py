@@ -13,7 +13,8 @@ class Cause:
     """A known port bug: the module kinds it applies to, `change(module, value)` the reference
     module with it (a copy), `values(module)` the candidate values of its parameter (None: no
     parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
-    the model self-test injects to check that the entry is named (a parameter's wrong value)."""
+    the model self-test injects to check that the entry is named (a parameter's wrong value).
+    `accepts`: a test of the module itself, for a kind no class name tells (an attention)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -22,9 +23,10 @@ class Cause:
     values: Callable[[Any], tuple] | None = None
     parameter: str | None = None
     example: Any = None
+    accepts: Callable[[Any], bool] | None = None
 
     def applies(self, module: Any) -> bool:
-        return type(module).__name__ in self.kinds
+        return type(module).__name__ in self.kinds or (self.accepts is not None and self.accepts(module))
 
 
 def with_attribute(attribute: str | Callable[[Any], str]):

@@ -1,0 +1,350 @@
+"""Attention causes: the scale 1/sqrt(d_model) for 1/sqrt(head_dim) (a fitted factor), a missing
+or shifted causal mask, the other rotary convention, another mask fill, a softmax in bfloat16 or
+float16 inside a float32 attention.
+
+These bugs live in an attention module's own forward (scores, scale, mask, softmax), which no
+attribute holds. The changed reference is the module run under a torch function mode that
+intercepts what every common implementation calls there: `F.scaled_dot_product_attention` (its
+scale, `is_causal`, `attn_mask`), `softmax` (its input's scale, its dtype) and the mask's
+application (a `masked_fill` or `torch.where` with a large negative fill, the add of a 0/-large
+mask). The mode sits inside the module's forward, above the float64 reference's mode
+(trace.float64_throughout) and the Monte Carlo runs' dispatch mode (accuracy.judge.torch_emulation),
+which see what it computes. The rotary convention needs no mode: interleaved pairs (2i, 2i+1)
+are rotate-half's pairs (i, i + d/2) with the query and key channels permuted within each head,
+which is a permutation of the q and k projections' rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from accuracy.backends.pytorch import tensor_to_numpy
+from accuracy.workflows.model.causes.cause import Cause
+
+# a mask's fill: below this a score is masked out (HF fills finfo.min, older ports -1e4 or -1e9)
+MASKED = -1e4
+ATTENTION = ("attention",)  # the kind the words use; modules are recognised by `is_attention`
+
+
+def _first_int(*values: Any) -> int | None:
+    return next((int(v) for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
+def geometry(module: Any) -> tuple[int, int] | None:
+    """(heads, head width) of an attention module, from the attributes its implementation keeps:
+    the zoo's decoder (heads, head_width), transformers' Llama family (config.num_attention_heads,
+    head_dim), GPT-2 (num_heads, head_dim), BERT (num_attention_heads, attention_head_size),
+    torch's MultiheadAttention (num_heads, head_dim); None for any other module."""
+    config = getattr(module, "config", None)
+    heads = _first_int(
+        getattr(module, "num_heads", None),
+        getattr(module, "num_attention_heads", None),
+        getattr(module, "heads", None),
+        getattr(config, "num_attention_heads", None) if hasattr(module, "head_dim") else None,
+    )
+    width = _first_int(*(getattr(module, name, None) for name in ("head_dim", "head_width", "attention_head_size")))
+    return (heads, width) if heads and width else None
+
+
+def is_attention(module: Any) -> bool:
+    """An attention module: one with heads and a head width (a decoder layer holding one has neither)."""
+    return geometry(module) is not None
+
+
+@dataclass(frozen=True)
+class AttentionChange:
+    """What the changed attention computes otherwise: its scores times `factor`, the causal mask
+    (`causal`: None as the module has it, "none" without, an int: shifted by that many keys),
+    masked scores filled with `fill` (None: the module's own), the softmax in `softmax_dtype`."""
+
+    factor: float = 1.0
+    causal: str | int | None = None
+    fill: float | None = None
+    softmax_dtype: Any = None
+
+    @property
+    def masks(self) -> bool:
+        return self.causal is not None or self.fill is not None
+
+
+def _numpy(t: Any) -> np.ndarray:
+    return np.asarray(tensor_to_numpy(t.detach()), dtype=np.float64)
+
+
+def _large_negative(value: Any) -> float | None:
+    """A mask fill: a number, or a one-element tensor, below MASKED (-inf included)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or not value.is_floating_point():
+            return None
+        value = float(_numpy(value).reshape(()))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= MASKED:
+        return float(value)
+    return None
+
+
+def _additive_mask(value: Any) -> Any:
+    """Where an additive mask (0 kept, large negative masked, at least one masked) masks; else None."""
+    import torch
+
+    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.ndim >= 2):
+        return None
+    values = _numpy(value)
+    masked = values <= MASKED
+    if not masked.any() or not ((values == 0) | masked).all():
+        return None
+    return value <= MASKED
+
+
+def _causal(rows: int, keys: int, shift: int) -> Any:
+    """The keys a causal query may not see, shifted by `shift` keys (aligned to the last key, as a cache is)."""
+    import torch
+
+    return torch.ones(rows, keys, dtype=torch.bool).triu(1 + shift + keys - rows)
+
+
+def _rounded(x: Any, dtype: Any) -> Any:
+    """`x` rounded to `dtype`, in x's dtype: past the float64 reference's mode, which keeps casts at float64."""
+    import torch
+
+    with torch._C.DisableTorchFunction():
+        return x.to(dtype).to(x.dtype)
+
+
+def _attention_mode(change: AttentionChange):
+    """The torch function mode in which an attention's forward computes with `change`."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class AttentionChanged(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.disallowed: list = []  # the masks applied to the scores on their way to the softmax
+            self.fills: list[float] = []
+
+        def _recorded(self, disallowed: Any, fill: float) -> None:
+            self.disallowed.append(disallowed)
+            self.fills.append(fill)
+
+        def softmax(self, x: Any, dim: int) -> Any:
+            """The softmax of scores `x` (mask applied only where the change masks otherwise)."""
+            if change.factor != 1.0:
+                x = x * change.factor
+            if change.masks:
+                disallowed = torch.zeros(x.shape[-2:], dtype=torch.bool)
+                for m in self.disallowed:
+                    disallowed = disallowed | m
+                if change.causal is not None:
+                    rows, keys = x.shape[-2:]
+                    disallowed = disallowed & ~_causal(rows, keys, 0)
+                    if change.causal != "none":
+                        disallowed = disallowed | _causal(rows, keys, int(change.causal))
+                fill = change.fill if change.fill is not None else min(self.fills, default=float("-inf"))
+                x = x.masked_fill(disallowed, fill)
+            self.disallowed, self.fills = [], []
+            if change.softmax_dtype is None:
+                return torch.softmax(x, dim)
+            return _rounded(torch.softmax(_rounded(x, change.softmax_dtype), dim), change.softmax_dtype)
+
+        def attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            """F.scaled_dot_product_attention written out (eval: no dropout), its softmax changed."""
+            if enable_gqa:
+                k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
+            scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
+            if is_causal:
+                self._recorded(_causal(*scores.shape[-2:], 0), float("-inf"))
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                self._recorded(~attn_mask, float("-inf"))
+            elif attn_mask is not None:
+                additive = _additive_mask(attn_mask) if change.masks else None
+                if additive is None:
+                    scores = scores + attn_mask
+                else:
+                    self._recorded(additive, float(_numpy(attn_mask).min()))
+            if not change.masks:  # the module's own mask, applied as it was
+                for m, fill in zip(self.disallowed, self.fills, strict=True):
+                    scores = scores.masked_fill(m, fill)
+                self.disallowed, self.fills = [], []
+            return self.softmax(scores, -1) @ v
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name == "scaled_dot_product_attention":
+                return self.attention(*args, **kwargs)
+            if name == "softmax":
+                x, dim = args[0], kwargs.get("dim", args[1] if len(args) > 1 else -1)
+                return self.softmax(x, dim)
+            if not change.masks:
+                return func(*args, **kwargs)
+            # the mask's application, taken out and recorded: the softmax applies the changed mask
+            if name in ("masked_fill", "masked_fill_"):
+                fill = _large_negative(args[2] if len(args) > 2 else kwargs.get("value"))
+                if fill is not None:
+                    self._recorded(args[1], fill)
+                    return args[0]
+            if name == "where" and len(args) == 3:
+                fill = _large_negative(args[2])
+                if fill is not None and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+                    self._recorded(~args[0], fill)
+                    return args[1]
+            if name in ("add", "__add__", "__radd__", "add_", "__iadd__") and len(args) == 2:
+                for scores, mask in (args, args[::-1]):
+                    additive = _additive_mask(mask)
+                    if additive is not None:
+                        self._recorded(additive, float(_numpy(mask).min()))
+                        return scores
+            return func(*args, **kwargs)
+
+    return AttentionChanged()
+
+
+def _module_class():
+    from torch import nn
+
+    class ChangedAttention(nn.Module):
+        """An attention module whose forward runs with an AttentionChange (copied and converted
+        to another dtype as the module it holds is)."""
+
+        def __init__(self, inner: nn.Module, change: AttentionChange) -> None:
+            super().__init__()
+            self.inner, self.change = inner, change
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            with _attention_mode(self.change):
+                return self.inner(*args, **kwargs)
+
+    return ChangedAttention
+
+
+def _changed(**fields: Any):
+    def change(module: Any, value: Any) -> Any:
+        made = replace(AttentionChange(), **{k: (value if v is None else v) for k, v in fields.items()})
+        return _module_class()(copy.deepcopy(module), made)
+
+    return change
+
+
+# --- the scale -----------------------------------------------------------------------------
+
+
+def scale_conventions(module: Any) -> dict[float, str]:
+    """The factors by which another convention's scale differs from 1/sqrt(head_dim), in words."""
+    heads, width = geometry(module)  # type: ignore[misc]
+    return {
+        heads**-0.5: "1/sqrt(d_model) for 1/sqrt(head_dim)",
+        width**0.5: "no scale for 1/sqrt(head_dim)",
+        width**-0.5: "1/head_dim for 1/sqrt(head_dim)",
+        heads**0.5: "1/sqrt(head_dim) for 1/sqrt(d_model)",
+    }
+
+
+def _scale_words(module: Any, factor: float) -> str:
+    known = next((w for f, w in scale_conventions(module).items() if abs(factor - f) <= 0.1 * f), None)
+    heads, width = geometry(module)  # type: ignore[misc]
+    said = f"the attention scores scaled by {factor:.3g} times the reference's"
+    return f"{said}: {known} ({heads} heads of {width})" if known else said
+
+
+# --- the rotary convention -----------------------------------------------------------------
+
+
+def _half_order(width: int):
+    """The channel order that makes interleaved pairs (2i, 2i+1) rotate-half's pairs (i, i + width/2)."""
+    import torch
+
+    return torch.cat((torch.arange(0, width, 2), torch.arange(1, width, 2)))
+
+
+def _rotary_other(to_interleaved: bool):
+    """The q and k projections' rows permuted within each head: the reference's rotate-half then
+    rotates the port's interleaved pairs (`to_interleaved`), or the other way round."""
+
+    def change(module: Any, value: Any) -> Any:
+        import torch
+
+        _, width = geometry(module)  # type: ignore[misc]
+        order = _half_order(width)
+        if not to_interleaved:
+            order = torch.argsort(order)
+        changed = copy.deepcopy(module)
+        with torch.no_grad():
+            for projection in (changed.q_proj, changed.k_proj):
+                rows = (torch.arange(projection.out_features // width)[:, None] * width + order).flatten()
+                projection.weight.copy_(projection.weight[rows])
+                if projection.bias is not None:
+                    projection.bias.copy_(projection.bias[rows])
+        return changed
+
+    return change
+
+
+def _has_rotary(module: Any) -> bool:
+    return is_attention(module) and hasattr(module, "q_proj") and hasattr(module, "k_proj")
+
+
+# --- the catalogue -------------------------------------------------------------------------
+
+
+def _softmax_in(dtype_name: str) -> Cause:
+    def change(module: Any, value: Any) -> Any:
+        import torch
+
+        return _changed(softmax_dtype=getattr(torch, dtype_name))(module, value)
+
+    return Cause(
+        f"softmax in {dtype_name}",
+        ATTENTION,
+        change,
+        lambda m, v: f"its softmax computed in {dtype_name} (inputs and probabilities rounded to {dtype_name})",
+        accepts=is_attention,
+    )
+
+
+CAUSES: tuple[Cause, ...] = (
+    Cause(
+        "attention scale",
+        ATTENTION,
+        _changed(factor=None),
+        _scale_words,
+        values=lambda m: (1e-2, 1e2),
+        parameter="factor",
+        example=0.5,  # 1/sqrt(d_model) for 1/sqrt(head_dim) with 4 heads: the zoo's decoder, llama_tiny, gpt2_tiny
+        accepts=is_attention,
+    ),
+    Cause(
+        "no causal mask",
+        ATTENTION,
+        _changed(causal="none"),
+        lambda m, v: "no causal mask: every query sees the keys after it",
+        accepts=is_attention,
+    ),
+    Cause(
+        "causal mask shifted",
+        ATTENTION,
+        _changed(causal=1),
+        lambda m, v: "the causal mask shifted by one: each query sees the next key too",
+        accepts=is_attention,
+    ),
+    Cause(
+        "interleaved rotary",
+        ATTENTION,
+        _rotary_other(to_interleaved=True),
+        lambda m, v: "the interleaved rotary convention (pairs 2i, 2i+1: GPT-J, Meta's Llama) for rotate-half (HF)",
+        accepts=_has_rotary,
+    ),
+    Cause(
+        "rotate-half rotary",
+        ATTENTION,
+        _rotary_other(to_interleaved=False),
+        lambda m, v: "the rotate-half rotary convention (pairs i, i+d/2: HF) for interleaved (GPT-J, Meta's Llama)",
+        accepts=_has_rotary,
+    ),
+    _softmax_in("bfloat16"),
+    _softmax_in("float16"),
+)
