@@ -78,12 +78,22 @@ def test_the_answer_line_names_the_cause(tmp_path):
     assert "bn1 (BatchNorm2d (batch_norm)): beyond rounding: explained by BatchNorm2d eps = 0.001 (Keras'" in line
 
 
+def _gate_and_up_swapped(model):
+    """A hand port whose MLP gates the other projection: a bug no catalogue entry covers."""
+    mlp = model.layers[0].mlp
+    mlp.forward = lambda x: mlp.down_proj(mlp.act_fn(mlp.up_proj(x)) * mlp.gate_proj(x))
+    return model
+
+
 def test_an_uncatalogued_bug_gets_no_known_cause(tmp_path):
-    port = _port(tmp_path, "decoder", decoder(scale_by_width=True))
-    found = _row(port, "layers.0.self_attn")["cause"]
+    port = _port(tmp_path, "decoder", _gate_and_up_swapped(decoder()))
+    found = _row(port, "layers.0.mlp")["cause"]
     assert not found["explains"] and found["words"] is None
     (line,) = ModelReport("decoder", "eval", {}, [port]).answers()
-    assert "no known cause explains it (none in the catalogue applies to it)" in line
+    assert (
+        "layers.0.mlp (DecoderMLP)" in line
+        and "no known cause explains it (none in the catalogue applies to it)" in line
+    )
 
 
 def test_a_correct_port_and_units_within_rounding_get_no_cause():

@@ -1,0 +1,218 @@
+"""Why an attention is flagged: the attention causes of the catalogue (causes/attention.py) name
+the scale, the causal mask, the rotary convention and a low-precision softmax at the attention
+module, with the fitted scale factor, on hand ports of the zoo's decoder and of transformers'
+Llama and GPT-2; correct ports by other routes get no cause."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from accuracy.backends.torchvision_import import import_transformers
+from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.causes import causes
+from accuracy.workflows.model.causes.attention import AttentionChange, _module_class, is_attention
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import float64_throughout, record
+from accuracy.workflows.model.zoo import bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
+
+SDPA = F.scaled_dot_product_attention
+
+
+def _port(tmp_path, name: str, port, patches: tuple = ()) -> dict:
+    """`port` run as a runtime would, its activations handed over, judged against zoo's `name`;
+    `patches`: (object, attribute, value) in force while the port runs (a hand port's own code)."""
+    inputs = example_inputs(name)
+    with pytest.MonkeyPatch.context() as mp:
+        for target, attribute, value in patches:
+            mp.setattr(target, attribute, value)
+        calls, out = record(port, inputs)
+    folder = tmp_path / f"port{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    file = write_arrays(folder / "port.safetensors", activations(calls, out))
+    x = write_arrays(folder / "x.npz", inputs)
+    (judged,) = run_model(f"accuracy.workflows.model.zoo:{name}", x, activations_files={"port": str(file)}).ports
+    return judged
+
+
+def _named(port: dict, path: str, cause: str) -> dict:
+    assert port["first_not_within"] == path, [
+        (r["path"], r["verdict"]) for r in port["layers"] if r["verdict"] != WITHIN
+    ]
+    found = next(r for r in port["layers"] if r["path"] == path)["cause"]
+    assert found["explains"] and found["verdict"] == WITHIN, found
+    assert found["name"] == cause and found["alternatives"] == [], found
+    return found
+
+
+@pytest.mark.parametrize(
+    ("bug", "cause"),
+    [
+        ({"scale_by_width": True}, "attention scale"),
+        ({"causal": False}, "no causal mask"),
+        ({"interleaved": True}, "interleaved rotary"),
+        ({"softmax_dtype": torch.bfloat16}, "softmax in bfloat16"),
+        ({"softmax_dtype": torch.float16}, "softmax in float16"),
+    ],
+    ids=["scale", "no-causal-mask", "interleaved-rotary", "bfloat16-softmax", "float16-softmax"],
+)
+def test_each_decoder_bug_is_named_at_its_attention(tmp_path, bug, cause):
+    port = _port(tmp_path, "decoder", decoder(**bug))
+    found = _named(port, "layers.0.self_attn", cause)
+    if cause == "attention scale":  # 1/sqrt(32) for 1/sqrt(8): a factor 1/sqrt(4 heads)
+        assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
+        assert "1/sqrt(d_model) for 1/sqrt(head_dim) (4 heads of 8)" in found["words"]
+
+
+def _shifted_mask(model):
+    """A hand port whose causal mask lets each query see the next key (triu(2) for triu(1))."""
+
+    def forward(x, attention=model.layers[0].self_attn):
+        b, t, width = x.shape
+        q, k, v = (
+            p(x).view(b, t, 4, 8).transpose(1, 2) for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        q, k = attention._rotary(q), attention._rotary(k)
+        scores = (q @ k.transpose(-1, -2) * attention.scale).masked_fill(torch.ones(t, t).bool().triu(2), -math.inf)
+        return attention.o_proj((torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, width))
+
+    model.layers[0].self_attn.forward = forward
+    return model
+
+
+def test_a_shifted_causal_mask_is_named(tmp_path):
+    port = _port(tmp_path, "decoder", _shifted_mask(decoder()))
+    _named(port, "layers.0.self_attn", "causal mask shifted")
+
+
+def _interleaved_rotary(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """transformers' apply_rotary_pos_emb with the interleaved convention: pairs (2i, 2i+1) at frequency i."""
+    half = cos.shape[-1] // 2
+    cos, sin = (c[..., :half].repeat_interleave(2, -1).unsqueeze(unsqueeze_dim) for c in (cos, sin))
+
+    def rotated(x):
+        return torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+
+    return q * cos + rotated(q) * sin, k * cos + rotated(k) * sin
+
+
+def _sdpa_without_mask(query, key, value, attn_mask=None, is_causal=False, **kwargs):
+    """A hand port's attention that drops the causal mask it is given."""
+    return SDPA(query, key, value, **kwargs)
+
+
+def _scaled_by_width(model, width: int = 32):
+    for m in model.modules():
+        if type(m).__name__ == "LlamaAttention":
+            m.scaling = width**-0.5
+    return model
+
+
+def test_llama_ports_bugs_are_named_at_its_attention(tmp_path):
+    port = _port(tmp_path, "llama_tiny", _scaled_by_width(llama_tiny()))
+    found = _named(port, "layers.0.self_attn", "attention scale")
+    assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
+
+    model = llama_tiny()
+    modeling_llama = sys.modules[type(model.layers[0].self_attn).__module__]  # where its forward finds the rotary
+    port = _port(tmp_path, "llama_tiny", model, ((modeling_llama, "apply_rotary_pos_emb", _interleaved_rotary),))
+    _named(port, "layers.0.self_attn", "interleaved rotary")
+
+    port = _port(tmp_path, "llama_tiny", llama_tiny(), ((F, "scaled_dot_product_attention", _sdpa_without_mask),))
+    assert F.scaled_dot_product_attention is SDPA
+    _named(port, "layers.0.self_attn", "no causal mask")
+
+
+def _sdpa_unscaled(query, key, value, scale=None, **kwargs):
+    """A hand port's attention that leaves its scores unscaled."""
+    return SDPA(query, key, value, scale=1.0, **kwargs)
+
+
+def test_gpt2_without_its_scale_is_named_with_the_factor(tmp_path):
+    # GPT-2 scales by 1/sqrt(head_dim = 8)
+    port = _port(tmp_path, "gpt2_tiny", gpt2_tiny(), ((F, "scaled_dot_product_attention", _sdpa_unscaled),))
+    found = _named(port, "h.0.attn", "attention scale")
+    assert abs(found["parameters"]["factor"] - math.sqrt(8)) <= 0.1 * math.sqrt(8), found
+    assert "no scale for 1/sqrt(head_dim)" in found["words"]
+
+
+def test_correct_ports_get_no_cause(tmp_path):
+    port = _port(tmp_path, "decoder", decoder(sdpa=True))
+    assert port["flagged"] == 0 and all("cause" not in r for r in port["layers"])
+    report = run_model("accuracy.workflows.model.zoo:llama_tiny", _ids(tmp_path), ["threads:1", "torchscript"])
+    assert [p["flagged"] for p in report.ports] == [0, 0]
+    assert all("cause" not in row for port in report.ports for row in port["layers"])
+
+
+def _ids(tmp_path):
+    return write_arrays(tmp_path / "ids.npz", example_inputs("llama_tiny"))
+
+
+# --- the changed attention, on its own -------------------------------------------------------
+
+
+def _attention_call(model, name: str):
+    calls, _ = record(model, example_inputs(name))
+    return next(c for c in calls if is_attention(c.module))
+
+
+def _changed_output(call, change: AttentionChange, module=None, inputs=None):
+    with torch.no_grad():
+        return call.run(_module_class()(call.module if module is None else module, change), inputs or call.inputs)
+
+
+@pytest.mark.parametrize(
+    ("make", "name"), [(decoder, "decoder"), (llama_tiny, "llama_tiny"), (gpt2_tiny, "gpt2_tiny"), (bert2, "bert2")]
+)
+def test_no_change_is_the_module_itself_in_float64_too(make, name):
+    call = _attention_call(make().eval(), name)
+    with torch.no_grad():
+        own = call.run(call.module, call.inputs)
+    torch.testing.assert_close(_changed_output(call, AttentionChange()), own)  # SDPA written out: rounding apart
+    module64 = call.module.double()
+    inputs64 = [t.double() if t.is_floating_point() else t for t in call.inputs]
+    with torch.no_grad(), float64_throughout():
+        own64 = call.run(module64, inputs64)
+        changed64 = _changed_output(call, AttentionChange(), module64, inputs64)
+    assert changed64.dtype == torch.float64
+    torch.testing.assert_close(changed64, own64, rtol=1e-13, atol=1e-15)
+
+
+def test_the_eager_gpt2_mask_and_scale_are_changed_where_they_are_applied():
+    """GPT-2's eager attention masks twice, by torch.where(its causal buffer, scores, finfo.min)
+    and by adding the model's 0/finfo.min mask, and scales by a division: the changes reach all."""
+    transformers = import_transformers()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=32, n_layer=1, n_head=4)
+    config._attn_implementation = "eager"
+    model = transformers.GPT2Model(config).eval()
+    call = _attention_call(model, "gpt2_tiny")
+    unmasked = call.module
+    with torch.no_grad():
+        unmasked.bias.fill_(True)
+        (mask,) = (t for t in call.inputs if t.ndim == 4)
+        assert mask.dtype == torch.float32 and mask.min() == torch.finfo(torch.float32).min
+        expected = call.run(unmasked, [torch.zeros_like(t) if t is mask else t for t in call.inputs])
+        unmasked.bias.copy_(torch.tril(unmasked.bias))
+    torch.testing.assert_close(_changed_output(call, AttentionChange(causal="none")), expected)
+    with torch.no_grad():
+        unmasked.scale_attn_weights = False
+        expected = call.run(unmasked, call.inputs)
+        unmasked.scale_attn_weights = True
+    torch.testing.assert_close(_changed_output(call, AttentionChange(factor=math.sqrt(8))), expected)
+
+
+def test_attention_causes_apply_to_attention_modules_only():
+    attention = [c for c in causes() if c.name in ("attention scale", "no causal mask", "softmax in bfloat16")]
+    model = decoder()
+    for path, module in model.named_modules():
+        assert all(c.applies(module) for c in attention) == path.endswith("self_attn"), path
+    llama, gpt2 = llama_tiny(), gpt2_tiny()
+    assert all(c.applies(llama.layers[0].self_attn) and c.applies(gpt2.h[0].attn) for c in attention)
+    assert not any(c.applies(m) for c in attention for m in (llama.layers[0], llama.layers[0].mlp, gpt2.h[0]))
