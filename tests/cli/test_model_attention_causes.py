@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,10 +26,10 @@ from accuracy.workflows.model.zoo import bert2, decoder, example_inputs, gpt2_ti
 SDPA = F.scaled_dot_product_attention
 
 
-def _port(tmp_path, name: str, port, patches: tuple = ()) -> dict:
+def _port(tmp_path, name: str, port, patches: tuple = (), inputs: dict | None = None) -> dict:
     """`port` run as a runtime would, its activations handed over, judged against zoo's `name`;
     `patches`: (object, attribute, value) in force while the port runs (a hand port's own code)."""
-    inputs = example_inputs(name)
+    inputs = example_inputs(name) if inputs is None else inputs
     with pytest.MonkeyPatch.context() as mp:
         for target, attribute, value in patches:
             mp.setattr(target, attribute, value)
@@ -140,6 +141,31 @@ def test_gpt2_without_its_scale_is_named_with_the_factor(tmp_path):
     found = _named(port, "h.0.attn", "attention scale")
     assert abs(found["parameters"]["factor"] - math.sqrt(8)) <= 0.1 * math.sqrt(8), found
     assert "no scale for 1/sqrt(head_dim)" in found["words"]
+
+
+def _explicit_attention(fill: float):
+    """A hand port's attention written out, its masked scores filled with `fill`."""
+
+    def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
+        scores = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+        return torch.softmax(scores.masked_fill(~attn_mask, fill), -1) @ value
+
+    return attention
+
+
+@pytest.mark.parametrize(
+    ("fill", "cause"), [(-math.inf, "mask fill -inf"), (-1e9, "mask fill finite")], ids=["-inf", "-1e9"]
+)
+def test_a_mask_fill_is_named_where_it_matters_on_padded_rows(tmp_path, fill, cause):
+    """Left padding masks every key of the first queries: torch's SDPA gives those rows 0, a
+    softmax over -inf gives NaN, over a finite fill an average of the masked values."""
+    inputs = example_inputs("llama_tiny")
+    inputs["attention_mask"] = np.ones_like(inputs["input_ids"])
+    inputs["attention_mask"][:, :3] = 0
+    patch = ((F, "scaled_dot_product_attention", _explicit_attention(fill)),)
+    port = _port(tmp_path, "llama_tiny", llama_tiny(), patch, inputs)
+    found = _named(port, "layers.0.self_attn", cause)
+    assert "fully masked row (padding)" in found["words"]
 
 
 def test_correct_ports_get_no_cause(tmp_path):

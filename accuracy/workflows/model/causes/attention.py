@@ -17,6 +17,7 @@ which is a permutation of the q and k projections' rows.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -88,7 +89,13 @@ def _large_negative(value: Any) -> float | None:
     return None
 
 
-def _additive_mask(value: Any) -> Any:
+def _bools(mask: Any) -> np.ndarray:
+    """A boolean mask as numpy's: the masks are combined there, out of sight of the Monte Carlo
+    runs' dispatch mode, whose reason would otherwise list ops that compute no float."""
+    return np.asarray(mask.detach().numpy(), dtype=bool)
+
+
+def _additive_mask(value: Any) -> np.ndarray | None:
     """Where an additive mask (0 kept, large negative masked, at least one masked) masks; else None."""
     import torch
 
@@ -98,14 +105,12 @@ def _additive_mask(value: Any) -> Any:
     masked = values <= MASKED
     if not masked.any() or not ((values == 0) | masked).all():
         return None
-    return value <= MASKED
+    return masked
 
 
-def _causal(rows: int, keys: int, shift: int) -> Any:
+def _causal(rows: int, keys: int, shift: int) -> np.ndarray:
     """The keys a causal query may not see, shifted by `shift` keys (aligned to the last key, as a cache is)."""
-    import torch
-
-    return torch.ones(rows, keys, dtype=torch.bool).triu(1 + shift + keys - rows)
+    return np.triu(np.ones((rows, keys), dtype=bool), 1 + shift + keys - rows)
 
 
 def _rounded(x: Any, dtype: Any) -> Any:
@@ -131,25 +136,31 @@ def _attention_mode(change: AttentionChange):
             self.disallowed.append(disallowed)
             self.fills.append(fill)
 
-        def softmax(self, x: Any, dim: int) -> Any:
-            """The softmax of scores `x` (mask applied only where the change masks otherwise)."""
+        def softmax(self, x: Any, dim: int, safe: bool = False) -> Any:
+            """The softmax of scores `x`, with the masks recorded on their way here applied as the
+            change has them; `safe`: as F.scaled_dot_product_attention, a row all -inf gives 0."""
             if change.factor != 1.0:
                 x = x * change.factor
-            if change.masks:
-                disallowed = torch.zeros(x.shape[-2:], dtype=torch.bool)
-                for m in self.disallowed:
-                    disallowed = disallowed | m
-                if change.causal is not None:
-                    rows, keys = x.shape[-2:]
-                    disallowed = disallowed & ~_causal(rows, keys, 0)
-                    if change.causal != "none":
-                        disallowed = disallowed | _causal(rows, keys, int(change.causal))
-                fill = change.fill if change.fill is not None else min(self.fills, default=float("-inf"))
-                x = x.masked_fill(disallowed, fill)
+            rows, keys = x.shape[-2:]
+            disallowed = np.zeros((rows, keys), dtype=bool)
+            for m in self.disallowed:
+                disallowed = disallowed | m
+            if change.causal is not None:
+                disallowed = disallowed & ~_causal(rows, keys, 0)
+                if change.causal != "none":
+                    disallowed = disallowed | _causal(rows, keys, int(change.causal))
+            fill = change.fill if change.fill is not None else min(self.fills, default=-math.inf)
             self.disallowed, self.fills = [], []
+            if disallowed.any():
+                x = x.masked_fill(torch.from_numpy(disallowed), fill)
             if change.softmax_dtype is None:
-                return torch.softmax(x, dim)
-            return _rounded(torch.softmax(_rounded(x, change.softmax_dtype), dim), change.softmax_dtype)
+                probs = torch.softmax(x, dim)
+            else:
+                probs = _rounded(torch.softmax(_rounded(x, change.softmax_dtype), dim), change.softmax_dtype)
+            empty = disallowed.all(-1, keepdims=True)
+            if safe and fill == -math.inf and empty.any():
+                probs = probs.masked_fill(torch.from_numpy(empty), 0.0)
+            return probs
 
         def attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
             """F.scaled_dot_product_attention written out (eval: no dropout), its softmax changed."""
@@ -157,20 +168,17 @@ def _attention_mode(change: AttentionChange):
                 k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
             scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
             if is_causal:
-                self._recorded(_causal(*scores.shape[-2:], 0), float("-inf"))
+                self._recorded(_causal(*scores.shape[-2:], 0), -math.inf)
             if attn_mask is not None and attn_mask.dtype == torch.bool:
-                self._recorded(~attn_mask, float("-inf"))
+                self._recorded(~_bools(attn_mask), -math.inf)
             elif attn_mask is not None:
                 additive = _additive_mask(attn_mask) if change.masks else None
                 if additive is None:
                     scores = scores + attn_mask
                 else:
                     self._recorded(additive, float(_numpy(attn_mask).min()))
-            if not change.masks:  # the module's own mask, applied as it was
-                for m, fill in zip(self.disallowed, self.fills, strict=True):
-                    scores = scores.masked_fill(m, fill)
-                self.disallowed, self.fills = [], []
-            return self.softmax(scores, -1) @ v
+            # a port's explicit softmax with another fill has no safe rows: a fully masked row is its fill's
+            return self.softmax(scores, -1, safe=change.fill is None) @ v
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -186,12 +194,12 @@ def _attention_mode(change: AttentionChange):
             if name in ("masked_fill", "masked_fill_"):
                 fill = _large_negative(args[2] if len(args) > 2 else kwargs.get("value"))
                 if fill is not None:
-                    self._recorded(args[1], fill)
+                    self._recorded(_bools(args[1]), fill)
                     return args[0]
             if name == "where" and len(args) == 3:
                 fill = _large_negative(args[2])
                 if fill is not None and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
-                    self._recorded(~args[0], fill)
+                    self._recorded(~_bools(args[0]), fill)
                     return args[1]
             if name in ("add", "__add__", "__radd__", "add_", "__iadd__") and len(args) == 2:
                 for scores, mask in (args, args[::-1]):
@@ -344,6 +352,23 @@ CAUSES: tuple[Cause, ...] = (
         _rotary_other(to_interleaved=False),
         lambda m, v: "the rotate-half rotary convention (pairs i, i+d/2: HF) for interleaved (GPT-J, Meta's Llama)",
         accepts=_has_rotary,
+    ),
+    Cause(
+        "mask fill -inf",
+        ATTENTION,
+        _changed(fill=-math.inf),
+        lambda m, v: "masked scores filled with -inf in its own softmax: a fully masked row (padding) gives NaN",
+        accepts=is_attention,
+    ),
+    Cause(
+        "mask fill finite",
+        ATTENTION,
+        _changed(fill=float(np.finfo(np.float32).min)),
+        lambda m, v: (
+            "masked scores filled with a large finite value (finfo.min, -1e9, -1e4) for -inf: "
+            "a fully masked row (padding) attends to the masked keys instead of giving 0"
+        ),
+        accepts=is_attention,
     ),
     _softmax_in("bfloat16"),
     _softmax_in("float16"),
