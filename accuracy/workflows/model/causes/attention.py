@@ -255,8 +255,9 @@ def scale_conventions(module: Any) -> dict[float, str]:
 def _scale_words(module: Any, factor: float) -> str:
     known = next((w for f, w in scale_conventions(module).items() if abs(factor - f) <= 0.1 * f), None)
     heads, width = geometry(module)  # type: ignore[misc]
-    said = f"the attention scores scaled by {factor:.3g} times the reference's"
-    return f"{said}: {known} ({heads} heads of {width})" if known else said
+    if known is None:
+        return f"the attention scores {factor:.3g} times the reference's ({heads} heads of {width})"
+    return f"the attention scale {known} (the scores {factor:.3g} times the reference's; {heads} heads of {width})"
 
 
 # --- the rotary convention -----------------------------------------------------------------
