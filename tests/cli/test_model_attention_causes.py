@@ -116,19 +116,34 @@ def _scaled_by_width(model, width: int = 32):
     return model
 
 
-def test_llama_ports_bugs_are_named_at_its_attention(tmp_path):
-    port = _port(tmp_path, "llama_tiny", _scaled_by_width(llama_tiny()))
-    found = _named(port, "layers.0.self_attn", "attention scale")
-    assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
+def _llama_scaled_by_width(model):
+    return _scaled_by_width(model), ()
 
-    model = llama_tiny()
+
+def _llama_interleaved(model):
     modeling_llama = sys.modules[type(model.layers[0].self_attn).__module__]  # where its forward finds the rotary
-    port = _port(tmp_path, "llama_tiny", model, ((modeling_llama, "apply_rotary_pos_emb", _interleaved_rotary),))
-    _named(port, "layers.0.self_attn", "interleaved rotary")
+    return model, ((modeling_llama, "apply_rotary_pos_emb", _interleaved_rotary),)
 
-    port = _port(tmp_path, "llama_tiny", llama_tiny(), ((F, "scaled_dot_product_attention", _sdpa_without_mask),))
+
+def _llama_without_mask(model):
+    return model, ((F, "scaled_dot_product_attention", _sdpa_without_mask),)
+
+
+@pytest.mark.parametrize(
+    ("bug", "cause"),
+    [
+        (_llama_scaled_by_width, "attention scale"),
+        (_llama_interleaved, "interleaved rotary"),
+        (_llama_without_mask, "no causal mask"),
+    ],
+    ids=["scale", "interleaved-rotary", "no-causal-mask"],
+)
+def test_llama_port_bugs_are_named_at_its_attention(tmp_path, bug, cause):
+    port, patches = bug(llama_tiny())
+    found = _named(_port(tmp_path, "llama_tiny", port, patches), "layers.0.self_attn", cause)
     assert F.scaled_dot_product_attention is SDPA
-    _named(port, "layers.0.self_attn", "no causal mask")
+    if cause == "attention scale":  # 1/sqrt(hidden 32) for 1/sqrt(head_dim 8)
+        assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
 
 
 def _sdpa_unscaled(query, key, value, scale=None, **kwargs):
@@ -194,8 +209,23 @@ def _changed_output(call, change: AttentionChange, module=None, inputs=None):
         return call.run(_module_class()(call.module if module is None else module, change), inputs or call.inputs)
 
 
+def _llama_eager():
+    """llama_tiny on transformers' eager path: its mask added (0 / finfo.min), softmax(dtype=float32)."""
+    model = llama_tiny()
+    model.config._attn_implementation = "eager"
+    return model
+
+
 @pytest.mark.parametrize(
-    ("make", "name"), [(decoder, "decoder"), (llama_tiny, "llama_tiny"), (gpt2_tiny, "gpt2_tiny"), (bert2, "bert2")]
+    ("make", "name"),
+    [
+        (decoder, "decoder"),
+        (llama_tiny, "llama_tiny"),
+        (_llama_eager, "llama_tiny"),
+        (gpt2_tiny, "gpt2_tiny"),
+        (bert2, "bert2"),
+    ],
+    ids=["decoder", "llama-sdpa", "llama-eager", "gpt2", "bert"],
 )
 def test_no_change_is_the_module_itself_in_float64_too(make, name):
     call = _attention_call(make().eval(), name)
@@ -243,3 +273,17 @@ def test_attention_causes_apply_to_attention_modules_only():
     llama, gpt2 = llama_tiny(), gpt2_tiny()
     assert all(c.applies(llama.layers[0].self_attn) and c.applies(gpt2.h[0].attn) for c in attention)
     assert not any(c.applies(m) for c in attention for m in (llama.layers[0], llama.layers[0].mlp, gpt2.h[0]))
+
+
+def test_the_eager_llama_scale_and_mask_are_changed_where_they_are_applied():
+    call = _attention_call(_llama_eager(), "llama_tiny")
+    (mask,) = (t for t in call.inputs if t.ndim == 4)
+    assert mask.dtype == torch.float32 and mask.min() == torch.finfo(torch.float32).min  # the eager path's mask
+    with torch.no_grad():
+        call.module.scaling *= 2
+        expected = call.run(call.module, call.inputs)
+        call.module.scaling /= 2
+    torch.testing.assert_close(_changed_output(call, AttentionChange(factor=2.0)), expected)
+    with torch.no_grad():
+        expected = call.run(call.module, [torch.zeros_like(t) if t is mask else t for t in call.inputs])
+    torch.testing.assert_close(_changed_output(call, AttentionChange(causal="none")), expected)

@@ -187,7 +187,8 @@ def _attention_mode(change: AttentionChange):
                 return self.attention(*args, **kwargs)
             if name == "softmax":
                 x, dim = args[0], kwargs.get("dim", args[1] if len(args) > 1 else -1)
-                return self.softmax(x, dim)
+                dtype = kwargs.get("dtype") or next((a for a in args[2:] if isinstance(a, torch.dtype)), None)
+                return self.softmax(x if dtype is None or change.softmax_dtype else x.to(dtype), dim)
             if not change.masks:
                 return func(*args, **kwargs)
             # the mask's application, taken out and recorded: the softmax applies the changed mask
