@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accuracy.backends.torchvision_import import import_transformers
 from accuracy.judge.verdicts import WITHIN
@@ -21,7 +24,7 @@ from accuracy.workflows.model.causes import causes
 from accuracy.workflows.model.causes.attention import AttentionChange, _module_class, is_attention
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import float64_throughout, record
-from accuracy.workflows.model.zoo import bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
+from accuracy.workflows.model.zoo import DecoderAttention, bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
 
 SDPA = F.scaled_dot_product_attention
 
@@ -287,3 +290,23 @@ def test_the_eager_llama_scale_and_mask_are_changed_where_they_are_applied():
     with torch.no_grad():
         expected = call.run(call.module, [torch.zeros_like(t) if t is mask else t for t in call.inputs])
     torch.testing.assert_close(_changed_output(call, AttentionChange(causal="none")), expected)
+
+
+@settings(deadline=None)
+@given(factor=st.floats(0.05, 20.0), sdpa=st.booleans(), causal=st.booleans())
+def test_a_scale_factor_is_the_module_with_its_scale_times_it(factor, sdpa, causal):
+    """In float64, the changed decoder attention is the decoder attention with its scale times the
+    factor, whether it writes its softmax out or calls SDPA, masked or not."""
+    torch.manual_seed(0)
+    module = DecoderAttention(32, 4, sdpa=sdpa, causal=causal).double()
+    x = torch.randn(1, 8, 32, dtype=torch.float64)
+    with torch.no_grad():
+        changed = _module_class()(module, AttentionChange(factor=factor))(x)
+        if sdpa:  # the scale SDPA takes by default, times the factor
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(F, "scaled_dot_product_attention", partial(SDPA, scale=factor * 8**-0.5))
+                expected = module(x)
+        else:
+            module.scale *= factor
+            expected = module(x)
+    torch.testing.assert_close(changed, expected, rtol=1e-12, atol=1e-14)
