@@ -162,6 +162,26 @@ def test_gpt2_without_its_scale_is_named_with_the_factor(tmp_path):
     assert "no scale for 1/sqrt(head_dim)" in found["words"]
 
 
+SOFTMAX = F.softmax
+
+
+def _bfloat16_softmax(x, dim=None, **kwargs):
+    """A hand port's softmax in bfloat16, its probabilities back in the model's float32."""
+    return SOFTMAX(x.bfloat16(), dim).to(x.dtype)
+
+
+def test_bert_softmax_in_bfloat16_is_named_at_its_self_attention(tmp_path):
+    port = _port(tmp_path, "bert2", bert2().eval(), ((F, "softmax", _bfloat16_softmax),))
+    rows = {r["path"]: r for r in port["layers"]}
+    # the first flagged unit in the encoder (`embeddings`, integer inputs only, reads undetermined
+    # on a correct activations port too: not this test's subject)
+    first = next(path for path, r in rows.items() if path.startswith("encoder.layer") and r["verdict"] != WITHIN)
+    assert first == "encoder.layer.0" and rows["encoder.layer.0.attention.self.query"]["verdict"] == WITHIN
+    found = rows["encoder.layer.0.attention.self"]["cause"]
+    assert found["explains"] and found["name"] == "softmax in bfloat16" and found["alternatives"] == [], found
+    assert "cause" not in rows["encoder.layer.0.attention.output.dense"]
+
+
 def _explicit_attention(fill: float):
     """A hand port's attention written out, its masked scores filled with `fill`."""
 
