@@ -295,7 +295,8 @@ def test_attention_causes_apply_to_attention_modules_only():
         assert all(c.applies(module) for c in attention) == path.endswith("self_attn"), path
     llama, gpt2 = llama_tiny(), gpt2_tiny()
     assert all(c.applies(llama.layers[0].self_attn) and c.applies(gpt2.h[0].attn) for c in attention)
-    assert not any(c.applies(m) for c in attention for m in (llama.layers[0], llama.layers[0].mlp, gpt2.h[0]))
+    others = (llama.layers[0], llama.layers[0].mlp, gpt2.h[0], torch.nn.MultiheadAttention(32, 4))
+    assert not any(c.applies(m) for c in attention for m in others)
 
 
 def test_the_eager_llama_scale_and_mask_are_changed_where_they_are_applied():

@@ -38,8 +38,8 @@ def _first_int(*values: Any) -> int | None:
 def geometry(module: Any) -> tuple[int, int] | None:
     """(heads, head width) of an attention module, from the attributes its implementation keeps:
     the zoo's decoder (heads, head_width), transformers' Llama family (config.num_attention_heads,
-    head_dim), GPT-2 (num_heads, head_dim), BERT (num_attention_heads, attention_head_size),
-    torch's MultiheadAttention (num_heads, head_dim); None for any other module."""
+    head_dim), GPT-2 (num_heads, head_dim), BERT (num_attention_heads, attention_head_size); None
+    for any other module."""
     config = getattr(module, "config", None)
     heads = _first_int(
         getattr(module, "num_heads", None),
@@ -52,8 +52,12 @@ def geometry(module: Any) -> tuple[int, int] | None:
 
 
 def is_attention(module: Any) -> bool:
-    """An attention module: one with heads and a head width (a decoder layer holding one has neither)."""
-    return geometry(module) is not None
+    """An attention module: one with heads and a head width (a decoder layer holding one has neither).
+    Not torch's MultiheadAttention: its core runs inside F.multi_head_attention_forward, where the
+    changes' mode does not reach (a torch function's own body runs with the mode set aside)."""
+    from torch import nn
+
+    return geometry(module) is not None and not isinstance(module, nn.MultiheadAttention)
 
 
 @dataclass(frozen=True)
