@@ -17,6 +17,7 @@ which is a permutation of the q and k projections' rows.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,7 +29,7 @@ from accuracy.workflows.model.causes.cause import Cause
 
 # a mask's fill: below this a score is masked out (HF fills finfo.min, older ports -1e4 or -1e9)
 MASKED = -1e4
-ATTENTION = ("attention",)  # the kind the words use; modules are recognised by `is_attention`
+ATTENTION: tuple[str, ...] = ()  # no class names: `accepts=is_attention` tells an attention by what it keeps
 
 
 def _first_int(*values: Any) -> int | None:
@@ -217,6 +218,7 @@ def _attention_mode(change: AttentionChange):
     return AttentionChanged()
 
 
+@functools.cache
 def _module_class():
     from torch import nn
 
