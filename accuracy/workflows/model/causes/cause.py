@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a cause may read beyond the unit's module: the model's modules by path (another
+    layer's weight), the reference run's calls (the shape a flatten took) and the unit's call."""
+
+    modules: dict[str, Any] = field(default_factory=dict)
+    calls: list = field(default_factory=list)  # LayerCall, in the order the reference ran them
+    call: Any = None  # the unit's LayerCall
+
+    def producer(self, index: int = 0) -> Any:
+        """The leaf call whose output is the unit's input `index`, or None."""
+        key = self.call.producers[index] if self.call is not None and index < len(self.call.producers) else None
+        return next((c for c in self.calls if c.key == key), None) if key else None
 
 
 @dataclass(frozen=True)
@@ -13,18 +28,25 @@ class Cause:
     """A known port bug: the module kinds it applies to, `change(module, value)` the reference
     module with it (a copy), `values(module)` the candidate values of its parameter (None: no
     parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
-    the model self-test injects to check that the entry is named (a parameter's wrong value)."""
+    the model self-test injects to check that the entry is named (a parameter's wrong value).
+    `choices(module, context)`: a discrete parameter's candidates instead (another layer's path, an
+    axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too."""
 
     name: str
     kinds: tuple[str, ...]
-    change: Callable[[Any, Any], Any]
+    change: Callable[..., Any]
     words: Callable[[Any, Any], str]
     values: Callable[[Any], tuple] | None = None
     parameter: str | None = None
     example: Any = None
+    choices: Callable[[Any, Context], Sequence[Any]] | None = None
+    contextual: bool = False
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds
+
+    def changed(self, module: Any, value: Any, context: Context) -> Any:
+        return self.change(module, value, context) if self.contextual else self.change(module, value)
 
 
 def with_attribute(attribute: str | Callable[[Any], str]):
