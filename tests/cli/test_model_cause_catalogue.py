@@ -35,16 +35,17 @@ class Layered(nn.Module):
     max pool (stride 2) -> flatten -> linear -> hardsigmoid -> two square linears, SiLU between ->
     softmax: one of each module kind the catalogue's entries name that the zoo lacks."""
 
-    def __init__(self):
+    def __init__(self, upsample: str = "bilinear", scale: float = 2):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
         self.norm = nn.GroupNorm(2, 4)
         self.hardswish = nn.Hardswish()
         self.avgpool = nn.AvgPool2d(3, stride=1, padding=1)
-        self.upsample = nn.Upsample(scale_factor=2, mode="bilinear")
+        self.upsample = nn.Upsample(scale_factor=scale, mode=upsample)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         self.flatten = nn.Flatten()
-        self.fc1 = nn.Linear(64, 16)
+        side = (math.floor(4 * scale) - 1) // 2 + 1  # after the max pool
+        self.fc1 = nn.Linear(4 * side * side, 16)
         self.hardsigmoid = nn.Hardsigmoid()
         self.fc2, self.act, self.fc3 = nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 16)
         self.softmax = nn.Softmax(dim=-1)
@@ -58,6 +59,12 @@ class Layered(nn.Module):
 def layered() -> nn.Module:
     torch.manual_seed(SEED)
     return Layered()
+
+
+def layered_nearest() -> nn.Module:
+    """`layered` with torch's (asymmetric) nearest upsampling, by 1.5 (at 2 both conventions agree)."""
+    torch.manual_seed(SEED)
+    return Layered("nearest", 1.5)
 
 
 def _port(tmp_path, spec: str, inputs: dict, port) -> dict:
@@ -157,6 +164,23 @@ class _Bfloat16LayerNorm(nn.LayerNorm):
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps).float()
 
 
+class _Bfloat16ProductsLinear(nn.Linear):
+    """A Linear under bfloat16 autocast, accumulating in float32: both factors rounded."""
+
+    def forward(self, x):
+        return F.linear(x.bfloat16().float(), self.weight.bfloat16().float(), self.bias)
+
+
+class _Float16InputGELU(nn.GELU):
+    def forward(self, x):
+        return F.gelu(x.half().float())
+
+
+class _SamePaddingMaxPool(nn.MaxPool2d):
+    def forward(self, x):
+        return F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=-math.inf), self.kernel_size, self.stride)
+
+
 class _Float16Softmax(nn.Softmax):
     def forward(self, x):
         return torch.softmax(x.half(), self.dim).float()
@@ -235,11 +259,20 @@ ROWS = [
      "upsample", "align_corners", None),
     ("asymmetric-bilinear", _swap("layered", layered, upsample=_as(_AsymmetricBilinear)), "upsample",
      "interpolation convention", None),
+    ("half-pixel-nearest", _swap("layered_nearest", layered_nearest, upsample=nn.Upsample(scale_factor=1.5,
+                                                                                         mode="nearest-exact")),
+     "upsample", "interpolation convention", None),
+    ("same-padding-maxpool", _swap("layered", layered, maxpool=_as(_SamePaddingMaxPool)), "maxpool", "same padding",
+     None),
     ("softmax-axis", _swap("layered", layered, softmax=nn.Softmax(dim=0)), "softmax", "softmax axis", 0),
     ("transposed-weight",
      _edited("small_transformer", small_transformer, lambda m: m.proj.weight.copy_(m.proj.weight.T.clone())), "proj",
      "transposed weight", None),
     ("tf32-products", _swap("small_cnn", small_cnn, conv2=_as(_TF32Conv)), "conv2", "products in tfloat32", None),
+    ("bfloat16-products", _swap("small_transformer", small_transformer, down=_as(_Bfloat16ProductsLinear)), "down",
+     "products in bfloat16", None),
+    ("float16-input", _swap("small_transformer", small_transformer, gelu=_Float16InputGELU()), "gelu",
+     "inputs in float16", None),
     ("bfloat16-input", _swap("small_transformer", small_transformer, up=_as(_Bfloat16InputLinear)), "up",
      "inputs in bfloat16", None),
     ("layernorm-in-bfloat16", _swap("small_transformer", small_transformer, norm=_as(_Bfloat16LayerNorm)), "norm",
@@ -250,11 +283,13 @@ ROWS = [
 
 
 def _spec(name: str) -> str:
-    return LAYERED if name == "layered" else f"accuracy.workflows.model.zoo:{name}"
+    return (
+        f"tests.cli.test_model_cause_catalogue:{name}" if "layered" in name else f"accuracy.workflows.model.zoo:{name}"
+    )
 
 
 def _inputs(name: str) -> dict:
-    return _layered_inputs() if name == "layered" else example_inputs(name)
+    return _layered_inputs() if "layered" in name else example_inputs(name)
 
 
 @pytest.mark.parametrize(("port", "path", "cause", "parameter"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
