@@ -29,7 +29,7 @@ LOW = ("bfloat16", "float16")
 def rounded(tensor: Any, fmt: FloatFormat) -> Any:
     """`tensor` rounded once to `fmt`, kept in its own dtype: by numpy, so that the float64
     evaluation (which widens a model's own casts) rounds it too."""
-    values = np.asarray(fmt.round(tensor.detach().cpu().numpy()), dtype=np.float64)
+    values = np.asarray(fmt.round(tensor.detach().cpu().double().numpy()), dtype=np.float64)
     return torch.from_numpy(values).to(tensor.dtype)
 
 
