@@ -95,6 +95,13 @@ class _EpsOutsideRMSNorm(nn.Module):
         return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
 
 
+class _EpsOutsideBatchNorm(nn.BatchNorm2d):
+    def forward(self, x):
+        shape = (1, -1, 1, 1)
+        y = (x - self.running_mean.view(shape)) / (self.running_var.view(shape).sqrt() + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+
 class _UnbiasedGroupNorm(nn.GroupNorm):
     def forward(self, x):
         g = x.reshape(x.shape[0], self.num_groups, -1)
@@ -230,6 +237,8 @@ ROWS = [
      "eps outside the square root", None),
     ("rmsnorm-eps-outside", _edited("decoder", decoder, lambda m: setattr(m, "norm", _EpsOutsideRMSNorm(m.norm))),
      "norm", "eps outside the square root", None),
+    ("batchnorm-eps-outside", _swap("small_cnn", small_cnn, bn1=_as(_EpsOutsideBatchNorm)), "bn1",
+     "eps outside the square root", None),
     ("groupnorm-unbiased", _swap("layered", layered, norm=_as(_UnbiasedGroupNorm)), "norm", "unbiased variance",
      None),
     ("gelu-swapped-for-silu", _swap("small_transformer", small_transformer, gelu=nn.SiLU()), "gelu",
