@@ -21,7 +21,8 @@ from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import explain
-from accuracy.workflows.model.causes.layout import _regridded
+from accuracy.workflows.model.causes.layout import _regridded, _tf_same
+from accuracy.workflows.model.causes.normalization import NormWritten
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.units import leaf_units
@@ -372,3 +373,29 @@ def test_a_regridded_linear_is_the_linear_on_the_other_flatten(channels, spatial
         assert math.isclose(
             float(_regridded(_regridded(linear, channels), spatial).weight.sub(linear.weight).abs().max()), 0
         )
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 7), st.integers(1, 4), st.integers(1, 3))
+def test_tensorflow_same_padding_keeps_ceil_size_over_stride(size, kernel, stride, dilation):
+    """TensorFlow's "same": the output has ceil(size / stride) elements, the odd pad after."""
+    before, after = _tf_same(size, kernel, stride, dilation)
+    assert (size + before + after - (kernel - 1) * dilation - 1) // stride + 1 == math.ceil(size / stride)
+    assert after - before in (0, 1)
+
+
+@pytest.mark.parametrize(
+    "norm", [nn.LayerNorm(6), nn.GroupNorm(3, 6), nn.BatchNorm2d(6), nn.RMSNorm(6, eps=1e-5)], ids=type
+)
+def test_a_norm_written_out_is_the_norm(norm):
+    """The entries' changed references differ from the module only by their variant."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for tensor in (*norm.parameters(), *norm.buffers()):
+            if tensor.is_floating_point():
+                tensor.uniform_(0.5, 1.5)
+    channels_first = isinstance(norm, (nn.GroupNorm, nn.BatchNorm2d))
+    x = torch.randn(2, 6, 3, 3, dtype=torch.float64) if channels_first else torch.randn(2, 4, 6, dtype=torch.float64)
+    norm = norm.double().eval()
+    with torch.no_grad():
+        assert torch.allclose(NormWritten(norm)(x), norm(x), rtol=1e-12, atol=1e-12)
