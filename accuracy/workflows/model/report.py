@@ -169,6 +169,19 @@ def cause_text(cause: dict | None) -> str:
     return f"no known cause explains it (nearest: {cause['words']}, {number(cause['ratio'])}x its tier's limit); "
 
 
+def cause_cell(cause: dict | None) -> str:
+    """The table's cause column: the cause that explains the unit and its fitted parameters, or
+    that none does; empty where the unit was not flagged."""
+    if not cause:
+        return ""
+    if not cause["explains"]:
+        return "no known cause"
+    fitted = ", ".join(
+        f"{k} = {v:.2g}" if isinstance(v, float) else f"{k} = {v}" for k, v in cause["parameters"].items()
+    )
+    return cause["name"] + (f" ({fitted})" if fitted else "") + (" (+ others)" if cause["alternatives"] else "")
+
+
 def number(v) -> str:
     """A number as the answers and the table print it: 3 significant digits, - where there is none."""
     return "-" if v is None or v != v else f"{v:.3g}"
