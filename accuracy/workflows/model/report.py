@@ -8,7 +8,7 @@ the HTML page (accuracy.report.model_page) and the text read the same fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -71,6 +71,9 @@ class PortResult(TypedDict):
     output: dict[str, float | None]
     end_to_end: EndToEndVerdict
     seconds: float
+    # the port's own first-layer input against the model's (preprocessing), where the port shows it:
+    # [{input, layer, verdict, reason, cause (where not within rounding)}]
+    inputs: NotRequired[list[dict]]
 
 
 @dataclass
@@ -149,6 +152,13 @@ class ModelReport:
             else:
                 head = f"every compared layer within rounding ({counts})"
             out = p["output"]
+            lines += [
+                f"{printable(p['port'])} [{p['dtype']}]: its input {printable(i['input'])} (as "
+                f"{printable(i['layer'])} received it) is not the model's: {i['verdict']}: "
+                f"{cause_text(i.get('cause'))}{i['reason']}"
+                for i in p.get("inputs", [])
+                if i["verdict"] != WITHIN
+            ]
             lines.append(
                 f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
                 f"{number(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "

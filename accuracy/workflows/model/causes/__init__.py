@@ -20,12 +20,12 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model.causes import activations, normalization, precision
+from accuracy.workflows.model.causes import activations, inputs, normalization, precision
 from accuracy.workflows.model.causes.cause import Cause
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, precision)
+CATALOGUE = (normalization, activations, precision, inputs)
 
 
 @functools.cache
@@ -78,7 +78,11 @@ def explain(
     tried: list[dict[str, Any]] = []
     for cause in (c for c in causes() if c.applies(module)):
         try:
-            value = _fitted(cause, unit, tensors, fmt, output) if cause.values else None
+            value = (
+                cause.fit(module, tensors, output)
+                if cause.fit
+                else (_fitted(cause, unit, tensors, fmt, output) if cause.values else None)
+            )
             judged = judge_unit(_changed(unit, cause, value), tensors, fmt, {label: output}, products)[label]
         except Exception:  # a change this module cannot take: not this cause
             continue

@@ -13,7 +13,9 @@ class Cause:
     """A known port bug: the module kinds it applies to, `change(module, value)` the reference
     module with it (a copy), `values(module)` the candidate values of its parameter (None: no
     parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
-    the model self-test injects to check that the entry is named (a parameter's wrong value)."""
+    the model self-test injects to check that the entry is named (a parameter's wrong value).
+    `fit(module, inputs, output)`, where given, finds the parameter in closed form instead of the
+    1-D search (a mean and std per channel: more numbers than a 1-D search fits)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -22,6 +24,7 @@ class Cause:
     values: Callable[[Any], tuple] | None = None
     parameter: str | None = None
     example: Any = None
+    fit: Callable[[Any, list, Any], Any] | None = None
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds
