@@ -17,7 +17,8 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
 from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.report.plots import WIDTH, to_png_base64
-from accuracy.workflows.model.report import cause_cell, cause_text
+from accuracy.workflows.check import cause_text
+from accuracy.workflows.model.report import cause_cell
 
 COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale

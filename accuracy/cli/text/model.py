@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_table, printable
 from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
-from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell, cause_text, number
+from accuracy.workflows.check import cause_text
+from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell, number
 
 HEADER = [
     "layer",

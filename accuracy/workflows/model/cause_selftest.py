@@ -61,7 +61,7 @@ class Injection:
         return dict(self.__dict__)
 
 
-def _close(found: Any, wanted: Any) -> bool:
+def parameter_close(found: Any, wanted: Any) -> bool:
     """The fitted parameter within 10% of the injected one (elementwise for a per-channel fit)."""
     if wanted is None or isinstance(wanted, (str, bool)):
         return found == wanted or wanted is None
@@ -76,7 +76,7 @@ def _outcome(entry: Cause, cause: dict | None) -> str:
         return NOT_NAMED
     if cause["name"] != entry.name:
         return WRONG
-    return RIGHT if all(_close(v, entry.example) for v in cause["parameters"].values()) else WRONG
+    return RIGHT if all(parameter_close(v, entry.example) for v in cause["parameters"].values()) else WRONG
 
 
 def _target(entry: Cause, model, given: dict, reference: dict) -> tuple[str, dict] | None:

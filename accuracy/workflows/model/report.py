@@ -16,7 +16,7 @@ from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
-from accuracy.workflows.check import worst_text
+from accuracy.workflows.check import cause_text, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
@@ -165,18 +165,6 @@ class ModelReport:
                 f"{number(out['reference_relative_error'])})"
             )
         return lines
-
-
-def cause_text(cause: dict | None) -> str:
-    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
-    if not cause:
-        return ""
-    if cause["words"] is None:
-        return "no known cause explains it (none in the catalogue applies to it); "
-    if cause["explains"]:
-        also = f" (also: {'; '.join(cause['alternatives'])})" if cause["alternatives"] else ""
-        return f"explained by {cause['words']}{also}; "
-    return f"no known cause explains it (nearest: {cause['words']}, {number(cause['ratio'])}x its tier's limit); "
 
 
 def cause_cell(cause: dict | None) -> str:
