@@ -4,13 +4,17 @@ no cause. Rows come from `causes()`, so entries other packages add join without 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from accuracy.cli.main import main
 from accuracy.cli.text.selftest import markdown_models, render_models
 from accuracy.workflows.model.cause_selftest import (
     NOT_NAMED,
     RIGHT,
     WRONG,
+    Injection,
     _outcome,
     model_selftest,
     model_summary,
@@ -62,3 +66,41 @@ def test_the_tables(measured):
     table = markdown_models(reports, total)
     assert "| normalization eps | small_cnn | bn1 | 1 | 0 | 0 | eps = 0.001 |" in table
     assert f"| **all** | | | {len(causes())} (100.0%) | 0 | 0 | named on correct ports: 0 | |" in table
+
+
+def _report(outcomes: list[str], named_on_correct: list[str]) -> dict:
+    injections = [
+        Injection(f"cause {i}", "small_cnn", "bn1", outcome, seconds=0.5).as_dict()
+        for i, outcome in enumerate(outcomes)
+    ]
+    return {
+        "model": "small_cnn",
+        "injections": injections,
+        "correct_ports": ["threads:1"],
+        "named_on_correct": named_on_correct,
+        "seconds": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "named_on_correct", "status"),
+    [
+        ([RIGHT] * 20, [], 0),
+        ([RIGHT] * 19 + [NOT_NAMED], [], 0),  # 95 % named right: the target
+        ([RIGHT] * 18 + [WRONG, NOT_NAMED], [], 1),  # 90 %
+        ([RIGHT] * 20, ["threads:1: conv1: weights in bfloat16"], 1),  # a cause on a correct port
+    ],
+)
+def test_the_selftest_exits_1_where_a_target_of_causes_is_missed(
+    monkeypatch, capsys, outcomes, named_on_correct, status
+):
+    import accuracy.cli.selftest_command as selftest_command
+    import accuracy.workflows.model.cause_selftest as cause_selftest
+
+    monkeypatch.setattr(selftest_command, "selftest", lambda *args, **kwargs: iter([]))
+    monkeypatch.setattr(cause_selftest, "model_selftest", lambda progress: iter([_report(outcomes, named_on_correct)]))
+    assert main(["selftest", "--small", "--json"]) == status
+    models = json.loads(capsys.readouterr().out)["models"]
+    assert models["summary"]["named_right"] == outcomes.count(RIGHT)
+    assert models["summary"]["named_on_correct"] == len(named_on_correct)
+    assert models["summary"]["named_right_rate"] == outcomes.count(RIGHT) / len(outcomes)
