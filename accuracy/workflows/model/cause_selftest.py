@@ -7,7 +7,8 @@ of the model; the copy's activations are a port (the format any runtime writes),
 correct ports by `evaluate_ports` as `opbench model` judges them. An input cause changes the
 model's input instead (causes.inputs.ModelInput). Per entry: named right (the cause that explains
 the injected unit is the entry, its fitted parameter within 10% of the injected one), named wrong
-(another explains it), not named; and on the correct ports, every cause named (must be none).
+(another explains it, or a cause is named on another unit of the port), not named; and on the
+correct ports, every cause named (must be none).
 """
 
 from __future__ import annotations
@@ -170,6 +171,14 @@ def model_selftest(progress=None) -> Iterator[dict]:
                 injection.why = "" if cause["explains"] else f"nearest: {cause['words']} ({cause['ratio']})"
             else:
                 injection.why = "the unit was not flagged"
+            elsewhere = [
+                row["path"]
+                for row in result["layers"]
+                if row["path"] != injection.path and (row.get("cause") or {}).get("explains")
+            ]
+            if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
+                injection.outcome = WRONG
+                injection.why += f"; a cause named elsewhere too: {', '.join(elsewhere)}"
             try:
                 injection.seconds = _timed_explain(port, calls, given, injection.path or "")
             except Exception as exc:  # the timing is a measurement, never the verdict
