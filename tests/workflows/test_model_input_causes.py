@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.causes.inputs import ModelInput, _fit_normalized
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import record
@@ -80,3 +84,18 @@ def test_the_same_input_is_within_rounding_with_no_cause(tmp_path):
 def test_ports_fed_the_reference_inputs_get_no_input_row():
     report = run_model(CNN, "x=2x3x8x8", ["threads:1"])
     assert report.ports[0]["inputs"] == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    means=st.lists(st.floats(-2, 2), min_size=3, max_size=3),
+    stds=st.lists(st.floats(0.05, 4), min_size=3, max_size=3),
+)
+def test_the_mean_and_std_fit_recovers_any_per_channel_normalization(means, stds):
+    """The least-squares fit finds the mean and std a float32 port applied, to float32 rounding."""
+    image = torch.from_numpy(_image())
+    mean, std = (torch.tensor(v, dtype=torch.float32).reshape(1, 3, 1, 1) for v in (means, stds))
+    port = ((image - mean) / std).numpy()
+    fitted_means, fitted_stds = _fit_normalized(ModelInput(), [image], port)
+    np.testing.assert_allclose(fitted_stds, stds, rtol=1e-5)
+    np.testing.assert_allclose(fitted_means, means, rtol=1e-5, atol=1e-5 * max(stds))

@@ -52,14 +52,18 @@ def _pair(inputs: list, output) -> tuple[np.ndarray, np.ndarray]:
     return inputs[0].detach().double().numpy(), np.asarray(output, np.float64).reshape(tuple(inputs[0].shape))
 
 
+SNAP = 1e-6  # a least-squares fit to float32 data is this close to the constant the port used
+
+
 def _rounded(value: float) -> float:
-    """`value`, or its nearest 1-to-3-significant-digit rounding (or of its inverse) where that is
-    within 0.01%: a port's constants are round numbers (255, 1/255, 0.5)."""
-    for candidate in (float(f"{value:.{d}g}") for d in (1, 2, 3)):
-        if candidate and abs(candidate - value) <= 1e-4 * abs(value):
+    """`value`, or its nearest 1-to-4-significant-digit rounding (or of its inverse) where that is
+    within SNAP: a port's constants are round numbers (255, 1/255, 0.229), and a fit's last digits
+    are the data's rounding."""
+    for candidate in (float(f"{value:.{d}g}") for d in (1, 2, 3, 4)):
+        if candidate and abs(candidate - value) <= SNAP * abs(value):
             return candidate
-    for candidate in (float(f"{1 / value:.{d}g}") for d in (1, 2, 3)) if value else ():
-        if candidate and abs(1 / candidate - value) <= 1e-4 * abs(value):
+    for candidate in (float(f"{1 / value:.{d}g}") for d in (1, 2, 3, 4)) if value else ():
+        if candidate and abs(1 / candidate - value) <= SNAP * abs(value):
             return 1 / candidate
     return value
 
