@@ -25,6 +25,7 @@ from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.keras_layers import keras_port
+from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.report import ModelReport, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import UnitJudgement, judge_unit
@@ -264,5 +265,8 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
     results = []
     for port, units, run, seconds in collected:
         judged = {u.key: verdicts[(port.name, u.key)] for u in units if (port.name, u.key) in verdicts}
-        results.append(port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds))
+        port_row = port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds)
+        with get_backend("torch").thread_limit(JUDGE_THREADS):
+            port_row["inputs"] = input_rows(port, calls, given)  # a port's own preprocessing, where it shows it
+        results.append(port_row)
     return results, failed

@@ -20,12 +20,12 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model.causes import activations, layout, normalization, parameters, precision
+from accuracy.workflows.model.causes import activations, inputs, layout, normalization, parameters, precision
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, parameters, layout, precision)
+CATALOGUE = (normalization, activations, parameters, layout, precision, inputs)
 
 
 @functools.cache
@@ -97,7 +97,9 @@ def explain(
     tried: list[dict[str, Any]] = []
     for cause in (c for c in causes() if c.applies(module)):
         try:
-            if cause.values:
+            if cause.fit:
+                value = cause.fit(module, tensors, output)
+            elif cause.values:
                 value = _fitted(cause, unit, tensors, fmt, output, context)
             elif cause.choices:
                 value = _chosen(cause, unit, tensors, fmt, output, context)

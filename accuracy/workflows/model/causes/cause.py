@@ -30,7 +30,9 @@ class Cause:
     parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
     the model self-test injects to check that the entry is named (a parameter's wrong value).
     `choices(module, context)`: a discrete parameter's candidates instead (another layer's path, an
-    axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too."""
+    axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too.
+    `fit(module, inputs, output)`, where given, finds the parameter in closed form instead of the
+    1-D search (a mean and std per channel: more numbers than a 1-D search fits)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -41,6 +43,7 @@ class Cause:
     example: Any = None
     choices: Callable[[Any, Context], Sequence[Any]] | None = None
     contextual: bool = False
+    fit: Callable[[Any, list, Any], Any] | None = None
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds
