@@ -17,6 +17,8 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
 from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.report.plots import WIDTH, to_png_base64
+from accuracy.workflows.check import cause_text
+from accuracy.workflows.model.report import cause_cell
 
 COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
@@ -68,7 +70,7 @@ def model_page(report: dict, answers: list[str]) -> str:
         figure = layer_figure(port)
         if figure:
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
-        head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", *COLUMNS, "reason"))
+        head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", *COLUMNS, "cause", "reason"))
         rows = "".join(
             "<tr>"
             + "".join(
@@ -76,7 +78,8 @@ def model_page(report: dict, answers: list[str]) -> str:
                 for cell in (
                     *map(_cell, (" + ".join(r["covers"]), r["op"], r["verdict"])),
                     *(_cell(r.get(c), r.get(c + REASON_SUFFIX)) for c in COLUMNS),
-                    _cell(r["reason"]),
+                    _cell(cause_cell(r.get("cause"))),
+                    _cell(cause_text(r.get("cause")) + r["reason"]),
                 )
             )
             + "</tr>"

@@ -69,7 +69,8 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{printable(o['label'])}: {o['verdict']}: {o['reason']}; worst element {worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {cause_text(o.get('cause'))}{o['reason']}; "
+            f"worst element {worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
@@ -83,6 +84,19 @@ def worst_text(worst: dict) -> str:
         f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
         f"({format_number(worst['error_ulp'])} ulp)"
     )
+
+
+def cause_text(cause: dict | None) -> str:
+    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
+    if not cause:
+        return ""
+    if cause["words"] is None:
+        return "no known cause explains it (none in the catalogue applies to it); "
+    if cause["explains"]:
+        also = f" (also: {'; '.join(cause['alternatives'])})" if cause["alternatives"] else ""
+        return f"explained by {cause['words']}{also}; "
+    ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
+    return f"no known cause explains it (nearest: {cause['words']}, {ratio}x its tier's limit); "
 
 
 def judged_row(label: str, output: np.ndarray, exact: Exact, judgement: Judgement) -> dict:
@@ -248,12 +262,13 @@ def check_op(
     evidence = Evidence(op, rounded, fmt)
     arrays = {label: a for label, (a, _) in given.items()}
     judgements = {label: evidence.judge(a, None, contract, compute) for label, a in arrays.items()}
+    rows = [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()]
+    from accuracy.workflows.model.op_causes import with_cause  # the catalogue imports this module
+
+    for row in rows:
+        with_cause(row, op.name, rounded, fmt, arrays[row["label"]], compute)
     return CheckReport(
-        op.name,
-        fmt.name,
-        {k: list(a.shape) for k, a in rounded.items()},
-        [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
-        pairwise(arrays, judgements),
+        op.name, fmt.name, {k: list(a.shape) for k, a in rounded.items()}, rows, pairwise(arrays, judgements)
     )
 
 

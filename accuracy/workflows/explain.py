@@ -31,6 +31,8 @@ def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _measure_all(case: Case, evidence: Evidence, threads: int):
+    from accuracy.workflows.model.op_causes import with_cause  # the catalogue imports check, which imports this
+
     rows, outputs, judgements = [], {}, {}
     for impl in case.op.available_impls(case.fmt.name):
         row = {"impl": impl.name, "note": impl.note}
@@ -41,6 +43,7 @@ def _measure_all(case: Case, evidence: Evidence, threads: int):
             row.update(summary.as_dict())
             row.update(judgements[impl.name].as_dict())  # its bound ratio is the precision model's
             row["relative_note"] = relative_gap_note(outputs[impl.name], case.exact, case.fmt, summary)
+            with_cause(row, case.op.name, case.inputs, case.fmt, outputs[impl.name])
         except Exception as exc:  # a crashing implementation is a finding, not a crash of explain
             row.update(verdict=ERROR, label=ERROR, error=first_line(exc, typed=True))
             outputs.pop(impl.name, None)

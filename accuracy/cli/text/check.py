@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import BY_NAME
-from accuracy.workflows.check import CHECK_COLUMNS, CheckReport, worst_text
+from accuracy.workflows.check import CHECK_COLUMNS, CheckReport, cause_text, worst_text
 from accuracy.workflows.explain import pairs_section
 
 
@@ -20,6 +20,8 @@ def render(report: CheckReport) -> str:
             for o in report.outputs
         ],
     )
-    lines += ["", "why:"] + [f"  {printable(o['label'])}: {o['reason']}" for o in report.outputs]
+    lines += ["", "why:"] + [
+        f"  {printable(o['label'])}: {cause_text(o.get('cause'))}{o['reason']}" for o in report.outputs
+    ]
     lines += pairs_section(report.pairs)
     return "\n".join(lines)

@@ -8,9 +8,21 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_table, printable
 from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
-from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, number
+from accuracy.workflows.check import cause_text
+from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell, number
 
-HEADER = ["layer", "op", "verdict", "max ulp", "typical ratio", "introduced", "inherited", "propagated", "inside"]
+HEADER = [
+    "layer",
+    "op",
+    "verdict",
+    "max ulp",
+    "typical ratio",
+    "introduced",
+    "inherited",
+    "propagated",
+    "cause",
+    "inside",
+]
 
 
 def _inside(row: UnitRow, layers: list[UnitRow]) -> str:
@@ -70,12 +82,17 @@ def render(report: ModelReport, verbose: bool = False) -> str:
                     number(r.get("introduced")),
                     number(r.get("inherited")),
                     number(r.get("propagated")),
+                    cause_cell(r.get("cause")),
                     *([_inside(r, p["layers"])] if nested else []),
                 ]
                 for r in shown
             ],
         )
-        reasons = [f"  {printable(r['path'])}: {printable(r['reason'])}" for r in shown if r["verdict"] != WITHIN]
+        reasons = [
+            f"  {printable(r['path'])}: {printable(cause_text(r.get('cause')) + r['reason'])}"
+            for r in shown
+            if r["verdict"] != WITHIN
+        ]
         if reasons:
             lines += ["why:", *reasons]
     lines += [

@@ -89,3 +89,64 @@ def markdown(reports: list[dict], total: dict) -> str:
         * (len(dtypes) - 1)
     )
     return "\n".join(lines)
+
+
+def _parameters(injection: dict) -> str:
+    return ", ".join(
+        f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in injection["parameters"].items()
+    )
+
+
+def _models_summary(total: dict, reports: list[dict]) -> str:
+    models = ", ".join(r["model"] for r in reports if r["model"])
+    correct = sorted({p for r in reports for p in r["correct_ports"]})
+    return (
+        f"causes: {total['entries']} catalogue entries injected into ports of {models or 'no model'}: "
+        f"{total['named_right']} named right, {total['named_wrong']} named wrong, {total['not_named']} not named"
+        + (f", {total['not_injected']} not injected" if total["not_injected"] else "")
+        + f" ({100 * total['named_right_rate']:.1f}% named right); named on correct ports "
+        f"({', '.join(correct)}): {total['named_on_correct']}; {total['seconds']:.1f} s"
+    )
+
+
+def render_models(reports: list[dict], total: dict) -> str:
+    """The model part: one row per catalogue entry injected, then what the correct ports named."""
+    rows = [
+        [
+            i["cause"],
+            i["model"] or "-",
+            i["path"] or "-",
+            i["outcome"],
+            i["named"] or "-",
+            _parameters(i) or "-",
+            "-" if i["seconds"] is None else f"{i['seconds']:.2f}",
+            i["why"],
+        ]
+        for r in reports
+        for i in r["injections"]
+    ]
+    lines = format_table(["cause injected", "model", "into", "outcome", "named", "fitted", "naming (s)", "why"], rows)
+    named = [f"  {r['model']}: {n}" for r in reports for n in r["named_on_correct"]]
+    if named:
+        lines += ["", "causes named on correct ports:", *named]
+    return "\n".join([*lines, "", _models_summary(total, reports)])
+
+
+def markdown_models(reports: list[dict], total: dict) -> str:
+    """docs/verdicts.md's table of causes: one row per catalogue entry."""
+    lines = [
+        "| cause injected | model | into | named right | named wrong | not named | fitted | naming (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i in (i for r in reports for i in r["injections"]):
+        marks = [str(int(i["outcome"] == k)) for k in ("named right", "named wrong", "not named")]
+        seconds = "-" if i["seconds"] is None else f"{i['seconds']:.2f}"
+        lines.append(
+            f"| {i['cause']} | {i['model'] or '-'} | {i['path'] or '-'} | {' | '.join(marks)} "
+            f"| {_parameters(i) or '-'} | {seconds} |"
+        )
+    lines.append(
+        f"| **all** | | | {total['named_right']} ({100 * total['named_right_rate']:.1f}%) | {total['named_wrong']} "
+        f"| {total['not_named']} | named on correct ports: {total['named_on_correct']} | |"
+    )
+    return "\n".join(lines)

@@ -8,7 +8,7 @@ the HTML page (accuracy.report.model_page) and the text read the same fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
-from accuracy.workflows.check import worst_text
+from accuracy.workflows.check import cause_text, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
@@ -71,6 +71,9 @@ class PortResult(TypedDict):
     output: dict[str, float | None]
     end_to_end: EndToEndVerdict
     seconds: float
+    # the port's own first-layer input against the model's (preprocessing), where the port shows it:
+    # [{input, layer, verdict, reason, cause (where not within rounding)}]
+    inputs: NotRequired[list[dict]]
 
 
 @dataclass
@@ -149,6 +152,13 @@ class ModelReport:
             else:
                 head = f"every compared layer within rounding ({counts})"
             out = p["output"]
+            lines += [
+                f"{printable(p['port'])} [{p['dtype']}]: its input {printable(i['input'])} (as "
+                f"{printable(i['layer'])} received it) is not the model's: {i['verdict']}: "
+                f"{cause_text(i.get('cause'))}{i['reason']}"
+                for i in p.get("inputs", [])
+                if i["verdict"] != WITHIN
+            ]
             lines.append(
                 f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
                 f"{number(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
@@ -157,16 +167,17 @@ class ModelReport:
         return lines
 
 
-def cause_text(cause: dict | None) -> str:
-    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
+def cause_cell(cause: dict | None) -> str:
+    """The table's cause column: the cause that explains the unit and its fitted parameters, or
+    that none does; empty where the unit was not flagged."""
     if not cause:
         return ""
-    if cause["words"] is None:
-        return "no known cause explains it (none in the catalogue applies to it); "
-    if cause["explains"]:
-        also = f" (also: {'; '.join(cause['alternatives'])})" if cause["alternatives"] else ""
-        return f"explained by {cause['words']}{also}; "
-    return f"no known cause explains it (nearest: {cause['words']}, {number(cause['ratio'])}x its tier's limit); "
+    if not cause["explains"]:
+        return "no known cause"
+    fitted = ", ".join(
+        f"{k} = {v:.2g}" if isinstance(v, float) else f"{k} = {v}" for k, v in cause["parameters"].items()
+    )
+    return cause["name"] + (f" ({fitted})" if fitted else "") + (" (+ others)" if cause["alternatives"] else "")
 
 
 def number(v) -> str:

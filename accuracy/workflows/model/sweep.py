@@ -20,10 +20,12 @@ from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
 from accuracy.workflows.model.causes import explain
+from accuracy.workflows.model.causes.cause import Context
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.keras_layers import keras_port
+from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.report import ModelReport, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import UnitJudgement, judge_unit
@@ -249,16 +251,22 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
             own[port.fmt.name] = activations(*run_in(model, given, port.fmt))
         collected.append((port, units, run, time.perf_counter() - started))
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
+    modules = dict(model.named_modules())  # the model around a flagged unit, for the causes that read it
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
             if not by_port:
                 continue
             for label, result in judge_unit(unit, tensors, fmt, by_port, products).items():
                 if result.judgement.verdict != WITHIN:  # why: the known port bugs, tried on flagged units only
-                    result = replace(result, cause=explain(unit, tensors, fmt, label, by_port[label], products))
+                    around = Context(modules, calls, unit.calls[0])
+                    cause = explain(unit, tensors, fmt, label, by_port[label], products, around)
+                    result = replace(result, cause=cause)
                 verdicts[(label, covers[0])] = result
     results = []
     for port, units, run, seconds in collected:
         judged = {u.key: verdicts[(port.name, u.key)] for u in units if (port.name, u.key) in verdicts}
-        results.append(port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds))
+        port_row = port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds)
+        with get_backend("torch").thread_limit(JUDGE_THREADS):
+            port_row["inputs"] = input_rows(port, calls, given)  # a port's own preprocessing, where it shows it
+        results.append(port_row)
     return results, failed

@@ -85,6 +85,33 @@ def small_cnn() -> nn.Module:
     return _seeded_batch_norm(SmallCNN(), torch.Generator().manual_seed(SEED))
 
 
+class SmallMixed(nn.Module):
+    """conv -> group norm -> LeakyReLU -> conv -> hardswish -> avg pool (padded) -> SiLU -> flatten
+    -> linear -> hardsigmoid: the layer kinds the other zoo models lack, for the self-test of causes."""
+
+    def __init__(self, channels: int = 4):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.norm = nn.GroupNorm(2, channels)
+        self.leaky = nn.LeakyReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.hardswish = nn.Hardswish()
+        self.pool = nn.AvgPool2d(3, stride=2, padding=1)
+        self.silu = nn.SiLU()
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(channels * 16, 6)
+        self.hardsigmoid = nn.Hardsigmoid()
+
+    def forward(self, x):
+        x = self.hardswish(self.conv2(self.leaky(self.norm(self.conv1(x)))))
+        return self.hardsigmoid(self.fc(self.flatten(self.silu(self.pool(x)))))
+
+
+def small_mixed() -> nn.Module:
+    torch.manual_seed(SEED)
+    return SmallMixed()
+
+
 class SmallTransformerBlock(nn.Module):
     """linear -> layer norm -> linear -> GELU (erf) -> linear: a transformer MLP block's layers."""
 
@@ -260,6 +287,7 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
     shapes = {
         "resnet18": (1, 3, 224, 224),
         "small_cnn": (2, 3, 8, 8),
+        "small_mixed": (2, 3, 8, 8),
         "small_transformer": (2, 4, 16),
         "decoder": (1, 8, 32),
         "mobilenet_v3": (1, 3, 32, 32),

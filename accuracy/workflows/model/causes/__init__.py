@@ -20,12 +20,12 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model.causes import activations, attention, normalization, precision
-from accuracy.workflows.model.causes.cause import Cause
+from accuracy.workflows.model.causes import activations, attention, inputs, layout, normalization, parameters, precision
+from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, precision, attention)
+CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention)
 
 
 @functools.cache
@@ -34,14 +34,14 @@ def causes() -> tuple[Cause, ...]:
     return (*(c for module in CATALOGUE for c in module.CAUSES), *load_plugins("opbench.causes", "CAUSES", Cause))
 
 
-def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray) -> Any:
+def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, context: Context) -> Any:
     """The parameter value whose changed reference is nearest the port's output (float64, log scale)."""
     from scipy.optimize import minimize_scalar
 
     low, high = cause.values(unit.calls[0].module)  # type: ignore[misc]
 
     def distance(log_value: float) -> float:
-        changed = _changed(unit, cause, float(10.0**log_value))
+        changed = _changed(unit, cause, float(10.0**log_value), context)
         return relative(output, float64_reference(changed, tensors, fmt))
 
     grid = np.linspace(np.log10(low), np.log10(high), 25)
@@ -53,17 +53,35 @@ def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     return min(candidates, key=lambda v: distance(float(np.log10(v))))
 
 
-def _changed(unit: Unit, cause: Cause, value: Any) -> Unit:
+def _chosen(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, context: Context) -> Any:
+    """The candidate whose changed reference is nearest the port's output (float64); None: none applies."""
+    candidates = list(cause.choices(unit.calls[0].module, context))  # type: ignore[misc]
+    if not candidates:
+        return None
+    distances = [
+        relative(output, float64_reference(_changed(unit, cause, c, context), tensors, fmt)) for c in candidates
+    ]
+    return candidates[int(np.nanargmin(np.asarray(distances, dtype=np.float64)))]
+
+
+def _changed(unit: Unit, cause: Cause, value: Any, context: Context) -> Unit:
     call = unit.calls[0]
-    return Unit([dataclasses.replace(call, module=cause.change(call.module, value))])
+    return Unit([dataclasses.replace(call, module=cause.changed(call.module, value, context))])
 
 
 def explain(
-    unit: Unit, tensors: list, fmt: FloatFormat, label: str, output: np.ndarray, products: FloatFormat | None
+    unit: Unit,
+    tensors: list,
+    fmt: FloatFormat,
+    label: str,
+    output: np.ndarray,
+    products: FloatFormat | None,
+    context: Context | None = None,
 ) -> dict:
     """The cause that explains a flagged one-module unit, with its fitted parameters, ratio and the
     other causes that explain it too; or the nearest, marked `explains: False` (`words` None where
-    no cause of the catalogue applies to it)."""
+    no cause of the catalogue applies to it). `context`: the model around the unit, for the causes
+    that read it (another layer's bias, the shape before a flatten)."""
     none: dict[str, Any] = {
         "name": None,
         "words": None,
@@ -75,11 +93,21 @@ def explain(
     if len(unit.calls) != 1:
         return none | {"alternatives": []}
     module = unit.calls[0].module
+    context = context or Context(call=unit.calls[0])
     tried: list[dict[str, Any]] = []
     for cause in (c for c in causes() if c.applies(module)):
         try:
-            value = _fitted(cause, unit, tensors, fmt, output) if cause.values else None
-            judged = judge_unit(_changed(unit, cause, value), tensors, fmt, {label: output}, products)[label]
+            if cause.fit:
+                value = cause.fit(module, tensors, output)
+            elif cause.values:
+                value = _fitted(cause, unit, tensors, fmt, output, context)
+            elif cause.choices:
+                value = _chosen(cause, unit, tensors, fmt, output, context)
+                if value is None:
+                    continue
+            else:
+                value = None
+            judged = judge_unit(_changed(unit, cause, value, context), tensors, fmt, {label: output}, products)[label]
         except Exception:  # a change this module cannot take: not this cause
             continue
         numbers = judged.numbers

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a cause may read beyond the unit's module: the model's modules by path (another
+    layer's weight), the reference run's calls (the shape a flatten took) and the unit's call."""
+
+    modules: dict[str, Any] = field(default_factory=dict)
+    calls: list = field(default_factory=list)  # LayerCall, in the order the reference ran them
+    call: Any = None  # the unit's LayerCall
+
+    def producer(self, index: int = 0) -> Any:
+        """The leaf call whose output is the unit's input `index`, or None."""
+        key = self.call.producers[index] if self.call is not None and index < len(self.call.producers) else None
+        return next((c for c in self.calls if c.key == key), None) if key else None
 
 
 @dataclass(frozen=True)
@@ -14,19 +29,29 @@ class Cause:
     module with it (a copy), `values(module)` the candidate values of its parameter (None: no
     parameter; a range: fitted), `words(module, value)` what the answer says, and `example` the value
     the model self-test injects to check that the entry is named (a parameter's wrong value).
+    `choices(module, context)`: a discrete parameter's candidates instead (another layer's path, an
+    axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too.
+    `fit(module, inputs, output)`, where given, finds the parameter in closed form instead of the
+    1-D search (a mean and std per channel: more numbers than a 1-D search fits).
     `accepts`: a test of the module itself, for a kind no class name tells (an attention)."""
 
     name: str
     kinds: tuple[str, ...]
-    change: Callable[[Any, Any], Any]
+    change: Callable[..., Any]
     words: Callable[[Any, Any], str]
     values: Callable[[Any], tuple] | None = None
     parameter: str | None = None
     example: Any = None
+    choices: Callable[[Any, Context], Sequence[Any]] | None = None
+    contextual: bool = False
+    fit: Callable[[Any, list, Any], Any] | None = None
     accepts: Callable[[Any], bool] | None = None
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds or (self.accepts is not None and self.accepts(module))
+
+    def changed(self, module: Any, value: Any, context: Context) -> Any:
+        return self.change(module, value, context) if self.contextual else self.change(module, value)
 
 
 def with_attribute(attribute: str | Callable[[Any], str]):

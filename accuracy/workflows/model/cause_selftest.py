@@ -1,0 +1,242 @@
+"""The self-test of causes (#42), measured like verdicts: each catalogue entry injected into a
+port of a small zoo model, correct ports beside it.
+
+For each entry of `causes()` (those installed packages add included), the first module of the zoo
+models (in `MODELS` order) it applies to is changed with the entry's `example` (or, for a discrete
+parameter such as another layer's bias, its first candidate that changes the module) in a copy of
+the model; the copy's activations are a port (the format any runtime writes), judged with the
+correct ports by `evaluate_ports` as `opbench model` judges them. An input cause changes the
+model's input instead (causes.inputs.ModelInput). Per entry: named right (the cause that explains
+the injected unit is the entry, its fitted parameter within 10% of the injected one), named wrong
+(another explains it, or a cause is named on another unit of the port), not named; and on the
+correct ports, every cause named (must be none).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from accuracy.core.errors import first_line
+from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.model import zoo
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.causes import causes, explain
+from accuracy.workflows.model.causes.cause import Cause, Context
+from accuracy.workflows.model.causes.inputs import KIND, ModelInput
+from accuracy.workflows.model.ports import build_port
+from accuracy.workflows.model.ports.activations import FilePort
+from accuracy.workflows.model.report import PortResult
+from accuracy.workflows.model.trace import record, run_reference
+from accuracy.workflows.model.units import Unit
+
+MODELS = (
+    "small_cnn",
+    "small_transformer",
+    "decoder",
+    "small_mixed",
+)  # seconds each; the first holding a module of the kind wins
+CORRECT_PORTS = ("threads:1", "onnxruntime")  # correct ports beside the mutants: other kernels, other roundings
+INPUT = "the model's input"  # where an input cause is injected
+RIGHT, WRONG, NOT_NAMED, NOT_INJECTED = "named right", "named wrong", "not named", "not injected"
+
+
+@dataclass
+class Injection:
+    """One catalogue entry injected into a port: where, what was named, how long naming took."""
+
+    cause: str
+    model: str | None = None
+    path: str | None = None  # the module changed, or INPUT
+    outcome: str = NOT_INJECTED
+    named: str | None = None  # the cause that explains the injected unit, where one does
+    parameters: dict = field(default_factory=dict)
+    injected: Any = None  # the parameter value injected (the example, or the first candidate)
+    seconds: float | None = None  # the added time: the catalogue tried on the flagged unit
+    why: str = ""  # why not injected, or what the unit's answer was
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def parameter_close(found: Any, wanted: Any) -> bool:
+    """The fitted parameter within 10% of the injected one (elementwise for a per-channel fit)."""
+    if wanted is None or isinstance(wanted, (str, bool)):
+        return found == wanted or wanted is None
+    try:
+        return bool(np.allclose(np.array(found, dtype=float), np.array(wanted, dtype=float), rtol=0.1, atol=0))
+    except (TypeError, ValueError):
+        return False
+
+
+def _outcome(entry: Cause, cause: dict | None, injected: Any) -> str:
+    if not cause or not cause["explains"]:
+        return NOT_NAMED
+    if cause["name"] != entry.name:
+        return WRONG
+    return RIGHT if all(parameter_close(v, injected) for v in cause["parameters"].values()) else WRONG
+
+
+def _injected_values(entry: Cause, module: Any, context: Context) -> list:
+    """The values to inject: the example, else the candidates of a discrete parameter, else None."""
+    if entry.example is not None or entry.choices is None:
+        return [entry.example]
+    return list(entry.choices(module, context))
+
+
+def _target(entry: Cause, model, given: dict, reference: dict, calls: list) -> tuple[str, dict, Any] | None:
+    """(where, the port's activations, the value injected) for the first module (or the input)
+    the entry changes."""
+    import torch
+
+    if KIND in entry.kinds:
+        changed = entry.change(ModelInput(), entry.example)
+        with torch.no_grad():
+            shifted = {k: changed(torch.from_numpy(v)).numpy() for k, v in given.items()}
+        if all(np.array_equal(shifted[k], v) for k, v in given.items()):
+            return None
+        return INPUT, activations(*record(model, shifted)), entry.example
+    modules = dict(model.named_modules())
+    for path, module in modules.items():
+        if not path or not entry.applies(module):
+            continue
+        context = Context(modules, calls, next((c for c in calls if c.key == path), None))
+        for value in _injected_values(entry, module, context):
+            try:
+                port = copy.deepcopy(model)
+                port.set_submodule(path, entry.changed(module, value, context))
+                arrays = activations(*record(port, given))
+            except Exception:  # a change this module cannot take: the next one
+                continue
+            if path in arrays and path in reference and not np.array_equal(arrays[path], reference[path]):
+                return path, arrays, value
+    return None
+
+
+def _named_at(port: PortResult, path: str) -> dict | None:
+    if path == INPUT:
+        return next((r.get("cause") for r in port.get("inputs", []) if r["verdict"] != WITHIN), None)
+    return next((r.get("cause") for r in port["layers"] if r["path"] == path), None)
+
+
+def _timed_explain(port: FilePort, model, calls, given: dict, path: str) -> float:
+    """The catalogue tried once on the injected unit, as the sweep tries it on a flagged unit (seconds)."""
+    from accuracy.workflows.model.preprocessing import input_rows
+
+    started = time.perf_counter()
+    if path == INPUT:
+        input_rows(port, calls, given)
+    else:
+        unit = Unit([next(c for c in calls if c.key == path)])
+        feed = port.inputs_for(unit)
+        if not isinstance(feed, str):
+            context = Context(dict(model.named_modules()), calls, unit.calls[0])
+            explain(unit, feed.tensors, port.fmt, port.name, port.arrays[path], None, context)
+    return time.perf_counter() - started
+
+
+def model_selftest(progress=None) -> Iterator[dict]:
+    """Per zoo model: its injections' rows and what the correct ports named (one dict per model
+    holding entries, `{"model", "injections", "correct_ports", "named_on_correct", "seconds"}`),
+    then one for the entries no zoo model holds a module for."""
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    pending = list(causes())
+    for name in MODELS:
+        if not pending:
+            break
+        started = time.perf_counter()
+        model = getattr(zoo, name)().eval()
+        given = zoo.example_inputs(name)
+        calls, out = run_reference(model, given, name)
+        reference = activations(calls, out)
+        ports, injections = [], []
+        for entry in list(pending):
+            target = _target(entry, model, given, reference, calls)
+            if target is None:
+                continue
+            pending.remove(entry)
+            injection = Injection(entry.name, name, target[0], injected=target[2])
+            injections.append((entry, injection, FilePort(f"mutant:{entry.name}", target[1])))
+        if not injections:
+            continue
+        correct = [p for p in (build_port(c, model, given) for c in CORRECT_PORTS) if not isinstance(p, str)]
+        ports = [port for _, _, port in injections] + correct
+        results, failed = evaluate_ports(ports, model, given, calls)
+        by_name = {r["port"]: r for r in results}
+        for entry, injection, port in injections:
+            result = by_name.get(port.name)
+            if result is None:
+                injection.outcome, injection.why = (
+                    NOT_NAMED,
+                    "the port failed: " + "; ".join(f["reason"] for f in failed if f["port"] == port.name),
+                )
+                continue
+            cause = _named_at(result, injection.path or "")
+            injection.outcome = _outcome(entry, cause, injection.injected)
+            if cause:
+                injection.named = cause["name"] if cause["explains"] else None
+                injection.parameters = cause["parameters"]
+                injection.why = "" if cause["explains"] else f"nearest: {cause['words']} ({cause['ratio']})"
+            else:
+                injection.why = "the unit was not flagged"
+            elsewhere = [
+                row["path"]
+                for row in result["layers"]
+                if row["path"] != injection.path and (row.get("cause") or {}).get("explains")
+            ]
+            if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
+                injection.outcome = WRONG
+                injection.why += f"; a cause named elsewhere too: {', '.join(elsewhere)}"
+            try:
+                injection.seconds = _timed_explain(port, model, calls, given, injection.path or "")
+            except Exception as exc:  # the timing is a measurement, never the verdict
+                injection.why += f"; timing failed: {first_line(exc, typed=True)}"
+        named_on_correct = [
+            f"{r['port']}: {row['path']}: {row['cause']['name']}"
+            for r in results
+            if r["port"] in {p.name for p in correct}
+            for row in [*r["layers"], *({"path": i["input"], **i} for i in r.get("inputs", []))]
+            if row.get("cause") and row["cause"]["explains"]
+        ]
+        report = {
+            "model": name,
+            "injections": [i.as_dict() for _, i, _ in injections],
+            "correct_ports": [p.name for p in correct],
+            "named_on_correct": named_on_correct,
+            "seconds": time.perf_counter() - started,
+        }
+        if progress:
+            progress(name, report["seconds"])
+        yield report
+    if pending:
+        yield {
+            "model": None,
+            "injections": [
+                Injection(e.name, why=f"no module of kind {', '.join(e.kinds)} in {', '.join(MODELS)}").as_dict()
+                for e in pending
+            ],
+            "correct_ports": [],
+            "named_on_correct": [],
+            "seconds": 0.0,
+        }
+
+
+def model_summary(reports: list[dict]) -> dict:
+    """Counts over every entry injected; the rate counts the entries injected (none are dropped
+    silently: those no zoo model holds are listed as not injected)."""
+    rows = [i for r in reports for i in r["injections"]]
+    injected = [i for i in rows if i["outcome"] != NOT_INJECTED]
+    counts = {k: sum(i["outcome"] == k for i in rows) for k in (RIGHT, WRONG, NOT_NAMED, NOT_INJECTED)}
+    return {
+        "entries": len(rows),
+        **{k.replace(" ", "_"): v for k, v in counts.items()},
+        "named_right_rate": counts[RIGHT] / len(injected) if injected else 1.0,
+        "named_on_correct": sum(len(r["named_on_correct"]) for r in reports),
+        "seconds": sum(r["seconds"] for r in reports),
+    }

@@ -1,0 +1,106 @@
+"""The self-test of causes (#42): every catalogue entry injected into a port of a small zoo model
+is named right, with its fitted parameter within 10%, and the correct ports beside the mutants get
+no cause. Rows come from `causes()`, so entries other packages add join without an edit here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accuracy.cli.main import main
+from accuracy.cli.text.selftest import markdown_models, render_models
+from accuracy.workflows.model.cause_selftest import (
+    NOT_NAMED,
+    RIGHT,
+    WRONG,
+    Injection,
+    _outcome,
+    model_selftest,
+    model_summary,
+)
+from accuracy.workflows.model.causes import causes
+
+
+@pytest.fixture(scope="module")
+def measured():
+    reports = list(model_selftest())
+    return reports, model_summary(reports)
+
+
+def test_every_catalogue_entry_is_injected_and_named_right(measured):
+    reports, total = measured
+    rows = {i["cause"]: i for r in reports for i in r["injections"]}
+    assert set(rows) == {c.name for c in causes()}
+    wrong = {name: (i["outcome"], i["named"], i["why"]) for name, i in rows.items() if i["outcome"] != RIGHT}
+    assert not wrong
+    assert rows["normalization eps"]["path"] == "bn1" and rows["normalization eps"]["model"] == "small_cnn"
+    assert abs(rows["normalization eps"]["parameters"]["eps"] - 1e-3) <= 1e-4
+    assert rows["LeakyReLU slope"]["parameters"] == {"negative_slope": 0.2}
+    assert rows["input scale"]["path"] == "the model's input"
+    assert all(i["seconds"] is not None and i["seconds"] > 0 for i in rows.values())
+    assert total["named_right_rate"] == 1.0 and total["named_right"] == len(rows)
+
+
+def test_correct_ports_beside_the_mutants_get_no_cause(measured):
+    reports, total = measured
+    assert all(r["correct_ports"] == ["threads:1", "onnxruntime"] for r in reports if r["model"])
+    assert total["named_on_correct"] == 0
+
+
+def test_the_outcome_of_an_injection():
+    (eps,) = [c for c in causes() if c.name == "normalization eps"]
+    named = {"name": "normalization eps", "explains": True, "parameters": {"eps": 1.05e-3}}
+    assert _outcome(eps, named) == RIGHT
+    assert _outcome(eps, named | {"parameters": {"eps": 1.2e-3}}) == WRONG  # the parameter 20% off
+    assert _outcome(eps, named | {"name": "train mode", "parameters": {}}) == WRONG
+    assert _outcome(eps, named | {"explains": False}) == NOT_NAMED
+    assert _outcome(eps, None) == NOT_NAMED
+
+
+def test_the_tables(measured):
+    reports, total = measured
+    text = render_models(reports, total)
+    assert "normalization eps    small_cnn          bn1" in text
+    assert "named on correct ports (onnxruntime, threads:1): 0" in text
+    table = markdown_models(reports, total)
+    assert "| normalization eps | small_cnn | bn1 | 1 | 0 | 0 | eps = 0.001 |" in table
+    assert f"| **all** | | | {len(causes())} (100.0%) | 0 | 0 | named on correct ports: 0 | |" in table
+
+
+def _report(outcomes: list[str], named_on_correct: list[str]) -> dict:
+    injections = [
+        Injection(f"cause {i}", "small_cnn", "bn1", outcome, seconds=0.5).as_dict()
+        for i, outcome in enumerate(outcomes)
+    ]
+    return {
+        "model": "small_cnn",
+        "injections": injections,
+        "correct_ports": ["threads:1"],
+        "named_on_correct": named_on_correct,
+        "seconds": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "named_on_correct", "status"),
+    [
+        ([RIGHT] * 20, [], 0),
+        ([RIGHT] * 19 + [NOT_NAMED], [], 0),  # 95 % named right: the target
+        ([RIGHT] * 18 + [WRONG, NOT_NAMED], [], 1),  # 90 %
+        ([RIGHT] * 20, ["threads:1: conv1: weights in bfloat16"], 1),  # a cause on a correct port
+    ],
+)
+def test_the_selftest_exits_1_where_a_target_of_causes_is_missed(
+    monkeypatch, capsys, outcomes, named_on_correct, status
+):
+    import accuracy.cli.selftest_command as selftest_command
+    import accuracy.workflows.model.cause_selftest as cause_selftest
+
+    monkeypatch.setattr(selftest_command, "selftest", lambda *args, **kwargs: iter([]))
+    monkeypatch.setattr(cause_selftest, "model_selftest", lambda progress: iter([_report(outcomes, named_on_correct)]))
+    assert main(["selftest", "--small", "--json"]) == status
+    models = json.loads(capsys.readouterr().out)["models"]
+    assert models["summary"]["named_right"] == outcomes.count(RIGHT)
+    assert models["summary"]["named_on_correct"] == len(named_on_correct)
+    assert models["summary"]["named_right_rate"] == outcomes.count(RIGHT) / len(outcomes)
