@@ -21,7 +21,7 @@ from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import causes
-from accuracy.workflows.model.causes.attention import AttentionChange, _module_class, is_attention
+from accuracy.workflows.model.causes.attention import AttentionChange, is_attention, with_change
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import float64_throughout, record
 from accuracy.workflows.model.zoo import DecoderAttention, bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
@@ -229,7 +229,7 @@ def _attention_call(model, name: str):
 
 def _changed_output(call, change: AttentionChange, module=None, inputs=None):
     with torch.no_grad():
-        return call.run(_module_class()(call.module if module is None else module, change), inputs or call.inputs)
+        return call.run(with_change(call.module if module is None else module, change), inputs or call.inputs)
 
 
 def _llama_eager():
@@ -322,7 +322,7 @@ def test_a_scale_factor_is_the_module_with_its_scale_times_it(factor, sdpa, caus
     module = DecoderAttention(32, 4, sdpa=sdpa, causal=causal).double()
     x = torch.randn(1, 8, 32, dtype=torch.float64)
     with torch.no_grad():
-        changed = _module_class()(module, AttentionChange(factor=factor))(x)
+        changed = with_change(module, AttentionChange(factor=factor))(x)
         if sdpa:  # the scale SDPA takes by default, times the factor
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(F, "scaled_dot_product_attention", partial(SDPA, scale=factor * 8**-0.5))

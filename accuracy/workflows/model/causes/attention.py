@@ -11,13 +11,14 @@ mask). The mode sits inside the module's forward, above the float64 reference's 
 (trace.float64_throughout) and the Monte Carlo runs' dispatch mode (accuracy.judge.torch_emulation),
 which see what it computes. The rotary convention needs no mode: interleaved pairs (2i, 2i+1)
 are rotate-half's pairs (i, i + d/2) with the query and key channels permuted within each head,
-which is a permutation of the q and k projections' rows.
+so the q and k projections' outputs are reordered (by hooks after any already there: what a
+port built with the change records of its projections is theirs). The changed module is a copy
+of the module itself, its class a subclass of the same name: every submodule keeps its path.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,16 +66,23 @@ def is_attention(module: Any) -> bool:
 class AttentionChange:
     """What the changed attention computes otherwise: its scores times `factor`, the causal mask
     (`causal`: None as the module has it, "none" without, an int: shifted by that many keys),
-    masked scores filled with `fill` (None: the module's own), the softmax in `softmax_dtype`."""
+    masked scores filled with `fill` (None: the module's own), the softmax in `softmax_dtype`,
+    its queries and keys in the other rotary convention's channel order (`rotary`)."""
 
     factor: float = 1.0
     causal: str | int | None = None
     fill: float | None = None
     softmax_dtype: Any = None
+    rotary: str | None = None  # "interleaved" or "rotate-half": the port's convention, the reference's the other
 
     @property
     def masks(self) -> bool:
         return self.causal is not None or self.fill is not None
+
+    @property
+    def computes(self) -> bool:
+        """Whether the scores' computation changes (the rotary convention alone needs no mode)."""
+        return self.factor != 1.0 or self.masks or self.softmax_dtype is not None
 
 
 def _numpy(t: Any) -> np.ndarray:
@@ -218,29 +226,60 @@ def _attention_mode(change: AttentionChange):
     return AttentionChanged()
 
 
-@functools.cache
-def _module_class():
-    from torch import nn
+def _reordered(rows: Any):
+    """A forward hook giving a projection's output with its channels in `rows`' order."""
+    import torch
 
-    class ChangedAttention(nn.Module):
-        """An attention module whose forward runs with an AttentionChange (copied and converted
-        to another dtype as the module it holds is)."""
+    return lambda module, args, output: torch.index_select(output, -1, rows)
 
-        def __init__(self, inner: nn.Module, change: AttentionChange) -> None:
-            super().__init__()
-            self.inner, self.change = inner, change
 
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            with _attention_mode(self.change):
-                return self.inner(*args, **kwargs)
+_CHANGED_CLASSES: dict[Any, Any] = {}
 
-    return ChangedAttention
+
+def _changed_class(cls: Any) -> Any:
+    """`cls` whose forward runs with the instance's `attention_change`: same name, same submodules
+    (a port with the change keeps every activation key), copied and converted as `cls` is."""
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        change: AttentionChange = self.attention_change
+        hooks = []
+        if change.rotary is not None:  # after any hook already there: what they record is the projection's own
+            _, width = geometry(self)  # type: ignore[misc]
+            order = _half_order(width)
+            if change.rotary == "rotate-half":
+                order = torch.argsort(order)
+            for projection in (self.q_proj, self.k_proj):
+                rows = (torch.arange(projection.out_features // width)[:, None] * width + order).flatten()
+                hooks.append(projection.register_forward_hook(_reordered(rows)))
+        try:
+            if not change.computes:
+                return cls.forward(self, *args, **kwargs)
+            with _attention_mode(change):
+                return cls.forward(self, *args, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    if cls not in _CHANGED_CLASSES:
+        _CHANGED_CLASSES[cls] = type(cls.__name__, (cls,), {"forward": forward, "__qualname__": cls.__qualname__})
+    return _CHANGED_CLASSES[cls]
+
+
+def with_change(module: Any, change: AttentionChange) -> Any:
+    """A copy of the attention `module` that computes with `change`."""
+    changed = copy.deepcopy(module)
+    changed.__class__ = _changed_class(type(module))
+    changed.attention_change = change
+    return changed
 
 
 def _changed(**fields: Any):
     def change(module: Any, value: Any) -> Any:
-        made = replace(AttentionChange(), **{k: (value if v is None else v) for k, v in fields.items()})
-        return _module_class()(copy.deepcopy(module), made)
+        return with_change(
+            module, replace(AttentionChange(), **{k: (value if v is None else v) for k, v in fields.items()})
+        )
 
     return change
 
@@ -275,29 +314,6 @@ def _half_order(width: int):
     import torch
 
     return torch.cat((torch.arange(0, width, 2), torch.arange(1, width, 2)))
-
-
-def _rotary_other(to_interleaved: bool):
-    """The q and k projections' rows permuted within each head: the reference's rotate-half then
-    rotates the port's interleaved pairs (`to_interleaved`), or the other way round."""
-
-    def change(module: Any, value: Any) -> Any:
-        import torch
-
-        _, width = geometry(module)  # type: ignore[misc]
-        order = _half_order(width)
-        if not to_interleaved:
-            order = torch.argsort(order)
-        changed = copy.deepcopy(module)
-        with torch.no_grad():
-            for projection in (changed.q_proj, changed.k_proj):
-                rows = (torch.arange(projection.out_features // width)[:, None] * width + order).flatten()
-                projection.weight.copy_(projection.weight[rows])
-                if projection.bias is not None:
-                    projection.bias.copy_(projection.bias[rows])
-        return changed
-
-    return change
 
 
 def _has_rotary(module: Any) -> bool:
@@ -350,14 +366,14 @@ CAUSES: tuple[Cause, ...] = (
     Cause(
         "interleaved rotary",
         ATTENTION,
-        _rotary_other(to_interleaved=True),
+        _changed(rotary="interleaved"),
         lambda m, v: "the interleaved rotary convention (pairs 2i, 2i+1: GPT-J, Meta's Llama) for rotate-half (HF)",
         accepts=_has_rotary,
     ),
     Cause(
         "rotate-half rotary",
         ATTENTION,
-        _rotary_other(to_interleaved=False),
+        _changed(rotary="rotate-half"),
         lambda m, v: "the rotate-half rotary convention (pairs i, i+d/2: HF) for interleaved (GPT-J, Meta's Llama)",
         accepts=_has_rotary,
     ),
