@@ -44,7 +44,10 @@ def test_every_catalogue_entry_is_injected_and_named_right(measured):
 
 def test_correct_ports_beside_the_mutants_get_no_cause(measured):
     reports, total = measured
-    assert all(r["correct_ports"] == ["threads:1", "onnxruntime"] for r in reports if r["model"])
+    expected = {"llama_padded": ["threads:1"]}  # a decoder does not export to ONNX
+    assert all(
+        r["correct_ports"] == expected.get(r["model"], ["threads:1", "onnxruntime"]) for r in reports if r["model"]
+    )
     assert total["named_on_correct"] == 0
 
 

@@ -8,7 +8,8 @@
 - `decoder`: a Llama-style decoder written out (RMSNorm, rotary attention, SiLU-gated MLP), with
   keywords that inject the common transformer port bugs where they live;
 - `llama_tiny`, `gpt2_tiny`, `vit_tiny` (transformers, tiny configs) and `mobilenet_v3`
-  (torchvision's, in-place Hardswish): models as users bring them.
+  (torchvision's, in-place Hardswish): models as users bring them; `llama_padded`, llama_tiny on
+  left-padded inputs (where an attention mask's fill matters).
 """
 
 from __future__ import annotations
@@ -254,6 +255,12 @@ def llama_tiny() -> nn.Module:
     return transformers.LlamaModel(config).eval()
 
 
+def llama_padded() -> nn.Module:
+    """`llama_tiny`, whose example inputs are left-padded (`attention_mask` 0 on the first 3 of 8
+    tokens): their queries see no key, the rows where a mask's fill matters (SDPA gives them 0)."""
+    return llama_tiny()
+
+
 def gpt2_tiny() -> nn.Module:
     transformers = import_transformers()
     torch.manual_seed(SEED)
@@ -280,6 +287,10 @@ def mobilenet_v3() -> nn.Module:
 def example_inputs(name: str) -> dict[str, np.ndarray]:
     """Inputs for each model here, from the seeded PCG64 generator."""
     rng = np.random.default_rng(SEED)
+    if name == "llama_padded":
+        padded = np.ones((1, BERT_TOKENS), dtype=np.int64)
+        padded[:, :3] = 0
+        return example_inputs("llama_tiny") | {"attention_mask": padded}
     if name in ("bert2", "llama_tiny", "gpt2_tiny"):
         return {"input_ids": rng.integers(0, 512 if name == "bert2" else 64, (1, BERT_TOKENS)).astype(np.int64)}
     if name == "vit_tiny":
