@@ -86,8 +86,9 @@ def small_cnn() -> nn.Module:
 
 
 class SmallMixed(nn.Module):
-    """conv -> group norm -> LeakyReLU -> conv -> hardswish -> avg pool (padded) -> SiLU -> flatten
-    -> linear -> hardsigmoid: the layer kinds the other zoo models lack, for the self-test of causes."""
+    """conv -> group norm -> LeakyReLU -> conv -> hardswish -> avg pool (padded) -> softmax (last
+    axis) -> bilinear upsample -> SiLU -> flatten -> linear -> hardsigmoid: the layer kinds the
+    other zoo models lack, for the self-test of causes."""
 
     def __init__(self, channels: int = 4):
         super().__init__()
@@ -97,14 +98,16 @@ class SmallMixed(nn.Module):
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.hardswish = nn.Hardswish()
         self.pool = nn.AvgPool2d(3, stride=2, padding=1)
+        self.softmax = nn.Softmax(dim=-1)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear")
         self.silu = nn.SiLU()
         self.flatten = nn.Flatten()
-        self.fc = nn.Linear(channels * 16, 6)
+        self.fc = nn.Linear(channels * 64, 6)
         self.hardsigmoid = nn.Hardsigmoid()
 
     def forward(self, x):
-        x = self.hardswish(self.conv2(self.leaky(self.norm(self.conv1(x)))))
-        return self.hardsigmoid(self.fc(self.flatten(self.silu(self.pool(x)))))
+        x = self.pool(self.hardswish(self.conv2(self.leaky(self.norm(self.conv1(x))))))
+        return self.hardsigmoid(self.fc(self.flatten(self.silu(self.up(self.softmax(x))))))
 
 
 def small_mixed() -> nn.Module:
