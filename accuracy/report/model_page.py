@@ -2,7 +2,8 @@
 
 Per port: the first layer not within rounding, a figure of each unit's introduced error and the
 port's propagated difference through depth (log scale; flagged units marked), then the
-per-layer table. The figure shows at a glance whether a large final difference comes from one
+per-layer table, each unit indented under the unit it runs inside (a block's attention and MLP
+under the block, their layers under them). The figure shows at a glance whether a large final difference comes from one
 bad layer (one jump in introduced error) or from correct layers amplified along the way.
 """
 
@@ -20,6 +21,7 @@ from accuracy.report.plots import WIDTH, to_png_base64
 
 COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
+INDENT_EM = 1.5  # a nested unit's layer cell, per level
 
 
 def layer_figure(port: dict) -> str | None:
@@ -57,6 +59,12 @@ def _cell(value, reason: str | None = None) -> str:
     return html.escape("-" if value is None else str(value))
 
 
+def _indent(row: dict) -> str:
+    """The layer cell's indent: its depth among nested units (none at the top)."""
+    depth = row.get("depth") or 0
+    return f" style='padding-left:{INDENT_EM * depth:g}em'" if depth else ""
+
+
 def model_page(report: dict, answers: list[str]) -> str:
     parts = [
         "<!doctype html><meta charset='utf-8'><title>opbench model</title>",
@@ -70,11 +78,11 @@ def model_page(report: dict, answers: list[str]) -> str:
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
         head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", *COLUMNS, "reason"))
         rows = "".join(
-            "<tr>"
+            f"<tr><td{_indent(r)}>{_cell(' + '.join(r['covers']))}</td>"
             + "".join(
                 f"<td>{cell}</td>"
                 for cell in (
-                    *map(_cell, (" + ".join(r["covers"]), r["op"], r["verdict"])),
+                    *map(_cell, (r["op"], r["verdict"])),
                     *(_cell(r.get(c), r.get(c + REASON_SUFFIX)) for c in COLUMNS),
                     _cell(r["reason"]),
                 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from chromium import chromium, needs_chromium
 
 from accuracy.workflows.array_files import read_arrays, write_arrays
 from accuracy.workflows.model.sweep import run_model
@@ -65,3 +66,33 @@ def test_a_further_output_of_the_wrong_shape_is_bad_input(tmp_path):
     with pytest.raises(OpbenchError, match=f"'{key}' has shape \\(3, 3\\), the model's has \\(2, 3\\)"):
         read_activations(path, calls)
     assert set(read_activations(write_arrays(tmp_path / "b.npz", arrays), calls)) == set(arrays)
+
+
+PROBE = """<script>window.addEventListener("load", () => {
+  const lefts = [...document.querySelectorAll("tr")].slice(1).map(row => {
+    const range = document.createRange();
+    range.selectNodeContents(row.cells[0]);
+    return row.cells[0].textContent + "=" + Math.round(range.getBoundingClientRect().left);
+  });
+  const out = document.createElement("output");
+  out.id = "probe";
+  out.textContent = lefts.join(",");
+  document.body.append(out);
+});</script>"""
+
+
+@needs_chromium
+@pytest.mark.slow  # end to end: Chromium
+def test_the_model_page_indents_nested_units_under_their_parent(tmp_path):
+    """As a browser lays it out: a block's attention right of the block, its projections further right."""
+    from accuracy.report.model_page import model_page
+
+    report = run_model(ZOO + "decoder", "x=1x8x32", ["threads:1"])
+    page = tmp_path / "model.html"
+    page.write_text(model_page(report.as_dict(), report.answers()) + PROBE)
+    dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
+    lefts = dict(item.split("=") for item in dom.split('<output id="probe">')[1].split("</output>")[0].split(","))
+    left = {path: int(x) for path, x in lefts.items()}
+    assert left["layers.0"] == left["layers.1"] == left["norm"]
+    assert left["layers.0"] < left["layers.0.self_attn"] == left["layers.0.mlp"] < left["layers.0.self_attn.q_proj"]
+    assert left["layers.0.self_attn.q_proj"] == left["layers.1.mlp.down_proj"]
