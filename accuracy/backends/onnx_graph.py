@@ -64,7 +64,7 @@ def export(model, inputs: dict[str, np.ndarray]):
     except Exception as exc:
         text = first_line(exc)
     try:
-        return _dynamo_export(model, inputs)
+        return dynamo_export(model, inputs)
     except Exception as exc:
         dynamo = _dynamo_reason(exc)
     op = re.search(r"operator '([^']+)'", text)
@@ -83,7 +83,7 @@ def _dynamo_reason(exc: Exception) -> str:
     return first_line(exc)
 
 
-def _dynamo_export(model, inputs: dict[str, np.ndarray]):
+def dynamo_export(model, inputs: dict[str, np.ndarray]):
     """The dynamo exporter's graph, the inputs given as keywords and caches off (a cache is state
     the graph would carry as extra inputs and outputs), unoptimized: every node keeps its scopes."""
     import torch
@@ -132,6 +132,24 @@ def module_calls_of(node_name: str, modules: set[str]) -> list[tuple[str, int]]:
     return found_calls
 
 
+def recorded_scopes(node, modules: set[str]) -> list[str] | None:
+    """The module paths the dynamo exporter recorded for a node, outermost first ([] at the top
+    level); None where it recorded none."""
+    for prop in node.metadata_props:
+        if prop.key == SCOPES:
+            return [p for p in ast.literal_eval(prop.value)[1:-1] if p in modules]
+    return None
+
+
+def node_scopes(node, modules: set[str]) -> list[str] | None:
+    """The module paths a node was traced in, by either exporter's record ([] at the top level);
+    None for a node no exporter named (one an optimizer fused: `SkipLayerNorm_AddBias_0`)."""
+    recorded = recorded_scopes(node, modules)
+    if recorded is not None:
+        return recorded
+    return [path for path, _ in module_calls_of(node.name, modules)] if node.name.startswith("/") else None
+
+
 def _suffixed(segment: str) -> list[tuple[str, int]]:
     match = _CALL_SUFFIX.fullmatch(segment)
     return [(match.group(1), int(match.group(2)))] if match else []
@@ -169,9 +187,8 @@ class Graph:
         for node in self.model.graph.node:
             if all(o in self.constants for o in node.output):
                 continue
-            props = {p.key: p.value for p in node.metadata_props}
-            if SCOPES in props:
-                paths = [p for p in ast.literal_eval(props[SCOPES])[1:-1] if p in modules]
+            paths = recorded_scopes(node, modules)
+            if paths is not None:
                 for path in paths:
                     if path not in inside:  # a new run of the module's nodes: its next call
                         runs[path] = runs.get(path, -1) + 1
@@ -241,7 +258,7 @@ def session(model, optimized: bool):
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a failed run is reported as one line by the caller
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -331,9 +331,9 @@ def test_onnx_node_names_map_to_module_calls():
     assert module_calls_of("/Flatten", modules) == []
 
 
-def test_dynamo_exported_nodes_map_to_module_calls_at_every_level():
+def testdynamo_exported_nodes_map_to_module_calls_at_every_level():
     """The dynamo exporter records scopes, not calls: a module's calls are its separate runs of nodes."""
-    from accuracy.backends.onnx_graph import Graph, _dynamo_export
+    from accuracy.backends.onnx_graph import Graph, dynamo_export
 
     class Twice(nn.Module):
         def __init__(self):
@@ -345,7 +345,7 @@ def test_dynamo_exported_nodes_map_to_module_calls_at_every_level():
             return self.act(self.block(self.act(x)) + 1)
 
     model = Twice()
-    graph = Graph.of(_dynamo_export(model, {"x": np.ones((2, 4), np.float32)}))
+    graph = Graph.of(dynamo_export(model, {"x": np.ones((2, 4), np.float32)}))
     groups = graph.groups({name for name, _ in model.named_modules() if name})
     ops = {key: [n.op_type for n in nodes] for key, nodes in groups.items()}
     assert ops[("act", 0)] == ["Tanh"] and ops[("act", 1)] == ["Tanh"] and groups[("act", 0)] != groups[("act", 1)]

@@ -17,14 +17,16 @@ class OnnxPort(Port):
     BatchNorm folded into the Conv before it, a Dropout) joins the unit of the leaf call whose
     output it takes, so the fused node is judged as one unit covering both layers."""
 
-    def __init__(self, name: str, model, inputs: dict[str, np.ndarray], optimized: bool):
+    def __init__(self, name: str, model, inputs: dict[str, np.ndarray], optimized: bool, exported=None):
+        """`exported`: the ONNX model to run (default: `model` exported here)."""
         import onnx
 
         from accuracy.backends import onnx_graph
 
         self.name, self.optimized, self.onnx_graph = name, optimized, onnx_graph
         self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"
-        inferred = onnx.shape_inference.infer_shapes(onnx_graph.export(model, inputs))  # Extractor needs shapes
+        exported = onnx_graph.export(model, inputs) if exported is None else exported
+        inferred = onnx.shape_inference.infer_shapes(exported)  # Extractor needs shapes
         self.graph = onnx_graph.Graph.of(inferred)
         self.input_names = [i.name for i in inferred.graph.input]
         self.modules = {name for name, _ in model.named_modules() if name}
