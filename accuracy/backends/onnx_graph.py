@@ -161,7 +161,7 @@ class Graph:
 
     model: Any  # onnx.ModelProto
     constants: set[str] = field(default_factory=set)
-    producer: dict[str, object] = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
     consumers: dict[str, list] = field(default_factory=dict)
 
     @classmethod

@@ -122,14 +122,14 @@ class OnnxFilePort(OnnxPort):
         self.folded: dict[str, list[str]] = {}
         first = onnx_graph.export(self.model, self.inputs)
         paired = named(first)
-        dynamo = any(onnx_graph.recorded_scopes(n, set()) is not None for n in first.graph.node)
-        if len(paired) < len(expected) / 2 and not dynamo:
+        by_dynamo = any(onnx_graph.recorded_scopes(n, set()) is not None for n in first.graph.node)
+        if len(paired) < len(expected) / 2 and not by_dynamo:
             try:  # the user's export may be the dynamo exporter's where TorchScript's takes the model too
                 dynamo = named(onnx_graph.dynamo_export(self.model, self.inputs))
             except Exception:
                 dynamo = {}
             paired = dynamo if len(dynamo) > len(paired) else paired
-        first_call = {}
+        first_call: dict[str, str] = {}
         for call in calls:
             first_call.setdefault(call.path, call.key)
         for value, module in self.mapping.items():
