@@ -110,7 +110,7 @@ def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:
 
 def module_calls_of(node_name: str, modules: set[str]) -> list[tuple[str, int]]:
     """(module path, call index) of every scope a TorchScript-exported node was traced in,
-    outermost first; [] outside any module (or where a scope names no module).
+    outermost first, up to the first segment that names no module; [] outside any module.
 
     Scope segments name a child by its attribute name, or a Sequential's child by the Sequential's
     name and its index (`layer1.0`, `downsample.0`); a trailing `_N` is the module's (N+1)-th call."""
@@ -128,7 +128,7 @@ def module_calls_of(node_name: str, modules: set[str]) -> list[tuple[str, int]]:
                 found_calls.append((found, index))
                 break
         else:
-            return []
+            break  # a name an optimizer added (`.../dense/MatMul/MatMulAddFusion`): the scopes so far
     return found_calls
 
 

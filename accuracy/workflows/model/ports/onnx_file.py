@@ -72,7 +72,9 @@ def read_mapping(label: str, path: Path | str) -> dict[str, str]:
 
 
 class OnnxFilePort(OnnxPort):
-    """The user's ONNX model, run as it is with ONNX Runtime's default optimizations."""
+    """The user's ONNX model, run as written: ONNX Runtime's own graph optimizations off (the file
+    is what was optimized, offline; ONNX Runtime 1.31 fails to load some optimizer outputs with
+    its own on: "AddInitializedOrtValue Attempt to replace the existing tensor")."""
 
     def __init__(self, label: str, path: Path | str, mapping: dict[str, str], model, inputs: dict[str, np.ndarray]):
         from accuracy.backends import onnx_graph
@@ -80,14 +82,14 @@ class OnnxFilePort(OnnxPort):
         self.model, self.inputs, self.mapping = model, inputs, mapping
         where = f"{FLAG} {label}={path}"
         try:
-            super().__init__(label, model, inputs, optimized=True, exported=read_onnx(label, path))
+            super().__init__(label, model, inputs, optimized=False, exported=read_onnx(label, path))
         except OpbenchError as exc:
             raise OpbenchError(f"{where}: {exc}") from None
         except Exception as exc:
             raise OpbenchError(
                 f"{where}: ONNX Runtime cannot run it on the model's inputs: {first_line(exc)}"
             ) from None
-        self.description = f"ONNX Runtime on {Path(path).name} (given with --onnx)"
+        self.description = f"ONNX Runtime on {Path(path).name} (given with --onnx), as written"
         self.where = where
         self._declare_shapes(onnx_graph)
 
