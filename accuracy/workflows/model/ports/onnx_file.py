@@ -77,8 +77,6 @@ class OnnxFilePort(OnnxPort):
     its own on: "AddInitializedOrtValue Attempt to replace the existing tensor")."""
 
     def __init__(self, label: str, path: Path | str, mapping: dict[str, str], model, inputs: dict[str, np.ndarray]):
-        from accuracy.backends import onnx_graph
-
         self.model, self.inputs, self.mapping = model, inputs, mapping
         where = f"{FLAG} {label}={path}"
         try:
@@ -90,10 +88,9 @@ class OnnxFilePort(OnnxPort):
                 f"{where}: ONNX Runtime cannot run it on the model's inputs: {first_line(exc)}"
             ) from None
         self.description = f"ONNX Runtime on {Path(path).name} (given with --onnx), as written"
-        self.where = where
-        self._declare_shapes(onnx_graph)
+        self._declare_shapes()
 
-    def _declare_shapes(self, onnx_graph) -> None:
+    def _declare_shapes(self) -> None:
         """Every value's type and shape, from the probe run: shape inference knows no contrib op
         (com.microsoft's SkipLayerNormalization), and the sub-graph extractor needs them."""
         import onnx
@@ -109,28 +106,28 @@ class OnnxFilePort(OnnxPort):
         """Each module call's output value in this graph, by call key: the exporter's names, then the mapping."""
         from accuracy.backends import onnx_graph
 
-        def named(exported) -> dict[str, str]:
-            own = OnnxPort("names", self.model, self.inputs, optimized=False, exported=exported)
+        def named(export) -> tuple[dict[str, str], dict[str, list[str]]]:
+            """(call key -> value, the calls one exported node covers: a BatchNorm in its Conv)."""
+            try:
+                exported = export(self.model, self.inputs)
+                own = OnnxPort("names", self.model, self.inputs, optimized=False, exported=exported)
+            except Exception:  # the model does not export here: the mapping alone pairs
+                return {}, {}
             units = [u for u in own.units(calls) if u.detail]
-            self.folded |= {u.last: u.covers for u in units if len(u.calls) > 1}  # a BatchNorm in its Conv
-            by_call = {u.last: u.detail["gives"] for u in units}
-            return {
-                key: value
-                for key, value in by_call.items()
-                if value in self.values and self.values[value].shape == tuple(expected[key].output.shape)
+            found = {
+                u.last: u.detail["gives"]
+                for u in units
+                if u.detail["gives"] in self.values
+                and self.values[u.detail["gives"]].shape == tuple(expected[u.last].output.shape)
             }
+            return found, {u.last: u.covers for u in units if len(u.calls) > 1}
 
         expected = {c.key: c for c in calls if c.output is not None}
-        self.folded: dict[str, list[str]] = {}
-        first = onnx_graph.export(self.model, self.inputs)
-        paired = named(first)
-        by_dynamo = any(onnx_graph.recorded_scopes(n, set()) is not None for n in first.graph.node)
-        if len(paired) < len(expected) / 2 and not by_dynamo:
-            try:  # the user's export may be the dynamo exporter's where TorchScript's takes the model too
-                dynamo = named(onnx_graph.dynamo_export(self.model, self.inputs))
-            except Exception:
-                dynamo = {}
-            paired = dynamo if len(dynamo) > len(paired) else paired
+        paired, self.folded = named(onnx_graph.export)
+        if len(paired) < len(expected) / 2:  # TorchScript's exporter took the model; the user's may be dynamo
+            dynamo, folded = named(onnx_graph.dynamo_export)
+            if len(dynamo) > len(paired):
+                paired, self.folded = dynamo, folded
         first_call: dict[str, str] = {}
         for call in calls:
             first_call.setdefault(call.path, call.key)
