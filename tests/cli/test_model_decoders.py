@@ -268,6 +268,10 @@ def test_bad_onnx_files_are_one_line(bert_optimized, tmp_path, capsys):
     for args, words in cases.items():
         status, _, err = run_main(capsys, "model", ZOO + "bert2", "--inputs", inputs, *args)
         assert status == 2 and words in err and err.count("\n") == 1, (args, err)
+    (tmp_path / "nowhere.json").write_text(json.dumps({"no_such_value": "encoder.layer.0"}))
+    nowhere = ("--onnx", f"ort={path}", "--onnx-map", "ort=" + str(tmp_path / "nowhere.json"))
+    status, _, err = run_main(capsys, "model", ZOO + "bert2", "--inputs", inputs, *nowhere)
+    assert status == 2 and "'no_such_value' names no value of the ONNX graph" in err and err.count("\n") == 1
     other = "ort=" + str(tmp_path / "other_input.onnx")
     status, _, err = run_main(capsys, "model", ZOO + "bert2", "--inputs", inputs, "--onnx", other)
     assert status == 2 and "the ONNX graph takes ids, which the model's inputs lack" in err and err.count("\n") == 1
