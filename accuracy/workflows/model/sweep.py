@@ -25,6 +25,7 @@ from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.keras_layers import keras_port
+from accuracy.workflows.model.ports.onnx_file import OnnxFilePort, read_mapping, read_onnx
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.report import ModelReport, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
@@ -58,12 +59,14 @@ def run_model(
     keras=None,
     dask: str | None = None,
     progress=None,
+    onnx_files: dict[str, tuple[str, str | None]] | None = None,
 ) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
     written: bad input is one OpbenchError.
 
     The ports are evaluated here, or each as one work item on the Dask cluster `dask` names
-    (`progress(done, total, port, seconds)` after each); the report is the same either way."""
+    (`progress(done, total, port, seconds)` after each); the report is the same either way.
+    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None)."""
     import torch
 
     model = load_model(spec, train)
@@ -73,14 +76,22 @@ def run_model(
     file_ports = [FilePort(label, read_activations(path, calls)) for label, path in (activations_files or {}).items()]
     if keras is not None and dask is not None and not isinstance(keras, str):
         raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
-    brought = [p.name for p in file_ports] + (["keras"] if keras else [])
+    onnx_files = onnx_files or {}
+    for label, (onnx_path, mapping) in onnx_files.items():  # bad files are one line before anything runs
+        read_onnx(label, onnx_path)
+        if mapping is not None:
+            read_mapping(label, mapping)
+    brought = [p.name for p in file_ports] + list(onnx_files) + (["keras"] if keras else [])
     names = list(ports or ([] if brought else default_ports(torch.cuda.is_available())))
     clash = sorted(set(brought) & set(names))
     if clash:
-        raise OpbenchError(f"--activations label {clash[0]!r} is also a --port: give it another label")
+        raise OpbenchError(f"the label {clash[0]!r} of a file you gave is also a --port: give it another label")
+    if len(set(brought)) != len(brought):
+        raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
     jobs = [PortJob(name) for name in dict.fromkeys(names)] + [PortJob(p.name, file=p) for p in file_ports]
+    jobs += [PortJob(label, onnx=files) for label, files in onnx_files.items()]
     jobs += [PortJob("keras", keras=keras)] if keras else []
     interrupted, not_run = None, []
     if dask is None:
@@ -115,12 +126,15 @@ class PortJob:
     name: str
     file: FilePort | None = None
     keras: object = None
+    onnx: tuple[str, str | None] | None = None  # --onnx: the file and its mapping file
 
     @property
     def backends(self) -> tuple[str, ...]:
         """What the port runs on besides torch: a file's arrays need nothing more."""
         if self.file is not None:
             return ()
+        if self.onnx is not None:
+            return ("onnxruntime",)
         return ("tensorflow",) if self.keras is not None else spec_for(self.name).backends
 
     def build(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
@@ -128,6 +142,9 @@ class PortJob:
             return self.file
         if self.keras is not None:
             return keras_port(self.keras, calls)
+        if self.onnx is not None:
+            path, mapping = self.onnx
+            return OnnxFilePort(self.name, path, read_mapping(self.name, mapping) if mapping else {}, model, inputs)
         return build_port(self.name, model, inputs)
 
     def build_or_why(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
@@ -135,7 +152,7 @@ class PortJob:
         decoder that does not export to ONNX) is absent with the converter's one line, and the
         other ports are still judged. What the user brought (a file, a Keras factory) is checked
         before anything runs: its problems stay bad input."""
-        if self.file is not None or self.keras is not None:
+        if self.file is not None or self.keras is not None or self.onnx is not None:
             return self.build(model, inputs, calls)
         try:
             return self.build(model, inputs, calls)
