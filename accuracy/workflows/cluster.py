@@ -64,8 +64,9 @@ class WorkPool(Protocol):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> WorkFuture: ...
 
-    def share(self, value: Any) -> Any:
-        """`value` as an argument of many work items: sent to a cluster once, not once per item."""
+    def share(self, value: Any, everywhere: bool = True) -> Any:
+        """`value` as an argument of work items: sent to a cluster once, not once per item, and to
+        every worker (`everywhere`), or to one, for one item (not through the scheduler's graph)."""
         ...
 
 
@@ -112,7 +113,7 @@ class _ThreadPool:
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         return self._pool.submit(fn, *args)
 
-    def share(self, value: Any) -> Any:
+    def share(self, value: Any, everywhere: bool = True) -> Any:
         return value
 
 
@@ -170,8 +171,10 @@ class _DaskPool:
         # pure=False: the same arguments submitted twice are two work items, never deduplicated
         return _DaskFuture(self._client.submit(fn, *args, pure=False), self.name)
 
-    def share(self, value: Any) -> Any:
-        (future,) = self._client.scatter([value], broadcast=True)  # a list: the value is one piece of data
+    def share(self, value: Any, everywhere: bool = True) -> Any:
+        # a list: the value is one piece of data; one item's value is not hashed (tokenizing a
+        # model's modules costs more than sending them)
+        (future,) = self._client.scatter([value], broadcast=everywhere, hash=everywhere)
         return future
 
 

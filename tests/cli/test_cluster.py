@@ -21,6 +21,7 @@ from accuracy.catalog.registry import get_op
 from accuracy.cli.main import main
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
+from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.workflows import cluster
 from accuracy.workflows.scan import as_rows, scan
 
@@ -238,6 +239,47 @@ def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path
     assert len(lines) == len(names) and lines[-1].startswith(f"model: [{len(names)}/{len(names)}] ")
     assert sorted(names) == ["bfloat16", "cuda", "onnxruntime", "torch", "torchscript"]  # cuda absent without a GPU
     assert here[0] == 0 and all(p["compared"] > 0 for p in report["ports"])
+
+
+def test_a_model_sweep_spreads_its_units_over_the_workers_with_the_in_process_report(capsys, monkeypatch):
+    """#41: on a cluster, each unit is one work item, judged once for all the ports fed it the same
+    inputs (as in-process), not once per port inside that port's work item; the JSON is the same
+    bit for bit, nested units (the decoder's layers, attention, MLP) included."""
+    from accuracy.workflows.model import sweep
+
+    submitted: list[str] = []
+    real_pool = sweep.work_pool
+
+    @contextlib.contextmanager
+    def recording(*args, **kwargs):
+        with real_pool(*args, **kwargs) as pool:
+            submit = pool.submit
+
+            def spy(fn, *items):
+                submitted.append(fn.__name__)
+                return submit(fn, *items)
+
+            pool.submit = spy  # type: ignore[method-assign]
+            yield pool
+
+    monkeypatch.setattr(sweep, "work_pool", recording)
+    args = ["accuracy.workflows.model.zoo:decoder", "--inputs", "x=1x8x32"]
+    args += ["--port", "torchscript", "--port", "onnxruntime", "--port", "bfloat16"]
+    here = _model_fresh(*args)
+    status, report, err = _model(capsys, *args, *LOCAL)
+    assert (status, report) == here[:2]
+    assert max(row["depth"] for port in report["ports"] for row in port["layers"]) == 2  # nested units
+    judged = {
+        (tuple(row["covers"]), port["dtype"])
+        for port in report["ports"]
+        for row in port["layers"]
+        if row["verdict"] != NOT_COMPARED
+    }
+    compared = sum(port["compared"] for port in report["ports"])
+    # torchscript's and ONNX Runtime's float32 units on the same layers are judged once for both
+    assert 0 < len(judged) < compared
+    assert submitted == ["port_task"] * 3 + ["judge_task"] * len(judged)
+    assert err.splitlines()[-1].startswith("model: [3/3] ")
 
 
 def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
