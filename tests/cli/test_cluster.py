@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from cli_runner import run_opbench
+from cli_runner import run_opbench, start_opbench
 
 from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import get_op
@@ -313,6 +314,71 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     done = [p["port"] for p in report["ports"]]
     assert done[0] == "torchscript" and report["ports_not_run"] and report["interrupted"] in err
     assert done + report["ports_not_run"] == ports  # ports are collected in order: the rest were not run
+
+
+def _forkserver(proc: subprocess.Popen) -> psutil.Process | None:
+    for child in psutil.Process(proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "forkserver" in " ".join(child.cmdline()):
+                return child
+    return None
+
+
+def _reached(moment: str, proc: subprocess.Popen, started: float) -> bool:
+    """Whether the command is at `moment`: in opbench's imports (5 s in, past the interpreter's
+    start-up, which is Python's own, no cluster yet; or the cluster's start, on a fast machine),
+    with the cluster's fork server started but not both workers, or with both workers up."""
+    try:
+        server = _forkserver(proc)
+        if moment == "importing":
+            return server is not None or time.monotonic() - started >= 5
+        workers = len(server.children()) if server else 0
+    except psutil.Error:  # a child that went away as it was looked at
+        return False
+    return workers >= 2 if moment == "running" else server is not None
+
+
+@pytest.mark.parametrize("moment", ["importing", "starting", "running"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scan", "exp", "--dtype", "float16"],
+        ["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8", "--port", "torchscript"],
+    ],
+    ids=["scan", "model"],
+)
+def test_ctrl_c_on_a_local_cluster_ends_in_one_line_at_any_moment(command, moment):
+    """#40: Ctrl-C as a terminal sends it (SIGINT to the whole process group, the local workers
+    included) printed ~60 lines of worker tracebacks, or was swallowed by Dask (the command then
+    waited a minute for workers) or left half a cluster whose closing at exit failed. Now: one
+    line, exit status 2, what was finished printed, and no process of the command left."""
+    proc = start_opbench(
+        *command,
+        *LOCAL,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even when this suite runs in the background
+    )
+    started = time.monotonic()
+    while proc.poll() is None and not _reached(moment, proc, started):
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode == 0:  # it finished before the signal landed: then it said nothing more
+        assert moment == "running" and err.count("opbench:") == 0, (moment, out, err)
+    else:
+        assert proc.returncode == 2, out + err
+        [line] = [line for line in err.splitlines() if not line.startswith("model: [")]
+        assert line.startswith("opbench: error: interrupted"), err
+        assert out == "" or "interrupted" in out or "partial" in out
+    deadline = time.monotonic() + 30  # the workers, closed by the command, are gone soon after
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("processes of the command were left running")
 
 
 def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):

@@ -7,7 +7,9 @@ depends on its port only through its output).
 
 from __future__ import annotations
 
+import pickle
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -308,6 +310,11 @@ class Judging:
     by_port: dict[str, np.ndarray]
     products: FloatFormat | None
 
+    def __reduce__(self) -> tuple:
+        # sent to a worker: torch warns (FutureWarning) on unpickling a call's pytree spec, and a
+        # local worker's warnings reach the terminal
+        return _unpickled_quietly, (pickle.dumps((self.unit, self.tensors, self.fmt, self.by_port, self.products)),)
+
     def judge(self) -> dict[str, UnitJudgement]:
         """Each port's verdict, with the known port bugs tried on the flagged ones."""
         judged = {}
@@ -317,6 +324,12 @@ class Judging:
                 result = replace(result, cause=cause)
             judged[label] = result
         return judged
+
+
+def _unpickled_quietly(data: bytes) -> Judging:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+        return Judging(*pickle.loads(data))
 
 
 def _judgings(groups: dict[tuple, tuple]) -> list[Judging]:
