@@ -1,18 +1,28 @@
 """A whole torch model as an ONNX graph: export, the node-to-module map, isolated sub-graphs.
 
-`torch.onnx.export(dynamo=False)` (the TorchScript exporter; the dynamo exporter needs
-onnxscript) names every node after the module scope it was traced in, e.g.
-`/layer1/layer1.0/conv1/Conv`, with `_1`, `_2` appended to a module's second and third call
-(`/layer1/layer1.0/relu_1/Relu`). That is the node-to-module mapping: nodes of one leaf module's
-call form its group. Modules the exporter folded away (a BatchNorm after a Conv in eval mode,
-a Dropout) have no nodes of their own; the caller pairs them with the node that absorbed them.
+Two exporters, tried in turn:
+- `torch.onnx.export(dynamo=False)` (the TorchScript exporter) names every node after the module
+  scopes it was traced in, e.g. `/layer1/layer1.0/conv1/Conv`, with `_1`, `_2` appended to a
+  module's second and third call (`/layer1/layer1.0/relu_1/Relu`). It folds an eval-mode
+  BatchNorm into the Conv before it, and a Dropout away: such modules have no nodes of their own,
+  and the caller pairs them with the node that absorbed them.
+- Where it fails (transformers' decoders: keyword inputs, caches, vmap-built masks), the dynamo
+  exporter (`dynamo=True`, onnxscript), on the inputs as keywords with `use_cache=False`. It
+  records each node's module scopes, outermost first, in the node's `pkg.torch.onnx.name_scopes`
+  metadata (`['', 'layers.0', 'layers.0.self_attn', 'layers.0.self_attn.q_proj', 'linear']`:
+  the root, full module paths, then the FX node's name), but not which call of a module a node
+  belongs to: a module's calls are the separate runs of consecutive nodes inside its scope.
 
-Isolated sub-graphs come from `onnx.utils.Extractor`, which keeps every node between the given
-input and output tensors (the weights' Identity nodes included).
+Every module at every level gets its nodes: a parent's are its children's and its own (the
+attention core, a residual add). Isolated sub-graphs come from `onnx.utils.Extractor`, which keeps
+every node between the given input and output tensors (the weights' Identity nodes included).
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import inspect
 import io
 import re
 import warnings
@@ -24,14 +34,19 @@ import numpy as np
 from accuracy.core.errors import OpbenchError, first_line, quiet_stderr
 
 OPSET = 17  # LayerNormalization is an ONNX op from opset 17 on
+DYNAMO_OPSET = 18  # the opset onnxscript's torch library is written for
+SCOPES = "pkg.torch.onnx.name_scopes"  # the dynamo exporter's node metadata: its module scopes
 _CALL_SUFFIX = re.compile(r"(.+)_(\d+)")
 
 
-def export(model, args: tuple, input_names: list[str]):
-    """The ONNX ModelProto of `model` on `args`; an op the exporter cannot translate is named."""
+def export(model, inputs: dict[str, np.ndarray]):
+    """The ONNX ModelProto of `model` on `inputs` (by argument name): the TorchScript exporter's,
+    or where it fails the dynamo exporter's; an op neither can translate is named."""
     import onnx
     import torch
 
+    names = list(inputs)
+    args = tuple(torch.as_tensor(inputs[k]) for k in names)
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings(), quiet_stderr():  # the exporter dumps the graph on failure
@@ -42,24 +57,65 @@ def export(model, args: tuple, input_names: list[str]):
                 buffer,  # type: ignore[arg-type]  # torch.onnx.export writes to a file object too
                 dynamo=False,
                 opset_version=OPSET,
-                input_names=input_names,
+                input_names=names,
                 do_constant_folding=True,
             )
+        return onnx.load_from_string(buffer.getvalue())
     except Exception as exc:
         text = first_line(exc)
-        op = re.search(r"operator '([^']+)'", text)
-        named = f"op {op.group(1)} does not export: " if op else ""
-        raise OpbenchError(f"the model does not export to ONNX (opset {OPSET}): {named}{text}") from None
-    return onnx.load_from_string(buffer.getvalue())
+    try:
+        return dynamo_export(model, inputs)
+    except Exception as exc:
+        dynamo = _dynamo_reason(exc)
+    op = re.search(r"operator '([^']+)'", text)
+    named = f"op {op.group(1)} does not export: " if op else ""
+    raise OpbenchError(
+        f"the model does not export to ONNX (opset {OPSET}): {named}{text}; nor with the dynamo exporter: {dynamo}"
+    ) from None
+
+
+def _dynamo_reason(exc: Exception) -> str:
+    """The dynamo exporter's one line: its exception summary's first cause (the op it has no ONNX
+    function for), not its banner of next steps."""
+    for line in str(exc).splitlines():
+        if line.startswith("<class ") and ">: " in line:
+            return line.partition(">: ")[2]
+    return first_line(exc)
+
+
+def dynamo_export(model, inputs: dict[str, np.ndarray]):
+    """The dynamo exporter's graph, the inputs given as keywords and caches off (a cache is state
+    the graph would carry as extra inputs and outputs), unoptimized: every node keeps its scopes."""
+    import torch
+
+    kwargs: dict = {k: torch.as_tensor(v) for k, v in inputs.items()}
+    if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in kwargs:
+        kwargs["use_cache"] = False
+    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            model, (), kwargs=kwargs, dynamo=True, opset_version=DYNAMO_OPSET, optimize=False, verbose=False
+        )
+    if program is None:
+        raise OpbenchError("the dynamo exporter gave no program")
+    return program.model_proto
 
 
 def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:
-    """(module path, call index) of the leaf scope a node was traced in, None outside any module.
+    """(module path, call index) of the innermost scope a TorchScript-exported node was traced
+    in, None outside any module."""
+    calls = module_calls_of(node_name, modules)
+    return calls[-1] if calls else None
+
+
+def module_calls_of(node_name: str, modules: set[str]) -> list[tuple[str, int]]:
+    """(module path, call index) of every scope a TorchScript-exported node was traced in,
+    outermost first, up to the first segment that names no module; [] outside any module.
 
     Scope segments name a child by its attribute name, or a Sequential's child by the Sequential's
     name and its index (`layer1.0`, `downsample.0`); a trailing `_N` is the module's (N+1)-th call."""
     segments = node_name.strip("/").split("/")[:-1]  # the last segment is the op
-    path, call = "", 0
+    path, found_calls = "", []
     for segment in segments:
         for name, index in [(segment, 0), *_suffixed(segment)]:
             candidates = [name, f"{path}.{name}" if path else name]
@@ -68,11 +124,30 @@ def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:
                 candidates.append(path + name[len(last) :])
             found = next((c for c in candidates if c in modules and (not path or c.startswith(path))), None)
             if found:
-                path, call = found, index
+                path = found
+                found_calls.append((found, index))
                 break
         else:
-            return None
-    return (path, call) if path else None
+            break  # a name an optimizer added (`.../dense/MatMul/MatMulAddFusion`): the scopes so far
+    return found_calls
+
+
+def recorded_scopes(node, modules: set[str]) -> list[str] | None:
+    """The module paths the dynamo exporter recorded for a node, outermost first ([] at the top
+    level); None where it recorded none."""
+    for prop in node.metadata_props:
+        if prop.key == SCOPES:
+            return [p for p in ast.literal_eval(prop.value)[1:-1] if p in modules]
+    return None
+
+
+def node_scopes(node, modules: set[str]) -> list[str] | None:
+    """The module paths a node was traced in, by either exporter's record ([] at the top level);
+    None for a node no exporter named (one an optimizer fused: `SkipLayerNorm_AddBias_0`)."""
+    recorded = recorded_scopes(node, modules)
+    if recorded is not None:
+        return recorded
+    return [path for path, _ in module_calls_of(node.name, modules)] if node.name.startswith("/") else None
 
 
 def _suffixed(segment: str) -> list[tuple[str, int]]:
@@ -86,7 +161,7 @@ class Graph:
 
     model: Any  # onnx.ModelProto
     constants: set[str] = field(default_factory=set)
-    producer: dict[str, object] = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
     consumers: dict[str, list] = field(default_factory=dict)
 
     @classmethod
@@ -103,15 +178,25 @@ class Graph:
                 graph.constants.update(node.output)
         return graph
 
-    def groups(self, modules: set[str], leaves: set[str]) -> dict[tuple[str, int], list]:
-        """Nodes by the leaf module call they were traced in (constant-only nodes left out);
-        `modules` holds every module path, `leaves` those of leaf modules."""
+    def groups(self, modules: set[str]) -> dict[tuple[str, int], list]:
+        """Nodes by the module call they were traced in, at every level (constant-only nodes left
+        out): a node counts for its module and for each module around it."""
         groups: dict[tuple[str, int], list] = {}
+        runs: dict[str, int] = {}  # the dynamo exporter's: each module's calls so far
+        inside: set[str] = set()  # the scopes of the node before
         for node in self.model.graph.node:
             if all(o in self.constants for o in node.output):
                 continue
-            owner = module_call_of(node.name, modules)
-            if owner is not None and owner[0] in leaves:
+            paths = recorded_scopes(node, modules)
+            if paths is not None:
+                for path in paths:
+                    if path not in inside:  # a new run of the module's nodes: its next call
+                        runs[path] = runs.get(path, -1) + 1
+                inside = set(paths)
+                owners = [(p, runs[p]) for p in paths]
+            else:
+                owners = module_calls_of(node.name, modules)
+            for owner in owners:
                 groups.setdefault(owner, []).append(node)
         return groups
 
@@ -152,7 +237,8 @@ class Graph:
 
     def probe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every activation tensor's value in one unoptimized run: their true shapes and dtypes
-        (shape inference leaves a transformer's dynamic dimensions unknown)."""
+        (shape inference leaves a transformer's dynamic dimensions unknown). Sequences (the dynamo
+        exporter's SplitToSequence) are left out: no module gives one."""
         import onnx
 
         names = [o for n in self.model.graph.node for o in n.output if o and o not in self.constants]
@@ -161,7 +247,7 @@ class Graph:
         del probe.graph.output[:]
         for name in names:
             probe.graph.output.append(onnx.ValueInfoProto(name=name))
-        return run(session(probe, optimized=False), feeds)
+        return {k: v for k, v in run(session(probe, optimized=False), feeds).items() if isinstance(v, np.ndarray)}
 
 
 def session(model, optimized: bool):
@@ -172,7 +258,7 @@ def session(model, optimized: bool):
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a failed run is reported as one line by the caller
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -50,6 +50,21 @@ def register(sub) -> None:
         help="another runtime's activations file (repeatable): keys <module path>, <module path>/in0, ..., output",
     )
     p.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="an ONNX model exported or optimized elsewhere, run by ONNX Runtime (repeatable); its values are "
+        "paired with modules by the exporter's names",
+    )
+    p.add_argument(
+        "--onnx-map",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="for --onnx LABEL: a JSON object pairing more of its values with modules (ONNX value name -> module path)",
+    )
+    p.add_argument(
         "--save-activations",
         metavar="FILE",
         help="write the reference model's activations (.safetensors or .npz) for another runtime to use",
@@ -72,6 +87,13 @@ def run(args) -> int:
     files = dict(labelled_file("--activations", a, "djl=activations_djl.safetensors") for a in args.activations)
     if len(files) != len(args.activations):
         raise OpbenchError("two --activations arguments share a label; give each its own")
+    onnx = dict(labelled_file("--onnx", a, "ort=model_optimized.onnx") for a in args.onnx)
+    maps = dict(labelled_file("--onnx-map", a, "ort=names.json") for a in args.onnx_map)
+    if len(onnx) != len(args.onnx) or len(maps) != len(args.onnx_map):
+        raise OpbenchError("two --onnx (or --onnx-map) arguments share a label; give each its own")
+    unknown = sorted(set(maps) - set(onnx))
+    if unknown:
+        raise OpbenchError(f"--onnx-map {unknown[0]}: no --onnx {unknown[0]}=FILE to pair it with")
     if args.html:  # checked before the run: bad input writes nothing, and the run is not lost to it
         html = Path(args.html)
         refuse_symlink(html)
@@ -99,6 +121,7 @@ def run(args) -> int:
             args.keras,
             dask=args.dask,
             progress=item_progress("model"),
+            onnx_files={label: (path, maps.get(label)) for label, path in onnx.items()},
         )
     if args.html:
         from accuracy.report.model_page import write_model_page

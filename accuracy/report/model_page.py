@@ -2,7 +2,8 @@
 
 Per port: the first layer not within rounding, a figure of each unit's introduced error and the
 port's propagated difference through depth (log scale; flagged units marked), then the
-per-layer table. The figure shows at a glance whether a large final difference comes from one
+per-layer table, each unit indented under the unit it runs inside (a block's attention and MLP
+under the block, their layers under them). The figure shows at a glance whether a large final difference comes from one
 bad layer (one jump in introduced error) or from correct layers amplified along the way.
 """
 
@@ -22,6 +23,7 @@ from accuracy.workflows.model.report import cause_cell
 
 COLUMNS = ("introduced", "inherited", "propagated", "max_ulp", "typical_ratio")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
+INDENT_EM = 1.5  # a nested unit's layer cell, per level
 
 
 def layer_figure(port: dict) -> str | None:
@@ -59,6 +61,12 @@ def _cell(value, reason: str | None = None) -> str:
     return html.escape("-" if value is None else str(value))
 
 
+def _indent(row: dict) -> str:
+    """The layer cell's indent: its depth among nested units (none at the top)."""
+    depth = row.get("depth") or 0
+    return f" style='padding-left:{INDENT_EM * depth:g}em'" if depth else ""
+
+
 def model_page(report: dict, answers: list[str]) -> str:
     parts = [
         "<!doctype html><meta charset='utf-8'><title>opbench model</title>",
@@ -72,11 +80,11 @@ def model_page(report: dict, answers: list[str]) -> str:
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
         head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", *COLUMNS, "cause", "reason"))
         rows = "".join(
-            "<tr>"
+            f"<tr><td{_indent(r)}>{_cell(' + '.join(r['covers']))}</td>"
             + "".join(
                 f"<td>{cell}</td>"
                 for cell in (
-                    *map(_cell, (" + ".join(r["covers"]), r["op"], r["verdict"])),
+                    *map(_cell, (r["op"], r["verdict"])),
                     *(_cell(r.get(c), r.get(c + REASON_SUFFIX)) for c in COLUMNS),
                     _cell(cause_cell(r.get("cause"))),
                     _cell(cause_text(r.get("cause")) + r["reason"]),

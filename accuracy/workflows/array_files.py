@@ -28,6 +28,11 @@ NPY_MAGIC = b"\x93NUMPY"
 # headers, before anything is decompressed or allocated: a 3 MB .npz declaring 3 GB drove
 # `opbench check` to 19.8 GB before.
 MAX_FILE_BYTES = 1 << 30
+# Peak memory per byte of array data read from files, measured as the growth of peak RSS between
+# float32 files of 16 MB and 64 MB (inputs and output both that size): `check exp` rose 12.4 bytes
+# per byte read (the arrays, their float64 copies, the exact reference's words, the errors in ulps).
+# A file whose data times this is over the memory budget is refused from its headers.
+ARRAY_MEMORY_FACTOR = 13
 SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header
 
 
@@ -127,7 +132,7 @@ def _zip_bytes(path: Path, npz: bool) -> tuple[int, str]:
                     nbytes, shape = _npy_bytes(member)
                 declared = max(declared, nbytes)
             total += declared
-            what.append(f"{info.filename.removesuffix('.npy')} {shape or _size(declared)}")
+            what.append(f"{info.filename.removesuffix('.npy')} {shape or byte_size(declared)}")
     return total, ", ".join(what)
 
 
@@ -180,13 +185,31 @@ def _check_declared_size(path: Path, suffix: str) -> None:
         declared, what = path.stat().st_size, "legacy torch file"
     if declared > MAX_FILE_BYTES:
         raise OpbenchError(
-            f"{path}: declares {_size(declared)} of array data ({what}), more than the {_size(MAX_FILE_BYTES)} "
+            f"{path}: declares {byte_size(declared)} of array data ({what}), more than the {byte_size(MAX_FILE_BYTES)} "
             "opbench check reads from one file; nothing was loaded (check a slice of it)"
+        )
+    check_memory(declared * ARRAY_MEMORY_FACTOR, f"{path}: its {byte_size(declared)} of array data ({what})")
+
+
+def check_memory(needed: int, what: str) -> None:
+    """Refuse work that would need more than the memory budget (half of what is available now),
+    before it is loaded or allocated: past it the kernel swaps or kills the process (240 MB of
+    inputs took over 4 GB)."""
+    from accuracy.core.limits import MEMORY_BUDGET_FRACTION, available_memory
+
+    budget = int(available_memory() * MEMORY_BUDGET_FRACTION)
+    if needed > budget:
+        raise OpbenchError(
+            f"{what} need about {byte_size(needed)} of memory to judge, more than the budget of {byte_size(budget)} "
+            "(half the memory available now); nothing was judged: give smaller arrays"
         )
 
 
-def _size(n: int) -> str:
-    return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB"
+def byte_size(n: int) -> str:
+    """n bytes in GiB, MiB or KiB, whichever reads best."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.3g} GiB"
+    return f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n / (1 << 10):.3g} KiB"
 
 
 def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:

@@ -93,7 +93,7 @@ def cause_text(cause: dict | None) -> str:
     if cause["words"] is None:
         return "no known cause explains it (none in the catalogue applies to it); "
     if cause["explains"]:
-        also = f" (also: {'; '.join(cause['alternatives'])})" if cause["alternatives"] else ""
+        also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
         return f"explained by {cause['words']}{also}; "
     ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
     return f"no known cause explains it (nearest: {cause['words']}, {ratio}x its tier's limit); "

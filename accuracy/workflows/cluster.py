@@ -17,6 +17,7 @@ threadpoolctl reads every loaded shared library each time.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -51,6 +52,32 @@ class ClusterLost(OpbenchError):
     """The scheduler went away mid-run: the caller keeps what it merged and ends with one line."""
 
 
+_interrupted = threading.Event()  # Ctrl-C came while a cluster was in use
+
+
+@contextmanager
+def _ctrl_c_remembered() -> Iterator[None]:
+    """Ctrl-C only remembered while a cluster is in use, and raised as KeyboardInterrupt where this
+    process waits (for the cluster to start, for a result: at most POLL_S later). Raised at once,
+    it landed in whatever code ran: in Dask's cluster start-up it left half a cluster, whose
+    closing at exit printed a traceback, and in a gc callback of Dask's it was swallowed
+    ("Exception ignored in ..."), so the sweep went on and waited a minute for workers."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        yield  # a process started in the background, with SIGINT ignored, keeps ignoring it
+        return
+    _interrupted.clear()
+    before = signal.signal(signal.SIGINT, lambda signum, frame: _interrupted.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _stop_if_interrupted() -> None:
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
+
+
 class WorkFuture(Protocol):
     def result(self) -> Any: ...
     def cancel(self) -> Any: ...
@@ -64,8 +91,9 @@ class WorkPool(Protocol):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> WorkFuture: ...
 
-    def share(self, value: Any) -> Any:
-        """`value` as an argument of many work items: sent to a cluster once, not once per item."""
+    def share(self, value: Any, everywhere: bool = True) -> Any:
+        """`value` as an argument of work items: sent to a cluster once, not once per item, and to
+        every worker (`everywhere`), or to one, for one item (not through the scheduler's graph)."""
         ...
 
 
@@ -112,7 +140,7 @@ class _ThreadPool:
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         return self._pool.submit(fn, *args)
 
-    def share(self, value: Any) -> Any:
+    def share(self, value: Any, everywhere: bool = True) -> Any:
         return value
 
 
@@ -142,6 +170,7 @@ class _DaskFuture:
         last worker died pending until another joins, so a scan waited silently for ever."""
         alone = 0.0
         while True:
+            _stop_if_interrupted()
             try:
                 return self._future.result(timeout=POLL_S)
             except TimeoutError:
@@ -170,8 +199,10 @@ class _DaskPool:
         # pure=False: the same arguments submitted twice are two work items, never deduplicated
         return _DaskFuture(self._client.submit(fn, *args, pure=False), self.name)
 
-    def share(self, value: Any) -> Any:
-        (future,) = self._client.scatter([value], broadcast=True)  # a list: the value is one piece of data
+    def share(self, value: Any, everywhere: bool = True) -> Any:
+        # a list: the value is one piece of data; one item's value is not hashed (tokenizing a
+        # model's modules costs more than sending them)
+        (future,) = self._client.scatter([value], broadcast=everywhere, hash=everywhere)
         return future
 
 
@@ -250,12 +281,35 @@ def _forked_from_a_preloaded_server(backends: Iterable[str]) -> Iterator[None]:
         before = os.environ.get(PRELOAD_VAR)
         os.environ[PRELOAD_VAR] = ",".join(dict.fromkeys(backends))
         try:
+            _start_server_deaf_to_ctrl_c()
             yield
         finally:
             if before is None:
                 del os.environ[PRELOAD_VAR]
             else:
                 os.environ[PRELOAD_VAR] = before
+
+
+def _start_server_deaf_to_ctrl_c() -> None:
+    """The fork server started with SIGINT ignored, so that it and every worker forked from it
+    ignore it for life: Ctrl-C in a terminal reaches the whole process group, and the workers
+    (which this process closes on Ctrl-C) printed ~60 lines of tracebacks before its one line, a
+    KeyboardInterrupt in the server's imports and in each worker's event loop. An ignored signal
+    stays ignored across exec, and Python then installs no KeyboardInterrupt handler. A signal
+    mask is not inherited (multiprocessing's spawn resets it), so this process ignores Ctrl-C
+    too, for the few milliseconds of the server's fork and exec (the resource tracker, which
+    ignores it itself, started before)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @contextmanager
@@ -272,6 +326,7 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
     except ImportError as exc:
         raise OpbenchError("--dask needs the `dask` extra: pip install 'opbench[dask]'") from exc
     with ExitStack() as settings:
+        settings.enter_context(_ctrl_c_remembered())
         cluster = None
         try:
             if dask.startswith(LOCAL_PREFIX):
@@ -308,7 +363,10 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
             detail = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {detail}") from None
         try:
-            yield _DaskPool(client, dask, check_workers(client, dask))
+            _stop_if_interrupted()  # Ctrl-C while the cluster started: it is closed below
+            dask_pool = _DaskPool(client, dask, check_workers(client, dask))
+            _stop_if_interrupted()
+            yield dask_pool
         finally:
             _close_quietly(client, cluster)
 

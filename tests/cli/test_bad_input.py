@@ -882,3 +882,41 @@ def test_a_read_only_home_gets_no_matplotlib_warning(tmp_path, capsys, caplog, m
     with caplog.at_level(logging.WARNING):
         matplotlib._get_config_or_cache_dir(lambda: str(not_a_directory))  # as with a read-only HOME
     assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []
+
+
+def test_arrays_that_would_not_fit_in_memory_are_refused_before_loading(tmp_path, monkeypatch, capsys):
+    """#40 item 16: 240 MB of inputs took over 4 GB. A file's declared data times the measured
+    peak per byte (ARRAY_MEMORY_FACTOR) is held to half the memory available, from its headers."""
+    from accuracy.core import limits
+    from accuracy.workflows.array_files import ARRAY_MEMORY_FACTOR
+
+    x = np.linspace(-2, 2, 1 << 18, dtype=np.float32)  # 1 MiB
+    np.savez(tmp_path / "in.npz", x=x)
+    np.save(tmp_path / "out.npy", np.exp(x))
+    argv = ["check", "exp", "--inputs", str(tmp_path / "in.npz"), "--output", f"np={tmp_path / 'out.npy'}"]
+    needed = ARRAY_MEMORY_FACTOR * x.nbytes
+    monkeypatch.setattr(limits, "available_memory", lambda: needed)  # a budget of half that
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{tmp_path / 'in.npz'}: its 1 MiB of array data" in captured.err
+    assert f"need about {needed / (1 << 20):.3g} MiB of memory to judge" in captured.err
+    monkeypatch.setattr(limits, "available_memory", lambda: 3 * needed)  # enough for each file
+    status = cli.main(argv)
+    assert status in (0, 1), capsys.readouterr().err
+
+
+def test_a_model_whose_activations_would_not_fit_in_memory_is_refused_before_judging(monkeypatch, capsys):
+    """The model's peak follows its activations (every layer's inputs and output), not its inputs:
+    checked after the reference run, before any port runs or any unit is judged."""
+    from accuracy.core import limits
+    from accuracy.workflows.model.sweep import MODEL_MEMORY_FACTOR
+
+    monkeypatch.setattr(limits, "available_memory", lambda: 200_000)  # the 6 KB input fits, 8.7 KB x 60 does not
+    assert cli.main(["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    # float32 inputs and outputs of its 8 layers on 2 images of 3x8x8: the image, 14 maps of 4x4x4, 10 logits
+    held = 4 * (384 + 14 * 128 + 10)
+    assert f"the model's activations on x=2x3x8x8 ({held / (1 << 10):.3g} KiB)" in captured.err
+    assert f"need about {MODEL_MEMORY_FACTOR * held / (1 << 10):.3g} KiB of memory" in captured.err

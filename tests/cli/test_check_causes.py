@@ -27,12 +27,31 @@ def _inputs(op_name: str) -> dict[str, np.ndarray]:
     return {k: v.astype(np.float32) for k, v in op.generate(np.random.default_rng(0), op.test_size).items()}
 
 
+def _injected(cause, module, inputs) -> np.ndarray | None:
+    """The op's output with the entry injected; None where the entry cannot change this op's output
+    in place (a weight not square, a padding that changes the shape, an example equal to the op's)."""
+    x = torch.from_numpy(inputs["x"])
+    with torch.no_grad():
+        right = module.float()(x).numpy()
+        try:
+            output = cause.change(module, cause.example).float()(x).numpy()
+        except (ValueError, RuntimeError):
+            return None
+    return output if output.shape == right.shape and not np.array_equal(output, right) else None
+
+
 def _injections() -> list[tuple[str, str]]:
-    """Every (registry op, catalogue entry) where the entry applies to the op's module."""
+    """Every (registry op, catalogue entry) that changes the op's output in place, but the entries
+    that read the model around a layer (another layer's bias): a lone op has no other layer."""
     pairs = []
     for op_name in dict.fromkeys(e.op for e in MODULE_OPS):
-        module, _ = op_module(op_name, _inputs(op_name))
-        pairs += [(op_name, c.name) for c in causes() if c.applies(module)]
+        inputs = _inputs(op_name)
+        module, _ = op_module(op_name, inputs)
+        pairs += [
+            (op_name, c.name)
+            for c in causes()
+            if c.applies(module) and not c.contextual and _injected(c, module, inputs) is not None
+        ]
     return pairs
 
 
@@ -41,12 +60,13 @@ def test_each_entry_that_applies_to_an_op_injected_into_its_output_is_named(op_n
     inputs = _inputs(op_name)
     module, _ = op_module(op_name, inputs)
     (cause,) = [c for c in causes() if c.name == cause_name]
-    with torch.no_grad():
-        output = cause.change(module, cause.example).float()(torch.from_numpy(inputs["x"])).numpy()
+    output = _injected(cause, module, inputs)
     (row,) = check(op=op_name, inputs=inputs, outputs={"port": output}).outputs
     assert row["verdict"] != WITHIN
-    assert row["cause"]["explains"] and row["cause"]["name"] == cause_name
-    assert all(parameter_close(v, cause.example) for v in row["cause"]["parameters"].values())
+    # the entry first, or beside an equal explanation (TF32 and float16 products: the same precision)
+    named = next(c for c in [row["cause"], *row["cause"]["alternatives"]] if c["name"] == cause_name)
+    assert row["cause"]["explains"]
+    assert all(parameter_close(v, cause.example) for v in named["parameters"].values())
 
 
 def test_the_module_of_an_op_is_the_ops_computation():

@@ -13,14 +13,16 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from cli_runner import run_opbench
+from cli_runner import run_opbench, start_opbench
 
 from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import get_op
 from accuracy.cli.main import main
 from accuracy.core.dtypes import get_format
 from accuracy.core.errors import OpbenchError
+from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.workflows import cluster
 from accuracy.workflows.scan import as_rows, scan
 
@@ -240,6 +242,47 @@ def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path
     assert here[0] == 0 and all(p["compared"] > 0 for p in report["ports"])
 
 
+def test_a_model_sweep_spreads_its_units_over_the_workers_with_the_in_process_report(capsys, monkeypatch):
+    """#41: on a cluster, each unit is one work item, judged once for all the ports fed it the same
+    inputs (as in-process), not once per port inside that port's work item; the JSON is the same
+    bit for bit, nested units (the decoder's layers, attention, MLP) included."""
+    from accuracy.workflows.model import sweep
+
+    submitted: list[str] = []
+    real_pool = sweep.work_pool
+
+    @contextlib.contextmanager
+    def recording(*args, **kwargs):
+        with real_pool(*args, **kwargs) as pool:
+            submit = pool.submit
+
+            def spy(fn, *items):
+                submitted.append(fn.__name__)
+                return submit(fn, *items)
+
+            pool.submit = spy  # type: ignore[method-assign]
+            yield pool
+
+    monkeypatch.setattr(sweep, "work_pool", recording)
+    args = ["accuracy.workflows.model.zoo:decoder", "--inputs", "x=1x8x32"]
+    args += ["--port", "torchscript", "--port", "onnxruntime", "--port", "bfloat16"]
+    here = _model_fresh(*args)
+    status, report, err = _model(capsys, *args, *LOCAL)
+    assert (status, report) == here[:2]
+    assert max(row["depth"] for port in report["ports"] for row in port["layers"]) == 2  # nested units
+    judged = {
+        (tuple(row["covers"]), port["dtype"])
+        for port in report["ports"]
+        for row in port["layers"]
+        if row["verdict"] != NOT_COMPARED
+    }
+    compared = sum(port["compared"] for port in report["ports"])
+    # torchscript's and ONNX Runtime's float32 units on the same layers are judged once for both
+    assert 0 < len(judged) < compared
+    assert submitted == ["port_task"] * 3 + ["judge_task"] * len(judged)
+    assert err.splitlines()[-1].startswith("model: [3/3] ")
+
+
 def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     dask_cluster, tmp_path, monkeypatch, capsys
 ):
@@ -271,6 +314,71 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     done = [p["port"] for p in report["ports"]]
     assert done[0] == "torchscript" and report["ports_not_run"] and report["interrupted"] in err
     assert done + report["ports_not_run"] == ports  # ports are collected in order: the rest were not run
+
+
+def _forkserver(proc: subprocess.Popen) -> psutil.Process | None:
+    for child in psutil.Process(proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "forkserver" in " ".join(child.cmdline()):
+                return child
+    return None
+
+
+def _reached(moment: str, proc: subprocess.Popen, started: float) -> bool:
+    """Whether the command is at `moment`: in opbench's imports (5 s in, past the interpreter's
+    start-up, which is Python's own, no cluster yet; or the cluster's start, on a fast machine),
+    with the cluster's fork server started but not both workers, or with both workers up."""
+    try:
+        server = _forkserver(proc)
+        if moment == "importing":
+            return server is not None or time.monotonic() - started >= 5
+        workers = len(server.children()) if server else 0
+    except psutil.Error:  # a child that went away as it was looked at
+        return False
+    return workers >= 2 if moment == "running" else server is not None
+
+
+@pytest.mark.parametrize("moment", ["importing", "starting", "running"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scan", "exp", "--dtype", "float16"],
+        ["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8", "--port", "torchscript"],
+    ],
+    ids=["scan", "model"],
+)
+def test_ctrl_c_on_a_local_cluster_ends_in_one_line_at_any_moment(command, moment):
+    """#40: Ctrl-C as a terminal sends it (SIGINT to the whole process group, the local workers
+    included) printed ~60 lines of worker tracebacks, or was swallowed by Dask (the command then
+    waited a minute for workers) or left half a cluster whose closing at exit failed. Now: one
+    line, exit status 2, what was finished printed, and no process of the command left."""
+    proc = start_opbench(
+        *command,
+        *LOCAL,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even when this suite runs in the background
+    )
+    started = time.monotonic()
+    while proc.poll() is None and not _reached(moment, proc, started):
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode == 0:  # it finished before the signal landed: then it said nothing more
+        assert moment == "running" and err.count("opbench:") == 0, (moment, out, err)
+    else:
+        assert proc.returncode == 2, out + err
+        [line] = [line for line in err.splitlines() if not line.startswith("model: [")]
+        assert line.startswith("opbench: error: interrupted"), err
+        assert out == "" or "interrupted" in out or "partial" in out
+    deadline = time.monotonic() + 30  # the workers, closed by the command, are gone soon after
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("processes of the command were left running")
 
 
 def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):

@@ -309,7 +309,7 @@ def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
 
 
 def test_onnx_node_names_map_to_module_calls():
-    from accuracy.backends.onnx_graph import module_call_of
+    from accuracy.backends.onnx_graph import module_call_of, module_calls_of
 
     modules = {"layer1", "layer1.0", "layer1.0.conv1", "layer1.0.relu", "layer2", "layer2.0", "layer2.0.downsample"}
     modules |= {"layer2.0.downsample.0", "encoder", "encoder.layer", "encoder.layer.0", "encoder.layer.0.attention"}
@@ -321,7 +321,36 @@ def test_onnx_node_names_map_to_module_calls():
     assert module_call_of(query, modules) == ("encoder.layer.0.attention.self.query", 0)
     assert module_call_of("/relu_2/Relu", modules) == ("relu", 2)
     assert module_call_of("/Flatten", modules) is None
-    assert module_call_of("/layer1/layer1.0/Add", modules) == ("layer1.0", 0)  # not a leaf: the caller drops it
+    assert module_call_of("/layer1/layer1.0/Add", modules) == ("layer1.0", 0)
+    # every level a node was traced in: the parent's call gets its children's nodes and its own
+    assert module_calls_of("/layer1/layer1.0/relu_1/Relu", modules) == [
+        ("layer1", 0),
+        ("layer1.0", 0),
+        ("layer1.0.relu", 1),
+    ]
+    assert module_calls_of("/Flatten", modules) == []
+
+
+def testdynamo_exported_nodes_map_to_module_calls_at_every_level():
+    """The dynamo exporter records scopes, not calls: a module's calls are its separate runs of nodes."""
+    from accuracy.backends.onnx_graph import Graph, dynamo_export
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+            self.act = nn.Tanh()
+
+        def forward(self, x):
+            return self.act(self.block(self.act(x)) + 1)
+
+    model = Twice()
+    graph = Graph.of(dynamo_export(model, {"x": np.ones((2, 4), np.float32)}))
+    groups = graph.groups({name for name, _ in model.named_modules() if name})
+    ops = {key: [n.op_type for n in nodes] for key, nodes in groups.items()}
+    assert ops[("act", 0)] == ["Tanh"] and ops[("act", 1)] == ["Tanh"] and groups[("act", 0)] != groups[("act", 1)]
+    assert ops[("block.1", 0)] == ["Relu"] and ops[("block.0", 0)] == ["Gemm"]
+    assert ops[("block", 0)] == ops[("block.0", 0)] + ops[("block.1", 0)]  # the parent: its children's nodes
 
 
 def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path, cnn_inputs):

@@ -324,7 +324,13 @@ def test_equal_explanations_are_both_said(tmp_path):
     )
     found = next(r for r in judged["layers"] if r["path"] == "conv2")["cause"]
     assert found["name"] == "products in tfloat32"
-    assert found["alternatives"] == ["its products rounded to float16 (input and weight; autocast or TF32)"]
+    assert found["alternatives"] == [
+        {
+            "name": "products in float16",
+            "words": "its products rounded to float16 (input and weight; autocast or TF32)",
+            "parameters": {},
+        }
+    ]
 
 
 def test_a_correct_port_of_each_kind_gets_no_cause(tmp_path):

@@ -5,6 +5,7 @@ no cause. Rows come from `causes()`, so entries other packages add join without 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -53,18 +54,24 @@ def test_correct_ports_beside_the_mutants_get_no_cause(measured):
 
 def test_the_outcome_of_an_injection():
     (eps,) = [c for c in causes() if c.name == "normalization eps"]
-    named = {"name": "normalization eps", "explains": True, "parameters": {"eps": 1.05e-3}}
-    assert _outcome(eps, named) == RIGHT
-    assert _outcome(eps, named | {"parameters": {"eps": 1.2e-3}}) == WRONG  # the parameter 20% off
-    assert _outcome(eps, named | {"name": "train mode", "parameters": {}}) == WRONG
-    assert _outcome(eps, named | {"explains": False}) == NOT_NAMED
-    assert _outcome(eps, None) == NOT_NAMED
+    (float16,) = [c for c in causes() if c.name == "products in float16"]
+    named = {"name": "normalization eps", "explains": True, "parameters": {"eps": 1.05e-3}, "alternatives": []}
+    assert _outcome(eps, named, 1e-3) == RIGHT
+    assert _outcome(eps, named | {"parameters": {"eps": 1.2e-3}}, 1e-3) == WRONG  # the parameter 20% off
+    assert _outcome(eps, named | {"name": "train mode", "parameters": {}}, 1e-3) == WRONG
+    assert _outcome(eps, named | {"explains": False}, 1e-3) == NOT_NAMED
+    assert _outcome(eps, None, 1e-3) == NOT_NAMED
+    # an equal explanation (the same precision) said beside the first counts as named
+    tf32 = {"name": "products in tfloat32", "explains": True, "parameters": {}}
+    also = tf32 | {"alternatives": [{"name": "products in float16", "words": "...", "parameters": {}}]}
+    assert _outcome(float16, also, None) == RIGHT
+    assert _outcome(float16, tf32 | {"alternatives": []}, None) == WRONG
 
 
 def test_the_tables(measured):
     reports, total = measured
     text = render_models(reports, total)
-    assert "normalization eps    small_cnn          bn1" in text
+    assert re.search(r"^normalization eps +small_cnn +bn1 +named right +normalization eps +eps = 0.001 ", text, re.M)
     assert "named on correct ports (onnxruntime, threads:1): 0" in text
     table = markdown_models(reports, total)
     assert "| normalization eps | small_cnn | bn1 | 1 | 0 | 0 | eps = 0.001 |" in table

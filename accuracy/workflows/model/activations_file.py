@@ -2,6 +2,9 @@
 
 - `<module path>` (e.g. `layer1.0.conv1`): that layer's output;
 - `<module path>/in0`, `/in1`, ...: the tensor inputs it received, in call order;
+- `<module path>/out1`, `/out2`, ...: the second, third, ... tensor output of a module that gives
+  several (a rotary embedding's `(cos, sin)`, an attention's `(output, weights)`): N counts from
+  0 as for inputs, and `<module path>` itself is output 0;
 - `output`: the model's output;
 - `e2e/<module path>`, `e2e/output` (optional): the runtime's own end-to-end run, where the keys
   above hold each layer computed on PyTorch's inputs: `inherited` and `propagated` are then the
@@ -13,6 +16,7 @@ A module's second call is `<module path>#2` (accuracy.workflows.model.trace).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +26,9 @@ from accuracy.core.errors import OpbenchError
 from accuracy.workflows.array_files import read_arrays, write_arrays
 from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall
 
-__all__ = ["OUTPUT_KEY", "activations", "input_key", "read_activations", "save_activations"]
+__all__ = ["OUTPUT_KEY", "activations", "input_key", "output_key", "read_activations", "save_activations"]
 INPUT_SUFFIX = "/in{}"
+OUTPUT_SUFFIX = "/out{}"
 END_TO_END = "e2e/"  # the prefix of a runtime's own end-to-end activations
 
 
@@ -31,14 +36,22 @@ def input_key(call: LayerCall, index: int) -> str:
     return call.key + INPUT_SUFFIX.format(index)
 
 
+def output_key(call: LayerCall, index: int) -> str:
+    """The key of the call's `index`-th tensor output (0: the first, `call.key` itself)."""
+    return call.key + OUTPUT_SUFFIX.format(index) if index else call.key
+
+
+def _tensors(call: LayerCall) -> dict[str, Any]:
+    """Every key the call has, with its tensor: output 0 (None where it gave no tensor), then the
+    further outputs and the inputs."""
+    keys: dict[str, Any] = {call.key: call.output}
+    keys |= {output_key(call, i + 1): t for i, t in enumerate(call.more_outputs)}
+    return keys | {input_key(call, i): t for i, t in enumerate(call.inputs)}
+
+
 def activations(calls: list[LayerCall], output) -> dict[str, np.ndarray]:
     """The activations file's arrays for these calls."""
-    arrays = {}
-    for call in calls:
-        if call.output is not None:
-            arrays[call.key] = to_numpy(call.output)
-        for i, t in enumerate(call.inputs):
-            arrays[input_key(call, i)] = to_numpy(t)
+    arrays = {k: to_numpy(t) for call in calls for k, t in _tensors(call).items() if t is not None}
     arrays[OUTPUT_KEY] = to_numpy(output)
     return arrays
 
@@ -52,10 +65,9 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
     names no layer, a layer output of another shape or a missing model output is bad input."""
     arrays = read_arrays(path)
     expected = {c.key: c for c in calls}
+    tensors = {k: t for call in calls for k, t in _tensors(call).items() if t is not None}
     known = {c.key for c in calls if c.output is not None} | {OUTPUT_KEY}
-    known |= {END_TO_END + k for k in known}
-    for call in calls:
-        known |= {input_key(call, i) for i in range(len(call.inputs))}
+    known |= {END_TO_END + k for k in known} | set(tensors)
     extra = sorted(k for k in arrays if k not in known)
     if extra:
         raise OpbenchError(f"{path}: keys that name no layer input or output of the model: {', '.join(extra[:5])}")
@@ -65,11 +77,7 @@ def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.n
     if not layer_keys:
         raise OpbenchError(f"{path}: holds no layer output; keys are module paths, e.g. {next(iter(expected))}")
     for key, array in arrays.items():
-        plain = key.removeprefix(END_TO_END)
-        ref = expected.get(plain.split("/")[0])
-        if ref is None:
-            continue
-        tensor = ref.output if "/" not in plain else ref.inputs[int(plain.rpartition("/in")[2])]
+        tensor = tensors.get(key.removeprefix(END_TO_END))
         if tensor is None:
             continue
         if tuple(array.shape) != tuple(tensor.shape):

@@ -58,6 +58,21 @@ class EndToEndVerdict(TypedDict):
     first_departs: str | None  # the first unit whose propagated difference departs
 
 
+@dataclass(frozen=True)
+class PortFacts:
+    """What a report says of a port besides its numbers: plain data, which a Dask worker that ran
+    the port sends back (the port itself holds sessions and compiled programs)."""
+
+    name: str
+    description: str
+    fmt: Any  # FloatFormat
+    products: Any = None  # FloatFormat, or None
+
+    @classmethod
+    def of(cls, port: Port) -> PortFacts:
+        return cls(port.name, port.description, port.fmt, port.products)
+
+
 class PortResult(TypedDict):
     port: str
     description: str
@@ -212,7 +227,7 @@ def _row(unit: Unit, judged: UnitJudgement) -> UnitRow:
 
 
 def port_result(
-    port: Port,
+    port: PortFacts,
     calls: list[LayerCall],
     reference64: dict,
     own: dict[str, np.ndarray],
@@ -289,7 +304,7 @@ def _innermost(layers: list[UnitRow], flagged: list[UnitRow], by_key: dict[str, 
     return innermost[0]["path"] if innermost else None
 
 
-def _end_to_end(port: Port, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
+def _end_to_end(port: PortFacts, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
     """The port's end-to-end output judged against PyTorch's own at its dtype (END_TO_END_FACTOR),
     and the first unit whose propagated difference departs from PyTorch's own there."""
     if port.products is not None:

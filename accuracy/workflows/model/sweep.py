@@ -7,32 +7,40 @@ depends on its port only through its output).
 
 from __future__ import annotations
 
+import pickle
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from accuracy.backends import get_backend
-from accuracy.core.dtypes import FORMATS, is_floating
+from accuracy.core.dtypes import FORMATS, FloatFormat, is_floating
 from accuracy.core.errors import OpbenchError, first_line
 from accuracy.judge.verdicts import WITHIN
+from accuracy.workflows.array_files import byte_size, check_memory
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
 from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.cause import Context
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
-from accuracy.workflows.model.ports.base import Port
+from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.keras_layers import keras_port
+from accuracy.workflows.model.ports.onnx_file import OnnxFilePort, read_mapping, read_onnx
 from accuracy.workflows.model.preprocessing import input_rows
-from accuracy.workflows.model.report import ModelReport, PortResult, port_result
+from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
-from accuracy.workflows.model.units import UnitJudgement, judge_unit
+from accuracy.workflows.model.units import Unit, UnitJudgement, judge_unit
 
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
 # and many small float64 kernels run far faster alone than fighting over shared cores.
 JUDGE_THREADS = 1
+# Peak memory per byte of the reference run's activations (every layer's inputs and output),
+# measured as the growth of peak RSS between small_cnn on 128 and 512 images: 48 with the
+# torchscript port (nested units), 57 with the three default ports.
+MODEL_MEMORY_FACTOR = 60
 FLOAT64 = FORMATS["float64"]
 
 
@@ -58,35 +66,47 @@ def run_model(
     keras=None,
     dask: str | None = None,
     progress=None,
+    onnx_files: dict[str, tuple[str, str | None]] | None = None,
 ) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
     written: bad input is one OpbenchError.
 
     The ports are evaluated here, or each as one work item on the Dask cluster `dask` names
-    (`progress(done, total, port, seconds)` after each); the report is the same either way."""
+    (`progress(done, total, port, seconds)` after each); the report is the same either way.
+    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None)."""
     import torch
 
     model = load_model(spec, train)
     given = model_inputs(inputs)
     calls, out = run_reference(model, given, str(inputs))
+    held = sum(t.nbytes for c in calls for t in (*c.inputs, c.output) if isinstance(t, torch.Tensor))
+    check_memory(MODEL_MEMORY_FACTOR * held, f"the model's activations on {inputs} ({byte_size(held)})")
     _check_save_path(save_path)
     file_ports = [FilePort(label, read_activations(path, calls)) for label, path in (activations_files or {}).items()]
     if keras is not None and dask is not None and not isinstance(keras, str):
         raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
-    brought = [p.name for p in file_ports] + (["keras"] if keras else [])
+    onnx_files = onnx_files or {}
+    for label, (onnx_path, mapping) in onnx_files.items():  # bad files are one line before anything runs
+        read_onnx(label, onnx_path)
+        if mapping is not None:
+            read_mapping(label, mapping)
+    brought = [p.name for p in file_ports] + list(onnx_files) + (["keras"] if keras else [])
     names = list(ports or ([] if brought else default_ports(torch.cuda.is_available())))
     clash = sorted(set(brought) & set(names))
     if clash:
-        raise OpbenchError(f"--activations label {clash[0]!r} is also a --port: give it another label")
+        raise OpbenchError(f"the label {clash[0]!r} of a file you gave is also a --port: give it another label")
+    if len(set(brought)) != len(brought):
+        raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
     jobs = [PortJob(name) for name in dict.fromkeys(names)] + [PortJob(p.name, file=p) for p in file_ports]
+    jobs += [PortJob(label, onnx=files) for label, files in onnx_files.items()]
     jobs += [PortJob("keras", keras=keras)] if keras else []
     interrupted, not_run = None, []
     if dask is None:
         reports, absent = _ports_here(jobs, model, given, calls)
     else:
-        reports, absent, interrupted = _ports_on_cluster(jobs, dask, spec, train, model, given, progress)
+        reports, absent, interrupted = _ports_on_cluster(jobs, dask, spec, train, model, given, calls, progress)
         finished = {r["port"] for r in reports} | {a["port"] for a in absent}
         not_run = [job.name for job in jobs if job.name not in finished]
     not_saved = None
@@ -115,12 +135,15 @@ class PortJob:
     name: str
     file: FilePort | None = None
     keras: object = None
+    onnx: tuple[str, str | None] | None = None  # --onnx: the file and its mapping file
 
     @property
     def backends(self) -> tuple[str, ...]:
         """What the port runs on besides torch: a file's arrays need nothing more."""
         if self.file is not None:
             return ()
+        if self.onnx is not None:
+            return ("onnxruntime",)
         return ("tensorflow",) if self.keras is not None else spec_for(self.name).backends
 
     def build(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
@@ -128,6 +151,9 @@ class PortJob:
             return self.file
         if self.keras is not None:
             return keras_port(self.keras, calls)
+        if self.onnx is not None:
+            path, mapping = self.onnx
+            return OnnxFilePort(self.name, path, read_mapping(self.name, mapping) if mapping else {}, model, inputs)
         return build_port(self.name, model, inputs)
 
     def build_or_why(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
@@ -135,7 +161,7 @@ class PortJob:
         decoder that does not export to ONNX) is absent with the converter's one line, and the
         other ports are still judged. What the user brought (a file, a Keras factory) is checked
         before anything runs: its problems stay bad input."""
-        if self.file is not None or self.keras is not None:
+        if self.file is not None or self.keras is not None or self.onnx is not None:
             return self.build(model, inputs, calls)
         try:
             return self.build(model, inputs, calls)
@@ -161,38 +187,67 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
 
 
 def _ports_on_cluster(
-    jobs: list[PortJob], dask: str, spec: str, train: bool, model, given: dict, progress
+    jobs: list[PortJob], dask: str, spec: str, train: bool, model, given: dict, calls, progress
 ) -> tuple[list[PortResult], list[dict], str | None]:
-    """Each port as one work item on a Dask cluster, collected in the order of `jobs`, and why the
-    sweep stopped early (Ctrl-C, a lost scheduler) or None: then the ports finished so far.
+    """The ports on a Dask cluster, and why the sweep stopped early (Ctrl-C, a lost scheduler) or
+    None: then the ports finished so far, in the order of `jobs`.
 
-    Workers build the model from its factory and take this process's weights (bitwise the same
-    model, even from a factory that draws unseeded weights), and run on this process's torch
-    thread count, so each port's numbers are the ones this process would get."""
+    Two rounds of work items: each port run (built, its units isolated, end to end), then each
+    unit judged once for all the ports fed it the same inputs, as here: the judging, most of the
+    time, is spread over the workers unit by unit, not port by port. Workers build the model from
+    its factory and take this process's weights (bitwise the same model, even from a factory that
+    draws unseeded weights); ports run on this process's torch thread count and judging on
+    JUDGE_THREADS, as here, so the report is the one this process would give."""
     import torch
 
-    reports, absent, start, stopped = [], [], time.perf_counter(), None
+    runs: list[PortRun | str] = []  # in the order of jobs: the port's runs, or why it is absent
+    verdicts: dict[tuple[str, str], UnitJudgement] = {}
+    start, stopped, futures = time.perf_counter(), None, []
+    groups: dict[tuple, tuple] = {}
+    done = 0  # ports finished, in order: their units all judged (or absent, or failed end to end)
+    waiting: dict[str, int] = {}  # port -> its groups not judged yet
+
+    def report_finished() -> None:
+        nonlocal done
+        while done < len(runs) and not waiting.get(jobs[done].name):
+            done += 1
+            if progress:
+                progress(done, len(jobs), jobs[done - 1].name, time.perf_counter() - start)
+
     with work_pool(dask, preload=["torch", *(name for job in jobs for name in job.backends)]) as pool:
-        state, shared = pool.share(model.state_dict()), pool.share(given)
-        futures = [pool.submit(port_task, spec, train, state, shared, job, torch.get_num_threads()) for job in jobs]
         try:
-            for i, (job, future) in enumerate(zip(jobs, futures, strict=True)):
-                report, reason = future.result()
-                (absent.append({"port": job.name, "reason": reason}) if report is None else reports.append(report))
-                if progress:
-                    progress(i + 1, len(jobs), job.name, time.perf_counter() - start)
+            state, shared = pool.share(model.state_dict()), pool.share(given)
+            threads = torch.get_num_threads()
+            futures = [pool.submit(port_task, spec, train, state, shared, job, threads) for job in jobs]
+            runs = [future.result() for future in futures]
+            groups = _groups([r for r in runs if isinstance(r, PortRun)], calls)
+            for _, _, by_port in groups.values():
+                for label in by_port:
+                    waiting[label] = waiting.get(label, 0) + 1
+            futures = [pool.submit(judge_task, pool.share(item, everywhere=False)) for item in _judgings(groups)]
+            report_finished()
+            for ((covers, *_), (_, _, by_port)), future in zip(groups.items(), futures, strict=True):
+                for label, result in future.result().items():
+                    verdicts[(label, covers[0])] = result
+                for label in by_port:
+                    waiting[label] -= 1
+                report_finished()
         except (KeyboardInterrupt, ClusterLost) as stop:
             stopped = str(stop) if isinstance(stop, ClusterLost) else "interrupted"
         finally:
             for future in futures:
                 future.cancel()
+    with thread_limits([get_backend("torch")], JUDGE_THREADS):
+        _explain_flagged(groups, verdicts, model, calls)
+    with thread_limits([get_backend("torch")], torch.get_num_threads()):
+        reports, absent = _results([job.name for job in jobs[:done]], runs[:done], verdicts, model, given, calls)
     return reports, absent, stopped
 
 
 def port_task(
     spec: str, train: bool, state: dict, given: dict[str, np.ndarray], job: PortJob, threads: int
-) -> tuple[PortResult | None, str | None]:
-    """One port of `opbench model --dask` on a worker: (its result, None), or (None, why it is absent)."""
+) -> PortRun | str:
+    """One port of `opbench model --dask` on a worker: its runs, to be judged, or why it is absent."""
     with thread_limits([get_backend("torch")], threads, for_life=True):
         try:
             model = load_model(spec, train)
@@ -201,72 +256,169 @@ def port_task(
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
         port = job.build_or_why(model, given, calls)
-        if isinstance(port, str):
-            return None, port
-        results, failed = evaluate_ports([port], model, given, calls)
-        return (results[0], None) if results else (None, failed[0]["reason"])
+        return port if isinstance(port, str) else run_port(port, given, calls)
+
+
+def judge_task(judging: Judging) -> dict[str, UnitJudgement]:
+    """One unit judged on a Dask worker, on the thread count it is judged on here."""
+    with thread_limits([get_backend("torch")], JUDGE_THREADS, for_life=True):
+        return judging.judge()
+
+
+@dataclass
+class PortRun:
+    """A port's runs before judging, as plain data (a worker sends it back): each unit's layers
+    and why it is not compared, each isolated output with the inputs it was fed (unit index,
+    tensors, whose they are, output), and the end-to-end run or why it failed."""
+
+    facts: PortFacts
+    units: list[tuple[list[str], str]]
+    outputs: list[tuple[int, list, str, np.ndarray]]
+    run: EndToEnd | str
+    seconds: float
+    inputs: list[dict]  # the port's own first-layer inputs judged against the model's (preprocessing)
+
+
+def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
+    """Every unit of `port` run isolated on the inputs it is judged on, and the port end to end."""
+    started = time.perf_counter()
+    units = port.units(calls)
+    outputs = []
+    for i, unit in enumerate(units):
+        if unit.reason:
+            continue
+        feed = port.inputs_for(unit)
+        if isinstance(feed, str):
+            unit.reason = feed
+            continue
+        try:
+            output = port.isolated(unit, unit.calls[0].inputs)
+        except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
+            why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
+            unit.reason = f"the port failed on it: {why}"
+            continue
+        expected = tuple(unit.calls[-1].output.shape)
+        if np.shape(output) != expected and np.size(output) != np.prod(expected):
+            unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
+            continue
+        outputs.append((i, feed.tensors, feed.source, output))
+    run: EndToEnd | str
+    try:
+        run = port.end_to_end(given, units)
+    except Exception as exc:
+        why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
+        run, outputs = f"the end-to-end run failed: {why}", []
+    described = [(u.covers, u.reason) for u in units]
+    with get_backend("torch").thread_limit(JUDGE_THREADS):
+        inputs = input_rows(port, calls, given) if not isinstance(run, str) else []
+    return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs)
+
+
+def _units(run: PortRun, calls: list[LayerCall]) -> list[Unit]:
+    by_key = {c.key: c for c in calls}
+    return [Unit([by_key[k] for k in covers], reason) for covers, reason in run.units]
+
+
+def _groups(runs: list[PortRun], calls: list[LayerCall]) -> dict[tuple, tuple]:
+    """The units fed the same inputs, judged once for all their ports (a row depends on its port
+    only through its output): (layers, dtype, products, whose inputs) -> (unit, inputs, outputs by port)."""
+    groups: dict[tuple, tuple] = {}
+    for run in runs:
+        units = _units(run, calls)
+        for i, tensors, source, output in run.outputs:
+            group = (tuple(units[i].covers), run.facts.fmt, run.facts.products, source)
+            groups.setdefault(group, (units[i], tensors, {}))[2][run.facts.name] = output
+    return groups
+
+
+@dataclass
+class Judging:
+    """One unit to judge for every port fed `tensors` the same: one work item. A dataclass, so
+    that Dask pickles it whole (its torch serializer refuses bfloat16 tensors in a tuple)."""
+
+    unit: Unit
+    tensors: list
+    fmt: FloatFormat
+    by_port: dict[str, np.ndarray]
+    products: FloatFormat | None
+
+    def __reduce__(self) -> tuple:
+        # sent to a worker: torch warns (FutureWarning) on unpickling a call's pytree spec, and a
+        # local worker's warnings reach the terminal
+        return _unpickled_quietly, (pickle.dumps((self.unit, self.tensors, self.fmt, self.by_port, self.products)),)
+
+    def judge(self) -> dict[str, UnitJudgement]:
+        """Each port's verdict (the causes of flagged ones are tried where the model is)."""
+        return judge_unit(self.unit, self.tensors, self.fmt, self.by_port, self.products)
+
+
+def _explain_flagged(groups: dict[tuple, tuple], verdicts: dict[tuple[str, str], UnitJudgement], model, calls) -> None:
+    """The known port bugs tried on each flagged unit, in this process: some causes read the model
+    around the unit (another layer's bias, the shape before a flatten), which no work item carries."""
+    modules = dict(model.named_modules())
+    for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
+        for label, output in by_port.items():
+            result = verdicts.get((label, covers[0]))
+            if result is not None and result.judgement.verdict != WITHIN:
+                around = Context(modules, calls, unit.calls[0])
+                verdicts[(label, covers[0])] = replace(
+                    result, cause=explain(unit, tensors, fmt, label, output, products, around)
+                )
+
+
+def _unpickled_quietly(data: bytes) -> Judging:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+        return Judging(*pickle.loads(data))
+
+
+def _judgings(groups: dict[tuple, tuple]) -> list[Judging]:
+    return [
+        Judging(unit, feed, fmt, by_port, products) for (_, fmt, products, _), (unit, feed, by_port) in groups.items()
+    ]
+
+
+def _results(
+    names: list[str],
+    runs: list[PortRun | str],
+    verdicts: dict[tuple[str, str], UnitJudgement],
+    model,
+    given: dict,
+    calls,
+) -> tuple[list[PortResult], list[dict]]:
+    """Each port's result from its runs and its units' verdicts, beside the float64 model and
+    PyTorch's own run at the port's dtype; and the absent ports, with why."""
+    reference64 = activations(*run_in(model, given, FLOAT64))
+    own: dict[str, dict[str, np.ndarray]] = {}  # PyTorch's own activations at each port dtype
+    results, absent = [], []
+    for name, run in zip(names, runs, strict=True):
+        if isinstance(run, str):
+            absent.append({"port": name, "reason": run})
+            continue
+        if isinstance(run.run, str):
+            absent.append({"port": name, "reason": run.run})
+            continue
+        fmt = run.facts.fmt
+        if fmt.name not in own:
+            own[fmt.name] = activations(*run_in(model, given, fmt))
+        units = _units(run, calls)
+        judged = {u.key: verdicts[(run.facts.name, u.key)] for u in units if (run.facts.name, u.key) in verdicts}
+        row = port_result(run.facts, calls, reference64, own[fmt.name], judged, units, run.run, run.seconds)
+        row["inputs"] = run.inputs
+        results.append(row)
+    return results, absent
 
 
 def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
     """Each port's result: every unit's isolated output and the end-to-end run, then the units
     judged, those fed the same inputs once for all their ports; and the ports whose end-to-end
     run failed, absent with its one line."""
-    reference64_calls, out64 = run_in(model, given, FLOAT64)
-    reference64 = activations(reference64_calls, out64)
-    own: dict[str, dict[str, np.ndarray]] = {}  # PyTorch's own activations at each port dtype
-    collected = []  # (port, its units, its end-to-end run, seconds)
-    groups: dict[tuple, tuple] = {}  # units fed the same inputs: judged once for all their ports
-    failed: list[dict] = []
-    for port in ports:
-        started = time.perf_counter()
-        units = port.units(calls)
-        for unit in units:
-            if unit.reason:
-                continue
-            feed = port.inputs_for(unit)
-            if isinstance(feed, str):
-                unit.reason = feed
-                continue
-            try:
-                output = port.isolated(unit, unit.calls[0].inputs)
-            except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
-                why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
-                unit.reason = f"the port failed on it: {why}"
-                continue
-            expected = tuple(unit.calls[-1].output.shape)
-            if np.shape(output) != expected and np.size(output) != np.prod(expected):
-                unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
-                continue
-            group = (tuple(unit.covers), port.fmt, port.products, feed.source)
-            groups.setdefault(group, (unit, feed.tensors, {}))[2][port.name] = output
-        try:
-            run = port.end_to_end(given, units)
-        except Exception as exc:
-            why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
-            failed.append({"port": port.name, "reason": f"the end-to-end run failed: {why}"})
-            for outputs in (by_port for _, _, by_port in groups.values()):
-                outputs.pop(port.name, None)
-            continue
-        if port.fmt.name not in own:
-            own[port.fmt.name] = activations(*run_in(model, given, port.fmt))
-        collected.append((port, units, run, time.perf_counter() - started))
+    runs = [run_port(port, given, calls) for port in ports]
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
-    modules = dict(model.named_modules())  # the model around a flagged unit, for the causes that read it
     with get_backend("torch").thread_limit(JUDGE_THREADS):
-        for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
-            if not by_port:
-                continue
-            for label, result in judge_unit(unit, tensors, fmt, by_port, products).items():
-                if result.judgement.verdict != WITHIN:  # why: the known port bugs, tried on flagged units only
-                    around = Context(modules, calls, unit.calls[0])
-                    cause = explain(unit, tensors, fmt, label, by_port[label], products, around)
-                    result = replace(result, cause=cause)
+        groups = _groups(runs, calls)
+        for (covers, *_), judging in zip(groups, _judgings(groups), strict=True):
+            for label, result in judging.judge().items():
                 verdicts[(label, covers[0])] = result
-    results = []
-    for port, units, run, seconds in collected:
-        judged = {u.key: verdicts[(port.name, u.key)] for u in units if (port.name, u.key) in verdicts}
-        port_row = port_result(port, calls, reference64, own[port.fmt.name], judged, units, run, seconds)
-        with get_backend("torch").thread_limit(JUDGE_THREADS):
-            port_row["inputs"] = input_rows(port, calls, given)  # a port's own preprocessing, where it shows it
-        results.append(port_row)
-    return results, failed
+        _explain_flagged(groups, verdicts, model, calls)
+    return _results([port.name for port in ports], list(runs), verdicts, model, given, calls)

@@ -69,6 +69,7 @@ class LayerCall:
     parent: str | None = None
     leaf: bool = True
     returns_tensor: bool = True  # its output is one tensor, not a tuple or a model output holding it
+    more_outputs: list = field(default_factory=list)  # its tensor outputs after the first (`<key>/out1`, ...)
 
     @property
     def kind(self) -> str:
@@ -147,6 +148,7 @@ def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
         call = running.pop()
         call.returns_tensor = isinstance(output, torch.Tensor)
         out = first_output(output)
+        call.more_outputs = [t.detach().clone() for t in tensor_outputs(output)[1:]]
         if out is None:
             call.reason = call.reason or f"its output is a {type(output).__name__} holding no tensor"
         elif out.is_complex():
@@ -192,6 +194,20 @@ def first_output(output):
     if isinstance(output, (tuple, list)):
         return next((o for o in output if isinstance(o, torch.Tensor)), None)
     return None
+
+
+def tensor_outputs(output) -> list:
+    """A module's tensor outputs in order: a tuple's, a list's or a transformers output's tensor
+    fields, one level deep (a cache object or a nested tuple of past keys is no layer output)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    if isinstance(output, (tuple, list)):
+        return [o for o in output if isinstance(o, torch.Tensor)]
+    return []
 
 
 def first_tensor(out):

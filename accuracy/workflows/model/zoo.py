@@ -87,8 +87,9 @@ def small_cnn() -> nn.Module:
 
 
 class SmallMixed(nn.Module):
-    """conv -> group norm -> LeakyReLU -> conv -> hardswish -> avg pool (padded) -> SiLU -> flatten
-    -> linear -> hardsigmoid: the layer kinds the other zoo models lack, for the self-test of causes."""
+    """conv -> group norm -> LeakyReLU -> conv -> hardswish -> avg pool (padded) -> softmax (last
+    axis) -> bilinear upsample -> SiLU -> flatten -> linear -> hardsigmoid: the layer kinds the
+    other zoo models lack, for the self-test of causes."""
 
     def __init__(self, channels: int = 4):
         super().__init__()
@@ -98,14 +99,16 @@ class SmallMixed(nn.Module):
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.hardswish = nn.Hardswish()
         self.pool = nn.AvgPool2d(3, stride=2, padding=1)
+        self.softmax = nn.Softmax(dim=-1)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear")
         self.silu = nn.SiLU()
         self.flatten = nn.Flatten()
-        self.fc = nn.Linear(channels * 16, 6)
+        self.fc = nn.Linear(channels * 64, 6)
         self.hardsigmoid = nn.Hardsigmoid()
 
     def forward(self, x):
-        x = self.hardswish(self.conv2(self.leaky(self.norm(self.conv1(x)))))
-        return self.hardsigmoid(self.fc(self.flatten(self.silu(self.pool(x)))))
+        x = self.pool(self.hardswish(self.conv2(self.leaky(self.norm(self.conv1(x))))))
+        return self.hardsigmoid(self.fc(self.flatten(self.silu(self.up(self.softmax(x))))))
 
 
 def small_mixed() -> nn.Module:
@@ -306,20 +309,20 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal(shapes[name]).astype(np.float32)}
 
 
-class _Spectrum(nn.Module):
-    """A linear layer, then a spectrum: aten::fft_rfft has no ONNX opset 17 form."""
+class _Bessel(nn.Module):
+    """A linear layer, then a Bessel function: aten::i0 has no ONNX form in either exporter."""
 
     def __init__(self):
         super().__init__()
         self.linear = nn.Linear(8, 8)
 
     def forward(self, x):
-        return torch.fft.rfft(self.linear(x)).abs()
+        return torch.special.i0(self.linear(x))
 
 
 def not_exportable() -> nn.Module:
     torch.manual_seed(SEED)
-    return _Spectrum()
+    return _Bessel()
 
 
 def not_a_module():

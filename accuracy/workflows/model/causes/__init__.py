@@ -4,8 +4,10 @@ with the one judge.
 A cause *explains* a unit when the reference unit with the change applied (an epsilon fitted,
 the tanh GELU, weights stored in bfloat16, ...) puts the port's output within rounding on the
 same inputs, and the unchanged reference does not (the unit is flagged). Causes are tried only
-for flagged units, cheapest first, a fitted parameter found by a 1-D search of the float64
-difference on a log scale before the one full judgement. A package adds causes through the
+for flagged units. Each applicable cause's changed reference is computed in float64 (a fitted
+parameter found by a 1-D search of the float64 difference on a log scale) and only those nearer
+the port's output than the unchanged reference are judged, nearest first, until one explains and
+the ones about as near (equal explanations, said both). A package adds causes through the
 `opbench.causes` entry point (a module exporting `CAUSES`, a list of `Cause`).
 """
 
@@ -23,6 +25,11 @@ from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.model.causes import activations, attention, inputs, layout, normalization, parameters, precision
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
+
+# explanations this much farther (float64) than the first that explains are not judged; the few
+# judged where none explains, to name the nearest
+EQUALLY_NEAR = 4.0
+MOST_JUDGED = 3
 
 # the catalogue, one module per subject, cheapest causes first within each
 CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention)
@@ -64,6 +71,11 @@ def _chosen(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     return candidates[int(np.nanargmin(np.asarray(distances, dtype=np.float64)))]
 
 
+def _distance(output: np.ndarray, reference: np.ndarray) -> float:
+    found = relative(output, reference)
+    return found if found == found else float("inf")
+
+
 def _changed(unit: Unit, cause: Cause, value: Any, context: Context) -> Unit:
     call = unit.calls[0]
     return Unit([dataclasses.replace(call, module=cause.changed(call.module, value, context))])
@@ -94,8 +106,11 @@ def explain(
         return none | {"alternatives": []}
     module = unit.calls[0].module
     context = context or Context(call=unit.calls[0])
-    tried: list[dict[str, Any]] = []
-    for cause in (c for c in causes() if c.applies(module)):
+    # each applicable cause's changed reference, fitted, in float64 (cheap); judged (costly) only
+    # where it is nearer the port's output than the unchanged reference, nearest first
+    unchanged = _distance(output, float64_reference(unit, tensors, fmt))
+    candidates: list[tuple[float, int, Cause, Any, Unit]] = []
+    for index, cause in enumerate(c for c in causes() if c.applies(module)):
         try:
             if cause.fit:
                 value = cause.fit(module, tensors, output)
@@ -107,29 +122,50 @@ def explain(
                     continue
             else:
                 value = None
-            judged = judge_unit(_changed(unit, cause, value, context), tensors, fmt, {label: output}, products)[label]
+            changed = _changed(unit, cause, value, context)
+            distance = _distance(output, float64_reference(changed, tensors, fmt))
         except Exception:  # a change this module cannot take: not this cause
+            continue
+        candidates.append((distance, index, cause, value, changed))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    nearer = [c for c in candidates if c[0] < unchanged] or candidates[:1]  # none nearer: the nearest, judged
+    tried: list[dict[str, Any]] = []
+    first_explaining: float | None = None
+    for distance, index, cause, value, changed in nearer:
+        if first_explaining is not None and distance > EQUALLY_NEAR * first_explaining:
+            break
+        if first_explaining is None and len(tried) == MOST_JUDGED:
+            break
+        try:
+            judged = judge_unit(changed, tensors, fmt, {label: output}, products)[label]
+        except Exception:  # a changed reference the judge cannot take: not this cause
             continue
         numbers = judged.numbers
         ratio = next(
             (numbers.get(k) for k in ("typical_ratio", "bound_ratio") if numbers.get(k) == numbers.get(k)), None
         )
+        explains = judged.judgement.verdict == WITHIN
+        if explains and first_explaining is None:
+            first_explaining = distance
         tried.append(
             {
+                "index": index,
                 "name": cause.name,
                 "words": cause.words(module, value),
                 "parameters": {cause.parameter: value} if cause.parameter else {},
                 "verdict": judged.judgement.verdict,
                 "ratio": ratio,
-                "explains": judged.judgement.verdict == WITHIN,
+                "explains": explains,
             }
         )
     if not tried:
         return none | {"alternatives": []}
-    explaining = [t for t in tried if t["explains"]]
+    # equal explanations in the catalogue's order (cheapest first)
+    explaining = sorted((t for t in tried if t["explains"]), key=lambda t: t["index"])
     best = (
         explaining[0]
         if explaining
         else min(tried, key=lambda t: float(t["ratio"] if t["ratio"] is not None else np.inf))
     )
-    return best | {"alternatives": [t["words"] for t in explaining[1:]]}
+    best = {k: v for k, v in best.items() if k != "index"}
+    return best | {"alternatives": [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]}

@@ -5,84 +5,104 @@ from __future__ import annotations
 import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import LayerCall, leaf_modules
+from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, port_inputs
 
 
 class OnnxPort(Port):
-    """Units follow the exported graph: one per leaf call with its nodes; a leaf with no node of its
-    own (a BatchNorm folded into the Conv before it, a Dropout) joins the unit of the call whose
+    """Units follow the exported graph: one per module call, parents as well as leaves, with the
+    nodes traced inside it (accuracy.backends.onnx_graph). A leaf with no node of its own (a
+    BatchNorm folded into the Conv before it, a Dropout) joins the unit of the leaf call whose
     output it takes, so the fused node is judged as one unit covering both layers."""
 
-    def __init__(self, name: str, model, inputs: dict[str, np.ndarray], optimized: bool):
+    def __init__(self, name: str, model, inputs: dict[str, np.ndarray], optimized: bool, exported=None):
+        """`exported`: the ONNX model to run (default: `model` exported here)."""
         import onnx
-        import torch
 
         from accuracy.backends import onnx_graph
 
         self.name, self.optimized, self.onnx_graph = name, optimized, onnx_graph
         self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"
-        names = list(inputs)
-        args = tuple(torch.as_tensor(inputs[k]) for k in names)
-        inferred = onnx.shape_inference.infer_shapes(onnx_graph.export(model, args, names))  # Extractor needs shapes
+        exported = onnx_graph.export(model, inputs) if exported is None else exported
+        inferred = onnx.shape_inference.infer_shapes(exported)  # Extractor needs shapes
         self.graph = onnx_graph.Graph.of(inferred)
         self.input_names = [i.name for i in inferred.graph.input]
-        self.leaves = set(leaf_modules(model))
         self.modules = {name for name, _ in model.named_modules() if name}
-        probed = self._feeds(inputs) | self.graph.probe(self._feeds(inputs))
-        self.shapes = {k: tuple(v.shape) for k, v in probed.items()}
-        self.dtypes = {k: v.dtype for k, v in probed.items()}
-        self._sessions: dict[str, object] = {}
+        self.values = self._feeds(inputs) | self.graph.probe(self._feeds(inputs))
+        self.dtypes = {k: v.dtype for k, v in self.values.items()}
+        self._sessions: dict[tuple, object] = {}
 
     def _feeds(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [k for k in self.input_names if k not in inputs]
+        if missing:
+            raise OpbenchError(f"the ONNX graph takes {', '.join(missing)}, which the model's inputs lack")
         return {k: np.ascontiguousarray(inputs[k]) for k in self.input_names}
 
     def units(self, calls):
-        groups = self.graph.groups(self.modules, self.leaves)
+        groups = self.graph.groups(self.modules)
         counts: dict[str, int] = {}
         units: list[Unit] = []
-        for call in (c for c in calls if c.leaf):  # its nodes are mapped to leaf modules
+        previous: Unit | None = None  # the last leaf call's unit
+        for call in calls:
             index = counts.get(call.path, 0)
             counts[call.path] = index + 1
-            if call.reason:
-                units.append(Unit([call], call.reason))
-                continue
             nodes = groups.get((call.path, index))
-            if not nodes:
-                previous = units[-1] if units else None
-                if (
-                    previous
-                    and not previous.reason
-                    and call.producers == [previous.last]
-                    and call.output.shape == previous.calls[-1].output.shape
-                ):
-                    previous.calls.append(call)  # folded into the node before it
-                else:
-                    units.append(Unit([call], "no ONNX node computes it: folded away or constant at export"))
+            if call.reason:
+                unit = Unit([call], call.reason)
+            elif nodes:
+                unit = self._unit(call, nodes)
+            elif (
+                call.leaf
+                and previous is not None
+                and not previous.reason
+                and call.producers == [previous.last]
+                and call.output.shape == previous.calls[-1].output.shape
+            ):
+                previous.calls.append(call)  # folded into the node before it
                 continue
-            units.append(self._unit(call, nodes))
+            else:
+                unit = Unit([call], "no ONNX node computes it: folded away or constant at export")
+            units.append(unit)
+            if call.leaf:
+                previous = unit
         return units
+
+    def _closest(self, name: str, tensors: list, among: list[int]) -> int | None:
+        """Which of `tensors` (by index, of those `among`) the graph's value `name` is: of the same
+        shape, the nearest in value (a rotary embedding's cos and sin have one shape)."""
+        value = self.values.get(name)
+        if value is None:
+            return None
+        same = [i for i in among if tuple(tensors[i].shape) == value.shape]
+        wide = value.astype(np.float64)
+        return min(
+            same, key=lambda i: float(np.abs(wide - to_numpy(tensors[i]).astype(np.float64)).sum()), default=None
+        )
 
     def _unit(self, call: LayerCall, nodes) -> Unit:
         reads, gives = self.graph.boundary(nodes)
-        want = [tuple(t.shape) for t in call.inputs]
-        order, free = [], list(range(len(want)))
+        order, free = [], list(range(len(call.inputs)))
         for name in reads:
-            match = next((i for i in free if self.shapes.get(name) == want[i]), None)
+            match = self._closest(name, call.inputs, free)
             if match is None:
-                return Unit([call], f"its ONNX nodes read {name}, which is none of the layer's inputs")
+                return Unit([call], f"its ONNX nodes read {name}, which is none of the module's inputs")
             order.append(match)
             free.remove(match)
-        out = [o for o in gives if self.shapes.get(o) == tuple(call.output.shape)]
-        if len(out) != 1:
-            return Unit([call], "its ONNX nodes give no single tensor of the layer's output shape")
-        return Unit([call], detail={"reads": reads, "order": order, "gives": out[0], "nodes": [n.name for n in nodes]})
+        out = self._closest_output(gives, call.output)
+        if out is None:
+            return Unit([call], "its ONNX nodes give no tensor of the module's output shape")
+        return Unit([call], detail={"reads": reads, "order": order, "gives": out, "nodes": [n.name for n in nodes]})
+
+    def _closest_output(self, gives: list[str], output) -> str | None:
+        same = [g for g in gives if g in self.values and self.values[g].shape == tuple(output.shape)]
+        return min(same, key=lambda g: _distance(self.values[g], to_numpy(output)), default=None)
 
     def _session(self, unit: Unit):
-        key = unit.detail["gives"]
+        key = (*unit.detail["reads"], unit.detail["gives"])  # a parent gives its last child's output
         if key not in self._sessions:
-            sub = self.graph.extract(unit.detail["reads"], [key])
+            sub = self.graph.extract(unit.detail["reads"], [unit.detail["gives"]])
             self._sessions[key] = self.onnx_graph.session(sub, self.optimized)
         return self._sessions[key]
 
@@ -99,6 +119,13 @@ class OnnxPort(Port):
         everything = self.onnx_graph.run(self.onnx_graph.session(exposing, self.optimized), feeds)
         plain = self.onnx_graph.run(self.onnx_graph.session(self.graph.model, self.optimized), feeds)
         return EndToEnd({u.last: everything[u.detail["gives"]] for u in exposed}, next(iter(plain.values())))
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    """How far apart two arrays of one shape are (equal infinities, a mask's -inf, are no distance)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return float(np.nan_to_num(np.where(a == b, 0.0, np.abs(a - b)), nan=np.inf).sum())
 
 
 def onnxruntime(name: str, model, inputs) -> OnnxPort:
