@@ -45,7 +45,7 @@ def test_every_catalogue_entry_is_injected_and_named_right(measured):
 
 def test_correct_ports_beside_the_mutants_get_no_cause(measured):
     reports, total = measured
-    expected = {"llama_padded": ["threads:1"]}  # a decoder does not export to ONNX
+    expected = {"llama_padded": ["threads:1"]}  # ONNX Runtime's padded rows are not torch's (cause_selftest)
     assert all(
         r["correct_ports"] == expected.get(r["model"], ["threads:1", "onnxruntime"]) for r in reports if r["model"]
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.errors import first_line
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.activations_file import activations
@@ -43,6 +43,9 @@ MODELS = (
     "llama_padded",  # an attention's mask fill matters on padded rows only
 )  # seconds each; the first holding a module of the kind wins
 CORRECT_PORTS = ("threads:1", "onnxruntime")  # correct ports beside the mutants: other kernels, other roundings
+# ONNX Runtime gives a padded query that sees no key the average of the values, where torch's SDPA
+# gives 0 (named: "mask fill finite"): not a correct port of llama_padded
+CORRECT_PORTS_OF = {"llama_padded": ("threads:1",)}
 INPUT = "the model's input"  # where an input cause is injected
 RIGHT, WRONG, NOT_NAMED, NOT_INJECTED = "named right", "named wrong", "not named", "not injected"
 
@@ -144,19 +147,6 @@ def _timed_explain(port: FilePort, model, calls, given: dict, path: str) -> floa
     return time.perf_counter() - started
 
 
-def _correct_ports(model, given: dict) -> list:
-    """The correct ports the model can be converted to (llama_padded does not export to ONNX)."""
-    built = []
-    for name in CORRECT_PORTS:
-        try:
-            port = build_port(name, model, given)
-        except OpbenchError:
-            continue
-        if not isinstance(port, str):
-            built.append(port)
-    return built
-
-
 def model_selftest(progress=None) -> Iterator[dict]:
     """Per zoo model: its injections' rows and what the correct ports named (one dict per model
     holding entries, `{"model", "injections", "correct_ports", "named_on_correct", "seconds"}`),
@@ -182,7 +172,8 @@ def model_selftest(progress=None) -> Iterator[dict]:
             injections.append((entry, injection, FilePort(f"mutant:{entry.name}", target[1])))
         if not injections:
             continue
-        correct = _correct_ports(model, given)
+        built = (build_port(c, model, given) for c in CORRECT_PORTS_OF.get(name, CORRECT_PORTS))
+        correct = [p for p in built if not isinstance(p, str)]
         ports = [port for _, _, port in injections] + correct
         results, failed = evaluate_ports(ports, model, given, calls)
         by_name = {r["port"]: r for r in results}
