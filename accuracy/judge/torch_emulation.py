@@ -81,6 +81,7 @@ MOVING_OPS = {
     "stack",
     "contiguous",
     "index_select",
+    "embedding",
     "gather",
     "select",
     "slice",

@@ -431,3 +431,33 @@ def test_a_transformers_model_leaves_the_terminal_clean(tmp_path):
     ids = write_arrays(tmp_path / "ids.npz", example_inputs("llama_tiny"))
     done = run_opbench("model", "accuracy.workflows.model.zoo:llama_tiny", "--inputs", ids, "--port", "threads:1")
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(tmp_path):
+    """BERT's embeddings block takes token ids only, yet adds three lookups and normalizes: it is
+    judged like any unit (a 1e-3 error beyond rounding, PyTorch's own float32 within), while a
+    lookup alone stays exact."""
+    from accuracy.core.dtypes import FORMATS
+    from accuracy.judge.verdicts import WITHIN
+    from accuracy.workflows.model.trace import run_reference
+    from accuracy.workflows.model.units import LOOKUP_TIER, Unit, judge_unit, port_inputs
+    from accuracy.workflows.model.zoo import bert2
+
+    model, fmt = bert2().eval(), FORMATS["float32"]
+    calls, _ = run_reference(model, example_inputs("bert2"), "the inputs")
+    by_key = {c.key: c for c in calls}
+    block, lookup = Unit([by_key["embeddings"]]), Unit([by_key["embeddings.word_embeddings"]])
+    tensors = port_inputs(block.calls[0].inputs, fmt)
+    with torch.no_grad():
+        own = model.embeddings(*tensors).numpy()
+    judged = judge_unit(block, tensors, fmt, {"torch": own, "off": own * np.float32(1 + 1e-3)})
+    assert judged["torch"].judgement.verdict == WITHIN and judged["torch"].tier != LOOKUP_TIER
+    assert judged["off"].judgement.verdict != WITHIN
+    assert judged["off"].numbers["typical_ratio"] > 10
+    ids = port_inputs(lookup.calls[0].inputs, fmt)
+    with torch.no_grad():
+        looked_up = model.embeddings.word_embeddings(*ids).numpy()
+    assert judge_unit(lookup, ids, fmt, {"torch": looked_up})["torch"].tier == LOOKUP_TIER
+    given = write_arrays(tmp_path / "ids.npz", example_inputs("bert2"))
+    report = run_model("accuracy.workflows.model.zoo:bert2", given, ["threads:1"])
+    assert report.ports[0]["flagged"] == 0
