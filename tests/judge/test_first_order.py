@@ -113,3 +113,17 @@ def test_relu_near_its_kink_keeps_the_error_it_can_give():
     z, rms, runs_zero, _ = _agreement(lambda x: F.relu(F.linear(x, weight, bias)), x, "float32")
     assert (rms > 0).all() and runs_zero.any()  # some outputs the runs never move above 0
     assert np.max(np.abs(z)) < 7
+
+
+def test_the_same_inputs_give_bitwise_the_same_spreads():
+    """Determinism: the runs share the first run's ulps and sums within one call only, and the
+    first-order spread has no randomness: a second call gives the same bits."""
+    fn = _conv_bn_relu(3, 11)
+    x = np.random.default_rng(11).standard_normal((1, 3, 5, 5))
+    fmt = FORMATS["bfloat16"]
+    with torch.no_grad(), float64_throughout():
+        first = [monte_carlo_runs(fn, {"x": x}, fmt, [[3, i] for i in range(4)])[0] for _ in range(2)]
+        spreads = [first_order_spread(fn, {"x": x}, fmt)[0] for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*first, strict=True))
+    assert not np.array_equal(first[0][0], first[0][1])  # the runs themselves differ
+    assert np.array_equal(spreads[0], spreads[1])
