@@ -30,13 +30,14 @@ Each result is then stored in the function's dtype: torch computes float16/bfloa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from accuracy.core.dtypes import FORMATS, FloatFormat, ulp
 from accuracy.judge.emulation import LIBM_ULPS, ROUNDING_VARIANCE, recursive_sum_variance
@@ -129,15 +130,17 @@ class _EagerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch l
         return False
 
 
-class _MonteCarlo(_EagerMode):
-    """Every ATen op's float64 result plus a sampled working-precision rounding error."""
+class _Rounding(_EagerMode):
+    """What both ways of modelling a function's roundings share: the formats, the variance of a
+    sum or contraction's roundings, fused kernels run as their decompositions, and the count of
+    roundings."""
 
-    def __init__(self, storage: FloatFormat, rng: np.random.Generator, products: FloatFormat | None = None):
+    def __init__(self, storage: FloatFormat, products: FloatFormat | None, terms: dict[Any, torch.Tensor] | None):
         super().__init__()  # type: ignore[no-untyped-call]
+        self.terms = {} if terms is None else terms  # each contraction's count of terms, by its shapes
         self.storage = storage
         self.compute = FORMATS["float32"] if storage.name in LOW_PRECISION else storage
         self.products = products  # the format a contraction rounds its products' inputs to (TF32), if any
-        self.rng = rng
         self.unmodelled: set[str] = set()
         self.contracted: set[str] = set()  # the contractions that ran, for the verdict's reason
         self._fused = 0  # depth inside a decomposed fused kernel, whose intermediates are not stored
@@ -145,19 +148,20 @@ class _MonteCarlo(_EagerMode):
         # depends on, for the typical tier's worst case (accuracy.judge.verdicts, docs/verdicts.md)
         self.roundings = 0
 
-    def _uniform(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
-        values = t.detach().numpy()
-        self.roundings += values.size
-        noise = self.rng.uniform(-half_width, half_width, values.shape) * ulp(values, fmt)
-        return t + torch.from_numpy(noise).to(t.dtype)
-
-    def _stored(self, t: torch.Tensor) -> torch.Tensor:
-        return t if self.storage is self.compute or self._fused else self._uniform(t, 0.5, self.storage)
-
-    def _summed(self, func: Any, args: Any, kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
-        """A sum or contraction's result with a Gaussian error of recursive summation's variance."""
+    def _sum_variance(
+        self, func: Any, args: Any, kwargs: dict[str, Any], out: torch.Tensor
+    ) -> tuple[np.ndarray, float]:
+        """(the variance of a sum or contraction's rounding errors per element, as a sum's: the
+        mean's is this over scale**2; scale): recursive summation's variance plus each product's
+        rounding; the op itself, run on the terms squared and on ones, gives the sum of squares and
+        the number of terms per output (the ones' only depend on shapes, so they are computed once)."""
         squares = func(*_floats(args, torch.square), **kwargs)
-        terms = func(*_floats(args, torch.ones_like), **kwargs)
+        key = _shape_key(func, args, kwargs)
+        terms = self.terms.get(key) if key is not None else None
+        if terms is None:
+            terms = func(*_floats(args, torch.ones_like), **kwargs)
+            if key is not None:
+                self.terms[key] = terms
         total, scale = out, 1.0
         if func.overloadpacket.__name__ == "mean":  # a sum divided by its count of terms
             scale = float(args[0].numel() // max(out.numel(), 1))
@@ -173,8 +177,7 @@ class _MonteCarlo(_EagerMode):
             self.contracted.add(f"aten.{func.overloadpacket.__name__}")
             if self.products is not None:  # and each of its two inputs rounded before
                 variance = variance + 2 * ROUNDING_VARIANCE * self.products.u**2 * squares64
-        noise = self.rng.standard_normal(np.shape(total64)) * np.sqrt(variance) / scale
-        return out + torch.from_numpy(np.asarray(noise)).to(out.dtype)
+        return variance, scale
 
     def _decomposed(self, decomposition: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
         """A fused kernel run as its decomposition, back through this mode."""
@@ -184,6 +187,61 @@ class _MonteCarlo(_EagerMode):
                 return decomposition(*args, **kwargs)
         finally:
             self._fused -= 1
+
+
+class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves the mode unannotated
+    """Every ATen op's float64 result plus a sampled working-precision rounding error."""
+
+    def __init__(
+        self,
+        storage: FloatFormat,
+        rng: np.random.Generator,
+        products: FloatFormat | None = None,
+        terms: dict[Any, torch.Tensor] | None = None,
+        sums: list[tuple[Any, np.ndarray, int]] | None = None,
+    ):
+        super().__init__(storage, products, terms)
+        self.rng = rng
+        # each rounding's place in the function with its spacing (a sum's: its error's standard
+        # deviation and count of roundings): shared by the runs, so that only the first computes
+        # ulps and runs each sum on the squares of its terms
+        self.sums: list[tuple[Any, np.ndarray, int]] = [] if sums is None else sums
+        self._nth = 0
+
+    def _uniform(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
+        """`t` rounded once: an error uniform in +-half_width ulp of the value the first run had at
+        the same place (the runs' values differ by O(u): the same ulp but within u of a power of 2)."""
+        values = t.detach().numpy()
+        self.roundings += values.size
+        place, self._nth = self._nth, self._nth + 1
+        if place < len(self.sums) and self.sums[place][0] == (fmt.name, values.shape):
+            spacing = self.sums[place][1]
+        else:
+            spacing = ulp(values, fmt)
+            if place == len(self.sums):
+                self.sums.append(((fmt.name, values.shape), spacing, 0))
+        noise = self.rng.uniform(-half_width, half_width, values.shape) * spacing
+        return t + torch.from_numpy(noise).to(t.dtype)
+
+    def _stored(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.storage is self.compute or self._fused else self._uniform(t, 0.5, self.storage)
+
+    def _summed(self, func: Any, args: Any, kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
+        """A sum or contraction's result with a Gaussian error of recursive summation's variance:
+        the variance the first run found for the same op at the same place in the function, which
+        differs from this run's own only by the O(u) relative errors of its operands."""
+        place, self._nth = self._nth, self._nth + 1
+        if place < len(self.sums) and self.sums[place][0] == (func, tuple(out.shape)):
+            _, std, roundings = self.sums[place]
+            self.roundings += roundings
+        else:
+            before = self.roundings
+            variance, scale = self._sum_variance(func, args, kwargs, out)
+            std = np.sqrt(variance) / scale
+            if place == len(self.sums):
+                self.sums.append(((func, tuple(out.shape)), std, self.roundings - before))
+        noise = self.rng.standard_normal(np.shape(std)) * std
+        return out + torch.from_numpy(np.asarray(noise)).to(out.dtype)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -205,6 +263,23 @@ class _MonteCarlo(_EagerMode):
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
+
+
+def _shape_key(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """What an op run on ones depends on: the op, its tensors' shapes and dtypes and its other
+    arguments; None where an argument is not a plain value."""
+    leaves, spec = tree_flatten((args, kwargs))
+    key: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if not leaf.is_floating_point():
+                return None  # an integer tensor's values matter (an index)
+            key.append((tuple(leaf.shape), leaf.dtype))
+        elif isinstance(leaf, (type(None), bool, int, float, str, torch.dtype, torch.device, torch.memory_format)):
+            key.append(leaf)
+        else:
+            return None
+    return (func, str(spec), tuple(key))
 
 
 def _decomposition(func: Any) -> Callable[..., Any] | None:
@@ -238,8 +313,10 @@ def monte_carlo_runs(
     unmodelled: set[str] = set()
     contracted: set[str] = set()
     roundings = 0
+    terms: dict[Any, torch.Tensor] = {}  # shared by the runs: they only depend on the ops' shapes
+    sums: list[tuple[Any, np.ndarray, int]] = []
     for seed in seeds:
-        mode = _MonteCarlo(storage, np.random.default_rng(seed), products)
+        mode = _MonteCarlo(storage, np.random.default_rng(seed), products, terms, sums)
         with np.errstate(all="ignore"), mode:
             out = fn(**{k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in inputs64.items()})
         runs.append(np.asarray(out.detach().numpy(), dtype=np.float64))
@@ -247,6 +324,291 @@ def monte_carlo_runs(
         contracted |= mode.contracted
         roundings = max(roundings, mode.roundings)
     return runs, unmodelled, contracted, roundings
+
+
+class NotFirstOrder(Exception):
+    """The function's rounding errors cannot be propagated exactly here: one error reaching an op
+    twice (x * x, a residual around a noisy branch), a contraction or sum of correlated errors, a
+    selection that depends on noisy values (max pooling, a comparison). Its Monte Carlo runs do it."""
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """A tensor's error in the first-order model: E[error**2] per element, whether its elements'
+    errors are mutually independent, and the roundings (numbered) they come from."""
+
+    second: torch.Tensor
+    independent: bool
+    sources: frozenset[int]
+    centred: bool = True  # its mean is zero (to first order): second moments of independent errors add
+
+
+_SPREAD = "_opbench_spread"  # the attribute a tensor's _Spread rides on inside the mode
+# ops that move each element to at most one place: their errors stay independent
+PERMUTING = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "flatten",
+    "t",
+    "transpose",
+    "permute",
+    "select",
+    "slice",
+    "narrow",
+    "unsqueeze",
+    "squeeze",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "contiguous",
+    "clone",
+    "alias",
+    "lift_fresh",
+    "detach",
+    "_to_copy",
+    "to",
+    "convert_element_type",
+}
+# ops that give each output element one input element, some more than once (or a constant)
+SELECTIONS = {"expand", "repeat", "cat", "stack", "index_select", "gather", "constant_pad_nd"}
+VALUE_FREE = {"zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_empty", "new_full"}
+ADDITIVE = {"addmm": 0, "addmv": 0, "baddbmm": 0, "convolution": 2, "_convolution": 2}  # the bias argument
+
+
+KINK_SIGMAS = 8.0  # relu's input this many RMS errors from 0 or more: relu passes the error or none of it
+
+
+def _relu_second(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """E[(relu(x + d) - relu(x))**2] for d ~ N(0, sigma**2): sigma**2 ((t**2 + 1) Phi(t) + t phi(t))
+    for x < 0 and sigma**2 (Phi(t) - t phi(t) + t**2 (1 - Phi(t))) for x >= 0, t = x / sigma."""
+    t = torch.where(sigma > 0, x / torch.where(sigma > 0, sigma, 1.0), 0.0)
+    cdf, pdf = torch.special.ndtr(t), torch.exp(-t * t / 2) / np.sqrt(2 * np.pi)
+    below = (t * t + 1) * cdf + t * pdf
+    above = cdf - t * pdf + t * t * (1 - cdf)
+    inner = torch.where(x < 0, below, above).clamp_min(0.0)  # the formulas cancel far from the kink
+    far = torch.where(x < 0, 0.0, 1.0)  # where they are exact: no error passed, or all of it
+    return sigma * sigma * torch.where(t.abs() > KINK_SIGMAS, far, inner)
+
+
+def _spread_of(value: Any) -> _Spread | None:
+    return getattr(value, _SPREAD, None) if isinstance(value, torch.Tensor) else None
+
+
+class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves the mode unannotated
+    """Every ATen op's float64 result, carrying E[error**2] of the roundings `_MonteCarlo` samples,
+    propagated to first order: exact (up to the runs' own second-order terms) where each error
+    reaches the output along one path of pointwise ops, permutations and at most one contraction
+    or sum of independent errors. Anything else raises NotFirstOrder."""
+
+    def __init__(self, storage: FloatFormat, products: FloatFormat | None = None):
+        super().__init__(storage, products, None)
+        self._count = 0
+
+    def _new_source(self) -> frozenset[int]:
+        self._count += 1
+        return frozenset({self._count})
+
+    def _uniform_second(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
+        """E[d**2] of one rounding uniform in +-half_width ulp: (half_width ulp)**2 / 3."""
+        self.roundings += t.numel()
+        return torch.from_numpy((half_width * ulp(t.detach().numpy(), fmt)) ** 2 / 3)
+
+    def _give(
+        self,
+        out: torch.Tensor,
+        second: torch.Tensor | None,
+        independent: bool,
+        sources: frozenset[int],
+        centred: bool = True,
+    ) -> Any:
+        """`out` with its spread, the storage rounding added where `_MonteCarlo._stored` adds it."""
+        if not (self.storage is self.compute or self._fused):
+            stored = self._uniform_second(out, 0.5, self.storage)
+            second = stored if second is None else second + stored
+            sources = sources | self._new_source()
+        if second is not None:
+            setattr(out, _SPREAD, _Spread(second, independent, sources, centred))
+        return out
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        leaves, spec = tree_flatten((args, kwargs))
+        noisy = [i for i, leaf in enumerate(leaves) if _spread_of(leaf) is not None]
+        if noisy and func._schema.is_mutable:
+            raise NotFirstOrder(f"aten.{name} writes into a tensor with rounding errors")
+        if func.is_view or name in MOVING_OPS or name in EXACT_OPS:
+            out = func(*args, **kwargs)
+            return self._moved(func, name, leaves, spec, noisy, out) if noisy and name not in VALUE_FREE else out
+        fused = not (name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags)
+        decomposition = _decomposition(func) if fused else None
+        if decomposition is not None:
+            result = self._decomposed(decomposition, args, kwargs)
+            return _floats(result, lambda t: self._give(t, *self._held(t)))
+        out = func(*args, **kwargs)
+        if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
+            if noisy:
+                raise NotFirstOrder(f"aten.{name} gives a value that depends on rounding errors")
+            return out
+        if name in SUMS or name in CONTRACTIONS:
+            variance, scale = self._sum_variance(func, args, kwargs, out)
+            local = torch.from_numpy(np.asarray(variance / scale**2, dtype=np.float64)).reshape(out.shape)
+            second, independent, sources = self._summed_through(func, name, args, kwargs, leaves, noisy, out)
+            total = local if second is None else second + local
+            return self._give(out, total, independent, sources | self._new_source())
+        if name in IEEE_OPS or torch.Tag.pointwise in func.tags:
+            width = 0.5 if name in IEEE_OPS else LIBM_ULPS
+        else:
+            self.unmodelled.add(f"aten.{name}")
+            width = 0.5
+        second, independent, sources = self._pointwise_through(func, leaves, spec, noisy, out)
+        local = self._uniform_second(out, width, self.compute)
+        total = local if second is None else second + local
+        centred = all(s.centred for i in noisy if (s := _spread_of(leaves[i])) is not None)
+        return self._give(out, total, independent, sources | self._new_source(), centred)
+
+    @staticmethod
+    def _held(t: torch.Tensor) -> tuple[torch.Tensor | None, bool, frozenset[int], bool]:
+        spread = _spread_of(t)
+        if spread is None:
+            return None, True, frozenset(), True
+        return spread.second, spread.independent, spread.sources, spread.centred
+
+    def _moved(self, func: Any, name: str, leaves: list[Any], spec: Any, noisy: list[int], out: Any) -> Any:
+        """An exact op's output with its inputs' errors moved along: a permutation or selection
+        moves each element's E[error**2] as it moves the element; neg, relu and abs scale it."""
+        spreads = [_spread_of(leaves[i]) for i in noisy]
+        sources = frozenset().union(*(s.sources for s in spreads if s is not None))
+        if name in ("neg", "relu", "abs"):
+            (spread,) = spreads
+            assert spread is not None
+            x, sigma = leaves[noisy[0]], torch.sqrt(spread.second)
+            near = (x.abs() < KINK_SIGMAS * sigma) & (spread.second > 0)
+            if name == "neg" or not bool(near.any()):
+                second = torch.where(x > 0, spread.second, 0.0) if name == "relu" else spread.second
+                setattr(out, _SPREAD, _Spread(second, spread.independent, spread.sources, spread.centred))
+            elif name == "relu":  # within reach of the kink: relu's second moment under a Gaussian error
+                setattr(out, _SPREAD, _Spread(_relu_second(x, sigma), False, spread.sources, False))
+            else:
+                raise NotFirstOrder(f"aten.{name} of values within reach of their rounding errors from 0")
+            return out
+        if name not in PERMUTING and name not in SELECTIONS:
+            raise NotFirstOrder(f"aten.{name} selects by values with rounding errors")
+        seconds = [
+            (s.second if (s := _spread_of(leaf)) is not None else torch.zeros_like(leaf))
+            if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
+            else leaf
+            for leaf in leaves
+        ]
+        moved_args, moved_kwargs = tree_unflatten(seconds, spec)
+        if name == "constant_pad_nd":  # the padding is exact
+            moved_args = (*moved_args[:2], 0.0)
+        moved = func(*moved_args, **moved_kwargs)
+        independent = name in PERMUTING and all(s is not None and s.independent for s in spreads)
+        outs, _ = tree_flatten(out)
+        for o, m in zip(outs, tree_flatten(moved)[0], strict=True):
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                setattr(o, _SPREAD, _Spread(m, independent, sources, all(s is not None and s.centred for s in spreads)))
+        return out
+
+    def _pointwise_through(
+        self, func: Any, leaves: list[Any], spec: Any, noisy: list[int], out: torch.Tensor
+    ) -> tuple[torch.Tensor | None, bool, frozenset[int]]:
+        """E[error**2] a pointwise op passes on from its inputs: the first-order term per noisy
+        input, its slope times its error; the slope is the central difference over +-its RMS error,
+        exact for the affine ops and the first-order term for the others. Errors from different
+        inputs add only where they are independent (no rounding in common)."""
+        spreads = [s for i in noisy if (s := _spread_of(leaves[i])) is not None]
+        if not spreads:
+            return None, True, frozenset()
+        sources: frozenset[int] = frozenset()
+        for spread in spreads:
+            if sources & spread.sources or (len(spreads) > 1 and not spread.centred):
+                raise NotFirstOrder("one rounding error reaches a pointwise op twice")
+            sources |= spread.sources
+        second = torch.zeros_like(out)
+        for i, spread in zip(noisy, spreads, strict=True):
+            sigma = torch.sqrt(spread.second)
+
+            def at(shift: torch.Tensor, i: int = i) -> torch.Tensor:
+                moved = list(leaves)
+                moved[i] = leaves[i] + shift
+                a, k = tree_unflatten(moved, spec)
+                return func(*a, **k)
+
+            half = (at(sigma) - at(-sigma)) / 2
+            second = second + torch.where(spread.second > 0, half * half, 0.0)
+        independent = all(s.independent for s in spreads) and all(leaves[i].shape == out.shape for i in noisy)
+        return second, independent, sources
+
+    def _summed_through(
+        self,
+        func: Any,
+        name: str,
+        args: Any,
+        kwargs: dict[str, Any],
+        leaves: list[Any],
+        noisy: list[int],
+        out: torch.Tensor,
+    ) -> tuple[torch.Tensor | None, bool, frozenset[int]]:
+        """E[error**2] a sum or contraction passes on from its one noisy input, whose elements'
+        errors are independent: the op run on E[error**2] and the other inputs squared (a mean's
+        divided by its count once more); the bias is exact."""
+        if not noisy:
+            return None, True, frozenset()
+        spread = _spread_of(leaves[noisy[0]])
+        if len(noisy) > 1 or spread is None or not (spread.independent and spread.centred):
+            raise NotFirstOrder(f"aten.{name} of correlated rounding errors")
+        if name in SUMS:
+            if args[0] is not leaves[noisy[0]]:
+                raise NotFirstOrder(f"aten.{name} with errors outside its summands")
+            second = func(spread.second, *args[1:], **kwargs)
+            if name == "mean":
+                second = second / float(args[0].numel() // max(out.numel(), 1))
+            return second, True, spread.sources
+        if any(kwargs.get(k, 1) != 1 for k in ("alpha", "beta")):
+            raise NotFirstOrder(f"aten.{name} with scaled terms")
+        bias = ADDITIVE.get(name)
+        if bias is not None and bias < len(args) and args[bias] is leaves[noisy[0]]:
+            raise NotFirstOrder(f"aten.{name} with errors in its bias")
+        moved = [
+            (spread.second if i == noisy[0] else torch.square(v))
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v
+            for i, v in enumerate(leaves)
+        ]
+        moved_args, moved_kwargs = tree_unflatten(moved, _spec_of(args, kwargs))
+        if bias is not None and bias < len(moved_args) and isinstance(moved_args[bias], torch.Tensor):
+            moved_args = (
+                *moved_args[:bias],
+                None if name in ("convolution", "_convolution") else torch.zeros_like(moved_args[bias]),
+                *moved_args[bias + 1 :],
+            )
+        return func(*moved_args, **moved_kwargs), False, spread.sources
+
+
+def _spec_of(args: Any, kwargs: dict[str, Any]) -> Any:
+    return tree_flatten((args, kwargs))[1]
+
+
+def first_order_spread(
+    fn: Callable[..., torch.Tensor],
+    inputs64: dict[str, np.ndarray],
+    storage: FloatFormat,
+    products: FloatFormat | None = None,
+) -> tuple[np.ndarray, set[str], set[str], int]:
+    """The RMS error per element that `monte_carlo_runs` estimates, computed in one float64 run
+    of `fn` (NotFirstOrder where it cannot be), with the same ops modelled as one rounding, the
+    contractions that ran and the count of roundings."""
+    mode = _FirstOrder(storage, products)
+    with np.errstate(all="ignore"), mode:
+        out = fn(**{k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in inputs64.items()})
+    spread = _spread_of(out)
+    shape = tuple(out.shape)
+    second = np.zeros(shape) if spread is None else np.asarray(spread.second.detach().numpy(), dtype=np.float64)
+    return np.sqrt(np.broadcast_to(second, shape)), mode.unmodelled, mode.contracted, mode.roundings
 
 
 CONVERSIONS = {"lift_fresh", "alias", "detach", "_to_copy", "clone", "copy", "copy_", "contiguous"}

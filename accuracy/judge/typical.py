@@ -94,6 +94,19 @@ def model_from_runs(
     the larger of the Monte Carlo runs' RMS error and the deterministic run's error (None: none),
     pooled (RMS) over `normwise_axes`; TYPICAL_Z of it plus one ulp of storage is flagged."""
     rms = np.sqrt(np.mean(np.square([_error(run, exact) for run in random_runs]), axis=0))
+    return model_from_rms(rms, deterministic, exact, storage, compute, normwise_axes)
+
+
+def model_from_rms(
+    rms: np.ndarray,
+    deterministic: np.ndarray | None,
+    exact: Exact,
+    storage: FloatFormat,
+    compute: str,
+    normwise_axes: tuple[int, ...] = (),
+) -> TypicalModel:
+    """The tier from the RMS error per element of a correct working-precision algorithm's
+    roundings (the runs' estimate, or its first-order value), as `model_from_runs`."""
     scale = rms if deterministic is None else np.maximum(rms, _error(deterministic, exact))
     if normwise_axes:
         scale = np.broadcast_to(np.sqrt(np.mean(np.square(scale), axis=normwise_axes, keepdims=True)), scale.shape)

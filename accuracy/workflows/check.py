@@ -35,7 +35,15 @@ from accuracy.core.json_output import json_ready
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import ulp_error
 from accuracy.judge.precision import compute_format
-from accuracy.judge.typical import RANDOM_RUNS, SEED, TYPICAL_Z, TypicalModel, model_from_runs, typical_model
+from accuracy.judge.typical import (
+    RANDOM_RUNS,
+    SEED,
+    TYPICAL_Z,
+    TypicalModel,
+    model_from_rms,
+    model_from_runs,
+    typical_model,
+)
 from accuracy.judge.verdicts import WITHIN, Evidence, FunctionSubject, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
@@ -348,11 +356,10 @@ def _function_model(
     deterministic run: its own `fmt` result; `products`: the format its contractions round their
     products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed."""
 
-    def how(runs: str, deterministic: str) -> str:
+    def how(runs: str, deterministic: str, sampled: str = f"RMS error of {RANDOM_RUNS} Monte Carlo runs") -> str:
         return (
-            f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max(RMS error of "
-            f"{RANDOM_RUNS} Monte Carlo runs, {deterministic}'s error) against its float64 evaluation, flagged "
-            f"above {TYPICAL_Z:g}x scale + 1 ulp"
+            f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max({sampled}, "
+            f"{deterministic}'s error) against its float64 evaluation, flagged above {TYPICAL_Z:g}x scale + 1 ulp"
         )
 
     if backend_name == "numpy":
@@ -365,17 +372,26 @@ def _function_model(
             if model
             else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
         )
-    from accuracy.judge.torch_emulation import monte_carlo_runs  # torch only where a torch function is checked
+    from accuracy.judge.torch_emulation import first_order_spread, monte_carlo_runs  # torch only where needed
 
     failed = "torch's Monte Carlo mode cannot run this function"
-    try:
-        runs, unmodelled, contracted, roundings = monte_carlo_runs(
-            fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
-        )
-    except Exception:
-        return None, failed
-    if any(np.shape(run) != exact.shape for run in runs):
-        return None, failed
+    try:  # exact where each rounding reaches the output along one linear path: no runs needed
+        rms, unmodelled, contracted, roundings = first_order_spread(fn, inputs64, fmt, products)
+        model = model_from_rms(rms, own, exact, fmt, fmt.name) if np.shape(rms) == exact.shape else None
+        sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
+    except Exception:  # NotFirstOrder, or an op the propagation cannot follow: the runs can
+        model = None
+    if model is None:
+        try:
+            runs, unmodelled, contracted, roundings = monte_carlo_runs(
+                fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
+            )
+        except Exception:
+            return None, failed
+        if any(np.shape(run) != exact.shape for run in runs):
+            return None, failed
+        model = model_from_runs(runs, own, exact, fmt, fmt.name)
+        sampled = f"RMS error of {RANDOM_RUNS} Monte Carlo runs"
     rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
     inputs_rounded = (
         f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
@@ -383,8 +399,10 @@ def _function_model(
         else ""
     )
     return (
-        model_from_runs(runs, own, exact, fmt, fmt.name).with_worst_case(roundings, exact, fmt),
-        how("its torch ops with sampled roundings", f"its own {fmt.name} result") + inputs_rounded + rounded_once,
+        model.with_worst_case(roundings, exact, fmt),
+        how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
+        + inputs_rounded
+        + rounded_once,
     )
 
 

@@ -252,7 +252,8 @@ def test_fn_judges_a_two_op_torch_function_and_given_outputs(linear_files, capsy
     assert report["op"] == "mylayer:block" and [o["label"] for o in report["outputs"]] == ["block@float32", "numpy"]
     assert all(
         "typical tier, derived as for registry ops: its torch ops with sampled roundings in float32; scale = "
-        "max(RMS error of 64 Monte Carlo runs, its own float32 result's error) against its float64 evaluation, "
+        "max(first-order RMS error of its sampled roundings (what 64 Monte Carlo runs estimate), its own float32 "
+        "result's error) against its float64 evaluation, "
         "flagged above 12x scale + 1 ulp" in o["reason"]
         for o in report["outputs"]
     )

@@ -7,6 +7,8 @@
   for the injected-bug tests and the asv suite;
 - `decoder`: a Llama-style decoder written out (RMSNorm, rotary attention, SiLU-gated MLP), with
   keywords that inject the common transformer port bugs where they live;
+- `bert_base` and `llama_8x512`: real-size transformers (random weights from configs) for the
+  timings in docs/models.md;
 - `llama_tiny`, `gpt2_tiny`, `vit_tiny` (transformers, tiny configs) and `mobilenet_v3`
   (torchvision's, in-place Hardswish): models as users bring them; `llama_padded`, llama_tiny on
   left-padded inputs (where an attention mask's fill matters).
@@ -23,6 +25,7 @@ from accuracy.backends.torchvision_import import import_torchvision, import_tran
 
 SEED = 0
 BERT_TOKENS = 8
+LARGE_TOKENS = 128  # the real-size models' sequence length
 
 
 def _seeded_batch_norm(model: nn.Module, generator: torch.Generator) -> nn.Module:
@@ -60,6 +63,26 @@ def bert2() -> nn.Module:
         attn_implementation="eager",
     )
     return transformers.BertModel(config, add_pooling_layer=True)
+
+
+def bert_base() -> nn.Module:
+    """BertModel at BERT-base's size (12 layers, hidden 768, 12 heads, intermediate 3072), random
+    weights from the config: the size issue 41's budgets are set for (scripts/measure_models.py)."""
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.BertConfig(max_position_embeddings=LARGE_TOKENS, attn_implementation="eager")
+    return transformers.BertModel(config, add_pooling_layer=True).eval()
+
+
+def llama_8x512() -> nn.Module:
+    """A Llama-style LlamaModel: 8 layers, hidden 512, GQA (8 heads, 2 key/value heads), random weights."""
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=2, max_position_embeddings=LARGE_TOKENS,
+    )  # fmt: skip
+    return transformers.LlamaModel(config).eval()
 
 
 class SmallCNN(nn.Module):
@@ -294,6 +317,10 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
         padded = np.ones((1, BERT_TOKENS), dtype=np.int64)
         padded[:, :3] = 0
         return example_inputs("llama_tiny") | {"attention_mask": padded}
+    if name in ("bert_base", "llama_8x512"):
+        return {
+            "input_ids": rng.integers(0, 30522 if name == "bert_base" else 32000, (1, LARGE_TOKENS)).astype(np.int64)
+        }
     if name in ("bert2", "llama_tiny", "gpt2_tiny"):
         return {"input_ids": rng.integers(0, 512 if name == "bert2" else 64, (1, BERT_TOKENS)).astype(np.int64)}
     if name == "vit_tiny":

@@ -1,0 +1,129 @@
+"""The first-order spread (torch_emulation.first_order_spread) is the quantity the Monte Carlo runs
+estimate: per element, the runs' mean squared error agrees with it within the runs' own
+statistical error, and the count of roundings is the same; where one error reaches the output
+along two paths, it refuses and the runs stay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from accuracy.core.dtypes import FORMATS
+from accuracy.judge.torch_emulation import NotFirstOrder, first_order_spread, monte_carlo_runs
+from accuracy.workflows.model.trace import float64_throughout
+
+RUNS = 200
+
+
+def _conv_bn_relu(channels: int, seed: int):
+    torch.manual_seed(seed)
+    conv, bn = nn.Conv2d(3, channels, 3, padding=1).double(), nn.BatchNorm2d(channels).double().eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 2)
+    return lambda x: F.relu(bn(conv(x)))
+
+
+def _linear_gelu(width: int, seed: int):
+    torch.manual_seed(seed)
+    linear = nn.Linear(width, 7).double()
+    return lambda x: F.gelu(linear(x)) * 0.5
+
+
+def _mean(width: int, seed: int):
+    return lambda x: torch.tanh(x).mean(-1)
+
+
+def _agreement(fn, x: np.ndarray, fmt_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per element: (z-score of the runs' mean squared error against the first-order value, the
+    first-order RMS, whether every run was exact there, the runs' mean squared error); the
+    z-score's standard error is the runs' own spread of squared errors."""
+    fmt = FORMATS[fmt_name]
+    with torch.no_grad(), float64_throughout():
+        exact = fn(x=torch.from_numpy(x)).numpy()
+        rms, _, _, counted = first_order_spread(fn, {"x": x}, fmt)
+        runs, _, _, sampled = monte_carlo_runs(fn, {"x": x}, fmt, [[7, i] for i in range(RUNS)])
+    assert counted == sampled
+    squares = np.square(np.array(runs) - exact)
+    spread = np.std(squares, axis=0) / np.sqrt(RUNS)
+    z = (np.mean(squares, axis=0) - rms**2) / np.where(spread > 0, spread, 1.0)
+    return z, rms, (squares == 0).all(axis=0), np.mean(squares, axis=0)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    case=st.sampled_from([(_conv_bn_relu, (1, 3, 5, 5)), (_linear_gelu, (6, 9)), (_mean, (4, 33))]),
+    size=st.integers(2, 6),
+    seed=st.integers(0, 2**16),
+    fmt_name=st.sampled_from(["float32", "bfloat16"]),
+)
+def test_the_first_order_spread_is_what_the_runs_estimate(case, size, seed, fmt_name):
+    build, shape = case
+    fn = build(size if build is _conv_bn_relu else shape[-1], seed)
+    x = np.random.default_rng(seed).standard_normal(shape) * 3
+    z, rms, runs_zero, ms = _agreement(fn, x, fmt_name)
+    assert (rms > 0).any() and (rms[runs_zero] < 1e-30).all()  # relu's zeros: exact in both
+    # no element off by more than its runs' statistical error, or by the ulp of a value within its
+    # error of a power of two (2x in some runs; first order takes the exact value's ulp)
+    assert np.all((np.abs(z) < 7) | (np.abs(ms / np.where(rms > 0, rms**2, 1.0) - 1) < 0.25))
+    assert abs(np.mean(z)) < 6 / np.sqrt(z.size) + 0.35  # and no bias across elements
+
+
+def test_a_missing_rounding_would_show():
+    """The check above can fail: the runs against half the first-order spread are far off."""
+    fn = _linear_gelu(9, 1)
+    x = np.random.default_rng(1).standard_normal((6, 9))
+    fmt = FORMATS["float32"]
+    with torch.no_grad(), float64_throughout():
+        exact = fn(x=torch.from_numpy(x)).numpy()
+        rms, *_ = first_order_spread(fn, {"x": x}, fmt)
+        runs, *_ = monte_carlo_runs(fn, {"x": x}, fmt, [[7, i] for i in range(RUNS)])
+    squares = np.square(np.array(runs) - exact)
+    z = (np.mean(squares, axis=0) - rms**2 / 2) / (np.std(squares, axis=0) / np.sqrt(RUNS))
+    assert np.mean(z) > 5
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.layer_norm(x, (x.shape[-1],)),  # x - mean(x), then divided by its own spread
+        lambda x: torch.softmax(x, -1),
+        lambda x: (lambda t: t * t)(torch.tanh(x)),
+    ],
+    ids=["layer_norm", "softmax", "square_of_a_rounded_value"],
+)
+def test_an_error_reaching_the_output_twice_is_left_to_the_runs(fn):
+    with pytest.raises(NotFirstOrder), torch.no_grad(), float64_throughout():
+        first_order_spread(fn, {"x": np.random.default_rng(0).standard_normal((3, 8))}, FORMATS["float32"])
+
+
+def test_relu_near_its_kink_keeps_the_error_it_can_give():
+    """A linear layer's outputs within their rounding error of relu's kink: relu passes on part of
+    the error, never none of it (a zero scale would call a correct port's tiny positive output an
+    error), as much as the runs say (the sum's error is Gaussian in both)."""
+    rng = np.random.default_rng(5)
+    weight, x = torch.from_numpy(rng.standard_normal((41, 16))), rng.standard_normal((1, 16))
+    bias = -(torch.from_numpy(x) @ weight.T)[0] + torch.linspace(-6e-7, 6e-7, 41, dtype=torch.float64)
+    z, rms, runs_zero, _ = _agreement(lambda x: F.relu(F.linear(x, weight, bias)), x, "float32")
+    assert (rms > 0).all() and runs_zero.any()  # some outputs the runs never move above 0
+    assert np.max(np.abs(z)) < 7
+
+
+def test_the_same_inputs_give_bitwise_the_same_spreads():
+    """Determinism: the runs share the first run's ulps and sums within one call only, and the
+    first-order spread has no randomness: a second call gives the same bits."""
+    fn = _conv_bn_relu(3, 11)
+    x = np.random.default_rng(11).standard_normal((1, 3, 5, 5))
+    fmt = FORMATS["bfloat16"]
+    with torch.no_grad(), float64_throughout():
+        first = [monte_carlo_runs(fn, {"x": x}, fmt, [[3, i] for i in range(4)])[0] for _ in range(2)]
+        spreads = [first_order_spread(fn, {"x": x}, fmt)[0] for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*first, strict=True))
+    assert not np.array_equal(first[0][0], first[0][1])  # the runs themselves differ
+    assert np.array_equal(spreads[0], spreads[1])
