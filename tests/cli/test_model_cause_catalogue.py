@@ -16,17 +16,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from accuracy.cli.text.model import render
 from accuracy.core.dtypes import FORMATS
-from accuracy.judge.verdicts import WITHIN
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.layout import _regridded, _tf_same
 from accuracy.workflows.model.causes.normalization import NormWritten
-from accuracy.workflows.model.sweep import run_model
-from accuracy.workflows.model.trace import record
+from accuracy.workflows.model.ports.activations import FilePort
+from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.sweep import evaluate_ports, run_model
+from accuracy.workflows.model.trace import record, run_reference
 from accuracy.workflows.model.units import leaf_units
-from accuracy.workflows.model.zoo import SEED, decoder, example_inputs, small_cnn, small_transformer
+from accuracy.workflows.model.zoo import SEED, decoder, example_inputs, small_cnn, small_mixed, small_transformer
 
 LAYERED = "tests.cli.test_model_cause_catalogue:layered"
 
@@ -405,3 +408,81 @@ def test_a_norm_written_out_is_the_norm(norm):
     norm = norm.double().eval()
     with torch.no_grad():
         assert torch.allclose(NormWritten(norm)(x), norm(x), rtol=1e-12, atol=1e-12)
+
+
+class _CroppedFlatten(nn.Flatten):
+    """A port's flatten fitted to its pool's larger output: the layer's (4, 4) corner kept."""
+
+    def forward(self, x):
+        return x[..., :4, :4].flatten(1)
+
+
+class _CroppedSoftmax(nn.Softmax):
+    def forward(self, x):
+        return super().forward(x[..., :4, :4])
+
+
+class _PaddedFlatten(nn.Flatten):
+    """A port's flatten fitted to its pool's smaller output: zeros to the layer's (4, 4)."""
+
+    def forward(self, x):
+        return F.pad(x, (0, 4 - x.shape[-1], 0, 4 - x.shape[-2])).flatten(1)
+
+
+def _report(name: str, port: nn.Module) -> ModelReport:
+    """The port's activations judged as `opbench model` judges a runtime's (an activations file
+    itself must hold the model's shapes, so the port is handed over as the self-test hands it)."""
+    model, inputs = {"layered": layered, "small_mixed": small_mixed}[name]().eval(), _inputs(name)
+    calls, _ = run_reference(model, inputs, name)
+    results, failed = evaluate_ports(
+        [FilePort("port", activations(*record(port.eval(), inputs)))], model, inputs, calls
+    )
+    return ModelReport(name, "eval", {k: list(v.shape) for k, v in inputs.items()}, results, failed)
+
+
+CEIL_MODE_ROWS = [
+    # (id, model, port, the pool, its kind): ceil_mode flipped where the last partial window adds a row and column
+    ("maxpool", "layered", _swap("", layered, maxpool=nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+                                 flatten=_CroppedFlatten())[1], "maxpool", "MaxPool2d"),
+    ("avgpool", "small_mixed", _swap("", small_mixed, pool=nn.AvgPool2d(3, 2, 1, ceil_mode=True),
+                                     softmax=_CroppedSoftmax(dim=-1))[1], "pool", "AvgPool2d"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "path", "kind"), [r[1:] for r in CEIL_MODE_ROWS], ids=[r[0] for r in CEIL_MODE_ROWS]
+)
+def test_a_flipped_ceil_mode_is_named_at_its_pool_of_another_shape(tmp_path, name, make, path, kind):
+    report = _report(name, make())
+    shape = "the port's output has shape (2, 4, 5, 5), the layer's (2, 4, 4, 4)"
+    words = f"{kind} with ceil_mode=True (the last partial window kept; this model has ceil_mode=False)"
+    (port,) = report.as_dict()["ports"]
+    row = next(r for r in port["layers"] if r["path"] == path)
+    assert port["first_not_within"] == path and port["flagged"] == 1, [
+        (r["path"], r["verdict"]) for r in port["layers"]
+    ]
+    assert row["verdict"] == BEYOND and row["reason"] == shape, row
+    cause = row["cause"]
+    assert cause["name"] == "ceil_mode" and cause["explains"] and cause["verdict"] == WITHIN, cause
+    assert cause["words"] == words and cause["alternatives"] == []
+    assert not report.within_rounding
+    text = render(report)
+    assert f"  {path}: explained by {words}; {shape}" in text
+    assert f"first not within rounding: {path} ({kind}): beyond rounding: explained by {words}; {shape}" in text
+
+
+def test_a_correct_port_of_a_pool_keeps_its_rows(tmp_path):
+    """Flipping ceil_mode changes small_mixed's pool; its correct port has nothing to explain."""
+    (port,) = _report("small_mixed", small_mixed()).as_dict()["ports"]
+    assert port["flagged"] == 0 and port["not_compared"] == 0
+    assert all(r.get("cause") is None for r in port["layers"])
+
+
+def test_a_shape_no_cause_explains_stays_not_compared(tmp_path):
+    # a max pool without its padding: (8 - 3) // 2 + 1 = 3 rows, neither ceil_mode nor "same" padding's
+    port = _swap("", layered, maxpool=nn.MaxPool2d(3, 2, 0), flatten=_PaddedFlatten())[1]()
+    (judged,) = _report("layered", port).as_dict()["ports"]
+    row = next(r for r in judged["layers"] if r["path"] == "maxpool")
+    assert row["verdict"] == NOT_COMPARED and "cause" not in row, row
+    assert row["reason"].startswith("the port's output has shape (2, 4, 3, 3), the layer's (2, 4, 4, 4)"), row
+    assert "explained" not in row["reason"]

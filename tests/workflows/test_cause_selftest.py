@@ -39,6 +39,8 @@ def test_every_catalogue_entry_is_injected_and_named_right(measured):
     assert abs(rows["normalization eps"]["parameters"]["eps"] - 1e-3) <= 1e-4
     assert rows["LeakyReLU slope"]["parameters"] == {"negative_slope": 0.2}
     assert rows["input scale"]["path"] == "the model's input"
+    # a change of the output's shape: small_mixed's AvgPool2d(3, stride 2, padding 1) gives 5x5 for 4x4 on 8x8
+    assert (rows["ceil_mode"]["model"], rows["ceil_mode"]["path"]) == ("small_mixed", "pool")
     assert all(i["seconds"] is not None and i["seconds"] > 0 for i in rows.values())
     assert total["named_right_rate"] == 1.0 and total["named_right"] == len(rows)
 

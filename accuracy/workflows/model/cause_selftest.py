@@ -115,14 +115,33 @@ def _target(entry: Cause, model, given: dict, reference: dict, calls: list) -> t
         context = Context(modules, calls, next((c for c in calls if c.key == path), None))
         for value in _injected_values(entry, module, context):
             try:
+                changed = entry.changed(module, value, context)
                 port = copy.deepcopy(model)
-                port.set_submodule(path, entry.changed(module, value, context))
-                arrays = activations(*record(port, given))
+                port.set_submodule(path, changed)
+                arrays = _activations(port, given, changed, path, context, reference)
             except Exception:  # a change this module cannot take: the next one
                 continue
+            # an output of another shape (ceil_mode) is a change too: array_equal says so
             if path in arrays and path in reference and not np.array_equal(arrays[path], reference[path]):
                 return path, arrays, value
     return None
+
+
+def _activations(port, given: dict, changed, path: str, context: Context, reference: dict) -> dict:
+    """The port's activations; where the layers after the changed module cannot take its output's
+    shape (a pool's ceil_mode before a Linear), the reference's with that module's output alone changed."""
+    import torch
+
+    try:
+        return activations(*record(port, given))
+    except Exception:
+        if context.call is None:
+            raise
+        with torch.no_grad():
+            output = changed(*context.call.inputs)
+        if tuple(output.shape) == tuple(reference[path].shape):
+            raise  # the same shape: the port's own failure, not the layers after it
+        return {**reference, path: output.numpy()}
 
 
 def _named_at(port: PortResult, path: str) -> dict | None:

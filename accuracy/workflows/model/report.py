@@ -235,9 +235,12 @@ def port_result(
     units: list[Unit],
     run: EndToEnd,
     seconds: float,
+    explained: dict[str, dict] | None = None,
 ) -> PortResult:
     """One port's result: its units' rows in order, and its end-to-end error against the float64
-    model beside PyTorch's own at the port's dtype (`own`: PyTorch's activations at that dtype)."""
+    model beside PyTorch's own at the port's dtype (`own`: PyTorch's activations at that dtype).
+    `explained`: the causes of units whose port output has another shape (ceil_mode), by key: such
+    a unit is beyond rounding, its reason the shape and its cause the one that explains it."""
     by_key = {c.key: c for c in calls}
     layers: list[UnitRow] = []
     for unit in units:
@@ -252,6 +255,10 @@ def port_result(
         inherited = _inherited(unit, by_key, run, reference64)
         if inherited is not None:
             row["inherited"] = inherited
+        cause = (explained or {}).get(unit.key)
+        if cause is not None:
+            layers.append(row | {"verdict": BEYOND, "reason": unit.reason, "cause": cause, "worst": {}})
+            continue
         if unit.reason or unit.key not in judged:
             reason = unit.reason or "no port output for it on identical inputs"
             if "propagated" in row:

@@ -7,10 +7,12 @@ depends on its port only through its output).
 
 from __future__ import annotations
 
+import math
 import pickle
 import time
 import warnings
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +241,7 @@ def _ports_on_cluster(
                 future.cancel()
     with thread_limits([get_backend("torch")], JUDGE_THREADS):
         _explain_flagged(groups, verdicts, model, calls)
+        _explain_mismatched(runs[:done], model, calls)
     with thread_limits([get_backend("torch")], torch.get_num_threads()):
         reports, absent = _results([job.name for job in jobs[:done]], runs[:done], verdicts, model, given, calls)
     return reports, absent, stopped
@@ -269,7 +272,9 @@ def judge_task(judging: Judging) -> dict[str, UnitJudgement]:
 class PortRun:
     """A port's runs before judging, as plain data (a worker sends it back): each unit's layers
     and why it is not compared, each isolated output with the inputs it was fed (unit index,
-    tensors, whose they are, output), and the end-to-end run or why it failed."""
+    tensors, whose they are, output), and the end-to-end run or why it failed. `mismatched`: the
+    outputs of another shape than the layer's, kept for the causes that change a shape (ceil_mode);
+    `explained`: the causes found for them, by unit key."""
 
     facts: PortFacts
     units: list[tuple[list[str], str]]
@@ -277,19 +282,28 @@ class PortRun:
     run: EndToEnd | str
     seconds: float
     inputs: list[dict]  # the port's own first-layer inputs judged against the model's (preprocessing)
+    mismatched: list[tuple[int, list, str, np.ndarray]] = field(default_factory=list)
+    explained: dict[str, dict] = field(default_factory=dict)
 
 
 def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
     """Every unit of `port` run isolated on the inputs it is judged on, and the port end to end."""
     started = time.perf_counter()
     units = port.units(calls)
-    outputs = []
+    outputs, mismatched = [], []
     for i, unit in enumerate(units):
         if unit.reason:
             continue
         feed = port.inputs_for(unit)
         if isinstance(feed, str):
             unit.reason = feed
+            continue
+        took = [tuple(t.shape) for t in unit.calls[0].inputs]
+        fed = [tuple(t.shape) for t in feed.tensors]
+        if any(math.prod(f) != math.prod(t) for f, t in zip(fed, took, strict=False)):
+            # its own inputs of another size (after a pool of another shape): the layer's output on
+            # them is no reference for it
+            unit.reason = f"the port feeds it shape {', '.join(map(str, fed))}, the layer's {', '.join(map(str, took))}"
             continue
         try:
             output = port.isolated(unit, unit.calls[0].inputs)
@@ -300,6 +314,7 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         expected = tuple(unit.calls[-1].output.shape)
         if np.shape(output) != expected and np.size(output) != np.prod(expected):
             unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
+            mismatched.append((i, feed.tensors, feed.source, output))
             continue
         outputs.append((i, feed.tensors, feed.source, output))
     run: EndToEnd | str
@@ -307,11 +322,11 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         run = port.end_to_end(given, units)
     except Exception as exc:
         why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
-        run, outputs = f"the end-to-end run failed: {why}", []
+        run, outputs, mismatched = f"the end-to-end run failed: {why}", [], []
     described = [(u.covers, u.reason) for u in units]
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         inputs = input_rows(port, calls, given) if not isinstance(run, str) else []
-    return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs)
+    return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs, mismatched)
 
 
 def _units(run: PortRun, calls: list[LayerCall]) -> list[Unit]:
@@ -366,6 +381,22 @@ def _explain_flagged(groups: dict[tuple, tuple], verdicts: dict[tuple[str, str],
                 )
 
 
+def _explain_mismatched(runs: Sequence[PortRun | str], model, calls) -> None:
+    """The known port bugs tried on each unit whose port output has another shape, in this process
+    as for flagged units: one that explains it (a pool's ceil_mode) makes it a row beyond rounding."""
+    modules = dict(model.named_modules())
+    for run in runs:
+        if isinstance(run, str) or not run.mismatched:
+            continue
+        units = _units(run, calls)
+        for i, tensors, _, output in run.mismatched:
+            unit, facts = units[i], run.facts
+            around = Context(modules, calls, unit.calls[0])
+            cause = explain(unit, tensors, facts.fmt, facts.name, output, facts.products, around)
+            if cause["explains"]:
+                run.explained[unit.key] = cause
+
+
 def _unpickled_quietly(data: bytes) -> Judging:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
@@ -403,7 +434,9 @@ def _results(
             own[fmt.name] = activations(*run_in(model, given, fmt))
         units = _units(run, calls)
         judged = {u.key: verdicts[(run.facts.name, u.key)] for u in units if (run.facts.name, u.key) in verdicts}
-        row = port_result(run.facts, calls, reference64, own[fmt.name], judged, units, run.run, run.seconds)
+        row = port_result(
+            run.facts, calls, reference64, own[fmt.name], judged, units, run.run, run.seconds, run.explained
+        )
         row["inputs"] = run.inputs
         results.append(row)
     return results, absent
@@ -421,4 +454,5 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
             for label, result in judging.judge().items():
                 verdicts[(label, covers[0])] = result
         _explain_flagged(groups, verdicts, model, calls)
+        _explain_mismatched(runs, model, calls)
     return _results([port.name for port in ports], list(runs), verdicts, model, given, calls)

@@ -1,5 +1,5 @@
 """Layout and shape causes: a channels-last flatten before a Linear, TensorFlow's "same" padding,
-AvgPool's count_include_pad, the other interpolation convention (align_corners, half-pixel), a
+AvgPool's count_include_pad, a pool's ceil_mode, the other interpolation convention (align_corners, half-pixel), a
 softmax over another axis, a square Linear's weight transposed."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import nn
 from accuracy.workflows.model.causes.cause import Cause, Context
 
 POOLS = ("AvgPool1d", "AvgPool2d", "AvgPool3d")
+CEIL_POOLS = ("MaxPool1d", "MaxPool2d", "MaxPool3d", *POOLS)
 UPSAMPLES = ("Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d")
 LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
 
@@ -98,6 +99,20 @@ def _count_include_pad(module: Any, value: Any) -> Any:
         raise ValueError("no padding to count")
     changed = copy.deepcopy(module)
     changed.count_include_pad = not module.count_include_pad
+    return changed
+
+
+def _ceil_mode(module: Any, value: Any, context: Context) -> Any:
+    """The pool with ceil_mode flipped, where that changes its output's shape on the unit's input:
+    elsewhere both modes take the same windows, and the change is no hypothesis."""
+    call = context.call
+    if call is None or not call.inputs:
+        raise ValueError("no input to tell the output's shape by")
+    changed = copy.deepcopy(module)
+    changed.ceil_mode = not module.ceil_mode
+    with torch.no_grad():
+        if changed(call.inputs[0]).shape == call.output.shape:
+            raise ValueError("ceil_mode changes nothing here")
     return changed
 
 
@@ -197,6 +212,16 @@ CAUSES: tuple[Cause, ...] = (
             f"{type(m).__name__} with count_include_pad={not m.count_include_pad} "
             f"(the padding {'not ' if m.count_include_pad else ''}counted in the average)"
         ),
+    ),
+    Cause(
+        "ceil_mode",
+        CEIL_POOLS,
+        _ceil_mode,
+        lambda m, v: (
+            f"{type(m).__name__} with ceil_mode={not m.ceil_mode} (the last partial window "
+            f"{'dropped' if m.ceil_mode else 'kept'}; this model has ceil_mode={m.ceil_mode})"
+        ),
+        contextual=True,
     ),
     Cause(
         "align_corners",
