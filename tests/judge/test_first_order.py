@@ -74,14 +74,19 @@ def test_the_first_order_spread_is_what_the_runs_estimate(case, size, seed, fmt_
     # of 3.2e-3): never the size of a typical element's error
     assert (rms > 0).any() and (rms[runs_zero] < 0.25 * np.median(rms[rms > 0])).all()
     # no element off by more than its runs' statistical error, or by the ulp of a value within its
-    # error of a power of two (2x in some runs; first order takes the exact value's ulp)
+    # error of a power of two (2x in some runs; first order takes the exact value's ulp: seed 1298
+    # in bfloat16, -0.03128 by 2^-5, 0.65x)
     ratio = ms / np.where(rms > 0, rms**2, 1.0)
+    power = 2.0 ** np.round(np.log2(np.where(exact != 0, np.abs(exact), 1.0)))
+    binade = (np.abs(np.abs(exact) - power) < 4 * rms) & (ratio >= 0.25) & (ratio <= 4)
     # at relu's kink (its output within a few errors of 0) first order is a Gaussian closed form:
     # where the error is the sum of few roundings (a 2x2 kernel) it may overstate the runs' mean
     # square (seed 682 in bfloat16: 2.3x), never understate it (a false alarm)
     kink = (np.abs(exact) < 4 * rms) & (ratio >= 0.25) & (ratio <= 1.25)
-    assert np.all((np.abs(z) < 7) | (np.abs(ratio - 1) < 0.25) | kink)
-    assert abs(np.mean(z)) < 6 / np.sqrt(z.size) + 0.35  # and no bias across elements
+    assert np.all((np.abs(z) < 7) | (np.abs(ratio - 1) < 0.25) | kink | binade)
+    # and no bias across the elements away from relu's kink and a power of two
+    ordinary = z[~(kink | binade)]
+    assert ordinary.size == 0 or abs(np.mean(ordinary)) < 6 / np.sqrt(ordinary.size) + 0.35
 
 
 def test_a_missing_rounding_would_show():
