@@ -191,17 +191,19 @@ def _check_declared_size(path: Path, suffix: str) -> None:
     check_memory(declared * ARRAY_MEMORY_FACTOR, f"{path}: its {byte_size(declared)} of array data ({what})")
 
 
-def check_memory(needed: int, what: str) -> None:
-    """Refuse work that would need more than the memory budget (half of what is available now),
-    before it is loaded or allocated: past it the kernel swaps or kills the process (240 MB of
-    inputs took over 4 GB)."""
+def check_memory(needed: int, what: str, fraction: float | None = None) -> None:
+    """Refuse work that would need more than the memory budget (`fraction` of what is available
+    now, half unless said), before it is loaded or allocated: past it the kernel swaps or kills
+    the process (240 MB of inputs took over 4 GB)."""
     from accuracy.core.limits import MEMORY_BUDGET_FRACTION, available_memory
 
-    budget = int(available_memory() * MEMORY_BUDGET_FRACTION)
+    share = MEMORY_BUDGET_FRACTION if fraction is None else fraction
+    budget = int(available_memory() * share)
     if needed > budget:
+        of = "half the memory" if share == 0.5 else "the memory" if share == 1 else f"{share:.0%} of the memory"
         raise OpbenchError(
             f"{what} need about {byte_size(needed)} of memory to judge, more than the budget of {byte_size(budget)} "
-            "(half the memory available now); nothing was judged: give smaller arrays"
+            f"({of} available now); nothing was judged: give smaller arrays"
         )
 
 

@@ -920,3 +920,5 @@ def test_a_model_whose_activations_would_not_fit_in_memory_is_refused_before_jud
     held = 4 * (384 + 14 * 128 + 10)
     assert f"the model's activations on x=2x3x8x8 ({held / (1 << 10):.3g} KiB)" in captured.err
     assert f"need about {MODEL_MEMORY_FACTOR * held / (1 << 10):.3g} KiB of memory" in captured.err
+    # the factor is an upper estimate (a transformer holds less per byte): all the memory is the budget
+    assert "more than the budget of 195 KiB (the memory available now)" in captured.err
