@@ -361,10 +361,11 @@ def test_ctrl_c_on_a_local_cluster_ends_in_one_line_at_any_moment(command, momen
     started = time.monotonic()
     while proc.poll() is None and not _reached(moment, proc, started):
         time.sleep(0.02)
+    finished_first = proc.poll() is not None  # a loaded machine: the moment passed unseen
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     if proc.returncode == 0:  # it finished before the signal landed: then it said nothing more
-        assert moment == "running" and err.count("opbench:") == 0, (moment, out, err)
+        assert (moment == "running" or finished_first) and err.count("opbench:") == 0, (moment, out, err)
     else:
         assert proc.returncode == 2, out + err
         [line] = [line for line in err.splitlines() if not line.startswith("model: [")]
