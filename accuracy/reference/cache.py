@@ -81,6 +81,44 @@ def _write(path: Path, key: str, exact: Exact) -> None:
     )
 
 
+def _arrays_digest(key: str, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(key.encode() + b"\0")
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def load_arrays(key: str) -> dict[str, np.ndarray] | None:
+    """The named arrays stored under `key` by `store_arrays`, or None: absent, unreadable, or not
+    matching their digest (a tampered entry, or one copied from another key, is never trusted)."""
+    path = cache_dir() / f"{key}.npz"
+    if not path.exists():
+        return None
+    try:
+        if not _stored_as_written(path):
+            return None
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, OpbenchError):
+        return None
+    digest = arrays.pop("digest", None)
+    return arrays if digest is not None and str(digest) == _arrays_digest(key, arrays) else None
+
+
+def store_arrays(key: str, arrays: dict[str, np.ndarray]) -> None:
+    """`arrays` (numbers and text, never objects: nothing stored is unpickled) kept under `key`;
+    a read-only or full cache only costs time."""
+    if "digest" in arrays or any(np.asarray(a).dtype.hasobject for a in arrays.values()):
+        raise ValueError("the cache stores numeric and text arrays, with names other than 'digest'")
+    path = cache_dir() / f"{key}.npz"
+    digest = np.array(_arrays_digest(key, arrays))
+    with contextlib.suppress(OSError, OpbenchError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda f: np.savez(f, allow_pickle=False, **arrays, digest=digest))
+
+
 def cached(key: str, compute: Callable[[], Exact]) -> Exact:
     """The cached Exact for `key`, or `compute()` stored for next time."""
     path = cache_dir() / f"{key}.npz"

@@ -1,0 +1,260 @@
+"""A unit's typical tier through the reference cache (issue 41, "do each thing once"): a rerun of
+`opbench model` with another port reads the tier of each unit judged before and gives the same
+report bit for bit; a changed weight, input, format, forward or attribute misses, and a damaged
+or moved entry is recomputed, never trusted. Judging work is counted at its two entry points,
+torch_emulation's first-order spread and Monte Carlo runs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import accuracy.judge.torch_emulation as torch_emulation
+from accuracy.core.dtypes import get_format
+from accuracy.judge.precision import TF32
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import load_model, record
+from accuracy.workflows.model.unit_cache import unit_key
+from accuracy.workflows.model.units import TYPICAL_TIER, Unit, float64_reference, judge_unit, port_inputs
+from accuracy.workflows.model.zoo import example_inputs
+
+DECODER = "accuracy.workflows.model.zoo:decoder"
+FLOAT32 = get_format("float32")
+
+
+@pytest.fixture
+def judging(monkeypatch) -> dict[str, int]:
+    """How many times the typical tier was derived, by its two routes."""
+    counts = {"first_order_spread": 0, "monte_carlo_runs": 0}
+    for name in counts:
+        real = getattr(torch_emulation, name)
+
+        def counted(*args, _name=name, _real=real, **kwargs):
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(torch_emulation, name, counted)
+    return counts
+
+
+def _without_timings(value):
+    """The report with its wall times left out: everything else must be the same bits."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def _report(x, port: str) -> str:
+    return json.dumps(_without_timings(run_model(DECODER, x, [port]).as_dict()), sort_keys=True)
+
+
+def test_a_rerun_with_another_port_judges_no_unit_again_and_reports_the_same(
+    tmp_path, monkeypatch, cache_path, judging
+):
+    x = write_arrays(tmp_path / "x.npz", example_inputs("decoder"))
+    run_model(DECODER, x, ["torchscript"])
+    first = dict(judging)
+    assert first["first_order_spread"] > 0 and first["monte_carlo_runs"] > 0
+    judging.update(dict.fromkeys(judging, 0))
+    warm = _report(x, "onnxruntime")
+    assert judging == {"first_order_spread": 0, "monte_carlo_runs": 0}
+    # the same port with nothing cached: it derives its tiers, and its report is the warm one
+    monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "empty"))
+    cold = _report(x, "onnxruntime")
+    assert judging["first_order_spread"] + judging["monte_carlo_runs"] > 0
+    assert warm == cold
+
+
+def _call(path: str):
+    model = load_model(DECODER)
+    calls, _ = record(model, example_inputs("decoder"))
+    (call,) = [c for c in calls if c.path == path]
+    return call
+
+
+def _judged(unit: Unit, fmt=FLOAT32, products=None):
+    inputs = port_inputs(unit.calls[0].inputs, fmt)
+    output = float64_reference(unit, inputs, fmt).astype(np.float32)
+    (judged,) = judge_unit(unit, inputs, fmt, {"port": output}, products).values()
+    assert judged.tier == TYPICAL_TIER
+    return judged
+
+
+def _key(unit: Unit, fmt=FLOAT32, products=None, inputs=None):
+    inputs = port_inputs(unit.calls[0].inputs, fmt) if inputs is None else inputs
+    return unit_key(unit, inputs, fmt, products, float64_reference(unit, inputs, fmt))
+
+
+@pytest.mark.parametrize("path", ["layers.0.input_layernorm", "layers.0.self_attn", "layers.0"])
+def test_the_second_judgement_of_a_unit_reads_its_tier(cache_path, judging, path):
+    unit = Unit([_call(path)])
+    first = _judged(unit)
+    derived = sum(judging.values())
+    assert derived > 0
+    second = _judged(unit)
+    assert sum(judging.values()) == derived
+    assert first == second  # dataclass equality: verdict, reason, and every number of the row
+
+
+def _nudged(module: torch.nn.Module, name: str) -> torch.nn.Module:
+    """`module` with one element of its parameter `name` one float32 ulp larger."""
+    with torch.no_grad():
+        p = dict(module.named_parameters())[name]
+        flat = p.view(-1)
+        flat[3] = torch.nextafter(flat[3], torch.tensor(float("inf")))
+    return module
+
+
+@pytest.mark.parametrize("name", ["q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"])
+def test_a_weight_one_ulp_away_misses(cache_path, judging, name):
+    call = _call("layers.0.self_attn")
+    _judged(Unit([call]))
+    derived = sum(judging.values())
+    changed = dataclasses.replace(call, module=_nudged(copy.deepcopy(call.module), name))
+    assert _key(Unit([changed])) != _key(Unit([call]))
+    _judged(Unit([changed]))
+    assert sum(judging.values()) > derived
+
+
+def test_an_input_element_the_format_and_the_products_each_change_the_key():
+    unit = Unit([_call("layers.0.input_layernorm")])
+    inputs = port_inputs(unit.calls[0].inputs, FLOAT32)
+    base = _key(unit, inputs=inputs)
+    nudged = [t.clone() for t in inputs]
+    nudged[0].view(-1)[5] = torch.nextafter(nudged[0].view(-1)[5], torch.tensor(float("inf")))
+    keys = {
+        base,
+        _key(unit, inputs=nudged),
+        _key(unit, fmt=get_format("bfloat16")),
+        _key(unit, products=TF32),
+    }
+    assert None not in keys and len(keys) == 4
+    assert _key(unit, inputs=inputs) == base  # and the same unit on the same inputs: the same key
+
+
+def test_an_attribute_and_the_mode_change_the_key():
+    call = _call("layers.0.input_layernorm")
+    base = _key(Unit([call]))
+    eps = copy.deepcopy(call.module)
+    eps.eps = 2e-5
+    train = copy.deepcopy(call.module).train()
+    keys = {base, *(_key(Unit([dataclasses.replace(call, module=m)])) for m in (eps, train))}
+    assert None not in keys and len(keys) == 3
+
+
+SOURCE = """
+import torch
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 32))
+
+    def forward(self, x):
+        return {body}
+
+
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Scaled()
+
+    def forward(self, x):
+        return self.inner(x)
+"""
+
+
+def _scaled_unit(tmp_path, monkeypatch, body: str) -> Unit:
+    """A module defined in a file of its own, with `body` as its forward's return value."""
+    (tmp_path / "unitcache_scaled.py").write_text(SOURCE.format(body=body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.reload(sys.modules["unitcache_scaled"]) if "unitcache_scaled" in sys.modules else None
+    module = module or importlib.import_module("unitcache_scaled")
+    calls, _ = record(module.Holder().eval(), example_inputs("decoder"))
+    (call,) = [c for c in calls if c.path == "inner"]
+    return Unit([call])
+
+
+def test_an_edited_forward_misses_even_where_its_float64_value_is_the_same(tmp_path, monkeypatch, cache_path, judging):
+    """x * w and w * x have the same float64 value (multiplication commutes, bit for bit): only
+    the source tells the two forwards apart."""
+    before = _scaled_unit(tmp_path, monkeypatch, "x * self.weight")
+    _judged(before)
+    derived = sum(judging.values())
+    after = _scaled_unit(tmp_path, monkeypatch, "self.weight * x")
+    inputs = port_inputs(before.calls[0].inputs, FLOAT32)
+    assert np.array_equal(float64_reference(before, inputs, FLOAT32), float64_reference(after, inputs, FLOAT32))
+    assert _key(after) != _key(before)
+    _judged(after)
+    assert sum(judging.values()) > derived
+
+
+def test_a_forward_patched_in_this_process_changes_the_key(tmp_path, monkeypatch):
+    unit = _scaled_unit(tmp_path, monkeypatch, "x * self.weight")
+    base = _key(unit)
+    cls = type(unit.calls[0].module)
+    monkeypatch.setattr(cls, "forward", lambda self, x: self.weight * x)
+    assert _key(unit) != base
+
+
+def test_state_the_key_cannot_describe_is_judged_afresh(cache_path, judging):
+    """A forward hook, and a class with no source (made by type()), give no key: never cached."""
+    call = _call("layers.0.input_layernorm")
+    hooked = copy.deepcopy(call.module)
+    hooked.register_forward_hook(lambda module, args, output: output)
+    sourceless = copy.deepcopy(call.module)
+    sourceless.__class__ = type("RMSNorm", (type(call.module),), {})
+    for module in (hooked, sourceless):
+        unit = Unit([dataclasses.replace(call, module=module)])
+        assert _key(unit) is None
+        before = sum(judging.values())
+        _judged(unit)
+        _judged(unit)
+        assert sum(judging.values()) == before + 2
+    assert not cache_path.exists() or not list(cache_path.glob("*.npz"))
+
+
+def _entry(cache_path) -> object:
+    (entry,) = cache_path.glob("*.npz")
+    return entry
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "scale one ulp up", "another unit's entry"])
+def test_a_damaged_or_moved_entry_is_recomputed(cache_path, judging, damage):
+    unit = Unit([_call("layers.0.input_layernorm")])
+    first = _judged(unit)
+    entry = _entry(cache_path)
+    data = entry.read_bytes()
+    if damage == "flipped":
+        flipped = bytearray(data)
+        flipped[data.index(b"\x93NUMPY") + 200] ^= 0xFF  # in the first array's values, past its header
+        entry.write_bytes(bytes(flipped))
+    elif damage == "truncated":
+        entry.write_bytes(data[: len(data) // 2])
+    elif damage == "scale one ulp up":  # a readable file whose arrays no longer match their digest
+        with np.load(entry) as stored:
+            arrays = {k: stored[k] for k in stored.files}
+        arrays["scale"] = np.nextafter(arrays["scale"], np.inf)
+        arrays["threshold"] = np.nextafter(arrays["threshold"], np.inf)
+        with open(entry, "wb") as f:
+            np.savez(f, **arrays)
+    else:  # a valid entry of another unit, under this unit's name
+        other = Unit([_call("layers.1.input_layernorm")])
+        _judged(other)
+        (moved,) = [p for p in cache_path.glob("*.npz") if p != entry]
+        entry.write_bytes(moved.read_bytes())
+    derived = sum(judging.values())
+    again = _judged(unit)
+    assert sum(judging.values()) == derived + 1
+    assert again == first
