@@ -258,3 +258,42 @@ def test_a_damaged_or_moved_entry_is_recomputed(cache_path, judging, damage):
     again = _judged(unit)
     assert sum(judging.values()) == derived + 1
     assert again == first
+
+
+KEY_IN_A_PROCESS = """
+from accuracy.core.dtypes import get_format
+from accuracy.workflows.model.trace import load_model, record
+from accuracy.workflows.model.unit_cache import unit_key
+from accuracy.workflows.model.units import Unit, float64_reference, port_inputs
+from accuracy.workflows.model.zoo import example_inputs
+
+fmt = get_format("float32")
+calls, _ = record(load_model("accuracy.workflows.model.zoo:{model}"), example_inputs("{model}"))
+for call in calls:
+    unit = Unit([call])
+    inputs = port_inputs(call.inputs, fmt)
+    print(call.path, unit_key(unit, inputs, fmt, None, float64_reference(unit, inputs, fmt)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["decoder", "llama_tiny"])
+def test_a_later_process_computes_the_same_keys(model):
+    """A rerun is another process, its strings hashed with another seed: each unit's key is the
+    same there (and describable: none is None), or a rerun would find nothing."""
+    import os
+    import subprocess
+
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", KEY_IN_A_PROCESS.format(model=model)],
+            env=os.environ | {"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert runs[0] == runs[1]
+    keys = [line.split()[-1] for line in runs[0].splitlines()]
+    assert len(keys) > 10 and "None" not in keys

@@ -54,9 +54,10 @@ class _Key:
     def __init__(self) -> None:
         self.hash = hashlib.sha256(f"unit-typical:{KEY_FORMAT}".encode())
 
-    def put(self, tag: str, data: bytes | str = b"") -> None:
+    def put(self, tag: str, data: bytes | str | np.ndarray = b"") -> None:
+        """`data` (a C-contiguous array is hashed in place, not copied: a model's weights)."""
         raw = data.encode() if isinstance(data, str) else data
-        self.hash.update(f"\0{tag}:{len(raw)}:".encode())
+        self.hash.update(f"\0{tag}:{raw.nbytes if isinstance(raw, np.ndarray) else len(raw)}:".encode())
         self.hash.update(raw)
 
 
@@ -67,7 +68,7 @@ def _tensor(key: _Key, t: Any) -> None:
         raise Uncacheable(f"a {t.layout} tensor")
     t = t.detach()
     key.put("tensor", f"{t.dtype}:{tuple(t.shape)}:{t.stride()}:{t.device.type}")
-    key.put("bytes", t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    key.put("bytes", t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def _array(key: _Key, a: np.ndarray) -> None:
@@ -75,18 +76,27 @@ def _array(key: _Key, a: np.ndarray) -> None:
         raise Uncacheable("an object array")
     a = np.ascontiguousarray(a)
     key.put("array", f"{a.dtype.str}:{a.shape}")
-    key.put("bytes", a.tobytes())
+    key.put("bytes", a.reshape(-1).view(np.uint8))
 
 
-def _code(key: _Key, code: types.CodeType) -> None:
-    """A code object by what it runs: its bytecode, constants (nested code too) and names."""
+@functools.cache
+def _code_digest(code: types.CodeType) -> str:
+    """A code object (immutable) by what it runs: its bytecode, constants (nested code too) and names."""
+    key = _Key()
     key.put("code", f"{code.co_qualname}:{code.co_names}:{code.co_varnames}:{code.co_freevars}")
     key.put("bytecode", code.co_code)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            _code(key, const)
+            key.put("const", _code_digest(const))
+        elif isinstance(const, frozenset):  # `x in {"a", "b"}`: its order is the process's string hashing
+            key.put("const", f"frozenset:{sorted(map(repr, const))}")
         else:
             key.put("const", f"{type(const).__name__}:{const!r}")
+    return key.hash.hexdigest()
+
+
+def _code(key: _Key, code: types.CodeType) -> None:
+    key.put("code", _code_digest(code))
 
 
 @functools.cache
@@ -229,6 +239,7 @@ def unit_key(unit: Any, inputs: list, fmt: Any, products: Any, reference: np.nda
         if _global_hooks():
             raise Uncacheable("a global forward hook")
         key.put("versions", f"{torch.__version__}:{np.__version__}:{sys.version}:{_judge_code()}")
+        key.put("default dtype", str(torch.get_default_dtype()))
         key.put(
             "tier",
             f"{typical.MODEL_VERSION}:{typical.TYPICAL_Z!r}:{typical.RANDOM_RUNS}:{typical.SEED}:{typical.WORST_MARGIN!r}",
