@@ -56,8 +56,10 @@ class _Key:
 
     def put(self, tag: str, data: bytes | str | np.ndarray = b"") -> None:
         """`data` (a C-contiguous array is hashed in place, not copied: a model's weights)."""
-        raw = data.encode() if isinstance(data, str) else data
-        self.hash.update(f"\0{tag}:{raw.nbytes if isinstance(raw, np.ndarray) else len(raw)}:".encode())
+        raw = (
+            data.data if isinstance(data, np.ndarray) else memoryview(data.encode() if isinstance(data, str) else data)
+        )
+        self.hash.update(f"\0{tag}:{raw.nbytes}:".encode())
         self.hash.update(raw)
 
 
