@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import json
 import sys
@@ -142,14 +143,35 @@ def test_an_input_element_the_format_and_the_products_each_change_the_key():
     assert _key(unit, inputs=inputs) == base  # and the same unit on the same inputs: the same key
 
 
+@dataclasses.dataclass
+class Settings:
+    """A plain object a module may keep (as transformers modules keep their config)."""
+
+    scale: float
+    act: object
+
+
 def test_an_attribute_and_the_mode_change_the_key():
     call = _call("layers.0.input_layernorm")
-    base = _key(Unit([call]))
-    eps = copy.deepcopy(call.module)
-    eps.eps = 2e-5
-    train = copy.deepcopy(call.module).train()
-    keys = {base, *(_key(Unit([dataclasses.replace(call, module=m)])) for m in (eps, train))}
-    assert None not in keys and len(keys) == 3
+    gelu = torch.nn.functional.gelu
+
+    def changed(**attributes):
+        module = copy.deepcopy(call.module)
+        for name, value in attributes.items():
+            setattr(module, name, value)
+        return _key(Unit([dataclasses.replace(call, module=module)]))
+
+    keys = [
+        _key(Unit([call])),
+        changed(eps=2e-5),
+        changed(training=True),
+        changed(settings=Settings(1.0, functools.partial(gelu, approximate="tanh"))),
+        changed(settings=Settings(2.0, functools.partial(gelu, approximate="tanh"))),
+        changed(settings=Settings(1.0, functools.partial(gelu, approximate="none"))),
+        changed(settings=Settings(1.0, torch.relu)),
+    ]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert changed(settings=Settings(2.0, torch.relu)) == changed(settings=Settings(2.0, torch.relu))
 
 
 SOURCE = """

@@ -44,6 +44,9 @@ _FORWARD_HOOKS = (
 _BACKWARD_OR_STATE = ("_backward", "_state_dict", "_load_state_dict", "_is_full_backward_hook")
 
 
+_EMPTY_CELL = "<an empty closure cell>"
+
+
 class Uncacheable(Exception):
     """State the key cannot describe: the unit is judged afresh, never from the cache."""
 
@@ -172,7 +175,7 @@ def _value(key: _Key, value: Any, depth: int, seen: frozenset[int]) -> None:
     elif isinstance(value, types.FunctionType):
         key.put("function", f"{value.__module__}:{value.__qualname__}")
         _code(key, value.__code__)
-        cells = tuple(c.cell_contents for c in value.__closure__ or ())
+        cells = tuple(_cell(c) for c in value.__closure__ or ())
         _value(key, (value.__defaults__, value.__kwdefaults__, cells), depth + 1, seen)
     elif isinstance(value, types.BuiltinFunctionType):
         # a C function (torch.relu, math.sqrt): by name, its code is the installed library's
@@ -185,6 +188,13 @@ def _value(key: _Key, value: Any, depth: int, seen: frozenset[int]) -> None:
         _value(key, dict(vars(value)), depth + 1, seen)
     else:
         raise Uncacheable(f"an attribute of type {type(value).__qualname__}")
+
+
+def _cell(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a closure's variable not assigned yet
+        return _EMPTY_CELL
 
 
 def _module(key: _Key, module: Any, seen: frozenset[int] = frozenset()) -> None:
