@@ -52,12 +52,13 @@ class TypicalModel:
     compute: str
     # the most any rounding of its ops can give, per element (None: the roundings were not counted)
     worst_case: np.ndarray | None = None
+    roundings: int | None = None  # how many sampled roundings worst_case is over
 
     def with_worst_case(self, roundings: int, exact: Exact, storage: FloatFormat) -> TypicalModel:
         """This model with its first-order worst case over `roundings` sampled roundings."""
         with np.errstate(over="ignore", invalid="ignore"):
             worst = WORST_MARGIN * np.sqrt(3.0 * max(roundings, 1)) * self.scale + ulp(exact.hi, storage)
-        return TypicalModel(self.scale, self.threshold, self.compute, worst)
+        return TypicalModel(self.scale, self.threshold, self.compute, worst, roundings)
 
     def ratio(self, abs_error: np.ndarray) -> float:
         """max |error| / threshold over finite elements: > 1 is atypically large."""
@@ -110,6 +111,13 @@ def model_from_rms(
     scale = rms if deterministic is None else np.maximum(rms, _error(deterministic, exact))
     if normwise_axes:
         scale = np.broadcast_to(np.sqrt(np.mean(np.square(scale), axis=normwise_axes, keepdims=True)), scale.shape)
+    return model_from_scale(scale, exact, storage, compute)
+
+
+def model_from_scale(scale: np.ndarray, exact: Exact, storage: FloatFormat, compute: str) -> TypicalModel:
+    """The tier from its error scale per element (none where the reference is not finite):
+    TYPICAL_Z of it plus one ulp of storage is flagged. A stored model keeps its scale alone and
+    is rebuilt by this, bit for bit."""
     scale = np.where(np.isfinite(exact.hi), scale, np.inf)
     with np.errstate(over="ignore", invalid="ignore"):
         threshold = TYPICAL_Z * scale + ulp(exact.hi, storage)

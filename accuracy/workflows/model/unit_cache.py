@@ -1,14 +1,15 @@
 """A unit's typical tier through the reference cache: a rerun of `opbench model` with another
 port judges each unit already judged on the same inputs without its Monte Carlo runs.
 
-The entry (the TypicalModel's scale, threshold, worst case and compute, and the basis text) is
-keyed by everything its computation reads: the unit's inputs, `fmt` and `products`, every
-parameter, buffer and attribute of its modules and their submodules, the code of their classes
-(source and the code objects of their methods), how each call was made (its non-tensor arguments),
-the code of the judge itself and the versions it runs on, and the unit's float64 evaluation on
-those inputs (one forward: whatever changes the unit's function, a helper in another file, a
-patched torch function, a torch function mode, changes it). State the key cannot describe (a
-forward hook, an object of unknown kind, a class without source) judges the unit afresh.
+The entry (the TypicalModel's scale, compute format and roundings, from which its threshold and
+worst case are rebuilt bit for bit, and the basis text) is keyed by everything its computation
+reads: the unit's inputs, `fmt` and `products`, every parameter, buffer and attribute of its
+modules and their submodules, the code of their classes (source and the code objects of their
+methods), how each call was made (its non-tensor arguments), the code of the judge itself and the
+versions it runs on, and the unit's float64 evaluation on those inputs (one forward: whatever
+changes the unit's function, a helper in another file, a patched torch function, a torch function
+mode, changes it). State the key cannot describe (a forward hook, an object of unknown kind, a
+class without source) judges the unit afresh.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.core.dtypes import FloatFormat
 from accuracy.judge import typical
-from accuracy.judge.typical import TypicalModel
+from accuracy.judge.typical import TypicalModel, model_from_scale
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
+from accuracy.reference.exact import Exact
 
 KEY_FORMAT = 1
 DEPTH = 8  # nesting of attribute objects followed before a unit is judged afresh
@@ -241,7 +244,9 @@ def _global_hooks() -> bool:
     )
 
 
-def unit_key(unit: Any, inputs: list, fmt: Any, products: Any, reference: np.ndarray) -> str | None:
+def unit_key(
+    unit: Any, inputs: list, fmt: FloatFormat, products: FloatFormat | None, reference: np.ndarray
+) -> str | None:
     """The key of `unit`'s typical tier on `inputs` (torch tensors in `fmt`) whose float64
     evaluation is `reference`; None where some state of it cannot be described."""
     import torch
@@ -277,27 +282,34 @@ def unit_key(unit: Any, inputs: list, fmt: Any, products: Any, reference: np.nda
 
 
 def _stored(model: TypicalModel, basis: str) -> dict[str, np.ndarray]:
-    arrays = {
-        "scale": model.scale,
-        "threshold": model.threshold,
-        "compute": np.array(model.compute),
-        "basis": np.array(basis),
-    }
-    return arrays | ({} if model.worst_case is None else {"worst_case": model.worst_case})
+    """The model as kept: its scale (the threshold and worst case follow from it, the reference
+    and the roundings: a third of the disk), compute format and basis text."""
+    arrays = {"scale": model.scale, "compute": np.array(model.compute), "basis": np.array(basis)}
+    return arrays | ({} if model.roundings is None else {"roundings": np.array(model.roundings)})
+
+
+def _rebuilt(stored: dict[str, np.ndarray], exact: Exact, fmt: FloatFormat) -> TypicalModel:
+    model = model_from_scale(stored["scale"], exact, fmt, str(stored["compute"]))
+    return model if "roundings" not in stored else model.with_worst_case(int(stored["roundings"]), exact, fmt)
 
 
 def cached_function_evidence(
-    key: str | None, name: str, named: dict[str, np.ndarray], fmt: Any, exact: Any, compute: Callable[[], Evidence]
+    key: str | None,
+    name: str,
+    named: dict[str, np.ndarray],
+    fmt: FloatFormat,
+    exact: Exact,
+    compute: Callable[[], Evidence],
 ) -> Evidence:
     """The evidence `compute()` gives, its typical tier stored under `key` (None: not cached) and
     read back on a later run: `name`, `named`, `fmt` and `exact` as `compute` would use them.
     A tier that could not be derived is not stored (its failure may be this run's alone)."""
     stored = refcache.load_arrays(key) if key is not None else None
-    if stored is not None and {"scale", "threshold", "compute", "basis"} <= stored.keys():
-        model = TypicalModel(stored["scale"], stored["threshold"], str(stored["compute"]), stored.get("worst_case"))
+    if stored is not None and {"scale", "compute", "basis"} <= stored.keys() and stored["scale"].shape == exact.shape:
+        model = _rebuilt(stored, exact, fmt)
         return Evidence(FunctionSubject(name, model, str(stored["basis"])), named, fmt, exact)
     evidence = compute()
-    subject = evidence.op
-    if key is not None and subject.model is not None:
-        refcache.store_arrays(key, _stored(subject.model, subject.basis))
+    model = evidence.op.model
+    if key is not None and model is not None and (model.worst_case is None) == (model.roundings is None):
+        refcache.store_arrays(key, _stored(model, evidence.op.basis))
     return evidence
