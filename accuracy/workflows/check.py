@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,10 +33,11 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.formatting import format_number, printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge import contracts
-from accuracy.judge.error_metrics import ulp_error
+from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.precision import compute_format
 from accuracy.judge.typical import (
     RANDOM_RUNS,
+    RUN_STAGES,
     SEED,
     TYPICAL_Z,
     TypicalModel,
@@ -345,7 +346,7 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
 
 
 def _function_model(
-    fn, backend_name, inputs64, exact, fmt, own, products: FloatFormat | None = None
+    fn, backend_name, inputs64, exact, fmt, own, products: FloatFormat | None = None, judged: Sequence[np.ndarray] = ()
 ) -> tuple[TypicalModel | None, str]:
     """The typical tier for a function, derived as typical.py derives it for registry ops: the
     scale per element is the larger of the RMS error of RANDOM_RUNS Monte Carlo runs of the
@@ -372,7 +373,7 @@ def _function_model(
             if model
             else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
         )
-    from accuracy.judge.torch_emulation import first_order_spread, monte_carlo_runs  # torch only where needed
+    from accuracy.judge.torch_emulation import MonteCarloRuns, first_order_spread  # torch only where needed
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:  # exact where each rounding reaches the output along one linear path: no runs needed
@@ -382,16 +383,22 @@ def _function_model(
     except Exception:  # NotFirstOrder, or an op the propagation cannot follow: the runs can
         model = None
     if model is None:
-        try:
-            runs, unmodelled, contracted, roundings = monte_carlo_runs(
-                fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
-            )
-        except Exception:
-            return None, failed
-        if any(np.shape(run) != exact.shape for run in runs):
-            return None, failed
-        model = model_from_runs(runs, own, exact, fmt, fmt.name)
-        sampled = f"RMS error of {RANDOM_RUNS} Monte Carlo runs"
+        runs = MonteCarloRuns(fn, inputs64, fmt, products)
+        done = 0
+        for stage in RUN_STAGES if judged else (RANDOM_RUNS,):
+            try:
+                runs.extend([[SEED, i] for i in range(done, stage)])
+            except Exception:
+                return None, failed
+            done = stage
+            if any(np.shape(run) != exact.shape for run in runs.results):
+                return None, failed
+            model = model_from_runs(runs.results, own, exact, fmt, fmt.name)
+            if all(model.ratio(rounding_error(o, exact, fmt)) < np.sqrt(stage / RANDOM_RUNS) for o in judged):
+                break  # settled: every output within rounding, as the 64 runs would judge it
+        unmodelled, contracted, roundings = runs.unmodelled, runs.contracted, runs.roundings
+        sampled = f"RMS error of {done} Monte Carlo runs"
+    assert model is not None  # the first-order spread or the runs made it
     rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
     inputs_rounded = (
         f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
@@ -417,8 +424,9 @@ def check_function(fn: Callable | str, inputs, outputs=None, products: FloatForm
     backend_name, own = _first_run(fn, name, rounded, fmt)
     reference = _evaluate(fn, name, {k: a.astype(np.float64) for k, a in rounded.items()}, FLOAT64, backend_name)
     _check_shapes(given, reference.shape, f"{name} on {source}")
-    evidence = function_evidence(fn, name, backend_name, rounded, fmt, own, reference, products)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
+    judged = [np.asarray(a).reshape(reference.shape) for a in arrays.values()]
+    evidence = function_evidence(fn, name, backend_name, rounded, fmt, own, reference, products, judged)
     judgements = {label: evidence.judge(a) for label, a in arrays.items()}
     return CheckReport(
         name,
@@ -438,12 +446,15 @@ def function_evidence(
     own: np.ndarray,
     reference: np.ndarray,
     products: FloatFormat | None = None,
+    judged: Sequence[np.ndarray] = (),
 ) -> Evidence:
     """The evidence to judge outputs of `fn` on `rounded` by: its float64 evaluation `reference`
-    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`)."""
+    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`). `judged`:
+    the outputs it will judge, where known, so that the Monte Carlo runs stop as soon as their
+    verdicts are settled (RUN_STAGES)."""
     exact = Exact.from_float64(reference)
     inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in rounded.items()}
-    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products)
+    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products, judged)
     return Evidence(FunctionSubject(name, model, basis), rounded, fmt, exact)
 
 

@@ -166,10 +166,11 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
         )
 
 
-def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None):
+def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None, outputs: list):
     """(the evidence, the shape outputs are judged in, how: tier, registry op and the compute
     precision known from outside, the float64 reference) for this unit on `inputs` (torch tensors
-    already in `fmt`)."""
+    already in `fmt`); `outputs`: the ports' outputs it will judge (its Monte Carlo runs stop once
+    their verdicts are settled)."""
     import torch
 
     arrays = [to_numpy(t) for t in inputs]
@@ -198,7 +199,8 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
         # the Monte Carlo runs' dispatch mode, which would otherwise see (and round) their conversion
         reference = to_numpy(fn(**{f"in{i}": t.to(torch.float64) for i, t in enumerate(tensors)}))
     named = {f"in{i}": a for i, a in enumerate(floats)}
-    evidence = function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products)
+    judged = [np.asarray(o).reshape(reference.shape) for o in outputs]
+    evidence = function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products, judged)
     return evidence, reference.shape, (TYPICAL_TIER, None, None), reference
 
 
@@ -207,7 +209,7 @@ def judge_unit(
 ) -> dict[str, UnitJudgement]:
     """Each port's output of `unit` on `inputs` (torch tensors already in `fmt`) judged, by port
     label. `products`: the format the ports' matmuls and convolutions round their inputs to (TF32)."""
-    evidence, shape, (tier, op, compute), reference = _evidence(unit, inputs, fmt, products)
+    evidence, shape, (tier, op, compute), reference = _evidence(unit, inputs, fmt, products, list(outputs.values()))
     contract = generic_contract(evidence.op, fmt) if op is not None else None
     judged = {}
     for label, output in outputs.items():
