@@ -77,6 +77,11 @@ EXACT_OPS = {
 }
 SUMS = {"sum", "mean"}
 CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "convolution", "_convolution"}
+# pointwise kernels that compute a formula whose steps cancel: GELU's 1 + erf(x / sqrt 2) (or
+# 1 + tanh(...)) for negative x, where one ulp of erf's result is many ulps of the output (16 at
+# x = -1.9, ~1000 at -3). One rounding of the result would miss what every correct kernel (torch's,
+# ONNX Runtime's) errs by there; they are modelled as torch's decomposition, each step rounded.
+FORMULA_OPS = {"gelu"}
 MOVING_OPS = {
     "cat",
     "stack",
@@ -248,7 +253,7 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         name = func.overloadpacket.__name__
         if func.is_view or name in MOVING_OPS or name in EXACT_OPS:
             return func(*args, **kwargs)
-        fused = not (name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags)
+        fused = _fused_kernel(func, name)
         decomposition = _decomposition(func) if fused else None
         if decomposition is not None:
             return _floats(self._decomposed(decomposition, args, kwargs), self._stored)
@@ -263,6 +268,13 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
+
+
+def _fused_kernel(func: Any, name: str) -> bool:
+    """Whether `func` is modelled as the ops of its decomposition rather than as one rounding."""
+    return name in FORMULA_OPS or not (
+        name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags
+    )
 
 
 def _shape_key(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -309,21 +321,39 @@ def monte_carlo_runs(
     format contractions round their products' inputs to, TF32 under CUDA's TF32 mode): the results
     as float64 arrays, the ops modelled as one rounding only, the contractions that ran, and the
     number of roundings a run samples (over all elements)."""
-    runs: list[np.ndarray] = []
-    unmodelled: set[str] = set()
-    contracted: set[str] = set()
-    roundings = 0
-    terms: dict[Any, torch.Tensor] = {}  # shared by the runs: they only depend on the ops' shapes
-    sums: list[tuple[Any, np.ndarray, int]] = []
-    for seed in seeds:
-        mode = _MonteCarlo(storage, np.random.default_rng(seed), products, terms, sums)
-        with np.errstate(all="ignore"), mode:
-            out = fn(**{k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in inputs64.items()})
-        runs.append(np.asarray(out.detach().numpy(), dtype=np.float64))
-        unmodelled |= mode.unmodelled
-        contracted |= mode.contracted
-        roundings = max(roundings, mode.roundings)
-    return runs, unmodelled, contracted, roundings
+    runs = MonteCarloRuns(fn, inputs64, storage, products)
+    runs.extend(seeds)
+    return runs.results, runs.unmodelled, runs.contracted, runs.roundings
+
+
+class MonteCarloRuns:
+    """Monte Carlo runs of `fn` that can be continued: a later `extend` shares the first run's
+    ulps and sums, so 16 runs then 48 more are bitwise the 64 runs of one call."""
+
+    def __init__(
+        self,
+        fn: Callable[..., torch.Tensor],
+        inputs64: dict[str, np.ndarray],
+        storage: FloatFormat,
+        products: FloatFormat | None = None,
+    ):
+        self.fn, self.inputs64, self.storage, self.products = fn, inputs64, storage, products
+        self.results: list[np.ndarray] = []
+        self.unmodelled: set[str] = set()
+        self.contracted: set[str] = set()
+        self.roundings = 0
+        self._terms: dict[Any, torch.Tensor] = {}  # shared by the runs: they only depend on the ops' shapes
+        self._sums: list[tuple[Any, np.ndarray, int]] = []
+
+    def extend(self, seeds: list[Any]) -> None:
+        for seed in seeds:
+            mode = _MonteCarlo(self.storage, np.random.default_rng(seed), self.products, self._terms, self._sums)
+            with np.errstate(all="ignore"), mode:
+                out = self.fn(**{k: torch.from_numpy(np.array(v, dtype=np.float64)) for k, v in self.inputs64.items()})
+            self.results.append(np.asarray(out.detach().numpy(), dtype=np.float64))
+            self.unmodelled |= mode.unmodelled
+            self.contracted |= mode.contracted
+            self.roundings = max(self.roundings, mode.roundings)
 
 
 class NotFirstOrder(Exception):
@@ -442,8 +472,10 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         if func.is_view or name in MOVING_OPS or name in EXACT_OPS:
             out = func(*args, **kwargs)
             return self._moved(func, name, leaves, spec, noisy, out) if noisy and name not in VALUE_FREE else out
-        fused = not (name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags)
+        fused = _fused_kernel(func, name)
         decomposition = _decomposition(func) if fused else None
+        if decomposition is not None and name in FORMULA_OPS and noisy:
+            return self._formula_through(func, decomposition, leaves, spec, noisy)
         if decomposition is not None:
             result = self._decomposed(decomposition, args, kwargs)
             return _floats(result, lambda t: self._give(t, *self._held(t)))
@@ -468,6 +500,21 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         total = local if second is None else second + local
         centred = all(s.centred for i in noisy if (s := _spread_of(leaves[i])) is not None)
         return self._give(out, total, independent, sources | self._new_source(), centred)
+
+    def _formula_through(
+        self, func: Any, decomposition: Callable[..., Any], leaves: list[Any], spec: Any, noisy: list[int]
+    ) -> torch.Tensor:
+        """A formula kernel (FORMULA_OPS) on inputs with errors: its inputs' errors pass through the
+        op's own slope, and its steps' roundings are those of its decomposition on the inputs as
+        they are. Its decomposition run on the noisy input itself would see one error reach two of
+        its steps (x and erf(x / sqrt 2)), which the first-order model cannot follow."""
+        clean = [leaf.view(leaf.shape) if i in noisy else leaf for i, leaf in enumerate(leaves)]
+        a, k = tree_unflatten(clean, spec)
+        out = self._decomposed(decomposition, a, k)
+        local, _, own_sources, _ = self._held(out)
+        second, independent, sources = self._pointwise_through(func, leaves, spec, noisy, out)
+        total = second if local is None else local if second is None else second + local
+        return self._give(out, total, independent, sources | own_sources)
 
     @staticmethod
     def _held(t: torch.Tensor) -> tuple[torch.Tensor | None, bool, frozenset[int], bool]:

@@ -39,6 +39,13 @@ TYPICAL_Z = 12.0
 # with probability < 1e-9); WORST_MARGIN covers that (docs/verdicts.md, "The typical tier's worst case").
 WORST_MARGIN = 2.0
 RANDOM_RUNS = 64
+# A function's Monte Carlo runs, taken in stages where the outputs to judge are known: k of the 64
+# runs hold k/64 of the 64 runs' mean square error at least, so their RMS is at least sqrt(k/64)
+# of it and a threshold from k runs at most sqrt(64/k) times the 64 runs' (the deterministic run
+# and the ulp only raise both). An output below sqrt(k/64) of the k-run threshold is therefore
+# within the 64-run one: every verdict is the 64 runs' verdict, and correct ports, far below their
+# thresholds, mostly stop at 8 runs (docs/verdicts.md, "Monte Carlo runs in stages").
+RUN_STAGES = (8, 16, 32, RANDOM_RUNS)
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
 MODEL_VERSION = 3  # bump when the emulation or the threshold changes: cached models are keyed by it
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -73,31 +75,47 @@ def _code(text: str) -> str:
     return f"<code>{html.escape(str(text))}</code>"
 
 
-def _rows_html(headings: list[str], rows: list[list[str]], numeric: Collection[int] = frozenset()) -> str:
-    """An HTML table of cells that are already HTML; rows past SHOWN_ROWS fold into <details>."""
+@dataclass(frozen=True)
+class Column:
+    """One column of a section table, declared once with its heading and cell so that a section
+    lists its columns instead of keeping headings and row cells in step by hand."""
+
+    heading: str
+    cell: Callable[[Any], str]  # a row -> the cell's HTML (already escaped)
+    numeric: bool = False  # right-aligned
+
+
+# the columns several sections share, with the same cell in each
+OP = Column("op", lambda r: _op_link(r.op))
+IMPLEMENTATION = Column("implementation", lambda r: _code(r.implementation))
+DTYPE = Column("dtype", lambda r: _text(r.dtype))
+CONDITION = Column("condition", lambda r: _text(r.condition))
+SIZE = Column("size", lambda r: _number(r.size))
+THREADS = Column("threads", lambda r: _number(r.threads))
+VERDICT = Column("verdict", lambda r: _verdict_html(r.verdict))
+
+
+def _table(columns: list[Column], rows: Iterable[Any]) -> str:
+    """An HTML table of `rows`, one cell per column; rows past SHOWN_ROWS fold into <details> so a
+    long table does not bury the sections below it."""
+    cells = [[c.cell(row) for c in columns] for row in rows]
+    head = "".join(f"<th>{html.escape(c.heading)}</th>" for c in columns)
+    opening = ['<td class="num">' if c.numeric else "<td>" for c in columns]
 
     def table(chunk):
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
         body = "".join(
-            "<tr>"
-            + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
-            + "</tr>"
-            for row in chunk
+            "<tr>" + "".join(f"{td}{v}</td>" for td, v in zip(opening, row, strict=True)) + "</tr>" for row in chunk
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-    if not rows:
+    if not cells:
         return "<p>None.</p>"
-    if len(rows) <= SHOWN_ROWS + 3:
-        return table(rows)
+    if len(cells) <= SHOWN_ROWS + 3:
+        return table(cells)
     return (
-        table(rows[:SHOWN_ROWS]) + f"<details><summary>{len(rows) - SHOWN_ROWS} more rows</summary>"
-        f"{table(rows[SHOWN_ROWS:])}</details>"
+        table(cells[:SHOWN_ROWS]) + f"<details><summary>{len(cells) - SHOWN_ROWS} more rows</summary>"
+        f"{table(cells[SHOWN_ROWS:])}</details>"
     )
-
-
-def _env_cell(frame: pd.DataFrame) -> bool:
-    return "env" in frame and frame["env"].astype(str).str.len().gt(0).any()
 
 
 def _env_labels(table: pd.DataFrame) -> tuple[dict[str, str], str]:
@@ -109,6 +127,16 @@ def _env_labels(table: pd.DataFrame) -> tuple[dict[str, str], str]:
     return labels, f"<p class=note>Environments: {legend}</p>" if labels else ""
 
 
+def _answer_table(table: pd.DataFrame, columns: list[Column], short: bool = False) -> str:
+    """An answer table's rows under `columns`, led by an environment column where some row names
+    an environment (results of one environment need none). With `short`, long environment names
+    become E1, E2, ... and a legend above the table spells them out."""
+    shown = "env" in table and table["env"].astype(str).str.len().gt(0).any()
+    labels, legend = _env_labels(table) if shown and short else ({}, "")
+    environment = Column("environment", lambda r: _text(labels.get(str(r.env), r.env)))
+    return legend + _table([environment, *columns] if shown else columns, table.itertuples())
+
+
 def _tally_line(speed: pd.DataFrame) -> str:
     if speed.empty:
         return ""
@@ -118,40 +146,23 @@ def _tally_line(speed: pd.DataFrame) -> str:
 
 
 def _verdicts_html(answers: Answers) -> str:
+    columns = [
+        OP,
+        IMPLEMENTATION,
+        DTYPE,
+        CONDITION,
+        VERDICT,
+        Column("reason", lambda r: _text(r.reason)),
+        Column("sizes", lambda r: r.sizes),  # sizes and threads are already lists as text: "1, 2"
+        Column("threads", lambda r: r.threads),
+    ]
     table = answers.verdicts
-    env = _env_cell(table)
-    headings = [
-        *(["environment"] if env else []),
-        "op",
-        "implementation",
-        "dtype",
-        "condition",
-        "verdict",
-        "reason",
-        "sizes",
-        "threads",
-    ]
-    labels, legend = _env_labels(table) if env else ({}, "")
-    rows = [
-        [
-            *([_text(labels.get(str(r.env), r.env))] if env else []),
-            _op_link(r.op),
-            _code(r.implementation),
-            _text(r.dtype),
-            _text(r.condition),
-            _verdict_html(r.verdict),
-            _text(r.reason),
-            r.sizes,
-            r.threads,
-        ]
-        for r in table.itertuples()
-    ]
     total = answers.cases.groupby(["op", "implementation", "dtype", "condition"], dropna=False).ngroups
     lead = (
         f"<p>{len(table)} of {total} implementation/dtype/condition combinations are not "
         "<em>within rounding</em> somewhere (the worst case is shown).</p>"
     )
-    return lead + legend + _rows_html(headings, rows)
+    return lead + _answer_table(table, columns, short=True)
 
 
 def _groups_html(groups: list[dict]) -> str:
@@ -164,103 +175,55 @@ def _groups_html(groups: list[dict]) -> str:
 
 
 def _discrepancies_html(answers: Answers) -> str:
-    table = answers.discrepancies
-    env = _env_cell(table)
-    headings = [
-        *(["environment"] if env else []),
-        "op",
-        "dtype",
-        "condition",
-        "size",
-        "threads",
-        "outputs with identical bits (= joins implementations with the same bits)",
-        "answer",
-    ]
-    rows = [
-        [
-            *([_text(r.env)] if env else []),
-            _op_link(r.op),
-            _text(r.dtype),
-            _text(r.condition),
-            _number(r.size),
-            _number(r.threads),
-            _groups_html(r.groups),
-            _text(r.answer),
-        ]
-        for r in table.itertuples()
+    columns = [
+        OP,
+        DTYPE,
+        CONDITION,
+        SIZE,
+        THREADS,
+        Column(
+            "outputs with identical bits (= joins implementations with the same bits)", lambda r: _groups_html(r.groups)
+        ),
+        Column("answer", lambda r: _text(r.answer)),
     ]
     return (
         "<p>Per op, implementations are grouped by their output digest (equal: bitwise identical outputs), at "
-        "the largest size and most threads measured; each group carries its verdict.</p>" + _rows_html(headings, rows)
+        "the largest size and most threads measured; each group carries its verdict.</p>"
+        + _answer_table(answers.discrepancies, columns)
     )
 
 
 def _reproducibility_html(answers: Answers) -> str:
-    table = answers.reproducibility
-    env = _env_cell(table)
-    headings = [
-        *(["environment"] if env else []),
-        "op",
-        "implementation",
-        "dtype",
-        "condition",
-        "size",
-        "bits change with",
-        "verdict",
-    ]
-    rows = [
-        [
-            *([_text(r.env)] if env else []),
-            _op_link(r.op),
-            _code(r.implementation),
-            _text(r.dtype),
-            _text(r.condition),
-            _number(r.size),
-            _text(r.changes_with),
-            _verdict_html(r.verdict),
-        ]
-        for r in table.itertuples()
+    columns = [
+        OP,
+        IMPLEMENTATION,
+        DTYPE,
+        CONDITION,
+        SIZE,
+        Column("bits change with", lambda r: _text(r.changes_with)),
+        VERDICT,
     ]
     return (
         "<p>Cases whose output bits differ between one thread and all cores, or between repeated runs "
-        "with the same threads. Every other case measured is bitwise reproducible.</p>" + _rows_html(headings, rows)
+        "with the same threads. Every other case measured is bitwise reproducible.</p>"
+        + _answer_table(answers.reproducibility, columns)
     )
 
 
 def _speed_html(answers: Answers) -> str:
     table, peak = answers.speed, answers.peak
-    env = _env_cell(table)
-    headings = [
-        *(["environment"] if env else []),
-        "op",
-        "dtype",
-        "threads",
-        "size",
-        "fastest",
-        "seconds",
-        "GFLOP/s",
-        "% of measured peak",
-        "% of theoretical peak",
-        "next fastest",
-        "x slower",
-    ]
-    labels, legend = _env_labels(table) if env else ({}, "")
-    rows = [
-        [
-            *([_text(labels.get(str(r.env), r.env))] if env else []),
-            _op_link(r.op),
-            _text(r.dtype),
-            _number(r.threads),
-            _number(r.size),
-            _code(r.fastest) if r.fastest else _text(f"none named: {r.busy}"),
-            _number(r.time),
-            _number(r.gflops),
-            _number(r.pct_measured_peak),
-            _number(r.pct_theoretical_peak),
-            _code(r.runner_up) if r.runner_up else "",
-            _number(r.runner_up_slower),
-        ]
-        for r in table.itertuples()
+    columns = [
+        OP,
+        DTYPE,
+        replace(THREADS, numeric=True),
+        replace(SIZE, numeric=True),
+        Column("fastest", lambda r: _code(r.fastest) if r.fastest else _text(f"none named: {r.busy}")),
+        Column("seconds", lambda r: _number(r.time), numeric=True),
+        Column("GFLOP/s", lambda r: _number(r.gflops), numeric=True),
+        Column("% of measured peak", lambda r: _number(r.pct_measured_peak), numeric=True),
+        Column("% of theoretical peak", lambda r: _number(r.pct_theoretical_peak), numeric=True),
+        Column("next fastest", lambda r: _code(r.runner_up) if r.runner_up else ""),
+        Column("x slower", lambda r: _number(r.runner_up_slower), numeric=True),
     ]
     measured = "; ".join(
         f"{dtype}, {int(threads)} thread(s): {rate:.3g} GFLOP/s ({what})"
@@ -272,7 +235,6 @@ def _speed_html(answers: Answers) -> str:
         f"<b>Theoretical peak</b>: {html.escape(peak.basis)}; float16/bfloat16 counted at the float32 rate "
         "(CPUs without native half-precision arithmetic compute them in float32).</p>"
     )
-    numeric = {i for i, h in enumerate(headings) if h not in ("environment", "op", "dtype", "fastest", "next fastest")}
     tally = backend_tally(table)
     tally_html = (
         "<p><b>Which backend is fastest?</b> Cases (op, dtype, threads) each backend is fastest and second in:</p>"
@@ -280,7 +242,7 @@ def _speed_html(answers: Answers) -> str:
         if len(tally)
         else ""
     )
-    return notes + tally_html + legend + _rows_html(headings, rows, numeric)
+    return notes + tally_html + _answer_table(table, columns, short=True)
 
 
 def _changes_html(answers: Answers) -> str:
@@ -293,35 +255,25 @@ def _changes_html(answers: Answers) -> str:
         + "".join(f"<li>{html.escape(line)}</li>" for line in change.summary)
         + "</ul>"
     )
-    table = change.table
-    headings = [
-        "op",
-        "implementation",
-        "dtype",
-        "size",
-        "threads",
-        "verdict",
-        "time ratio",
-        "bits",
-        "verdict before",
-        "verdict now",
+    columns = [
+        OP,
+        IMPLEMENTATION,
+        DTYPE,
+        SIZE,
+        THREADS,
+        Column("verdict", lambda r: _text(r.verdict)),
+        Column("time ratio", lambda r: _number(r.time_ratio)),
+        Column("bits", lambda r: _text(r.bits)),
+        Column("verdict before", lambda r: _verdict_html(r.verdict_base or "")),
+        Column("verdict now", lambda r: _verdict_html(r.verdict_new or "")),
     ]
-    rows = [
-        [
-            _op_link(r.op),
-            _code(r.implementation),
-            _text(r.dtype),
-            _number(r.size),
-            _number(r.threads),
-            _text(r.verdict),
-            _number(r.time_ratio),
-            _text(r.bits),
-            _verdict_html(r.verdict_base or ""),
-            _verdict_html(r.verdict_new or ""),
-        ]
-        for r in table.itertuples()
-    ]
-    return lead + _rows_html(headings, rows)
+    return lead + _table(columns, change.table.itertuples())
+
+
+def _smallest_caught(case: dict) -> str:
+    """The weakest mutant a self-test case caught, or '-' where it caught none."""
+    caught = case.get("smallest_caught")
+    return f"{caught['error_ulp']:.3g} ulp ({caught['mutant']})" if caught else "-"
 
 
 def _selftest_html(saved: SavedSelftest | None) -> str:
@@ -332,22 +284,14 @@ def _selftest_html(saved: SavedSelftest | None) -> str:
         )
     origin = f" at commit {saved.commit[:8]}" if saved.commit else ""
     where = "the copy kept in the repository (reports/selftest.json)" if saved.path == KEPT else str(saved.path)
-    headings = ["op", "dtype", "condition", "size", "false alarms", "caught / must catch", "smallest caught"]
-    rows = [
-        [
-            _op_link(c["op"]),
-            c["dtype"],
-            html.escape(str(c["condition"])),
-            _number(c["size"]),
-            str(len(c["false_alarms"])),
-            f"{c['caught']}/{c['must_catch']}",
-            html.escape(
-                "-"
-                if not c.get("smallest_caught")
-                else f"{c['smallest_caught']['error_ulp']:.3g} ulp ({c['smallest_caught']['mutant']})"
-            ),
-        ]
-        for c in saved.cases
+    columns = [
+        Column("op", lambda c: _op_link(c["op"])),
+        Column("dtype", lambda c: c["dtype"]),
+        Column("condition", lambda c: html.escape(str(c["condition"]))),
+        Column("size", lambda c: _number(c["size"])),
+        Column("false alarms", lambda c: str(len(c["false_alarms"]))),
+        Column("caught / must catch", lambda c: f"{c['caught']}/{c['must_catch']}"),
+        Column("smallest caught", lambda c: html.escape(_smallest_caught(c))),
     ]
     alarms = [
         f"<li>{html.escape(c['op'])} {c['dtype']}: {html.escape(a)}</li>" for c in saved.cases for a in c["alarms"]
@@ -363,7 +307,7 @@ def _selftest_html(saved: SavedSelftest | None) -> str:
             if alarms
             else ""
         )
-        + f"<details><summary>per op ({len(rows)} cases)</summary>{_rows_html(headings, rows)}</details>"
+        + f"<details><summary>per op ({len(saved.cases)} cases)</summary>{_table(columns, saved.cases)}</details>"
     )
 
 
@@ -436,29 +380,25 @@ def _op_sections_html(answers: Answers) -> str:
     return "\n".join(parts)
 
 
+def _field(record: dict, key: str) -> str:
+    """A record's value as escaped text, empty where the record lacks the key."""
+    return html.escape(str(record.get(key, "")))
+
+
 def _environments_html(data: ReportData) -> str:
     newest = data.frame.sort_values("commit_date").drop_duplicates(["machine", "env_name"], keep="last")
-    columns = [
-        "machine",
-        "env_name",
-        "commit_hash",
-        "commit_date",
-        "blas",
-        "blas_threads",
-        "torch_version",
-        "numpy_version",
-    ]
-    rows = [
+    table = _table(
         [
-            html.escape(str(r.get(c, "")))[: 12 if c == "commit_hash" else None]
-            if c != "blas"
-            else html.escape(str(r.get(c, "")))
-            for c in columns
-        ]
-        for r in newest.to_dict("records")
-    ]
-    table = _rows_html(
-        ["machine", "environment", "newest commit", "date", "BLAS", "BLAS threads", "torch", "numpy"], rows
+            Column("machine", lambda r: _field(r, "machine")),
+            Column("environment", lambda r: _field(r, "env_name")),
+            Column("newest commit", lambda r: _field(r, "commit_hash")[:12]),
+            Column("date", lambda r: _field(r, "commit_date")),
+            Column("BLAS", lambda r: _field(r, "blas")),
+            Column("BLAS threads", lambda r: _field(r, "blas_threads")),
+            Column("torch", lambda r: _field(r, "torch_version")),
+            Column("numpy", lambda r: _field(r, "numpy_version")),
+        ],
+        newest.to_dict("records"),
     )
     if data.comparisons.empty:
         return table + "<p class=note>One environment: nothing to set side by side.</p>"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,10 +33,11 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.formatting import format_number, printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge import contracts
-from accuracy.judge.error_metrics import ulp_error
+from accuracy.judge.error_metrics import rounding_error, ulp_error
 from accuracy.judge.precision import compute_format
 from accuracy.judge.typical import (
     RANDOM_RUNS,
+    RUN_STAGES,
     SEED,
     TYPICAL_Z,
     TypicalModel,
@@ -344,8 +345,31 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
         raise OpbenchError(f"{name} failed on {_shapes(inputs)} in {fmt.name}: {first_line(exc, typed=True)}") from None
 
 
+def run_stages(judged: Sequence[np.ndarray]) -> tuple[int, ...]:
+    """The Monte Carlo runs taken in turn: in stages where the outputs to judge are known."""
+    return RUN_STAGES if len(judged) else (RANDOM_RUNS,)
+
+
+def settled(model: TypicalModel, judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat, runs: int) -> bool:
+    """Whether every output in `judged` is within rounding by the model of `runs` runs as the
+    64 runs would judge it: below sqrt(runs/64) of its threshold (RUN_STAGES)."""
+    return all(model.ratio(rounding_error(o, exact, fmt)) < np.sqrt(runs / RANDOM_RUNS) for o in judged)
+
+
+# a function's typical tier at each stage derived (0: the first-order spread's), with its basis
+Stages = dict[int, tuple[TypicalModel, str]]
+
+
 def _function_model(
-    fn, backend_name, inputs64, exact, fmt, own, products: FloatFormat | None = None
+    fn,
+    backend_name,
+    inputs64,
+    exact,
+    fmt,
+    own,
+    products: FloatFormat | None = None,
+    judged: Sequence[np.ndarray] = (),
+    stages: Stages | None = None,
 ) -> tuple[TypicalModel | None, str]:
     """The typical tier for a function, derived as typical.py derives it for registry ops: the
     scale per element is the larger of the RMS error of RANDOM_RUNS Monte Carlo runs of the
@@ -354,7 +378,9 @@ def _function_model(
     formula emulated (accuracy.judge.emulation, deterministic run: round-to-nearest recursive sums); a
     torch function's are its ATen ops with sampled roundings (accuracy.judge.torch_emulation,
     deterministic run: its own `fmt` result; `products`: the format its contractions round their
-    products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed."""
+    products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed.
+    `stages`, where given, receives a torch function's tier at each stage derived: what a cache
+    keeps to give other outputs the tier this would give them (accuracy/workflows/model/unit_cache.py)."""
 
     def how(runs: str, deterministic: str, sampled: str = f"RMS error of {RANDOM_RUNS} Monte Carlo runs") -> str:
         return (
@@ -372,38 +398,50 @@ def _function_model(
             if model
             else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
         )
-    from accuracy.judge.torch_emulation import first_order_spread, monte_carlo_runs  # torch only where needed
+    from accuracy.judge.torch_emulation import MonteCarloRuns, first_order_spread  # torch only where needed
+
+    stages = {} if stages is None else stages
+
+    def finished(stage: int, model: TypicalModel, sampled: str, unmodelled, contracted, roundings: int):
+        rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
+        inputs_rounded = (
+            f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
+            if products is not None and contracted
+            else ""
+        )
+        stages[stage] = (
+            model.with_worst_case(roundings, exact, fmt),
+            how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
+            + inputs_rounded
+            + rounded_once,
+        )
+        return stages[stage]
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:  # exact where each rounding reaches the output along one linear path: no runs needed
         rms, unmodelled, contracted, roundings = first_order_spread(fn, inputs64, fmt, products)
         model = model_from_rms(rms, own, exact, fmt, fmt.name) if np.shape(rms) == exact.shape else None
-        sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
     except Exception:  # NotFirstOrder, or an op the propagation cannot follow: the runs can
         model = None
-    if model is None:
+    if model is not None:
+        sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
+        return finished(0, model, sampled, unmodelled, contracted, roundings)
+    runs = MonteCarloRuns(fn, inputs64, fmt, products)
+    done = 0
+    for stage in run_stages(judged):
         try:
-            runs, unmodelled, contracted, roundings = monte_carlo_runs(
-                fn, inputs64, fmt, [[SEED, i] for i in range(RANDOM_RUNS)], products
-            )
+            runs.extend([[SEED, i] for i in range(done, stage)])
         except Exception:
             return None, failed
-        if any(np.shape(run) != exact.shape for run in runs):
+        done = stage
+        if any(np.shape(run) != exact.shape for run in runs.results):
             return None, failed
-        model = model_from_runs(runs, own, exact, fmt, fmt.name)
-        sampled = f"RMS error of {RANDOM_RUNS} Monte Carlo runs"
-    rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
-    inputs_rounded = (
-        f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
-        if products is not None and contracted
-        else ""
-    )
-    return (
-        model.with_worst_case(roundings, exact, fmt),
-        how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
-        + inputs_rounded
-        + rounded_once,
-    )
+        model = model_from_runs(runs.results, own, exact, fmt, fmt.name)
+        sampled = f"RMS error of {done} Monte Carlo runs"
+        result = finished(stage, model, sampled, set(runs.unmodelled), set(runs.contracted), runs.roundings)
+        if settled(model, judged, exact, fmt, stage):
+            break  # settled: every output within rounding, as the 64 runs would judge it
+    return result
 
 
 def check_function(fn: Callable | str, inputs, outputs=None, products: FloatFormat | None = None) -> CheckReport:
@@ -417,8 +455,9 @@ def check_function(fn: Callable | str, inputs, outputs=None, products: FloatForm
     backend_name, own = _first_run(fn, name, rounded, fmt)
     reference = _evaluate(fn, name, {k: a.astype(np.float64) for k, a in rounded.items()}, FLOAT64, backend_name)
     _check_shapes(given, reference.shape, f"{name} on {source}")
-    evidence = function_evidence(fn, name, backend_name, rounded, fmt, own, reference, products)
     arrays = {OWN_RESULT.format(name.rpartition(":")[2], fmt.name): own} | {k: a for k, (a, _) in given.items()}
+    judged = [np.asarray(a).reshape(reference.shape) for a in arrays.values()]
+    evidence = function_evidence(fn, name, backend_name, rounded, fmt, own, reference, products, judged)
     judgements = {label: evidence.judge(a) for label, a in arrays.items()}
     return CheckReport(
         name,
@@ -438,12 +477,16 @@ def function_evidence(
     own: np.ndarray,
     reference: np.ndarray,
     products: FloatFormat | None = None,
+    judged: Sequence[np.ndarray] = (),
+    stages: Stages | None = None,
 ) -> Evidence:
     """The evidence to judge outputs of `fn` on `rounded` by: its float64 evaluation `reference`
-    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`)."""
+    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`). `judged`:
+    the outputs it will judge, where known, so that the Monte Carlo runs stop as soon as their
+    verdicts are settled (RUN_STAGES); `stages`: as `_function_model` fills it."""
     exact = Exact.from_float64(reference)
     inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in rounded.items()}
-    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products)
+    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products, judged, stages)
     return Evidence(FunctionSubject(name, model, basis), rounded, fmt, exact)
 
 

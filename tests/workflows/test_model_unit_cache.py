@@ -24,7 +24,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
-from accuracy.workflows.model.units import TYPICAL_TIER, Unit, float64_reference, judge_unit, port_inputs
+from accuracy.workflows.model.units import TYPICAL_TIER, Unit, _evidence, float64_reference, judge_unit, port_inputs
 from accuracy.workflows.model.zoo import example_inputs
 
 DECODER = "accuracy.workflows.model.zoo:decoder"
@@ -33,16 +33,22 @@ FLOAT32 = get_format("float32")
 
 @pytest.fixture
 def judging(monkeypatch) -> dict[str, int]:
-    """How many times the typical tier was derived, by its two routes."""
+    """How many times the typical tier was derived: first-order spreads, and stages of Monte Carlo runs."""
     counts = {"first_order_spread": 0, "monte_carlo_runs": 0}
-    for name in counts:
-        real = getattr(torch_emulation, name)
 
-        def counted(*args, _name=name, _real=real, **kwargs):
-            counts[_name] += 1
-            return _real(*args, **kwargs)
+    def counting(name, real):
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(torch_emulation, name, counted)
+        return counted
+
+    monkeypatch.setattr(
+        torch_emulation, "first_order_spread", counting("first_order_spread", torch_emulation.first_order_spread)
+    )
+    monkeypatch.setattr(
+        torch_emulation.MonteCarloRuns, "extend", counting("monte_carlo_runs", torch_emulation.MonteCarloRuns.extend)
+    )
     return counts
 
 
@@ -267,7 +273,7 @@ def test_a_damaged_or_moved_entry_is_recomputed(cache_path, judging, damage):
     elif damage == "scale one ulp up":  # a readable file whose arrays no longer match their digest
         with np.load(entry) as stored:
             arrays = {k: stored[k] for k in stored.files}
-        arrays["scale"] = np.nextafter(arrays["scale"], np.inf)
+        arrays["scale_0"] = np.nextafter(arrays["scale_0"], np.inf)
         with open(entry, "wb") as f:
             np.savez(f, **arrays)
     else:  # a valid entry of another unit, under this unit's name
@@ -318,3 +324,40 @@ def test_a_later_process_computes_the_same_keys(model):
     assert runs[0] == runs[1]
     keys = [line.split()[-1] for line in runs[0].splitlines()]
     assert len(keys) > 10 and "None" not in keys
+
+
+def test_each_port_gets_the_stage_its_own_outputs_settle_at(cache_path, monkeypatch, judging):
+    """The Monte Carlo runs stop at the first stage where every output judged is settled
+    (RUN_STAGES), so what a port is told depends on its outputs: the cache keeps each stage's
+    tier and replays the stages for the outputs at hand. A port that settles later than the
+    stored stages runs on; one that settles sooner gets the earlier stage, as with no cache."""
+    unit = Unit([_call("layers.0.self_attn")])
+    inputs = port_inputs(unit.calls[0].inputs, FLOAT32)
+    reference = float64_reference(unit, inputs, FLOAT32)
+    close = reference.astype(np.float32)  # settles after 8 runs
+
+    def judged(*outputs):
+        labels = {f"port{i}": o for i, o in enumerate(outputs)}
+        return judge_unit(unit, inputs, FLOAT32, labels)
+
+    first = judged(close)
+    threshold = _evidence(unit, inputs, FLOAT32, None, [close])[0].op.model.threshold
+    far = (reference + 0.6 * threshold).astype(np.float32)  # 0.6 of the 8 runs' threshold: not settled there
+    cold = {}
+    monkeypatch.setenv("OPBENCH_CACHE", str(cache_path.parent / "cold"))
+    for outputs in ((far,), (close, far)):
+        cold[len(outputs)] = judged(*outputs)
+    monkeypatch.setenv("OPBENCH_CACHE", str(cache_path))
+    judging.update(dict.fromkeys(judging, 0))
+    assert judged(far) == cold[1]  # stage 8 stored, not settled there: runs on
+    assert judging["monte_carlo_runs"] > 0
+    judging.update(dict.fromkeys(judging, 0))
+    assert judged(close) == first  # later stages stored too: stage 8, as with no cache
+    assert judged(close, far) == cold[2]  # settled where `far` settled, stored
+    assert judging["monte_carlo_runs"] == 0
+
+    def basis(*outputs):
+        return _evidence(unit, inputs, FLOAT32, None, list(outputs))[0].op.basis
+
+    assert "RMS error of 8 Monte Carlo runs" in basis(close)
+    assert "RMS error of 8 Monte Carlo runs" not in basis(far) and basis(far) == basis(close, far)

@@ -7,6 +7,7 @@ depends on its port only through its output).
 
 from __future__ import annotations
 
+import gc
 import math
 import pickle
 import time
@@ -20,6 +21,7 @@ import numpy as np
 from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat, is_floating
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import byte_size, check_memory
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
@@ -185,12 +187,19 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
     port gives the same bits here and on a cluster whatever limits this process had before."""
     import torch
 
-    built, absent = [], []
+    names, runs, absent = [], [], []
     with thread_limits([get_backend("torch")], torch.get_num_threads()):
-        for job in jobs:
+        for job in jobs:  # one port held at a time: an exported BERT-base and its sessions are GBs
             port = job.build_or_why(model, given, calls)
-            (absent.append({"port": job.name, "reason": port}) if isinstance(port, str) else built.append(port))
-        results, failed = evaluate_ports(built, model, given, calls)
+            if isinstance(port, str):
+                absent.append({"port": job.name, "reason": port})
+                continue
+            names.append(port.name)
+            runs.append(run_port(port, given, calls))
+            del port
+            gc.collect()  # an exported graph and its sessions hold cycles
+            release_freed_memory()
+        results, failed = judge_runs(names, runs, model, given, calls)
         return results, absent + failed
 
 
@@ -452,7 +461,13 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
     """Each port's result: every unit's isolated output and the end-to-end run, then the units
     judged, those fed the same inputs once for all their ports; and the ports whose end-to-end
     run failed, absent with its one line."""
-    runs = [run_port(port, given, calls) for port in ports]
+    return judge_runs(
+        [port.name for port in ports], [run_port(port, given, calls) for port in ports], model, given, calls
+    )
+
+
+def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
+    """The ports' results from their runs (`names`: their labels, in order), as `evaluate_ports`."""
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         groups = _groups(runs, calls)
@@ -461,4 +476,4 @@ def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[P
                 verdicts[(label, covers[0])] = result
         _explain_flagged(groups, verdicts, model, calls)
         _explain_mismatched(runs, model, calls)
-    return _results([port.name for port in ports], list(runs), verdicts, model, given, calls)
+    return _results(names, list(runs), verdicts, model, given, calls)

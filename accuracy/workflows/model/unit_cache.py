@@ -20,7 +20,7 @@ import hashlib
 import inspect
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,11 @@ import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge import typical
-from accuracy.judge.typical import TypicalModel, model_from_scale
+from accuracy.judge.typical import model_from_scale
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
+from accuracy.workflows.check import Stages, run_stages, settled
 
 KEY_FORMAT = 1
 DEPTH = 8  # nesting of attribute objects followed before a unit is judged afresh
@@ -281,16 +282,47 @@ def unit_key(
     return key.hash.hexdigest()
 
 
-def _stored(model: TypicalModel, basis: str) -> dict[str, np.ndarray]:
-    """The model as kept: its scale (the threshold and worst case follow from it, the reference
-    and the roundings: a third of the disk), compute format and basis text."""
-    arrays = {"scale": model.scale, "compute": np.array(model.compute), "basis": np.array(basis)}
-    return arrays | ({} if model.roundings is None else {"roundings": np.array(model.roundings)})
+def _stored(stages: Stages) -> dict[str, np.ndarray]:
+    """Each stage's model as kept: its scale (its threshold and worst case follow from it, the
+    reference and the roundings: a third of the disk), compute format, roundings and basis text."""
+    arrays: dict[str, np.ndarray] = {}
+    for stage, (model, basis) in stages.items():
+        assert model.roundings is not None  # a torch function's tier always counts them
+        arrays |= {
+            f"scale_{stage}": model.scale,
+            f"compute_{stage}": np.array(model.compute),
+            f"roundings_{stage}": np.array(model.roundings),
+            f"basis_{stage}": np.array(basis),
+        }
+    return arrays
 
 
-def _rebuilt(stored: dict[str, np.ndarray], exact: Exact, fmt: FloatFormat) -> TypicalModel:
-    model = model_from_scale(stored["scale"], exact, fmt, str(stored["compute"]))
-    return model if "roundings" not in stored else model.with_worst_case(int(stored["roundings"]), exact, fmt)
+def _rebuilt(stored: dict[str, np.ndarray], exact: Exact, fmt: FloatFormat) -> Stages:
+    stages: Stages = {}
+    for name in stored:
+        stage = int(name.removeprefix("scale_")) if name.startswith("scale_") else None
+        if stage is None or stored[name].shape != exact.shape:
+            continue
+        model = model_from_scale(stored[name], exact, fmt, str(stored[f"compute_{stage}"]))
+        model = model.with_worst_case(int(stored[f"roundings_{stage}"]), exact, fmt)
+        stages[stage] = (model, str(stored[f"basis_{stage}"]))
+    return stages
+
+
+def _replayed(stages: Stages, judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat):
+    """The (model, basis) the derivation would end with for `judged`, from its stored stages
+    (the same stages in the same order, stopping where it would); None where it would go on to a
+    stage not stored (this port's outputs are not settled where another port's were)."""
+    if 0 in stages:  # the first-order spread: no runs, the same tier for any output
+        return stages[0]
+    found = None
+    for stage in run_stages(judged):
+        if stage not in stages:
+            return None
+        found = stages[stage]
+        if settled(found[0], judged, exact, fmt, stage):
+            break
+    return found
 
 
 def cached_function_evidence(
@@ -299,17 +331,23 @@ def cached_function_evidence(
     named: dict[str, np.ndarray],
     fmt: FloatFormat,
     exact: Exact,
-    compute: Callable[[], Evidence],
+    judged: Sequence[np.ndarray],
+    compute: Callable[[Stages], Evidence],
 ) -> Evidence:
-    """The evidence `compute()` gives, its typical tier stored under `key` (None: not cached) and
-    read back on a later run: `name`, `named`, `fmt` and `exact` as `compute` would use them.
-    A tier that could not be derived is not stored (its failure may be this run's alone)."""
+    """The evidence `compute(stages)` gives (filling `stages`), its typical tier at each stage
+    derived stored under `key` (None: not cached) and replayed for `judged` on a later run:
+    `name`, `named`, `fmt` and `exact` as `compute` would use them. A tier that could not be
+    derived stores nothing (its failure may be this run's alone)."""
     stored = refcache.load_arrays(key) if key is not None else None
-    if stored is not None and {"scale", "compute", "basis"} <= stored.keys() and stored["scale"].shape == exact.shape:
-        model = _rebuilt(stored, exact, fmt)
-        return Evidence(FunctionSubject(name, model, str(stored["basis"])), named, fmt, exact)
-    evidence = compute()
-    model = evidence.op.model
-    if key is not None and model is not None and (model.worst_case is None) == (model.roundings is None):
-        refcache.store_arrays(key, _stored(model, evidence.op.basis))
+    if stored is not None:
+        try:
+            replayed = _replayed(_rebuilt(stored, exact, fmt), judged, exact, fmt)
+        except (KeyError, ValueError):  # an entry of another layout
+            replayed = None
+        if replayed is not None:
+            return Evidence(FunctionSubject(name, *replayed), named, fmt, exact)
+    stages: Stages = {}
+    evidence = compute(stages)
+    if key is not None and evidence.op.model is not None and stages:
+        refcache.store_arrays(key, _stored(stages))
     return evidence

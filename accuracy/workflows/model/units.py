@@ -24,7 +24,7 @@ from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.verdicts import Evidence, ExactLookup, Judgement
 from accuracy.reference.exact import Exact
-from accuracy.workflows.check import function_evidence, generic_contract, judged_row
+from accuracy.workflows.check import Stages, function_evidence, generic_contract, judged_row
 from accuracy.workflows.model.trace import LayerCall, converted, float64_throughout, run_calls
 from accuracy.workflows.model.unit_cache import cached_function_evidence, unit_key
 
@@ -167,10 +167,11 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
         )
 
 
-def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None):
+def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None, outputs: list):
     """(the evidence, the shape outputs are judged in, how: tier, registry op and the compute
     precision known from outside, the float64 reference) for this unit on `inputs` (torch tensors
-    already in `fmt`)."""
+    already in `fmt`); `outputs`: the ports' outputs it will judge (its Monte Carlo runs stop once
+    their verdicts are settled)."""
     import torch
 
     arrays = [to_numpy(t) for t in inputs]
@@ -198,15 +199,16 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
         # the Monte Carlo runs' dispatch mode, which would otherwise see (and round) their conversion
         reference = to_numpy(fn(**{f"in{i}": t.to(torch.float64) for i, t in enumerate(tensors)}))
     named = {f"in{i}": a for i, a in enumerate(floats)}
+    judged = [np.asarray(o).reshape(reference.shape) for o in outputs]
 
-    def computed() -> Evidence:
+    def computed(stages: Stages) -> Evidence:
         with np.errstate(all="ignore"):
             own = to_numpy(fn(**{f"in{i}": t for i, t in enumerate(tensors)}))
-        return function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products)
+        return function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products, judged, stages)
 
     # a rerun with another port reads the typical tier judged before on these inputs (unit_cache)
     key = unit_key(unit, inputs, fmt, products, reference)
-    evidence = cached_function_evidence(key, unit.key, named, fmt, Exact.from_float64(reference), computed)
+    evidence = cached_function_evidence(key, unit.key, named, fmt, Exact.from_float64(reference), judged, computed)
     return evidence, reference.shape, (TYPICAL_TIER, None, None), reference
 
 
@@ -215,7 +217,7 @@ def judge_unit(
 ) -> dict[str, UnitJudgement]:
     """Each port's output of `unit` on `inputs` (torch tensors already in `fmt`) judged, by port
     label. `products`: the format the ports' matmuls and convolutions round their inputs to (TF32)."""
-    evidence, shape, (tier, op, compute), reference = _evidence(unit, inputs, fmt, products)
+    evidence, shape, (tier, op, compute), reference = _evidence(unit, inputs, fmt, products, list(outputs.values()))
     contract = generic_contract(evidence.op, fmt) if op is not None else None
     judged = {}
     for label, output in outputs.items():

@@ -32,7 +32,6 @@ class OnnxPort(Port):
         self.modules = {name for name, _ in model.named_modules() if name}
         self.values = self._feeds(inputs) | self.graph.probe(self._feeds(inputs))
         self.dtypes = {k: v.dtype for k, v in self.values.items()}
-        self._sessions: dict[tuple, object] = {}
 
     def _feeds(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [k for k in self.input_names if k not in inputs]
@@ -100,11 +99,10 @@ class OnnxPort(Port):
         return min(same, key=lambda g: _distance(self.values[g], to_numpy(output)), default=None)
 
     def _session(self, unit: Unit):
-        key = (*unit.detail["reads"], unit.detail["gives"])  # a parent gives its last child's output
-        if key not in self._sessions:
-            sub = self.graph.extract(unit.detail["reads"], [unit.detail["gives"]])
-            self._sessions[key] = self.onnx_graph.session(sub, self.optimized)
-        return self._sessions[key]
+        """A session of the unit's nodes alone, made for its one run and not kept: a parent's holds
+        its weights (BERT-base's encoder: 340 MB), and each level of nesting again."""
+        sub = self.graph.extract(unit.detail["reads"], [unit.detail["gives"]])
+        return self.onnx_graph.session(sub, self.optimized)
 
     def isolated(self, unit, inputs):
         arrays = [to_numpy(t) for t in port_inputs(inputs, self.fmt)]
