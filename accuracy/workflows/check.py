@@ -400,8 +400,6 @@ def _function_model(
         )
     from accuracy.judge.torch_emulation import MonteCarloRuns, first_order_spread  # torch only where needed
 
-    stages = {} if stages is None else stages
-
     def finished(stage: int, model: TypicalModel, sampled: str, unmodelled, contracted, roundings: int):
         rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
         inputs_rounded = (
@@ -409,13 +407,15 @@ def _function_model(
             if products is not None and contracted
             else ""
         )
-        stages[stage] = (
+        tier = (
             model.with_worst_case(roundings, exact, fmt),
             how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
             + inputs_rounded
             + rounded_once,
         )
-        return stages[stage]
+        if stages is not None:  # kept only where asked: each stage's arrays are the output's size
+            stages[stage] = tier
+        return tier
 
     failed = "torch's Monte Carlo mode cannot run this function"
     try:  # exact where each rounding reaches the output along one linear path: no runs needed
