@@ -48,10 +48,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["HOME"] = tempfile.mkdtemp(prefix=f"opbench-test-home-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects: a sweep's later cases are slow
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow end-to-end tests first. xdist hands each worker its next test as it runs dry, in
-    this order (after its groups, largest first): started early, a 30 s test no longer leaves one
-    core idle at the end while the other finishes it; the many short tests fill the gaps."""
+    """A parametrized test marked `sweep` (one whole-model run per case: every bug, every catalogue
+    entry) runs its first case in `make test-fast` and every case in `make test`: the edit loop
+    keeps each path, the suite each case. Then the slow end-to-end tests first. xdist hands each
+    worker its next test as it runs dry, in this order (after its groups, largest first): started
+    early, a 30 s test no longer leaves one core idle at the end while the other finishes it; the
+    many short tests fill the gaps."""
+    first: set[tuple[str, str]] = set()
+    for item in items:
+        if item.get_closest_marker("sweep") is not None:
+            function = (str(item.path), getattr(item, "originalname", item.name))
+            if function in first:
+                item.add_marker(pytest.mark.slow)
+            first.add(function)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -55,6 +55,7 @@ def _injections() -> list[tuple[str, str]]:
     return pairs
 
 
+@pytest.mark.sweep  # one check per catalogue entry: the first in `make test-fast`, all in `make test`
 @pytest.mark.parametrize(("op_name", "cause_name"), _injections())
 def test_each_entry_that_applies_to_an_op_injected_into_its_output_is_named(op_name, cause_name):
     inputs = _inputs(op_name)

@@ -55,6 +55,7 @@ def _named(port: dict, path: str, cause: str) -> dict:
     return found
 
 
+@pytest.mark.sweep  # one whole-model run per case: the first in `make test-fast`, all in `make test`
 @pytest.mark.parametrize(
     ("bug", "cause"),
     [
@@ -132,6 +133,7 @@ def _llama_without_mask(model):
     return model, ((F, "scaled_dot_product_attention", _sdpa_without_mask),)
 
 
+@pytest.mark.sweep  # one whole-model run per case: the first in `make test-fast`, all in `make test`
 @pytest.mark.parametrize(
     ("bug", "cause"),
     [

@@ -305,6 +305,7 @@ def _inputs(name: str) -> dict:
     return _layered_inputs() if "layered" in name else example_inputs(name)
 
 
+@pytest.mark.sweep  # one whole-model run per case: the first in `make test-fast`, all in `make test`
 @pytest.mark.parametrize(("port", "path", "cause", "parameter"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_each_injected_bug_is_named_at_its_module(tmp_path, port, path, cause, parameter):
     name, make = port

@@ -30,6 +30,7 @@ def _judged_port(tmp_path, **bug) -> dict:
     return judged
 
 
+@pytest.mark.sweep  # one whole-model run per case: the first in `make test-fast`, all in `make test`
 @pytest.mark.parametrize(
     ("bug", "module", "own_code"),
     [

@@ -37,6 +37,10 @@ def _with_gaps(measure):
     return gaps
 
 
+# every test reads one report: on one worker, so that it is written once (twice before, 8 s each)
+pytestmark = pytest.mark.xdist_group("readable-report")
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     import numpy as np

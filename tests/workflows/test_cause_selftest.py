@@ -23,12 +23,17 @@ from accuracy.workflows.model.cause_selftest import (
 from accuracy.workflows.model.causes import causes
 
 
+# The self-test injects every catalogue entry into a port of a zoo model (minutes of CPU): slow, and
+# the tests that read it on one worker, so that it runs once per `make test` (a module fixture runs
+# on every worker that gets one of its tests: twice before, 146 s each under load).
 @pytest.fixture(scope="module")
 def measured():
     reports = list(model_selftest())
     return reports, model_summary(reports)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("cause-selftest")
 def test_every_catalogue_entry_is_injected_and_named_right(measured):
     reports, total = measured
     rows = {i["cause"]: i for r in reports for i in r["injections"]}
@@ -45,6 +50,8 @@ def test_every_catalogue_entry_is_injected_and_named_right(measured):
     assert total["named_right_rate"] == 1.0 and total["named_right"] == len(rows)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("cause-selftest")
 def test_correct_ports_beside_the_mutants_get_no_cause(measured):
     reports, total = measured
     expected = {"llama_padded": ["threads:1"]}  # ONNX Runtime's padded rows are not torch's (cause_selftest)
@@ -70,6 +77,8 @@ def test_the_outcome_of_an_injection():
     assert _outcome(float16, tf32 | {"alternatives": []}, None) == WRONG
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("cause-selftest")
 def test_the_tables(measured):
     reports, total = measured
     text = render_models(reports, total)

@@ -31,7 +31,10 @@ PORT_CLASSES = {
     "executorch": ExecuTorchPort,
     "executorch-portable": ExecuTorchPort,
 }
+# the end-to-end conversions on one worker: ExecuTorch's exporter and runtime (and OpenVINO) are
+# imported once per `make test` instead of once on each worker (ExecuTorch alone ~10 CPU-s)
 SLOW = pytest.mark.slow
+RUNTIMES = pytest.mark.xdist_group("deploy-runtimes")
 
 
 def _has(module: str) -> bool:
@@ -107,6 +110,7 @@ def test_openvino_names_a_changed_batch_norm_eps(monkeypatch):
 
 
 @SLOW
+@RUNTIMES
 @pytest.mark.parametrize(
     ("port", "shown"),
     [
@@ -123,6 +127,7 @@ def test_the_other_deploy_ports_convert_small_cnn_within_rounding(port, shown):
 
 
 @SLOW
+@RUNTIMES
 @pytest.mark.parametrize(
     ("port", "bug", "model", "inputs", "layer"),
     [
@@ -141,6 +146,7 @@ def test_an_injected_bug_is_named_at_its_layer(monkeypatch, port, bug, model, in
 
 
 @SLOW
+@RUNTIMES
 def test_an_in_place_activation_converts_alone():
     """resnet18's ReLU(inplace=True) alone writes its own input; converted out of place it is a unit."""
     _require("executorch")
