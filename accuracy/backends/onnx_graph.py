@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import io
 import re
@@ -217,10 +218,15 @@ class Graph:
         return inputs, outputs
 
     def extract(self, inputs: list[str], outputs: list[str]):
-        """The isolated sub-graph from `inputs` to `outputs` (onnx.utils.Extractor)."""
+        """The isolated sub-graph from `inputs` to `outputs` (onnx.utils.Extractor, whose maps of
+        the whole graph are built once for all the units, not once per unit)."""
+        return self._extractor.extract_model(inputs, outputs)
+
+    @functools.cached_property
+    def _extractor(self):
         import onnx.utils
 
-        return onnx.utils.Extractor(self.model).extract_model(inputs, outputs)
+        return onnx.utils.Extractor(self.model)
 
     def with_outputs(self, names: list[str], dtypes: dict[str, np.dtype]):
         """The whole model with `names` (of numpy `dtypes`) exposed as extra outputs, read in one run."""
