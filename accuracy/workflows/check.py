@@ -350,10 +350,16 @@ def run_stages(judged: Sequence[np.ndarray]) -> tuple[int, ...]:
     return RUN_STAGES if len(judged) else (RANDOM_RUNS,)
 
 
-def settled(model: TypicalModel, judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat, runs: int) -> bool:
-    """Whether every output in `judged` is within rounding by the model of `runs` runs as the
-    64 runs would judge it: below sqrt(runs/64) of its threshold (RUN_STAGES)."""
-    return all(model.ratio(rounding_error(o, exact, fmt)) < np.sqrt(runs / RANDOM_RUNS) for o in judged)
+def judged_errors(judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat) -> list[np.ndarray]:
+    """The rounding errors of the outputs to judge, computed once for every stage's `settled`."""
+    return [rounding_error(o, exact, fmt) for o in judged]
+
+
+def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> bool:
+    """Whether every output whose rounding errors are `errors` (judged_errors) is within rounding
+    by the model of `runs` runs as the 64 runs would judge it: below sqrt(runs/64) of its
+    threshold (RUN_STAGES)."""
+    return all(model.ratio(err) < np.sqrt(runs / RANDOM_RUNS) for err in errors)
 
 
 # a function's typical tier at each stage derived (0: the first-order spread's), with its basis
@@ -427,6 +433,7 @@ def _function_model(
         sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
         return finished(0, model, sampled, unmodelled, contracted, roundings)
     runs = MonteCarloRuns(fn, inputs64, fmt, products)
+    errors = judged_errors(judged, exact, fmt)
     done = 0
     for stage in run_stages(judged):
         try:
@@ -439,7 +446,7 @@ def _function_model(
         model = model_from_runs(runs.results, own, exact, fmt, fmt.name)
         sampled = f"RMS error of {done} Monte Carlo runs"
         result = finished(stage, model, sampled, set(runs.unmodelled), set(runs.contracted), runs.roundings)
-        if settled(model, judged, exact, fmt, stage):
+        if settled(model, errors, stage):
             break  # settled: every output within rounding, as the 64 runs would judge it
     return result
 

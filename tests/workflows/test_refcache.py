@@ -142,4 +142,6 @@ def test_a_valid_entry_copied_onto_another_key_is_recomputed_and_verdicts_stay_r
     numpy_exp = next(i for i in op.available_impls("float32") if i.backend == "numpy")
     evidence = Evidence(op, fresh.inputs, fresh.fmt, fresh.exact)
     assert evidence.judge(fresh.run(numpy_exp), numpy_exp).verdict == WITHIN
-    assert refcache._read(entry32, "another key") is None  # the repaired entry is bound to its own key
+    elsewhere = "0" * 64  # the repaired entry is bound to its own key: read under another, it misses
+    (cache_path / f"{elsewhere}.npz").write_bytes(entry32.read_bytes())
+    assert refcache.load_arrays(entry32.stem) is not None and refcache.load_arrays(elsewhere) is None

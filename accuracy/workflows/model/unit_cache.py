@@ -32,7 +32,7 @@ from accuracy.judge.typical import model_from_scale
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
-from accuracy.workflows.check import Stages, run_stages, settled
+from accuracy.workflows.check import Stages, judged_errors, run_stages, settled
 
 KEY_FORMAT = 1
 DEPTH = 8  # nesting of attribute objects followed before a unit is judged afresh
@@ -316,11 +316,12 @@ def _replayed(stages: Stages, judged: Sequence[np.ndarray], exact: Exact, fmt: F
     if 0 in stages:  # the first-order spread: no runs, the same tier for any output
         return stages[0]
     found = None
+    errors = judged_errors(judged, exact, fmt)
     for stage in run_stages(judged):
         if stage not in stages:
             return None
         found = stages[stage]
-        if settled(found[0], judged, exact, fmt, stage):
+        if settled(found[0], errors, stage):
             break
     return found
 
