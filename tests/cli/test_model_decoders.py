@@ -7,6 +7,7 @@ multi-output module's further outputs travel in the activations file; the page n
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 from pathlib import Path
@@ -186,9 +187,20 @@ def test_an_ort_optimized_bert_is_judged_with_its_fused_nodes_as_units(bert_opti
     assert innermost == {"encoder.layer.0.attention.output"}
 
 
+# The optimized Llama is exported once per `make test`: the tests that read it share an xdist
+# group, and it outlives xdist's teardown of module fixtures when a worker's queue runs dry
+LLAMA_GROUP = pytest.mark.xdist_group("ort-optimized-llama")
+
+
 @pytest.fixture(scope="module")
 def llama_optimized(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("llama")
+    return _llama_optimized(tmp_path_factory.getbasetemp())
+
+
+@functools.cache
+def _llama_optimized(base: Path) -> tuple[Path, Path]:
+    tmp = base / "llama_optimized"
+    tmp.mkdir()
     kwargs = {k: torch.as_tensor(v) for k, v in example_inputs("llama_tiny").items()}
     with contextlib.redirect_stdout(io.StringIO()):  # the dynamo exporter as users call it (optimize=True)
         program = torch.onnx.export(llama_tiny(), (), kwargs=kwargs | {"use_cache": False}, dynamo=True)
@@ -196,6 +208,7 @@ def llama_optimized(tmp_path_factory):
 
 
 @pytest.mark.slow  # exports and optimizes Llama, two runs
+@LLAMA_GROUP
 def test_an_ort_optimized_llama_flags_nothing_and_a_broken_norm_is_named(llama_optimized):
     import onnx
 
@@ -219,6 +232,7 @@ def test_an_ort_optimized_llama_flags_nothing_and_a_broken_norm_is_named(llama_o
 
 
 @pytest.mark.slow  # exports Llama
+@LLAMA_GROUP
 def test_a_mapping_file_pairs_values_the_exporters_names_miss(llama_optimized, tmp_path):
     import onnx
 
