@@ -31,6 +31,8 @@ from numpy.typing import ArrayLike
 from accuracy.core.dtypes import FloatFormat, ulp
 
 CARRIER = np.longdouble
+_INPUT = "input"  # memo entries holding the runs' shared inputs in CARRIER, by their id
+_OWN_COPIES = "own copies"  # set in a memo whose formula writes into its inputs
 Moments = tuple[np.ndarray, np.ndarray]  # a product and the standard deviation of its rounding errors
 # functions a correctly rounded IEEE 754 operation computes; every other float ufunc is a libm call
 _IEEE_UFUNCS = {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.sqrt, np.square, np.reciprocal}
@@ -85,7 +87,7 @@ class _Context:
     mode: str  # "nearest" or "random"
     order: str  # "recursive" or "pairwise"
     rng: np.random.Generator | None
-    memo: dict[Hashable, Moments]  # per-operand results shared by repeated random runs
+    memo: dict[Hashable, Any]  # per-operand results and the inputs shared by repeated random runs
     opaque: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +117,18 @@ class _Context:
         if self.mode == "nearest":
             return self.store.round(array.astype(np.float64)).astype(CARRIER)
         return array + self.noise(array, 0.5, self.store).astype(CARRIER)
+
+    def _operand_key(self, a: np.ndarray) -> Hashable:
+        """A memo key for an operand: where it is one of the runs' shared inputs or a view of one
+        (a weight's transpose), where in which input; else its value (`_fingerprint`). Those
+        inputs are read-only and kept alive by the memo, so the same place holds the same values,
+        and naming it saves copying and hashing the operand in every run (issue 41)."""
+        owner = a
+        while isinstance(owner.base, np.ndarray):  # views of the Emulated views of an input
+            owner = owner.base
+        if self.memo.get((_INPUT, id(owner))) is not owner:
+            return _fingerprint(a)
+        return _INPUT, id(owner), a.ctypes.data - owner.ctypes.data, a.shape, a.strides
 
     def _memo(self, key: Hashable, compute: Callable[[], Moments]) -> Moments:
         if key not in self.memo:
@@ -201,7 +215,8 @@ class _Context:
         a = a[None, :] if vec_a else a
         b = b[:, None] if vec_b else b
         if self.mode == "random":
-            exact, sigma = self._memo(("matmul", _fingerprint(a), _fingerprint(b)), lambda: self._matmul_moments(a, b))
+            key = ("matmul", self._operand_key(a), self._operand_key(b))
+            exact, sigma = self._memo(key, lambda: self._matmul_moments(a, b))
             out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
         else:
             out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
@@ -303,6 +318,32 @@ def stored(values: np.ndarray) -> np.ndarray:
     return values if ctx is None else _wrap(ctx.round(np.asarray(values, dtype=CARRIER)))
 
 
+def _shared_input(memo: dict[Hashable, Any], name: str, value: np.ndarray) -> np.ndarray:
+    """The input `name` in CARRIER, converted once for all the runs sharing `memo` and read-only:
+    a formula cannot change what the next run reads, and its operands keep their memo keys."""
+    if (_INPUT, name) not in memo:
+        carried = np.array(value, dtype=CARRIER)
+        carried.flags.writeable = False
+        memo[(_INPUT, name)] = carried
+        memo[(_INPUT, id(carried))] = carried
+    return memo[(_INPUT, name)]
+
+
+def _evaluate(fn: Callable[..., Any], inputs64: dict[str, np.ndarray], ctx: _Context) -> Any:
+    own = ctx.memo.get(_OWN_COPIES)
+    token = _CONTEXT.set(ctx)
+    try:
+        with np.errstate(all="ignore"):
+            return fn(
+                **{
+                    k: (np.array(v, dtype=CARRIER) if own else _shared_input(ctx.memo, k, v)).view(Emulated)
+                    for k, v in inputs64.items()
+                }
+            )
+    finally:
+        _CONTEXT.reset(token)
+
+
 def emulate(
     fn: Callable[..., Any],
     inputs64: dict[str, np.ndarray],
@@ -310,21 +351,29 @@ def emulate(
     mode: str = "nearest",
     order: str = "recursive",
     rng: np.random.Generator | None = None,
-    memo: dict[Hashable, Moments] | None = None,
+    memo: dict[Hashable, Any] | None = None,
     store: FloatFormat | None = None,
 ) -> np.ndarray | None:
     """`fn(**inputs)` evaluated in emulated `fmt` arithmetic, each operation's result stored in
     `store` (default fmt); None where fn is not emulable. Random runs on the same inputs may
-    share `memo` (products and their error scales)."""
-    ctx = _Context(fmt, store or fmt, mode, order, rng, {} if memo is None else memo)
-    token = _CONTEXT.set(ctx)
+    share `memo` (products and their error scales, and the inputs in CARRIER)."""
+    memo = {} if memo is None else memo
+    draws = rng.bit_generator.state if rng is not None else {}
+    ctx = _Context(fmt, store or fmt, mode, order, rng, memo)
     try:
-        with np.errstate(all="ignore"):
-            result = fn(**{k: np.asarray(v, dtype=CARRIER).view(Emulated) for k, v in inputs64.items()})
+        result = _evaluate(fn, inputs64, ctx)
     except (TypeError, ValueError):  # a formula using numpy in ways the emulation does not model
-        return None
-    finally:
-        _CONTEXT.reset(token)
+        if memo.get(_OWN_COPIES):
+            return None
+        # or one writing into its read-only inputs: it gets its own copies, in this and later runs
+        memo[_OWN_COPIES] = True
+        if rng is not None:
+            rng.bit_generator.state = draws  # the same draws as on the first attempt
+        ctx = _Context(fmt, store or fmt, mode, order, rng, memo)
+        try:
+            result = _evaluate(fn, inputs64, ctx)
+        except (TypeError, ValueError):
+            return None
     if ctx.opaque or not isinstance(result, Emulated):
         return None
     return result.view(np.ndarray)
