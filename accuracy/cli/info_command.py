@@ -19,6 +19,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from accuracy.backends.blas.providers import requested_in_env
+
+    requested_in_env()  # a bad OPBENCH_BLAS is refused before the frameworks' seconds of imports
     from accuracy.backends.environment import fingerprint
 
     info = fingerprint(full=args.full)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import run_opbench, start_opbench
+from cli_runner import run_main, start_opbench
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -43,8 +43,16 @@ TINY_CONF = {
     "dvcs": "git",
     "environment_type": "virtualenv",
     "pythons": [f"{sys.version_info.major}.{sys.version_info.minor}"],
-    "build_command": ["python -m pip wheel --no-deps --no-build-isolation -w {build_cache_dir} {build_dir}"],
-    "install_command": ["in-dir={env_dir} python -m pip install -q --no-deps {wheel_file}"],
+    # each commit is installed by copying its package into the virtualenv: pip's build, install and
+    # uninstall took ~5 s a commit, and what is under test is opbench's run over the history
+    "build_command": [],
+    "install_command": [
+        'python -c "import shutil, sys, sysconfig; '
+        "shutil.copytree(sys.argv[1], sysconfig.get_path('purelib') + '/tiny')\" {build_dir}/tiny"
+    ],
+    "uninstall_command": [
+        "return-code=any python -c \"import shutil, sysconfig; shutil.rmtree(sysconfig.get_path('purelib') + '/tiny')\""
+    ],
     "launch_method": "forkserver",
     "benchmark_dir": "benchmarks",
     "env_dir": ".asv/env",
@@ -79,16 +87,17 @@ def _git(repo: Path, *args):
 
 
 @pytest.fixture
-def tiny_repo(tmp_path):
-    """A three-commit project whose tracked value changes 1 -> 2 -> 3, plus a crashing benchmark."""
+def tiny_repo(tmp_path, tmp_path_factory):
+    """A three-commit project whose tracked value changes 1 -> 2 -> 3, plus a crashing benchmark.
+
+    Its asv virtualenvs are shared by the tests of one worker (group `tiny-asv`): asv creates one
+    once (pip installs asv_runner and its tools there: ~8 s) and installs each test's commits into
+    it, as it does for a project's commits."""
     repo = tmp_path / "tiny"
     (repo / "benchmarks").mkdir(parents=True)
     (repo / "tiny").mkdir()
-    (repo / "asv.conf.json").write_text(json.dumps(TINY_CONF))
-    (repo / "pyproject.toml").write_text(
-        '[build-system]\nrequires=["setuptools"]\nbuild-backend="setuptools.build_meta"\n'
-        '[project]\nname="tiny"\nversion="0"\n[tool.setuptools]\npackages=["tiny"]\n'
-    )
+    envs = tmp_path_factory.getbasetemp() / "tiny-asv-envs"
+    (repo / "asv.conf.json").write_text(json.dumps(TINY_CONF | {"env_dir": str(envs)}))
     (repo / "benchmarks" / "__init__.py").write_text("")
     (repo / "benchmarks" / "bench_tiny.py").write_text(TINY_BENCH)
     (repo / ".gitignore").write_text(".asv/\nresults/\nhtml/\n")
@@ -100,7 +109,10 @@ def tiny_repo(tmp_path):
     return repo
 
 
-def test_history_across_three_commits_then_this_environment_on_the_same_machine(tiny_repo, tmp_path, monkeypatch):
+@pytest.mark.xdist_group("tiny-asv")  # the tiny projects' virtualenv (tiny_repo)
+def test_history_across_three_commits_then_this_environment_on_the_same_machine(
+    tiny_repo, tmp_path, monkeypatch, capsys
+):
     """History, with a failing benchmark recorded and the run going on; then a run in this
     environment, which asv's pages show as the same machine (issue 22 item 8: they were `ci` and
     `ci-<digest>`), the legend naming Python by version and stack label, never by a path.
@@ -110,6 +122,7 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     beside it: a stack that changed where the quick key does not look (here, the saved fingerprint
     altered) is caught before anything is saved, and the fresh one is kept for the run after."""
     monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tiny_repo)
     results = tmp_path / "results"
     first = subprocess.run(
         ["git", "-C", str(tiny_repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True
@@ -119,8 +132,8 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     (tiny_repo / "benchmarks" / "bench_second.py").write_text("def track_one():\n    return 1\n")
     # the root commit alone, then the rest of history: two runs accumulate in one results dir
     common = ["--config", str(tiny_repo / "asv.conf.json"), "--results", str(results), "--machine", "ci"]
-    run_opbench("run", *common, "--commits", f"{first}^!", "--no-report", cwd=tiny_repo)
-    proc = run_opbench("run", *common, "--commits", f"{first}..HEAD", "--no-report", cwd=tiny_repo)
+    run_main(capsys, "run", *common, "--commits", f"{first}^!", "--no-report")
+    proc = run_main(capsys, "run", *common, "--commits", f"{first}..HEAD", "--no-report")
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "failed" in proc.stdout  # the crash is reported, and the run went on
     # commit by commit, each installed once: given the range, every asv call reinstalled each commit
@@ -145,7 +158,7 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     assert [point[1] for point in json.loads(graph.read_text())] == [1, 2, 3]
 
     saved_before = set((tmp_path / "cache" / "fingerprints").glob("*.json"))  # the history's environments
-    here = run_opbench("run", *common, "--no-report", cwd=tiny_repo)
+    here = run_main(capsys, "run", *common, "--no-report")
     assert here.returncode == 0, here.stderr[-3000:] + here.stdout[-3000:]
     [label] = re.findall(r"environment (env-[0-9a-f]{8}) \(compare it by that name\)", here.stdout)
     assert sorted(p.name for p in results.iterdir() if not p.name.startswith(".")) == ["benchmarks.json", "ci", "logs"]
@@ -155,10 +168,10 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     envs = {json.loads(p.read_text())["env_name"] for p in (results / "ci").glob("*.json") if p.name != "machine.json"}
     assert len(envs) == 2 and any(e.endswith(f"_{label}_python") for e in envs)
     # the label is how a user names the set
-    itself = run_opbench("compare", "--results", str(results), label, label, cwd=tiny_repo)
+    itself = run_main(capsys, "compare", "--results", str(results), label, label)
     assert itself.returncode == 2 and "are the same result set (1 results file)" in itself.stderr, itself.stderr
     [history_env] = envs - {e for e in envs if e.endswith(f"_{label}_python")}
-    compared = run_opbench("compare", "--results", str(results), history_env, label, cwd=tiny_repo)
+    compared = run_main(capsys, "compare", "--results", str(results), history_env, label)
     # both names resolve; the tiny suite has no op cases for compare to pair
     assert f"and NEW {label!r} share no benchmark results" in compared.stderr, compared.stderr
 
@@ -172,7 +185,7 @@ def test_history_across_three_commits_then_this_environment_on_the_same_machine(
     stale = json.loads(saved.read_text())
     stale["packages"]["a-package-since-removed"] = "1.0"
     saved.write_text(json.dumps(stale))
-    changed = run_opbench("run", *common, "--no-report", cwd=tiny_repo)
+    changed = run_main(capsys, "run", *common, "--no-report")
     # issue 40 item 21: the batch measured the stack the fresh label names: filed there, not thrown away
     assert changed.returncode == 0, changed.stderr
     [warning] = [line for line in changed.stderr.splitlines() if "opbench: warning:" in line]

@@ -678,7 +678,8 @@ def test_confirm_reruns_on_one_machine_only(tmp_path, capsys):
     )
 
 
-@pytest.mark.slow  # asv builds a virtualenv and runs the tiny project's suite twice
+@pytest.mark.slow  # asv runs the tiny project's suite twice, in its virtualenv
+@pytest.mark.xdist_group("tiny-asv")  # test_asv_suite's virtualenv, created once (tiny_repo)
 def test_a_rerun_with_append_samples_keeps_the_first_samples_and_leaves_the_pages(request, tmp_path):
     """What --confirm runs: the same commit again, --append-samples, publish=False."""
     from accuracy.run.driver import run_suite

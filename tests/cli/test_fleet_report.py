@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_runner import run_main
 from cli_runner import run_opbench as opbench
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
@@ -75,7 +76,7 @@ def test_quick_run_records_paired_timing_and_accuracy(two_machines):
     assert (two_machines / "reports" / "latest" / "index.html").is_file()
 
 
-def test_two_machines_in_one_results_directory_are_set_side_by_side(two_machines, tmp_path):
+def test_two_machines_in_one_results_directory_are_set_side_by_side(two_machines, tmp_path, capsys):
     results = two_machines / "results"
     # each run files under its machine's name; the stack is asv's environment (the same on both)
     alpha, beta = sorted(p.name for p in results.iterdir() if p.is_dir() and p.name != "logs")
@@ -84,7 +85,7 @@ def test_two_machines_in_one_results_directory_are_set_side_by_side(two_machines
     for machine in MACHINES:
         [fingerprint] = (results / machine).glob("*.fingerprint")
         assert json.loads(fingerprint.read_text())["blas"], machine
-    report = opbench("report", "--results", str(results), "--out", str(tmp_path / "fleet"))
+    report = run_main(capsys, "report", "--results", results, "--out", tmp_path / "fleet")
     assert report.returncode == 0, report.stderr
     markdown = (tmp_path / "fleet" / "latest" / "report.md").read_text()
     section = markdown.split("## Machines side by side", 1)[1].split("\n## ", 1)[0]
@@ -97,5 +98,5 @@ def test_two_machines_in_one_results_directory_are_set_side_by_side(two_machines
     html = (tmp_path / "fleet" / "latest" / "index.html").read_text()
     assert '<h2 id="machines">' in html and f"{beta} vs {alpha}" in html
     # and the same decision as `opbench compare` between the two machines
-    compare = opbench("compare", "--results", str(results), alpha, beta)
+    compare = run_main(capsys, "compare", "--results", results, alpha, beta)
     assert f"bits: {cases} bitwise identical" in compare.stdout, compare.stdout
