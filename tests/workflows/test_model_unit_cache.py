@@ -308,28 +308,24 @@ for call in calls:
 @pytest.mark.parametrize("model", ["decoder", "llama_tiny"])
 def test_a_later_process_computes_the_same_keys(model):
     """A rerun is another process, its strings hashed with another seed: each unit's key is the
-    same there (and describable: none is None), or a rerun would find nothing. The other process
-    is compared with this one (one start of transformers instead of two)."""
-    import contextlib
-    import io
+    same there (and describable: none is None), or a rerun would find nothing. Both are fresh
+    processes: a test worker's own state (what the tests before this one left) is no rerun's."""
     import os
     import subprocess
 
-    script = KEY_IN_A_PROCESS.format(model=model)
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        exec(script, {})
-    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
-    there = subprocess.run(
-        [sys.executable, "-c", script],
-        env=os.environ | {"PYTHONHASHSEED": seed},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    (hashed_here, *lines_here), (hashed_there, *lines_there) = printed.getvalue().splitlines(), there.splitlines()
-    assert hashed_here != hashed_there  # the strings are hashed with another seed there
-    assert lines_here == lines_there
-    keys = [line.split()[-1] for line in lines_here]
+    (hashed_1, *lines_1), (hashed_2, *lines_2) = (
+        subprocess.run(
+            [sys.executable, "-c", KEY_IN_A_PROCESS.format(model=model)],
+            env=os.environ | {"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        for seed in ("1", "2")
+    )
+    assert hashed_1 != hashed_2  # the strings are hashed with another seed there
+    assert lines_1 == lines_2
+    keys = [line.split()[-1] for line in lines_1]
     assert len(keys) > 10 and "None" not in keys
 
 
