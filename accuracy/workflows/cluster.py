@@ -277,7 +277,7 @@ def _forked_from_a_preloaded_server(backends: Iterable[str]) -> Iterator[None]:
     from distributed.utils import get_mp_context
 
     with dask_config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        get_mp_context().set_forkserver_preload(["distributed", "accuracy.workflows.worker_preload"])
+        get_mp_context().set_forkserver_preload(["accuracy.workflows.worker_preload", "distributed"])
         before = os.environ.get(PRELOAD_VAR)
         os.environ[PRELOAD_VAR] = ",".join(dict.fromkeys(backends))
         try:
@@ -291,25 +291,26 @@ def _forked_from_a_preloaded_server(backends: Iterable[str]) -> Iterator[None]:
 
 
 def _start_server_deaf_to_ctrl_c() -> None:
-    """The fork server started with SIGINT ignored, so that it and every worker forked from it
-    ignore it for life: Ctrl-C in a terminal reaches the whole process group, and the workers
-    (which this process closes on Ctrl-C) printed ~60 lines of tracebacks before its one line, a
-    KeyboardInterrupt in the server's imports and in each worker's event loop. An ignored signal
-    stays ignored across exec, and Python then installs no KeyboardInterrupt handler. A signal
-    mask is not inherited (multiprocessing's spawn resets it), so this process ignores Ctrl-C
-    too, for the few milliseconds of the server's fork and exec (the resource tracker, which
-    ignores it itself, started before)."""
+    """The fork server started deaf to Ctrl-C, so that it and every worker forked from it ignore
+    it for life: Ctrl-C in a terminal reaches the whole process group, and the workers (which
+    this process closes on Ctrl-C) printed ~60 lines of tracebacks before its one line, a
+    KeyboardInterrupt in the server's imports and in each worker's event loop. The server is
+    forked with SIGINT blocked in this thread (a blocked signal stays blocked across exec), and
+    worker_preload, its first import of ours, ignores it and lifts the block. This process keeps
+    its own handler meanwhile: ignoring Ctrl-C here while forking lost a Ctrl-C that came then (a
+    loaded machine stretched that window enough for a test to hit it); blocked, it waits, or
+    another thread takes it, and the handler remembers it either way."""
     from multiprocessing import forkserver, resource_tracker
 
     resource_tracker.ensure_running()
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @contextmanager

@@ -341,9 +341,10 @@ def _reached(moment: str, proc: subprocess.Popen, started: float) -> bool:
 @pytest.mark.parametrize("moment", ["importing", "starting", "running"])
 @pytest.mark.parametrize(
     "command",
-    [
-        ["scan", "exp", "--dtype", "float16"],
-        ["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8", "--port", "torchscript"],
+    [  # long enough (a minute's work) that every moment comes well before the end on a fast host:
+        # a float16 scan (4 s) or small_cnn's one port (5 s) could end as the 5 s moment came
+        ["scan", "exp", "--dtype", "float64", "--sample", "4000000"],
+        ["model", "accuracy.workflows.model.zoo:resnet18", "--inputs", "x=1x3x64x64"],
     ],
     ids=["scan", "model"],
 )
@@ -382,6 +383,32 @@ def test_ctrl_c_on_a_local_cluster_ends_in_one_line_at_any_moment(command, momen
         raise AssertionError("processes of the command were left running")
 
 
+def test_ctrl_c_while_the_fork_server_starts_is_remembered_not_lost(monkeypatch):
+    """This process ignored Ctrl-C while it forked the server (so that the server inherited the
+    ignoring), and a Ctrl-C in that window was dropped: the command ran to its end. Now the
+    server is forked with Ctrl-C blocked in this thread, the handler that remembers it in place."""
+    from multiprocessing import forkserver
+
+    remembering = []
+
+    def started_while_ctrl_c_arrives():
+        remembering.append(signal.getsignal(signal.SIGINT))
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what the server inherits
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(forkserver, "ensure_running", started_while_ctrl_c_arrives)
+    # as in a terminal: Ctrl-C raises (a test worker of xdist's may start with it ignored)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    with contextlib.ExitStack() as restore:
+        restore.callback(signal.signal, signal.SIGINT, before)
+        with cluster._ctrl_c_remembered():
+            cluster._start_server_deaf_to_ctrl_c()
+            time.sleep(0.05)  # Python runs a signal's handler between bytecodes of the main thread
+            assert cluster._interrupted.is_set()
+            assert remembering[0] not in (signal.SIG_IGN, signal.SIG_DFL)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
     """Dask's default HTTP port may be another cluster's (another user's, here): that is no news."""
     import socket
@@ -396,16 +423,19 @@ def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
 
 
 LOADED_ON_WORKERS = """
-import json, os, sys
+import json, os, signal, sys
 from accuracy.workflows.cluster import work_pool
 
 def worker():
-    return os.getppid(), "onnxruntime" in sys.modules
+    deaf = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    held = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return os.getppid(), "onnxruntime" in sys.modules, deaf, held
 
 if __name__ == "__main__":
     with work_pool("local:2", preload=["onnxruntime"]) as pool:
         seen = [pool.submit(worker).result() for _ in range(4)]
-    print(json.dumps({"workers": seen, "here": [os.getpid(), "onnxruntime" in sys.modules]}))
+    held = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    print(json.dumps({"workers": seen, "here": [os.getpid(), "onnxruntime" in sys.modules, held]}))
 """
 
 
@@ -419,9 +449,11 @@ def test_local_workers_fork_from_one_server_that_loaded_their_backends(tmp_path)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     seen = json.loads(done.stdout)
-    [(server, loaded)] = {tuple(w) for w in seen["workers"]}
+    [(server, loaded, deaf, held)] = {tuple(w) for w in seen["workers"]}
     assert loaded and server != seen["here"][0]
     assert seen["here"][1] is False  # this process never imported the framework
+    # Ctrl-C: ignored by the workers, not held pending there; this process's own is not blocked
+    assert deaf and not held and seen["here"][2] is False
 
 
 def test_a_scan_whose_last_worker_dies_ends_in_one_line(dask_cluster, monkeypatch, capsys):
