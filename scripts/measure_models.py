@@ -56,6 +56,7 @@ def _float64_forward(model, inputs: dict) -> float:
 
 def measure(model_name: str, port: str) -> dict:
     """One (model, port) row, in this process."""
+    from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
     from accuracy.workflows.array_files import write_arrays
     from accuracy.workflows.model import sweep
     from accuracy.workflows.model.trace import load_model
@@ -88,6 +89,12 @@ def measure(model_name: str, port: str) -> dict:
         "absent": [a["port"] for a in report.absent],
         "compared": sum(p["compared"] for p in ports),
         "flagged": sum(p["flagged"] for p in ports),
+        "flagged_units": [
+            f"{p['port']} {r['path']}: {r['verdict']} ({r['reason']})"
+            for p in ports
+            for r in p["layers"]
+            if r["verdict"] not in (WITHIN, NOT_COMPARED)
+        ],
         "wall": wall,
         "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "judged_units": judged["units"],
@@ -128,6 +135,8 @@ def main() -> None:
                 f"{r['forward64']:.2f} | {r['judging'] / nports / r['forward64']:.0f}x | {r['load']:.1f} |",
                 flush=True,
             )
+            for unit in r["flagged_units"]:
+                print(f"<!-- flagged: {model} {unit} -->", flush=True)
 
 
 if __name__ == "__main__":
