@@ -13,7 +13,7 @@ import torch
 from cli_runner import run_main
 from hidden_tools import hide
 
-from accuracy.workflows.model.ports import build_port, executorch_port, openvino_port
+from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
 from accuracy.workflows.model.ports.litert_port import UNRESOLVABLE
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
@@ -147,7 +147,7 @@ def test_an_injected_bug_is_named_at_its_layer(monkeypatch, port, bug, model, in
 
 @SLOW
 @RUNTIMES
-def test_an_in_place_activation_converts_alone():
+def test_an_in_place_activation_converts_out_of_place():
     """resnet18's ReLU(inplace=True) alone writes its own input; converted out of place it is a unit."""
     _require("executorch")
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(inplace=True)).eval()
@@ -161,6 +161,53 @@ def test_an_in_place_activation_converts_alone():
     assert np.array_equal(port.isolated(relu, relu.calls[0].inputs), expected)
 
 
+class _I0(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.i0(x)  # in neither OpenVINO's PyTorch frontend nor ExecuTorch's core ATen
+
+
+@pytest.mark.parametrize(
+    "port", ["openvino", "openvino-f16", pytest.param("executorch-portable", marks=[SLOW, RUNTIMES])]
+)
+def test_the_leaves_converted_as_one_program_give_the_bits_each_gives_converted_alone(monkeypatch, port):
+    _require(port)
+    model, inputs = load_model("accuracy.workflows.model.zoo:small_mixed"), example_inputs("small_mixed")
+    calls, _ = record(model, inputs)
+    cls, conversions = PORT_CLASSES[port], []
+    real = cls.convert
+    monkeypatch.setattr(cls, "convert", lambda self, m, ex: conversions.append(m) or real(self, m, ex))
+    together = build_port(port, model, inputs)
+    units = together.units(calls)
+    assert len(units) == 12 and not any(u.reason for u in units) and len(conversions) == 1
+
+    def as_one_program(*args):
+        raise RuntimeError("converted each alone")
+
+    monkeypatch.setattr(deploy, "_Together", as_one_program)
+    alone = build_port(port, model, inputs)
+    each = alone.units(calls)
+    assert [u.reason for u in each] == [""] * 12 and len(conversions) == 1 + 12
+    for unit, same in zip(units, each, strict=True):
+        fed = unit.calls[0].inputs
+        assert together.isolated(unit, fed).tobytes() == alone.isolated(same, fed).tobytes(), unit.key
+    fed = units[0].calls[0].inputs
+    other = [t * 0.5 if t.is_floating_point() else t for t in fed]  # not the reference's
+    assert together.isolated(units[0], other).tobytes() == alone.isolated(each[0], other).tobytes()
+    assert together.isolated(units[0], other).tobytes() != together.isolated(units[0], fed).tobytes()
+
+
+@needs_openvino
+def test_a_leaf_the_converter_cannot_take_is_not_compared_and_the_others_are():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), _I0()).eval()
+    inputs = {"input": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+    calls, _ = record(model, inputs)
+    port = build_port("openvino", model, inputs)
+    linear, i0 = port.units(calls)
+    assert linear.reason == "" and i0.reason.startswith("openvino.convert_model cannot convert it alone: ")
+    expected = model[0](linear.calls[0].inputs[0]).detach().numpy()
+    assert np.allclose(port.isolated(linear, linear.calls[0].inputs), expected, rtol=1e-6, atol=0)
+
+
 @needs_openvino
 def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     """Measured, not assumed: the f16 hint's convolution outputs are float16 values, each the
@@ -169,10 +216,10 @@ def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     port = build_port("openvino-f16", model, inputs)
     assert isinstance(port, OpenVinoPort) and port.fmt.name == "float16"
     calls, _ = record(model, inputs)
-    (unit,) = port.units(calls[:1])  # conv1 alone, converted on its own
+    (unit,) = port.units(calls[:1])  # conv1 alone
     assert unit.key == "conv1" and not unit.reason
     x16 = unit.calls[0].inputs[0].to(torch.float16)
-    out = port._programs[unit.detail["program"]]([x16.float().numpy()])
+    (out,) = port.convert(unit.calls[0].module, (x16.float(),))([x16.float().numpy()])
     assert np.array_equal(out, out.astype(np.float16).astype(np.float32))  # every output a float16
     exact = torch.nn.functional.conv2d(
         x16.double(), unit.calls[0].module.weight.detach().to(torch.float16).double(), stride=2, padding=1

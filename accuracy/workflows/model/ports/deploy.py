@@ -1,11 +1,17 @@
-"""What the deploy runtimes' ports share (ExecuTorch, OpenVINO): a converter and a runtime, each
-leaf unit converted on its own from its example inputs, and the whole model converted once.
+"""What the deploy runtimes' ports share (ExecuTorch, OpenVINO): a converter and a runtime, the
+leaf units converted together as one program of independent parts, and the whole model converted
+once.
 
-A unit the converter cannot take alone is not compared, with the converter's one-line reason.
+Each leaf is its own part, fed its own inputs: nothing joins one part to another, so each computes
+what it would converted alone. Converting them together pays the converter's and the runtime's
+fixed costs once (resnet18's 60 leaves: ExecuTorch 46 s -> 5 s, OpenVINO 18 s -> 3 s here). Where
+the program cannot be converted, each leaf is converted alone, and one the converter cannot take
+alone is not compared, with the converter's one-line reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Callable
 
@@ -28,15 +34,16 @@ def missing(*modules: str) -> str | None:
 
 class ConvertedPort(Port):
     """A model as a deploy runtime runs it: `convert(module, example)` gives a program (a callable
-    from float32/integer numpy arrays to the first output as numpy). A runtime that shows its
-    intermediate tensors overrides `end_to_end` to give them."""
+    from float32/integer numpy arrays to its outputs, a list of numpy arrays). A runtime that shows
+    its intermediate tensors overrides `end_to_end` to give them."""
 
     converter: str  # the converter's name in a unit's "not compared" reason
 
     def __init__(self, name: str, model, inputs: dict[str, np.ndarray]):
         self.name, self.model, self.input_names = name, model, list(inputs)
-        self._programs: dict[tuple, Callable[[list[np.ndarray]], np.ndarray]] = {}
+        self._programs: dict[tuple, Callable[[list[np.ndarray]], list]] = {}
         self._failures: dict[tuple, str] = {}
+        self._together: _Together | None = None
 
     def convert(self, module, example: tuple):
         raise NotImplementedError
@@ -45,10 +52,12 @@ class ConvertedPort(Port):
         return (call.path, tuple((tuple(t.shape), t.dtype) for t in call.inputs))
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
-        """One unit per leaf call, each converted here on its own from the reference's inputs."""
+        """One unit per leaf call, converted here from the reference's inputs: all in one program,
+        or each on its own where that program cannot be converted."""
         import torch
 
-        units = []
+        units: list[Unit] = []
+        convertible: list[LayerCall] = []
         for call in (c for c in calls if c.leaf):
             if call.reason or not call.tensors_only:
                 why = (
@@ -57,15 +66,29 @@ class ConvertedPort(Port):
                 )
                 units.append(Unit([call], why))
                 continue
-            key = self._key(call)
-            if key not in self._programs and key not in self._failures:
-                try:
-                    with torch.no_grad():
-                        self._programs[key] = self.convert(_out_of_place(call.module), tuple(call.inputs))
-                except Exception as exc:  # any converter error: this unit alone cannot be converted
-                    self._failures[key] = f"{self.converter} cannot convert it alone: {first_line(exc, typed=True)}"
-            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
+            units.append(Unit([call], "", {"part": len(convertible)}))
+            convertible.append(call)
+        if convertible:
+            with contextlib.suppress(Exception), torch.no_grad():  # a leaf it cannot take: found below, alone
+                self._together = _Together(self, convertible)
+        if self._together is None:
+            for unit in units:
+                if not unit.reason:
+                    unit.detail = {"program": self._convert_alone(unit.calls[0])}
+                    unit.reason = self._failures.get(unit.detail["program"], "")
         return units
+
+    def _convert_alone(self, call: LayerCall) -> tuple:
+        import torch
+
+        key = self._key(call)
+        if key not in self._programs and key not in self._failures:
+            try:
+                with torch.no_grad():
+                    self._programs[key] = self.convert(_out_of_place(call.module), tuple(call.inputs))
+            except Exception as exc:  # any converter error: this unit alone cannot be converted
+                self._failures[key] = f"{self.converter} cannot convert it alone: {first_line(exc, typed=True)}"
+        return key
 
     @staticmethod
     def _arrays(tensors) -> list[np.ndarray]:
@@ -73,7 +96,11 @@ class ConvertedPort(Port):
         return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
-        out = self._programs[unit.detail["program"]](self._arrays(port_inputs(inputs, self.fmt)))
+        arrays = self._arrays(port_inputs(inputs, self.fmt))
+        if self._together is not None:
+            out = self._together.output(unit.detail["part"], arrays)
+        else:
+            out = self._programs[unit.detail["program"]](arrays)[0]
         return np.asarray(out).astype(self.fmt.np_dtype)
 
     def whole(self, inputs: dict[str, np.ndarray]) -> tuple:
@@ -92,7 +119,46 @@ class ConvertedPort(Port):
         model, tensors = self.whole(inputs)
         with torch.no_grad():
             program = self.convert(model, tensors)
-        return EndToEnd({}, np.asarray(program(self._arrays(tensors))))
+        return EndToEnd({}, np.asarray(program(self._arrays(tensors))[0]))
+
+
+class _Together:
+    """The leaves as one program, run once on every leaf's reference inputs; a part fed other
+    inputs runs the program again with only its own inputs changed."""
+
+    def __init__(self, port: ConvertedPort, calls: list[LayerCall]):
+        import torch
+
+        class Parts(torch.nn.Module):
+            def __init__(self, leaves, sizes):
+                super().__init__()
+                self.leaves, self.sizes = torch.nn.ModuleList(leaves), sizes
+
+            def forward(self, *tensors):
+                outputs, start = [], 0
+                for leaf, size in zip(self.leaves, self.sizes, strict=True):
+                    out = leaf(*tensors[start : start + size])
+                    outputs.append(out if isinstance(out, torch.Tensor) else out[0])
+                    start += size
+                return tuple(outputs)
+
+        self.sizes = [len(c.inputs) for c in calls]
+        self.feeds = [port._arrays(port_inputs(c.inputs, port.fmt)) for c in calls]
+        parts = Parts([_out_of_place(c.module) for c in calls], self.sizes)
+        self.program = port.convert(parts, tuple(t for c in calls for t in c.inputs))
+        self.outputs: list | None = None
+
+    def output(self, part: int, arrays: list[np.ndarray]) -> np.ndarray:
+        if self.outputs is None:
+            self.outputs = self.program([a for feed in self.feeds for a in feed])
+        if all(_same_bits(a, b) for a, b in zip(arrays, self.feeds[part], strict=True)):
+            return self.outputs[part]
+        feeds = [*self.feeds[:part], arrays, *self.feeds[part + 1 :]]
+        return self.program([a for feed in feeds for a in feed])[part]
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _out_of_place(module):

@@ -125,10 +125,10 @@ class _Method:
     def __init__(self, loaded):
         self.loaded, self.method = loaded, loaded.load_method("forward")
 
-    def __call__(self, arrays):
+    def __call__(self, arrays) -> list[np.ndarray]:
         import torch
 
-        return self.method.execute([torch.from_numpy(a) for a in arrays])[0].numpy()
+        return [out.numpy() for out in self.method.execute([torch.from_numpy(a) for a in arrays])]
 
 
 def executorch_port(name: str, model, inputs) -> ExecuTorchPort | str:

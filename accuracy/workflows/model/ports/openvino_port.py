@@ -42,7 +42,7 @@ class OpenVinoPort(ConvertedPort):
 
     def convert(self, module, example: tuple):
         compiled = self._compile(self._ov_model(module, example))
-        return lambda arrays: compiled(arrays)[0]
+        return lambda arrays: list(compiled(arrays).values())
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         """The whole model's output, and each unit's output from a second compile of the model
