@@ -166,7 +166,8 @@ class _I0(torch.nn.Module):
         return torch.special.i0(x)  # in neither OpenVINO's PyTorch frontend nor ExecuTorch's core ATen
 
 
-@pytest.mark.parametrize("port", ["openvino", pytest.param("executorch-portable", marks=[SLOW, RUNTIMES])])
+@SLOW  # 15 conversions; the edit loop keeps the fallback's test below
+@pytest.mark.parametrize("port", ["openvino", pytest.param("executorch-portable", marks=RUNTIMES)])
 def test_the_leaves_converted_as_one_program_give_the_bits_each_gives_converted_alone(monkeypatch, port):
     _require(port)
     model, inputs = load_model(SMALL_CNN), example_inputs("small_cnn")
