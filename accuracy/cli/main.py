@@ -23,6 +23,7 @@ BLAS builds and environments; `opbench compare` says whether an upgrade is safe.
 
 start with:  opbench list   then   opbench explain linear --dtype float32"""
 
+FILE_INPUT = 257  # CPython's Py_file_input: code run as a module's
 OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)  # stdout on a full or failing device
 
 # Each module exposes `register(subparsers)`, which adds its subcommand with
@@ -81,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()  # what is left in its buffer would fail again at exit
         print(f"opbench: error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return 2
+    finally:
+        _forget_handled_interrupts()
+
+
+def _forget_handled_interrupts() -> None:
+    """CPython takes a KeyboardInterrupt that passed through code run by `PyRun_String` (as
+    pybind11's `py::exec` runs it in an extension) for an unhandled one, handled or not, and at the
+    exit of `python -m` kills itself with SIGINT: exit status -2 after opbench's one line, instead
+    of 2. Running any code that way clears the mark; an interrupt that leaves `main` sets it again."""
+    import ctypes
+
+    run = ctypes.pythonapi.PyRun_String
+    run.restype, run.argtypes = ctypes.py_object, [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]
+    run(b"", FILE_INPUT, {}, {})
 
 
 def _silence_stdout() -> None:

@@ -535,6 +535,33 @@ def test_ctrl_c_while_importing_prints_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "opbench: error: interrupted\n"
 
 
+# a Ctrl-C that lands in code an extension runs through CPython's PyRun_String (pybind11's py::exec)
+PYRUN_INTERRUPTED = """
+import ctypes, sys
+from accuracy.cli import main as cli
+
+def interrupted():
+    run = ctypes.pythonapi.PyRun_String
+    run.restype = ctypes.py_object
+    run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]
+    run(b"raise KeyboardInterrupt", 257, {}, {})
+
+cli.build_parser = interrupted
+sys.exit(cli.main(["list"]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_an_extensions_python_code_still_exits_2_not_by_the_signal(tmp_path):
+    """Seen once under load: explain's one line, then exit status -2. CPython marked the interrupt
+    unhandled as it left PyRun_String, and at exit (of `python -m`, as `opbench` runs) killed
+    itself with SIGINT."""
+    (tmp_path / "interrupted_cli.py").write_text(PYRUN_INTERRUPTED)
+    command = [sys.executable, "-m", "interrupted_cli"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, "opbench: error: interrupted\n")
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_explain_prints_one_line():
     proc = start_opbench("explain", "matmul", "--size", "1500")
