@@ -207,6 +207,31 @@ def test_a_leaf_the_converter_cannot_take_is_not_compared_and_the_others_are():
     assert np.allclose(port.isolated(linear, linear.calls[0].inputs), expected, rtol=1e-6, atol=0)
 
 
+RUNTIME_LOGS = """
+import numpy as np, torch
+from accuracy.workflows.model.ports import build_port
+from accuracy.workflows.model.trace import record
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+inputs = {"input": np.ones((2, 4), np.float32)}
+calls, _ = record(model, inputs)
+port = build_port("executorch", model, inputs)
+unit = port.units(calls)[0]
+assert port.isolated(unit, unit.calls[0].inputs).shape == (2, 4)
+"""
+
+
+@SLOW
+@RUNTIMES
+def test_executorch_leaves_the_terminal_clean():
+    """Its runtime's C++ side logged five lines (XNNPACK's cpuinfo) on stderr as a program first loaded."""
+    _require("executorch")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", RUNTIME_LOGS], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 @needs_openvino
 def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     """Measured, not assumed: the f16 hint's convolution outputs are float16 values, each the

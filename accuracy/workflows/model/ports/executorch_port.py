@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accuracy.core.errors import quiet_stderr
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
 from accuracy.workflows.model.trace import call_key
@@ -29,13 +30,15 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
 @contextlib.contextmanager
 def _quiet():
-    """The exporter's import-time log lines and deprecation warnings kept off the user's terminal."""
+    """The exporter's import-time log lines and deprecation warnings kept off the user's terminal,
+    and the runtime's C++ log lines (XNNPACK's cpuinfo probing the CPU: five lines as a program
+    first loads here); a failure reaches Python as an exception with its message."""
     loggers = [logging.getLogger(name) for name in IMPORT_NOISE]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_stderr():
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", UserWarning)  # the Inspector's notes on kwargs it does not record
