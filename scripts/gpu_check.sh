@@ -27,14 +27,15 @@ run)
         tests/cli/test_cli.py tests/cli/test_model.py tests/cli/test_model_as_users_bring_them.py \
         -k "cuda or tf32 or gpu" >"$OUT/pytest.log" 2>&1
     tail -n 6 "$OUT/pytest.log"
-    # resnet18's cuda-tf32 port flagged 1 of 75 units (docs/gpu.md): the whole report, causes included
+    # resnet18's cuda-tf32 port flagged 1 of 75 units, at a relu's kink (docs/gpu.md): 0 since the floor
     python3 -c "import numpy as np; from accuracy.workflows.model.zoo import example_inputs as e; np.savez('/tmp/r18.npz', **e('resnet18'))"
     timeout 170 python3 -c "import sys; from accuracy.cli.main import main; sys.exit(main())" model \
         accuracy.workflows.model.zoo:resnet18 --inputs /tmp/r18.npz --port cuda-tf32 --json >"$OUT/resnet18_tf32.json"
-    echo "resnet18 cuda-tf32 exit $?"; uptime
-    # one process at a time: six at once (load 28 on 16 cores) ran BERT-base past its limit
+    echo "resnet18 cuda-tf32 exit $? (0: every unit within rounding)"; uptime
+    # one process at a time: six at once (load 28 on 16 cores) ran BERT-base past its limit; alone,
+    # on a fresh machine (every reference computed afresh), its cuda port ran past 360 s
     for model in ${MODELS:-bert_base}; do
-        timeout "${MODEL_LIMIT:-240}" python3 scripts/measure_models.py --models $model --ports ${PORTS:-cuda} | tee -a "$OUT/models.md"
+        timeout "${MODEL_LIMIT:-400}" python3 scripts/measure_models.py --models $model --ports ${PORTS:-cuda} | tee -a "$OUT/models.md"
         uptime
     done
     ;;

@@ -13,8 +13,11 @@ the ones about as near (equal explanations, said both). A package adds causes th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,20 @@ MOST_JUDGED = 3
 
 # the catalogue, one module per subject, cheapest causes first within each
 CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention)
+# (port label, unit key) -> the seconds `explain` took there, while `timed_explanations` is open
+_timings: dict[tuple[str, str], float] | None = None
+
+
+@contextlib.contextmanager
+def timed_explanations() -> Iterator[dict[tuple[str, str], float]]:
+    """The seconds each `explain` call takes inside, by (port label, unit key): what naming a cause
+    adds to a sweep, measured on the sweep's own calls (the self-test of causes reports it)."""
+    global _timings
+    outer, _timings = _timings, {}
+    try:
+        yield _timings
+    finally:
+        _timings = outer
 
 
 @functools.cache
@@ -89,6 +106,25 @@ def explain(
     output: np.ndarray,
     products: FloatFormat | None,
     context: Context | None = None,
+) -> dict:
+    """`_explain`, timed where `timed_explanations` is open."""
+    started = time.perf_counter()
+    try:
+        return _explain(unit, tensors, fmt, label, output, products, context)
+    finally:
+        if _timings is not None:
+            key = (label, unit.key)
+            _timings[key] = _timings.get(key, 0.0) + time.perf_counter() - started
+
+
+def _explain(
+    unit: Unit,
+    tensors: list,
+    fmt: FloatFormat,
+    label: str,
+    output: np.ndarray,
+    products: FloatFormat | None,
+    context: Context | None,
 ) -> dict:
     """The cause that explains a flagged one-module unit, with its fitted parameters, ratio and the
     other causes that explain it too; or the nearest, marked `explains: False` (`words` None where
