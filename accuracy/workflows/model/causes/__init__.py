@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,22 @@ def timed_explanations() -> Iterator[dict[tuple[str, str], float]]:
         yield _timings
     finally:
         _timings = outer
+
+
+def _timed(explain: Callable[..., dict]) -> Callable[..., dict]:
+    """`explain`, timed by (port label, unit key) where `timed_explanations` is open."""
+
+    @functools.wraps(explain)
+    def timed(unit: Unit, tensors: list, fmt: FloatFormat, label: str, *rest: Any) -> dict:
+        started = time.perf_counter()
+        try:
+            return explain(unit, tensors, fmt, label, *rest)
+        finally:
+            if _timings is not None:
+                key = (label, unit.key)
+                _timings[key] = _timings.get(key, 0.0) + time.perf_counter() - started
+
+    return timed
 
 
 @functools.cache
@@ -98,6 +114,7 @@ def _changed(unit: Unit, cause: Cause, value: Any, context: Context) -> Unit:
     return Unit([dataclasses.replace(call, module=cause.changed(call.module, value, context))])
 
 
+@_timed
 def explain(
     unit: Unit,
     tensors: list,
@@ -106,25 +123,6 @@ def explain(
     output: np.ndarray,
     products: FloatFormat | None,
     context: Context | None = None,
-) -> dict:
-    """`_explain`, timed where `timed_explanations` is open."""
-    started = time.perf_counter()
-    try:
-        return _explain(unit, tensors, fmt, label, output, products, context)
-    finally:
-        if _timings is not None:
-            key = (label, unit.key)
-            _timings[key] = _timings.get(key, 0.0) + time.perf_counter() - started
-
-
-def _explain(
-    unit: Unit,
-    tensors: list,
-    fmt: FloatFormat,
-    label: str,
-    output: np.ndarray,
-    products: FloatFormat | None,
-    context: Context | None,
 ) -> dict:
     """The cause that explains a flagged one-module unit, with its fitted parameters, ratio and the
     other causes that explain it too; or the nearest, marked `explains: False` (`words` None where
