@@ -18,10 +18,8 @@ FLOAT32 = get_format("float32")
 
 
 def _tf32(t: torch.Tensor) -> torch.Tensor:
-    """t rounded to TF32's 10 fraction bits, to nearest even (cuBLAS's rounding, docs/gpu.md)."""
-    bits = t.contiguous().view(torch.int32).to(torch.int64)
-    bits = (bits + (1 << 12) - 1 + ((bits >> 13) & 1)) & ~((1 << 13) - 1)
-    return bits.to(torch.int32).view(torch.float32)
+    """t rounded to TF32 to nearest even (cuBLAS's rounding, docs/gpu.md), by the format judged."""
+    return torch.from_numpy(TF32.round(t.numpy()))
 
 
 def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
