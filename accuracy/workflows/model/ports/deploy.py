@@ -68,6 +68,7 @@ class ConvertedPort(Port):
                 continue
             units.append(Unit([call], "", {"part": len(convertible)}))
             convertible.append(call)
+        self._together = None  # these calls' program, not an earlier call's
         if convertible:
             with contextlib.suppress(Exception), torch.no_grad():  # a leaf it cannot take: found below, alone
                 self._together = _Together(self, convertible)
