@@ -6,6 +6,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import OpbenchError
+from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, port_inputs
@@ -25,7 +26,7 @@ class OnnxPort(Port):
 
         self.name, self.optimized, self.onnx_graph = name, optimized, onnx_graph
         self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"
-        exported = onnx_graph.export(model, inputs) if exported is None else exported
+        exported = cached_export(onnx_graph.export, model, inputs) if exported is None else exported
         inferred = onnx.shape_inference.infer_shapes(exported)  # Extractor needs shapes
         self.graph = onnx_graph.Graph.of(inferred)
         self.input_names = [i.name for i in inferred.graph.input]

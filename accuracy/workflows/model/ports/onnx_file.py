@@ -25,6 +25,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit
@@ -109,7 +110,7 @@ class OnnxFilePort(OnnxPort):
         def named(export) -> tuple[dict[str, str], dict[str, list[str]]]:
             """(call key -> value, the calls one exported node covers: a BatchNorm in its Conv)."""
             try:
-                exported = export(self.model, self.inputs)
+                exported = cached_export(export, self.model, self.inputs)
                 own = OnnxPort("names", self.model, self.inputs, optimized=False, exported=exported)
             except Exception:  # the model does not export here: the mapping alone pairs
                 return {}, {}

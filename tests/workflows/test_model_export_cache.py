@@ -1,0 +1,112 @@
+"""The ONNX export through the reference cache (issue 41, "do each thing once"): the two ONNX
+Runtime ports of one run export the model once and a rerun not at all, with the report of an
+export made afresh; a changed weight, forward, patched torch function or input exports again, and
+so does a model in training mode, whose statistics the key's forward must not move."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from accuracy.backends import onnx_graph
+from accuracy.workflows.model import export_cache
+from accuracy.workflows.model.export_cache import cached_export, export_key
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.zoo import example_inputs, small_cnn
+
+SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
+
+
+@pytest.fixture
+def exports(monkeypatch) -> list:
+    """Every call of torch.onnx.export, as it happens."""
+    calls: list = []
+    real = torch.onnx.export
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", counted)
+    return calls
+
+
+def _report(ports: list[str]) -> str:
+    def timeless(value):
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if k != "seconds"}
+        return [timeless(v) for v in value] if isinstance(value, list) else value
+
+    return json.dumps(timeless(run_model(SMALL_CNN, "x=2x3x8x8", ports).as_dict()["ports"]), sort_keys=True)
+
+
+def test_the_two_onnxruntime_ports_of_a_run_export_once_and_a_rerun_not_at_all(cache_path, monkeypatch, exports):
+    warm = _report(["onnxruntime", "onnxruntime-noopt"])
+    assert len(exports) == 1
+    assert _report(["onnxruntime", "onnxruntime-noopt"]) == warm and len(exports) == 1
+    monkeypatch.setenv("OPBENCH_CACHE", str(cache_path.parent / "empty"))
+    assert _report(["onnxruntime", "onnxruntime-noopt"]) == warm and len(exports) == 2
+
+
+def test_the_graph_read_back_is_the_bytes_exported(cache_path, exports):
+    model, inputs = small_cnn().eval(), example_inputs("small_cnn")
+    stored = cached_export(onnx_graph.export, model, inputs).SerializeToString()
+    read = cached_export(onnx_graph.export, model, inputs).SerializeToString()
+    assert len(exports) == 1 and read == stored == onnx_graph.export(model, inputs).SerializeToString()
+
+
+def _weight(model, inputs, monkeypatch):
+    with torch.no_grad():
+        model.fc.weight[0, 0] += 2.0**-10
+
+
+def _forward(model, inputs, monkeypatch):
+    """The same modules, its second convolution skipped: only the class's code shows it."""
+    monkeypatch.setattr(
+        type(model), "forward", lambda self, x: self.fc(self.flatten(self.relu(self.bn1(self.conv1(x)))))
+    )
+
+
+def _torch_function(model, inputs, monkeypatch):
+    """A helper the forward calls, patched in this process: no attribute of the model shows it."""
+    relu = torch.nn.functional.relu
+    monkeypatch.setattr(torch.nn.functional, "relu", lambda x, inplace=False: relu(x) * 0.5)
+
+
+def _input(model, inputs, monkeypatch):
+    inputs["x"] = np.nextafter(inputs["x"], np.float32(np.inf))
+
+
+@pytest.mark.parametrize("change", [_weight, _forward, _torch_function, _input])
+def test_a_changed_model_forward_or_input_exports_again(cache_path, monkeypatch, exports, change):
+    model, inputs = small_cnn().eval(), example_inputs("small_cnn")
+    before = cached_export(onnx_graph.export, model, inputs).SerializeToString()
+    change(model, inputs, monkeypatch)
+    after = cached_export(onnx_graph.export, model, inputs).SerializeToString()
+    assert len(exports) == 2 and after == onnx_graph.export(model, inputs).SerializeToString()
+    if change is not _input:  # the same graph on other inputs: the weights' bytes are the graph's
+        assert after != before
+
+
+def test_a_model_in_training_mode_is_exported_each_time_and_its_statistics_stay(cache_path, exports):
+    model, inputs = small_cnn().train(), example_inputs("small_cnn")
+    statistics = model.bn1.running_mean.clone()
+    assert export_key(onnx_graph.export, model, inputs) is None
+    cached_export(onnx_graph.export, model.eval(), inputs)
+    model.train()
+    cached_export(onnx_graph.export, model, inputs)
+    cached_export(onnx_graph.export, model, inputs)
+    assert len(exports) == 3 and torch.equal(model.bn1.running_mean, statistics)
+
+
+def test_a_model_larger_than_the_limit_is_not_kept(cache_path, monkeypatch, exports):
+    model, inputs = small_cnn().eval(), example_inputs("small_cnn")
+    size = sum(p.numel() * p.element_size() for p in (*model.parameters(), *model.buffers()))
+    monkeypatch.setattr(export_cache, "LIMIT_BYTES", size - 1)
+    assert export_key(onnx_graph.export, model, inputs) is None
+    cached_export(onnx_graph.export, model, inputs)
+    cached_export(onnx_graph.export, model, inputs)
+    assert len(exports) == 2 and not cache_path.exists()
