@@ -107,9 +107,8 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
     cache: dict = {}
 
     def modules(dtype):
-        if dtype not in cache:
-            stored = [converted(c.module, torch_dtype(fmt)) for c in unit.calls]
-            cache[dtype] = [m if dtype == torch_dtype(fmt) else converted(m, dtype) for m in stored]
+        if dtype not in cache:  # the copy in `fmt` is ours: converted to `dtype` in place
+            cache[dtype] = [converted(c.module, torch_dtype(fmt)).to(dtype) for c in unit.calls]
         return cache[dtype]
 
     fixed = [None if t.is_floating_point() else t for t in inputs]
@@ -158,7 +157,7 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
     """The unit in float64 with its parameters rounded to `fmt`, on `inputs`."""
     import torch
 
-    modules = [converted(converted(c.module, torch_dtype(fmt)), torch.float64) for c in unit.calls]
+    modules = [converted(c.module, torch_dtype(fmt)).to(torch.float64) for c in unit.calls]
     with torch.no_grad(), float64_throughout():
         return to_numpy(
             run_calls(
