@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -126,3 +127,33 @@ def test_a_failed_libtorch_build_runs_in_process_and_says_why(monkeypatch):
     calls, _ = record(model, example_inputs("small_cnn"))
     assert port.isolated(port.units(calls)[0], calls[0].inputs).shape == tuple(calls[0].output.shape)
     assert handles == []
+
+
+def test_each_port_is_freed_before_the_next_is_built_and_the_heap_thawed_after(monkeypatch):
+    """One port held at a time, its reference cycles collected after it ran; what existed before
+    the ports is frozen out of those collections for their time only, Ctrl-C included."""
+    from accuracy.workflows.model import sweep
+
+    built, frozen = [], []
+    real = sweep.PortJob.build_or_why
+
+    def build_or_why(self, *args):
+        assert all(previous() is None for previous in built)  # freed before the next is built
+        frozen.append(gc.get_freeze_count())
+        port = real(self, *args)
+        port.cycle = port  # only the collection frees it
+        built.append(weakref.ref(port))
+        return port
+
+    monkeypatch.setattr(sweep.PortJob, "build_or_why", build_or_why)
+    report = run_model(_spec("small_cnn"), "x=2x3x8x8", ["threads:1", "onnxruntime-noopt"])
+    assert [p["flagged"] for p in report.ports] == [0, 0] and len(built) == 2
+    assert min(frozen) > 100_000 and gc.get_freeze_count() == 0  # the frameworks' objects, then none
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_port", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_model(_spec("small_cnn"), "x=2x3x8x8", ["threads:1"])
+    assert gc.get_freeze_count() == 0
