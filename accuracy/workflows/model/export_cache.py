@@ -46,20 +46,14 @@ def _versions() -> str:
     return f"{';'.join(found)};{sys.version};{code}"
 
 
-def _output(model, feeds: dict) -> Any:
-    """The model's first output on `feeds`, called as `record` calls it; Uncacheable where it fails."""
-    import torch
-
-    from accuracy.workflows.model.trace import first_tensor
+def _output(model, inputs: dict) -> Any:
+    """The model's first output on `inputs`, run as `record` runs it; Uncacheable where it fails."""
+    from accuracy.workflows.model.trace import first_tensor, forward
 
     if any(m.training for m in model.modules()):  # a forward would move its batch norms' statistics
         raise Uncacheable("a module in training mode")
-    kwargs = dict(feeds)
-    if "use_cache" in inspect.signature(model.forward).parameters:
-        kwargs["use_cache"] = False
     try:
-        with torch.no_grad():
-            return first_tensor(model(**kwargs))
+        return first_tensor(forward(model, inputs))
     except Exception as exc:  # a forward that fails here fails the export too, with its own words
         raise Uncacheable(f"the model's forward: {exc}") from None
 
@@ -83,7 +77,7 @@ def export_key(exporter: Callable, model, inputs: dict[str, np.ndarray]) -> str 
         for name, tensor in feeds.items():
             key.put("input", name)
             put_tensor(key, tensor)
-        put_tensor(key, _output(model, {k: t.clone() for k, t in feeds.items()}))
+        put_tensor(key, _output(model, feeds))
     except Uncacheable:
         return None
     return key.hash.hexdigest()

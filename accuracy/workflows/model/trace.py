@@ -107,8 +107,6 @@ def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
     the model gets copies of `inputs`, which it may overwrite without touching the caller's arrays.
     A forward that takes `use_cache` runs with it False: a cache is state that a unit's rerun
     would change."""
-    import inspect
-
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -170,16 +168,26 @@ def record(model, inputs: dict) -> tuple[list[LayerCall], Any]:
                 module.register_forward_pre_hook(before(path), with_kwargs=True),
                 module.register_forward_hook(after, with_kwargs=True),
             ]
-    feeds = {k: torch.as_tensor(v).clone() for k, v in inputs.items()}
-    if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in feeds:
-        feeds["use_cache"] = False  # type: ignore[assignment]
     try:
-        with torch.no_grad():
-            out = model(**feeds)
+        out = forward(model, inputs)
     finally:
         for h in handles:
             h.remove()
     return calls, first_tensor(out)
+
+
+def forward(model, inputs: dict):
+    """The model's forward as opbench runs it: on copies of `inputs` (which it may overwrite), by
+    keyword, without gradients, and with `use_cache` False where it takes one."""
+    import inspect
+
+    import torch
+
+    feeds = {k: torch.as_tensor(v).clone() for k, v in inputs.items()}
+    if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in feeds:
+        feeds["use_cache"] = False  # type: ignore[assignment]
+    with torch.no_grad():
+        return model(**feeds)
 
 
 def first_output(output):
