@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.metadata
-import inspect
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from accuracy.reference import cache as refcache
-from accuracy.workflows.model.state_key import Key, Uncacheable, code_digest, global_hooks, put_module, put_tensor
+from accuracy.workflows.model.state_key import (
+    Key,
+    Uncacheable,
+    code_digest,
+    global_hooks,
+    put_module,
+    put_tensor,
+    source_digest,
+)
 
 KEY_FORMAT = 1
 LIMIT_BYTES = 256 * 2**20  # resnet18 (45 MB) is kept, a BERT-base (440 MB) is exported again
@@ -42,8 +47,7 @@ def _versions() -> str:
             found.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{package} absent")
-    code = hashlib.sha256(Path(inspect.getfile(onnx_graph)).read_bytes()).hexdigest()
-    return f"{';'.join(found)};{sys.version};{code}"
+    return f"{';'.join(found)};{sys.version};{source_digest(onnx_graph)}"
 
 
 def _output(model, inputs: dict) -> Any:

@@ -15,11 +15,8 @@ class without source) judges the unit afresh.
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +36,7 @@ from accuracy.workflows.model.state_key import (
     put_module,
     put_tensor,
     put_value,
+    source_digest,
 )
 
 KEY_FORMAT = 1
@@ -52,10 +50,7 @@ def _judge_code() -> str:
     from accuracy.workflows import check
     from accuracy.workflows.model import state_key, trace, units
 
-    h = hashlib.sha256()
-    for module in (typical, torch_emulation, check, trace, units, state_key, sys.modules[__name__]):
-        h.update(Path(inspect.getfile(module)).read_bytes())
-    return h.hexdigest()
+    return source_digest(typical, torch_emulation, check, trace, units, state_key, sys.modules[__name__])
 
 
 def unit_key(
