@@ -81,7 +81,11 @@ CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "
 # 1 + tanh(...)) for negative x, where one ulp of erf's result is many ulps of the output (16 at
 # x = -1.9, ~1000 at -3). One rounding of the result would miss what every correct kernel (torch's,
 # ONNX Runtime's) errs by there; they are modelled as torch's decomposition, each step rounded.
-FORMULA_OPS = {"gelu"}
+# The hard sigmoid and hard swish are modelled as ONNX defines them, clip(x * (1/6) + 0.5, 0, 1)
+# (ONNX Runtime's and OpenVINO's kernels): near x = -3 its sum cancels (x * (1/6)'s rounding is ~15
+# ulps of the result at x = -2.9), where torch's relu6(x + 3) / 6 is exact. Both are correct kernels,
+# so the wider of the two is the one modelled.
+FORMULA_OPS = {"gelu", "hardswish", "hardswish_", "hardsigmoid", "hardsigmoid_"}
 MOVING_OPS = {
     "cat",
     "stack",
@@ -296,8 +300,27 @@ def _shape_key(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 
 def _decomposition(func: Any) -> Callable[..., Any] | None:
     """torch's decomposition of a fused kernel (torch._decomp), or None; prims.var, where torch's
-    decompositions of var, var_mean and std end, has none of its own and runs as its two passes."""
-    return _two_pass_variance if func is torch.ops.prims.var.default else decomposition_table.get(func)
+    decompositions of var, var_mean and std end, has none of its own and runs as its two passes;
+    the hard sigmoid and hard swish run as ONNX's formula (FORMULA_OPS)."""
+    if func is torch.ops.prims.var.default:
+        return _two_pass_variance
+    return ONNX_FORMULAS.get(func) or decomposition_table.get(func)
+
+
+def _hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(x * (1 / 6) + 0.5, 0.0, 1.0)
+
+
+def _hard_swish(x: torch.Tensor) -> torch.Tensor:
+    return x * _hard_sigmoid(x)
+
+
+ONNX_FORMULAS: dict[Any, Callable[[torch.Tensor], torch.Tensor]] = {
+    torch.ops.aten.hardsigmoid.default: _hard_sigmoid,
+    torch.ops.aten.hardswish.default: _hard_swish,
+    torch.ops.aten.hardsigmoid_.default: lambda x: x.copy_(_hard_sigmoid(x)),
+    torch.ops.aten.hardswish_.default: lambda x: x.copy_(_hard_swish(x)),
+}
 
 
 def _two_pass_variance(

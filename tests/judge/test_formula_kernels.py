@@ -50,3 +50,78 @@ def test_the_allowance_follows_the_cancellation():
     off = own.copy()
     off[0] *= np.float32(1.01)
     assert evidence.judge(off, None, None, None).verdict != WITHIN
+
+
+def _onnx_runtime(op: str, x: np.ndarray, **attrs) -> np.ndarray:
+    from accuracy.backends.onnxruntime import OnnxRuntimeBackend, single
+
+    return single(op, ("x",), **attrs)(OnnxRuntimeBackend(), x=x)
+
+
+def _evidence(fn, x: np.ndarray):
+    own = fn(torch.from_numpy(x)).numpy()
+    reference = fn(torch.from_numpy(x.astype(np.float64))).numpy()
+    return function_evidence(fn, fn.__name__, "torch", {"in0": x}, FLOAT32, own, reference), own
+
+
+def _hardswish(in0: torch.Tensor) -> torch.Tensor:
+    return F.hardswish(in0)
+
+
+def _hardsigmoid(in0: torch.Tensor) -> torch.Tensor:
+    return F.hardsigmoid(in0)
+
+
+def _hardswish_in_place(in0: torch.Tensor) -> torch.Tensor:
+    return F.hardswish(in0.clone(), inplace=True)
+
+
+# the sums of x * (1/6) + 0.5 that cancel: ONNX's formula, within 0.6 of x = -3
+NEAR_THE_KINK = np.linspace(-3.6, -2.4, 4097, dtype=np.float32)
+
+
+def test_onnx_runtimes_hard_swish_and_sigmoid_near_minus_three_are_within_rounding():
+    """torchvision's MobileNetV3 against ONNX Runtime flagged its first Hardswish suspicious (7.9
+    ulp, 1.35x the threshold): ONNX's clip(x * (1/6) + 0.5, 0, 1) cancels near x = -3, where torch's
+    relu6(x + 3) / 6, then the only formula modelled, is exact. Both kernels are correct."""
+    for fn, op, attrs in (
+        (_hardswish, "HardSwish", {}),
+        (_hardswish_in_place, "HardSwish", {}),
+        (_hardsigmoid, "HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}),
+    ):
+        evidence, own = _evidence(fn, NEAR_THE_KINK)
+        port = _onnx_runtime(op, NEAR_THE_KINK, **attrs)
+        reference = fn(torch.from_numpy(NEAR_THE_KINK.astype(np.float64))).numpy()
+        worst = np.max(np.abs(port - reference) / np.spacing(np.abs(port).astype(np.float32)))
+        assert worst > 5, op  # the cancellation is real: ONNX Runtime errs by several ulps there
+        assert evidence.judge(port, None, None, None).verdict == WITHIN, op
+        assert evidence.judge(own, None, None, None).verdict == WITHIN, op  # and torch's own kernel
+
+
+def test_the_hard_swish_allowance_is_wide_only_where_its_sum_cancels():
+    """Near x = -3 the threshold in ulps of the output is many times what it is at x = 1 (below 16
+    ulps there); a hard swish off by 0.1% near the kink, or with Keras's slope 0.2, is still flagged."""
+    x = np.array([-2.95, 1.0, 2.5], dtype=np.float32)
+    evidence, own = _evidence(_hardswish, x)
+    ulps = evidence.op.model.threshold / np.spacing(np.abs(own))
+    assert ulps[0] > 10 * ulps[1] and ulps[1] < 16
+    off = own.copy()
+    off[0] *= np.float32(1.001)
+    assert evidence.judge(off, None, None, None).verdict != WITHIN
+    keras = (x * np.clip(np.float32(0.2) * x + np.float32(0.5), 0, 1)).astype(np.float32)
+    assert evidence.judge(keras, None, None, None).verdict != WITHIN
+
+
+def test_every_correct_hard_swish_and_sigmoid_formula_is_within_rounding_from_minus_8_to_8():
+    """The three formulas correct kernels compute: ONNX's clip(x * (1/6) + 0.5, 0, 1) (ONNX
+    Runtime), torch's relu6(x + 3) / 6, and relu6(x + 3) times float32(1/6), each judged on 16,385
+    float32 inputs from -8 to 8 (both kinks, the flat parts and the cancellation)."""
+    x = np.linspace(-8, 8, 16385, dtype=np.float32)
+    relu6 = np.minimum(np.maximum(x + np.float32(3), np.float32(0)), np.float32(6))
+    for fn, swish, onnx_runtime in (
+        (_hardswish, x, _onnx_runtime("HardSwish", x)),
+        (_hardsigmoid, np.float32(1), _onnx_runtime("HardSigmoid", x, alpha=1 / 6, beta=0.5)),
+    ):
+        evidence, own = _evidence(fn, x)
+        for port in (onnx_runtime, own, swish * relu6 / np.float32(6), swish * relu6 * np.float32(1 / 6)):
+            assert evidence.judge(port.astype(np.float32), None, None, None).verdict == WITHIN, fn.__name__
