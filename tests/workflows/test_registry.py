@@ -71,7 +71,8 @@ def _cases():
 def test_every_impl_runs_with_right_shape_dtype_and_within_bound(op_name, condition, dtype, compiled):
     """At the op's test size: the right shape and dtype, finite, and within the bound in float32 and
     float64, for every implementation but the deliberately naive (`stable=False`) and the semantic
-    variants (`semantics`), which compute something else."""
+    variants (`semantics`), which compute something else; and bitwise the same on a second call,
+    unless declared `varies_run_to_run`."""
     op = get_op(op_name)
     fmt = get_format(dtype)
     case = Case(op, fmt, op.test_size, condition)
@@ -81,6 +82,8 @@ def test_every_impl_runs_with_right_shape_dtype_and_within_bound(op_name, condit
     for impl in impls:
         result = case.run(impl)
         assert isinstance(result, np.ndarray)
+        if not impl.varies_run_to_run:
+            assert case.run(impl).tobytes() == result.tobytes(), f"{impl.name} changed bits on a second call"
         assert result.dtype == fmt.np_dtype, impl.name
         assert result.shape == (expected if expected is not None else case.exact.shape), impl.name
         assert result.size == case.exact.hi.size  # the reference covers every output element
@@ -91,6 +94,20 @@ def test_every_impl_runs_with_right_shape_dtype_and_within_bound(op_name, condit
         if dtype in ("float32", "float64") and not (impl.semantics or impl.finding):
             ratio = case.measure(impl, result).bound_ratio
             assert np.isnan(ratio) or ratio <= 1.0, (impl.name, ratio)
+
+
+DECLARED_VARYING = [(op.name, impl.name) for op in all_ops() for impl in op.impls if impl.varies_run_to_run]
+
+
+@pytest.mark.parametrize("op_name,impl_name", DECLARED_VARYING)
+def test_an_implementation_declared_non_reproducible_still_changes_bits_from_call_to_call(op_name, impl_name):
+    """A declaration that a newer library made stale would keep its implementation out of the
+    self-test's calibration for nothing: within 50 calls it gives two different results."""
+    op = get_op(op_name)
+    (impl,) = [i for i in op.impls if i.name == impl_name]
+    case = Case(op, get_format(impl.dtypes[0]), op.test_size)
+    first = case.run(impl).tobytes()
+    assert any(case.run(impl).tobytes() != first for _ in range(50)), impl.name
 
 
 @pytest.mark.parametrize("op_name,condition", [(op.name, c) for op in all_ops() for c in op.condition_names()])
