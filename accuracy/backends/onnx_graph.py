@@ -114,15 +114,21 @@ def module_calls_of(node_name: str, modules: set[str]) -> list[tuple[str, int]]:
     outermost first, up to the first segment that names no module; [] outside any module.
 
     Scope segments name a child by its attribute name, or a Sequential's child by the Sequential's
-    name and its index (`layer1.0`, `downsample.0`); a trailing `_N` is the module's (N+1)-th call."""
+    name and its index (`layer1.0`, `downsample.0`), nested Sequentials by the outer one's name and
+    both indices (`conv.0.0` under `features.1.conv.0`: torchvision's MobileNets and
+    EfficientNets); a trailing `_N` is the module's (N+1)-th call."""
     segments = node_name.strip("/").split("/")[:-1]  # the last segment is the op
     path, found_calls = "", []
     for segment in segments:
         for name, index in [(segment, 0), *_suffixed(segment)]:
             candidates = [name, f"{path}.{name}" if path else name]
-            last = path.rpartition(".")[2]
-            if path and name.startswith(last + "."):  # a Sequential's child: `downsample.0` under `...downsample`
-                candidates.append(path + name[len(last) :])
+            head, dot, indices = name.partition(".")
+            ancestor = path
+            while dot and ancestor:  # a Sequential's child: `downsample.0` under `...downsample`
+                if ancestor.rpartition(".")[2] == head:
+                    candidates.append(f"{ancestor}.{indices}")
+                    break
+                ancestor = ancestor.rpartition(".")[0]
             found = next((c for c in candidates if c in modules and (not path or c.startswith(path))), None)
             if found:
                 path = found

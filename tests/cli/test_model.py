@@ -25,6 +25,7 @@ from accuracy.judge.precision import TF32
 from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.ports import build_port
 from accuracy.workflows.model.ports.torch_variants import TorchPort
 from accuracy.workflows.model.sweep import evaluate_ports, run_model
 from accuracy.workflows.model.trace import load_model, model_inputs, record, run_reference
@@ -329,6 +330,14 @@ def test_onnx_node_names_map_to_module_calls():
         ("layer1.0.relu", 1),
     ]
     assert module_calls_of("/Flatten", modules) == []
+    # nested Sequentials name the grandchild by the outer one's name and both indices: torchvision's
+    # MobileNetV2 (`features.1.conv.0.0`) and EfficientNet (`features.1.0.block.0.0`); their convs
+    # were found as none, and judged in the unit of the layer before them
+    nested = {"features", "features.1", "features.1.conv", "features.1.conv.0", "features.1.conv.0.0"}
+    nested |= {"features.1.0", "features.1.0.block", "features.1.0.block.0", "features.1.0.block.0.0"}
+    assert module_call_of("/features/features.1/conv/conv.0/conv.0.0/Conv", nested) == ("features.1.conv.0.0", 0)
+    efficientnet = "/features/features.1/features.1.0/block/block.0/block.0.0/Conv"
+    assert module_call_of(efficientnet, nested) == ("features.1.0.block.0.0", 0)
 
 
 def testdynamo_exported_nodes_map_to_module_calls_at_every_level():
@@ -388,3 +397,29 @@ def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[2])
     report = run_model("tests.cli.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
     assert report.within_rounding and report.ports[0]["compared"] == 1
+
+
+def test_a_layer_whose_onnx_nodes_are_not_found_is_not_compared_rather_than_judged_with_the_one_before(monkeypatch):
+    """A depthwise conv whose ONNX nodes the name mapping missed joined the unit of the ReLU6
+    before it (same shape, fed by it), as a BatchNorm folded into its Conv does; the unit's
+    reference then ran one layer further than its ONNX output: stock MobileNetV2 and EfficientNet
+    were flagged beyond rounding at 5e7 and 4e8 times the threshold against ONNX Runtime. A layer
+    joins the unit before it only where the unit's ONNX output is its output."""
+    from accuracy.backends import onnx_graph
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6(inplace=True),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU6(inplace=True),
+    ).eval()  # fmt: skip
+    groups = onnx_graph.Graph.groups
+    monkeypatch.setattr(onnx_graph.Graph, "groups", lambda g, m: {k: v for k, v in groups(g, m).items() if k[0] != "3"})
+    inputs = {"input": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    calls, _ = run_reference(model, inputs, "the test's inputs")
+    (port,), absent = evaluate_ports([build_port("onnxruntime-noopt", model, inputs)], model, inputs, calls)
+    assert absent == []
+    rows = {row["path"]: row for row in port["layers"]}
+    assert rows["0"]["covers"] == ["0", "1"] and rows["0"]["verdict"] == WITHIN  # BatchNorm folded: one unit
+    assert rows["2"]["covers"] == ["2"] and rows["2"]["verdict"] == WITHIN
+    assert rows["3"]["verdict"] == NOT_COMPARED and "no ONNX node computes it" in rows["3"]["reason"]
+    assert port["flagged"] == 0

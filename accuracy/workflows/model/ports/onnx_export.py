@@ -59,6 +59,7 @@ class OnnxPort(Port):
                 and not previous.reason
                 and call.producers == [previous.last]
                 and call.output.shape == previous.calls[-1].output.shape
+                and self._computes(previous, call)
             ):
                 previous.calls.append(call)  # folded into the node before it
                 continue
@@ -68,6 +69,13 @@ class OnnxPort(Port):
             if call.leaf:
                 previous = unit
         return units
+
+    def _computes(self, unit: Unit, call: LayerCall) -> bool:
+        """Whether `unit`'s ONNX output is `call`'s, folded in (a BatchNorm into the Conv before
+        it), rather than the unit's own last layer's: a layer whose nodes were not found by name
+        joined the unit before it, which was then judged against a reference one layer further on."""
+        gives = self.values[unit.detail["gives"]]
+        return _distance(gives, to_numpy(call.output)) <= _distance(gives, to_numpy(unit.calls[-1].output))
 
     def _closest(self, name: str, tensors: list, among: list[int]) -> int | None:
         """Which of `tensors` (by index, of those `among`) the graph's value `name` is: of the same
