@@ -69,6 +69,16 @@ def _np_conv1d(ns, x, w, b):
     return ns.einsum("bclk,ock->bol", windows, w) + b[None, :, None]
 
 
+def _from_the_bias(conv, x, w, b):
+    """`conv` summed from the bias (linear's `_linear_from_the_bias`): a first input channel of
+    ones, whose kernel holds the bias at its first tap and zeros elsewhere (exact terms)."""
+    ones = np.ones((x.shape[0], 1, *x.shape[2:]))
+    first_tap = np.zeros((1, 1, *w.shape[2:]))
+    first_tap[(0, 0, *(0 for _ in w.shape[2:]))] = 1.0
+    kernel = b.reshape(-1, *(1 for _ in w.shape[1:])) * first_tap
+    return conv(np, np.concatenate([ones, x], axis=1), np.concatenate([kernel, w], axis=1), b * 0.0)
+
+
 def _direct_conv(x, w, b):
     """Cross-correlation by its definition, any number of spatial axes: each output is b[o] plus the
     sum over channels and kernel offsets of w * the input at position + offset (the oracle)."""
@@ -94,6 +104,7 @@ CONV1D = OpInfo(
     generate=_conv1d_inputs,
     exact=_conv1d_exact,
     fp64=lambda x, w, b: _np_conv1d(np, x, w, b),
+    working=lambda x, w, b: _from_the_bias(_np_conv1d, x, w, b),
     bound=_conv1d_bound,
     bound_doc="gamma_{cin*k+1} * (|w| * |x| + |b|): each output is one dot product",
     impls=(
@@ -166,6 +177,7 @@ CONV2D = OpInfo(
     generate=_conv2d_inputs,
     exact=_conv2d_exact,
     fp64=lambda x, w, b: _np_conv2d(np, x, w, b),
+    working=lambda x, w, b: _from_the_bias(_np_conv2d, x, w, b),
     bound=_conv2d_bound,
     bound_doc="gamma_{cin*k*k+1} * (|w| * |x| + |b|): each output is one dot product (im2col + exact product)",
     impls=(
