@@ -77,6 +77,8 @@ EXACT_OPS = {
 }
 SUMS = {"sum", "mean"}
 CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "convolution", "_convolution"}
+
+
 # pointwise kernels that compute a formula whose steps cancel: GELU's 1 + erf(x / sqrt 2) (or
 # 1 + tanh(...)) for negative x, where one ulp of erf's result is many ulps of the output (16 at
 # x = -1.9, ~1000 at -3). One rounding of the result would miss what every correct kernel (torch's,
@@ -84,8 +86,22 @@ CONTRACTIONS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "
 # The hard sigmoid and hard swish are modelled as ONNX defines them, clip(x * (1/6) + 0.5, 0, 1)
 # (ONNX Runtime's and OpenVINO's kernels): near x = -3 its sum cancels (x * (1/6)'s rounding is ~15
 # ulps of the result at x = -2.9), where torch's relu6(x + 3) / 6 is exact. Both are correct kernels,
-# so the wider of the two is the one modelled.
-FORMULA_OPS = {"gelu", "hardswish", "hardswish_", "hardsigmoid", "hardsigmoid_"}
+# so the wider of the two is the one modelled (their ops run as ONNX_FORMULAS, not torch's decomposition).
+def _hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(x * (1 / 6) + 0.5, 0.0, 1.0)
+
+
+def _hard_swish(x: torch.Tensor) -> torch.Tensor:
+    return x * _hard_sigmoid(x)
+
+
+ONNX_FORMULAS: dict[Any, Callable[[torch.Tensor], torch.Tensor]] = {
+    torch.ops.aten.hardsigmoid.default: _hard_sigmoid,
+    torch.ops.aten.hardswish.default: _hard_swish,
+    torch.ops.aten.hardsigmoid_.default: lambda x: x.copy_(_hard_sigmoid(x)),
+    torch.ops.aten.hardswish_.default: lambda x: x.copy_(_hard_swish(x)),
+}
+FORMULA_OPS = {"gelu", *(op.overloadpacket.__name__ for op in ONNX_FORMULAS)}
 MOVING_OPS = {
     "cat",
     "stack",
@@ -305,22 +321,6 @@ def _decomposition(func: Any) -> Callable[..., Any] | None:
     if func is torch.ops.prims.var.default:
         return _two_pass_variance
     return ONNX_FORMULAS.get(func) or decomposition_table.get(func)
-
-
-def _hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return torch.clamp(x * (1 / 6) + 0.5, 0.0, 1.0)
-
-
-def _hard_swish(x: torch.Tensor) -> torch.Tensor:
-    return x * _hard_sigmoid(x)
-
-
-ONNX_FORMULAS: dict[Any, Callable[[torch.Tensor], torch.Tensor]] = {
-    torch.ops.aten.hardsigmoid.default: _hard_sigmoid,
-    torch.ops.aten.hardswish.default: _hard_swish,
-    torch.ops.aten.hardsigmoid_.default: lambda x: x.copy_(_hard_sigmoid(x)),
-    torch.ops.aten.hardswish_.default: lambda x: x.copy_(_hard_swish(x)),
-}
 
 
 def _two_pass_variance(
