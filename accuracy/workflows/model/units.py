@@ -99,6 +99,12 @@ def registry_case(unit: Unit, inputs: list[np.ndarray], fmt: FloatFormat):
     return entry, named
 
 
+def _modules(unit: Unit, fmt: FloatFormat, dtype) -> list:
+    """Copies of the unit's modules, their parameters rounded to `fmt` (the port's own), then held
+    in `dtype`: the copy is ours, so it is converted in place."""
+    return [converted(c.module, torch_dtype(fmt)).to(dtype) for c in unit.calls]
+
+
 def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
     """The unit as a torch function of its floating inputs (in0, in1, ...), for check --fn: in
     the dtype it is called with, its parameters rounded to `fmt` (the port's own parameters)."""
@@ -107,8 +113,8 @@ def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
     cache: dict = {}
 
     def modules(dtype):
-        if dtype not in cache:  # the copy in `fmt` is ours: converted to `dtype` in place
-            cache[dtype] = [converted(c.module, torch_dtype(fmt)).to(dtype) for c in unit.calls]
+        if dtype not in cache:
+            cache[dtype] = _modules(unit, fmt, dtype)
         return cache[dtype]
 
     fixed = [None if t.is_floating_point() else t for t in inputs]
@@ -157,7 +163,7 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
     """The unit in float64 with its parameters rounded to `fmt`, on `inputs`."""
     import torch
 
-    modules = [converted(c.module, torch_dtype(fmt)).to(torch.float64) for c in unit.calls]
+    modules = _modules(unit, fmt, torch.float64)
     with torch.no_grad(), float64_throughout():
         return to_numpy(
             run_calls(
