@@ -306,7 +306,7 @@ def test_stock_mobilenets_against_onnx_runtime_compare_every_layer_and_flag_noth
     follow: MobileNetV3-Small compared 120 of its 205 units at half width, and MobileNetV2's first
     depthwise conv joined the ReLU6 unit before it, flagged beyond rounding at 5e7 times the
     threshold against a correct ONNX Runtime."""
-    (tmp_path / "tv.py").write_text(
+    (tmp_path / "mobilenets.py").write_text(  # its own module name: `tv` is the test above's, imported once
         "import torch, torchvision\n\n\ndef v2():\n    torch.manual_seed(0)\n"
         "    return torchvision.models.mobilenet_v2(weights=None, width_mult=0.25)\n\n\n"
         "def v3():\n    torch.manual_seed(0)\n"
@@ -315,7 +315,7 @@ def test_stock_mobilenets_against_onnx_runtime_compare_every_layer_and_flag_noth
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     for factory, compared, not_compared in (("v2", 159, ["classifier.0"]), ("v3", 173, [])):
-        report = run_model(f"tv:{factory}", "x=1x3x32x32", ["onnxruntime"])
+        report = run_model(f"mobilenets:{factory}", "x=1x3x32x32", ["onnxruntime"])
         (port,) = report.ports
         assert [r["path"] for r in port["layers"] if r["verdict"] == "not compared"] == not_compared, factory
         assert port["compared"] == compared and port["flagged"] == 0 and report.within_rounding, factory
