@@ -152,7 +152,7 @@ def summarize(paths: list[Path], bench: str | None = None, *, verbose: bool = Fa
     import re
 
     from accuracy.judge.metric_table import BY_NAME
-    from accuracy.judge.verdicts import VERDICTS
+    from accuracy.judge.verdicts import OP_VERDICTS
 
     tier_track = BY_NAME["verdict_tier"].track
     failed, not_run, tiers = [], {}, []
@@ -176,7 +176,7 @@ def summarize(paths: list[Path], bench: str | None = None, *, verbose: bool = Fa
                     unselected += missing
             if name.endswith(f".{tier_track}"):
                 tiers += [int(v) for v in values if v is not None and not math.isnan(v)]
-    counts = ", ".join(f"{tiers.count(tier)} {verdict}" for tier, verdict in enumerate(VERDICTS))
+    counts = ", ".join(f"{tiers.count(tier)} {verdict}" for tier, verdict in enumerate(OP_VERDICTS))
     lines = [f"accuracy cases by verdict: {counts}"]
     if not_run:
         why = [

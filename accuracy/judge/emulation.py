@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge import kernels
 
 CARRIER = np.longdouble
 _INPUT = "input"  # memo entries holding the runs' shared inputs in CARRIER, by their id
@@ -107,6 +108,10 @@ class _Context:
         if self.mode == "nearest":
             return self.fmt.round(array.astype(np.float64)).astype(CARRIER)
         width = 0.5 if ufunc is None or ufunc in _IEEE_UFUNCS else LIBM_ULPS
+        absolute = kernels.absolute_error(ufunc.__name__) if ufunc is not None else 0.0
+        if absolute:  # a kernel's approximation of bounded absolute error (accuracy.judge.kernels)
+            half = np.maximum(width * ulp(array, self.fmt), absolute)
+            return array + (self.random.uniform(-1.0, 1.0, np.shape(array)) * half).astype(CARRIER)
         return array + self.noise(array, width).astype(CARRIER)
 
     def to_storage(self, values: ArrayLike) -> np.ndarray:

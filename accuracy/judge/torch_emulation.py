@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from accuracy.core.dtypes import FORMATS, FloatFormat, ulp
+from accuracy.judge import kernels
 from accuracy.judge.emulation import LIBM_ULPS, ROUNDING_VARIANCE, recursive_sum_variance
 from accuracy.judge.precision import LOW_PRECISION
 
@@ -204,11 +205,12 @@ class _Rounding(_EagerMode):
                 variance = variance + 2 * ROUNDING_VARIANCE * self.products.u**2 * squares64
         return variance, scale
 
-    def _decomposed(self, decomposition: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
-        """A fused kernel run as its decomposition, back through this mode."""
+    def _decomposed(self, name: str, decomposition: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+        """A fused kernel run as its decomposition, back through this mode: its steps are the
+        kernel's own (accuracy.judge.kernels.inside)."""
         self._fused += 1
         try:
-            with self:
+            with self, kernels.inside(name):
                 return decomposition(*args, **kwargs)
         finally:
             self._fused -= 1
@@ -233,9 +235,10 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         self.sums: list[tuple[Any, np.ndarray, int]] = [] if sums is None else sums
         self._nth = 0
 
-    def _uniform(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
+    def _uniform(self, t: torch.Tensor, half_width: float, fmt: FloatFormat, absolute: float = 0.0) -> torch.Tensor:
         """`t` rounded once: an error uniform in +-half_width ulp of the value the first run had at
-        the same place (the runs' values differ by O(u): the same ulp but within u of a power of 2)."""
+        the same place (the runs' values differ by O(u): the same ulp but within u of a power of 2),
+        or in +-`absolute` where that is wider (a kernel's approximation, accuracy.judge.kernels)."""
         values = t.detach().numpy()
         self.roundings += values.size
         place, self._nth = self._nth, self._nth + 1
@@ -245,7 +248,10 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
             spacing = ulp(values, fmt)
             if place == len(self.sums):
                 self.sums.append(((fmt.name, values.shape), spacing, 0))
-        noise = self.rng.uniform(-half_width, half_width, values.shape) * spacing
+        if absolute:
+            noise = self.rng.uniform(-1.0, 1.0, values.shape) * np.maximum(half_width * spacing, absolute)
+        else:
+            noise = self.rng.uniform(-half_width, half_width, values.shape) * spacing
         return t + torch.from_numpy(noise).to(t.dtype)
 
     def _stored(self, t: torch.Tensor) -> torch.Tensor:
@@ -276,7 +282,7 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         fused = _fused_kernel(func, name)
         decomposition = _decomposition(func) if fused else None
         if decomposition is not None:
-            return _floats(self._decomposed(decomposition, args, kwargs), self._stored)
+            return _floats(self._decomposed(name, decomposition, args, kwargs), self._stored)
         out = func(*args, **kwargs)
         if not (isinstance(out, torch.Tensor) and out.is_floating_point()) and name in SUMS:
             return out
@@ -287,12 +293,18 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         else:
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
-        return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute)))
+        absolute = kernels.absolute_error(name)
+        return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute, absolute)))
+
+
+def _formula(name: str) -> bool:
+    """Whether the op runs as a formula kernel (FORMULA_OPS), or through an approximation in force."""
+    return name in FORMULA_OPS or kernels.expanded(name)
 
 
 def _fused_kernel(func: Any, name: str) -> bool:
     """Whether `func` is modelled as the ops of its decomposition rather than as one rounding."""
-    return name in FORMULA_OPS or not (
+    return _formula(name) or not (
         name in SUMS or name in CONTRACTIONS or name in IEEE_OPS or torch.Tag.pointwise in func.tags
     )
 
@@ -463,10 +475,12 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         self._count += 1
         return frozenset({self._count})
 
-    def _uniform_second(self, t: torch.Tensor, half_width: float, fmt: FloatFormat) -> torch.Tensor:
-        """E[d**2] of one rounding uniform in +-half_width ulp: (half_width ulp)**2 / 3."""
+    def _uniform_second(
+        self, t: torch.Tensor, half_width: float, fmt: FloatFormat, absolute: float = 0.0
+    ) -> torch.Tensor:
+        """E[d**2] of one rounding uniform in +-half_width ulp (or +-`absolute` where wider): its half-width**2 / 3."""
         self.roundings += t.numel()
-        return torch.from_numpy((half_width * ulp(t.detach().numpy(), fmt)) ** 2 / 3)
+        return torch.from_numpy(np.maximum(half_width * ulp(t.detach().numpy(), fmt), absolute) ** 2 / 3)
 
     def _give(
         self,
@@ -497,10 +511,10 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
             return self._moved(func, name, leaves, spec, noisy, out) if noisy and name not in VALUE_FREE else out
         fused = _fused_kernel(func, name)
         decomposition = _decomposition(func) if fused else None
-        if decomposition is not None and name in FORMULA_OPS and noisy:
+        if decomposition is not None and _formula(name) and noisy:
             return self._formula_through(func, decomposition, leaves, spec, noisy)
         if decomposition is not None:
-            result = self._decomposed(decomposition, args, kwargs)
+            result = self._decomposed(name, decomposition, args, kwargs)
             return _floats(result, lambda t: self._give(t, *self._held(t)))
         out = func(*args, **kwargs)
         if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
@@ -519,7 +533,7 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
         second, independent, sources = self._pointwise_through(func, leaves, spec, noisy, out)
-        local = self._uniform_second(out, width, self.compute)
+        local = self._uniform_second(out, width, self.compute, kernels.absolute_error(name))
         total = local if second is None else second + local
         centred = all(s.centred for i in noisy if (s := _spread_of(leaves[i])) is not None)
         return self._give(out, total, independent, sources | self._new_source(), centred)
@@ -533,7 +547,7 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         its steps (x and erf(x / sqrt 2)), which the first-order model cannot follow."""
         clean = [leaf.view(leaf.shape) if i in noisy else leaf for i, leaf in enumerate(leaves)]
         a, k = tree_unflatten(clean, spec)
-        out = self._decomposed(decomposition, a, k)
+        out = self._decomposed(func.overloadpacket.__name__, decomposition, a, k)
         local, _, own_sources, _ = self._held(out)
         second, independent, sources = self._pointwise_through(func, leaves, spec, noisy, out)
         total = second if local is None else local if second is None else second + local

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge import kernels
 from accuracy.judge.emulation import emulate
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
@@ -47,7 +48,7 @@ RANDOM_RUNS = 64
 # thresholds, mostly stop at 8 runs (docs/verdicts.md, "Monte Carlo runs in stages").
 RUN_STAGES = (8, 16, 32, RANDOM_RUNS)
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
-MODEL_VERSION = 5  # bump when the emulation or the threshold changes: cached models are keyed by it
+MODEL_VERSION = 6  # bump when the emulation or the threshold changes: cached models are keyed by it
 
 
 @dataclass(frozen=True)
@@ -179,12 +180,13 @@ def cached_typical_model(
     process, and the model (64 emulated runs) is the same for all of them."""
 
     def compute_model() -> Exact:
-        model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
+        with kernels.inside(op.name):  # the op's kernel: the approximations its steps may use
+            model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
         if model is None:
             raise _NotEmulable
         return Exact(model.scale, model.threshold)
 
-    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}"
+    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}:kernels-{kernels.key()}"
     try:
         stored = refcache.cached(refcache.cache_key(name, op.version, storage.name, inputs64), compute_model)
     except _NotEmulable:

@@ -6,7 +6,10 @@
 - `suspicious`: inside the worst-case bound but atypically large;
 - `beyond rounding`: outside the worst-case bound, outside the contract, non-finite where the
   exact value is finite, or a declared semantic variant (it computes something else);
-- `undetermined`: no valid worst-case bound at this size and precision.
+- `undetermined`: no valid worst-case bound at this size and precision;
+- `runtime limit` (model units only): not within rounding, but within it once a declared finding
+  of the runtime that computed it is modelled (accuracy.catalog.runtime_limits): the runtime's
+  known limit, not the port's bug.
 
 `Evidence.judge` is the one judge, whatever the subject: a registry op (the registry's generated
 cases, `check OP` on a user's arrays, a model unit that is a registry op), a function with no
@@ -43,6 +46,12 @@ class Verdict(StrEnum):
     SUSPICIOUS = "suspicious"
     BEYOND = "beyond rounding"
     UNDETERMINED = "undetermined"
+    RUNTIME_LIMIT = "runtime limit"
+
+    @property
+    def accepted(self) -> bool:
+        """Not the port's or the implementation's fault: within rounding, or its runtime's known limit."""
+        return self in (Verdict.WITHIN, Verdict.RUNTIME_LIMIT)
 
     @property
     def tier(self) -> int:
@@ -54,8 +63,9 @@ class Verdict(StrEnum):
         return VERDICTS[int(tier)]
 
 
-WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED = Verdict
+WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED, RUNTIME_LIMIT = Verdict
 VERDICTS = tuple(Verdict)  # the index is the asv tier (lower is better)
+OP_VERDICTS = (WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED)  # what an op's output gets: the asv tracks' tiers
 NAN = float("nan")
 
 

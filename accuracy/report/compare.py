@@ -36,7 +36,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.fingerprints import read_load
 from accuracy.core.json_output import json_ready
 from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
-from accuracy.judge.verdicts import VERDICTS, WITHIN, Verdict, bound_verdict
+from accuracy.judge.verdicts import OP_VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
 from accuracy.report.load import load_results, param_columns
@@ -60,7 +60,7 @@ IDENTICAL, NOT_REPRODUCIBLE, NO_DIGEST = "bitwise identical", "not reproducible"
 CHANGED_BITS = ("changed within rounding", "changed, suspicious", "changed beyond rounding", "changed, undetermined")
 # row verdicts, worst first; leaving within rounding, failing and slower make the upgrade NOT SAFE
 FAILING, SLOWER = "newly failing", "slower"
-LEFT_WITHIN = tuple(f"now {v}" for v in VERDICTS if v != WITHIN)  # now suspicious / beyond / undetermined
+LEFT_WITHIN = tuple(f"now {v}" for v in OP_VERDICTS if v != WITHIN)  # now suspicious / beyond / undetermined
 TIME_INCONCLUSIVE, NOW_WITHIN, FASTER = "speed inconclusive", f"now {WITHIN}", "faster"
 CHANGED_WITHIN, STILL_OUTSIDE, UNCHANGED = CHANGED_BITS[0], f"changed, still not {WITHIN}", "unchanged"
 BAD = frozenset({*LEFT_WITHIN, FAILING, SLOWER})

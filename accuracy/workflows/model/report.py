@@ -15,7 +15,7 @@ import numpy as np
 from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, WITHIN, Outcome
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, Outcome, Verdict
 from accuracy.workflows.check import cause_text, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Port
@@ -41,6 +41,7 @@ class UnitRow(TypedDict, total=False):
     propagated: float  # ... at its output
     worst: dict[str, Any]
     cause: dict[str, Any] | None  # {name, words, parameters, verdict, ratio, explains, alternatives}
+    runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
 
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
@@ -67,10 +68,11 @@ class PortFacts:
     description: str
     fmt: Any  # FloatFormat
     products: Any = None  # FloatFormat, or None
+    runtime: str = "torch"  # the library whose kernels computed its units (Port.runtime)
 
     @classmethod
     def of(cls, port: Port) -> PortFacts:
-        return cls(port.name, port.description, port.fmt, port.products)
+        return cls(port.name, port.description, port.fmt, port.products, port.runtime)
 
 
 class PortResult(TypedDict):
@@ -80,6 +82,7 @@ class PortResult(TypedDict):
     first_not_within: str | None
     compared: int
     flagged: int
+    runtime_limits: int  # units not within rounding only by a declared limit of the port's runtime
     not_compared: int
     worst_introduced: float | None
     layers: list[UnitRow]
@@ -108,11 +111,11 @@ class ModelReport:
     @property
     def within_rounding(self) -> bool:
         """Exit 0 only if some port ran, every port compared some layer, every compared layer is
-        within rounding and no port's end-to-end error is beyond rounding."""
+        within rounding (or its runtime's declared limit) and no port's end-to-end error is beyond rounding."""
         return bool(self.ports) and all(
             p["compared"] > 0
             and p["end_to_end"]["verdict"] != BEYOND
-            and all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in p["layers"])
+            and all(r["verdict"] in (WITHIN, RUNTIME_LIMIT, NOT_COMPARED) for r in p["layers"])
             for p in self.ports
         )
 
@@ -164,6 +167,11 @@ class ModelReport:
                 head = (
                     f"every compared layer within rounding, but end to end beyond rounding: {end['reason']} ({counts})"
                 )
+            elif p.get("runtime_limits"):
+                head = (
+                    f"no layer flagged: {p['runtime_limits']} at its runtime's known limit (listed apart), the others "
+                    f"within rounding ({counts})"
+                )
             else:
                 head = f"every compared layer within rounding ({counts})"
             out = p["output"]
@@ -174,12 +182,30 @@ class ModelReport:
                 for i in p.get("inputs", [])
                 if i["verdict"] != WITHIN
             ]
+            lines += runtime_limit_lines(p)
             lines.append(
                 f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
                 f"{number(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
                 f"{number(out['reference_relative_error'])})"
             )
         return lines
+
+
+def runtime_limit_lines(port: PortResult) -> list[str]:
+    """The units a port's runtime's declared limits explain, apart from its flagged ones: one line
+    per limit, naming it and its units (the first three, then how many more)."""
+    by_limit: dict[str, list[str]] = {}
+    for r in port["layers"]:
+        if r["verdict"] == RUNTIME_LIMIT:
+            by_limit.setdefault(r["runtime_limit"], []).append(printable(r["path"]))
+    lines = []
+    for words, paths in by_limit.items():
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        lines.append(
+            f"{printable(port['port'])} [{port['dtype']}]: runtime limit, not flagged: {words}: "
+            f"{', '.join(paths[:3])}{more}"
+        )
+    return lines
 
 
 def cause_cell(cause: dict | None) -> str:
@@ -223,6 +249,8 @@ def _row(unit: Unit, judged: UnitJudgement) -> UnitRow:
     row["tier"], row["introduced"] = judged.tier, judged.introduced
     if judged.cause is not None:
         row["cause"] = judged.cause
+    if judged.runtime_limit is not None:
+        row["runtime_limit"] = judged.runtime_limit
     return row
 
 
@@ -270,7 +298,7 @@ def port_result(
             row["op"] = f"{kinds} ({result.op})"
         layers.append(row | _row(unit, result))
     compared = [r for r in layers if r["verdict"] != NOT_COMPARED]
-    flagged = [r for r in compared if r["verdict"] != WITHIN]
+    flagged = [r for r in compared if not Verdict(r["verdict"]).accepted]
     reference_out = reference64[OUTPUT_KEY]
     output = run.output
     return {
@@ -280,6 +308,7 @@ def port_result(
         "first_not_within": _innermost(layers, flagged, by_key),
         "compared": len(compared),
         "flagged": len(flagged),
+        "runtime_limits": sum(r["verdict"] == RUNTIME_LIMIT for r in compared),
         "not_compared": len(layers) - len(compared),
         "worst_introduced": max((r.get("introduced") or 0.0 for r in compared), default=None),
         "layers": layers,

@@ -36,7 +36,7 @@ from accuracy.workflows.model.ports.onnx_file import OnnxFilePort, read_mapping,
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
-from accuracy.workflows.model.units import Unit, UnitJudgement, judge_unit
+from accuracy.workflows.model.units import Unit, UnitJudgement, as_runtime_limit, judge_unit
 
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
 # and many small float64 kernels run far faster alone than fighting over shared cores.
@@ -262,7 +262,7 @@ def _ports_on_cluster(
             for future in futures:
                 future.cancel()
     with thread_limits([get_backend("torch")], JUDGE_THREADS):
-        _explain_flagged(groups, verdicts, model, calls)
+        _explain_flagged(groups, verdicts, model, calls, _runtimes(runs))
         _explain_mismatched(runs[:done], model, calls)
     with thread_limits([get_backend("torch")], torch.get_num_threads()):
         reports, absent = _results([job.name for job in jobs[:done]], runs[:done], verdicts, model, given, calls)
@@ -389,14 +389,27 @@ class Judging:
         return judge_unit(self.unit, self.tensors, self.fmt, self.by_port, self.products)
 
 
-def _explain_flagged(groups: dict[tuple, tuple], verdicts: dict[tuple[str, str], UnitJudgement], model, calls) -> None:
-    """The known port bugs tried on each flagged unit, in this process: some causes read the model
-    around the unit (another layer's bias, the shape before a flatten), which no work item carries."""
+def _runtimes(runs: Sequence[PortRun | str]) -> dict[str, str]:
+    """Each port's runtime (Port.runtime), by label."""
+    return {run.facts.name: run.facts.runtime for run in runs if isinstance(run, PortRun)}
+
+
+def _explain_flagged(
+    groups: dict[tuple, tuple], verdicts: dict[tuple[str, str], UnitJudgement], model, calls, runtimes: dict[str, str]
+) -> None:
+    """Each flagged unit, in this process: first its port's runtime's declared limits, then the
+    known port bugs (some causes read the model around the unit: another layer's bias, the shape
+    before a flatten, which no work item carries)."""
     modules = dict(model.named_modules())
     for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
         for label, output in by_port.items():
             result = verdicts.get((label, covers[0]))
             if result is not None and result.judgement.verdict != WITHIN:
+                runtime = runtimes.get(label, "torch")
+                limited = as_runtime_limit(result, unit, tensors, fmt, label, output, products, runtime)
+                if limited is not None:
+                    verdicts[(label, covers[0])] = limited
+                    continue
                 around = Context(modules, calls, unit.calls[0])
                 verdicts[(label, covers[0])] = replace(
                     result, cause=explain(unit, tensors, fmt, label, output, products, around)
@@ -481,6 +494,6 @@ def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls)
         for (covers, *_), judging in zip(groups, _judgings(groups), strict=True):
             for label, result in judging.judge().items():
                 verdicts[(label, covers[0])] = result
-        _explain_flagged(groups, verdicts, model, calls)
+        _explain_flagged(groups, verdicts, model, calls, _runtimes(runs))
         _explain_mismatched(runs, model, calls)
     return _results(names, list(runs), verdicts, model, given, calls)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge import typical
+from accuracy.judge import kernels, typical
 from accuracy.judge.typical import model_from_scale
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
@@ -68,7 +68,8 @@ def unit_key(
         key.put("default dtype", str(torch.get_default_dtype()))
         key.put(
             "tier",
-            f"{typical.MODEL_VERSION}:{typical.TYPICAL_Z!r}:{typical.RANDOM_RUNS}:{typical.SEED}:{typical.WORST_MARGIN!r}",
+            f"{typical.MODEL_VERSION}:{typical.TYPICAL_Z!r}:{typical.RANDOM_RUNS}:{typical.SEED}:{typical.WORST_MARGIN!r}"
+            f":kernels-{kernels.key()}",
         )
         key.put("formats", f"{fmt.name}:{None if products is None else products.name}")
         key.put("inputs", str(len(inputs)))

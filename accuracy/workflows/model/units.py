@@ -13,7 +13,7 @@ value of that unit on those inputs:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,8 +21,11 @@ from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.backends.pytorch import torch_dtype
 from accuracy.catalog.module_ops import module_op
 from accuracy.catalog.registry import get_op
+from accuracy.catalog.runtime_limits import limits_of
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge.verdicts import Evidence, ExactLookup, Judgement
+from accuracy.judge import kernels
+from accuracy.judge.error_metrics import rounding_error
+from accuracy.judge.verdicts import RUNTIME_LIMIT, WITHIN, Evidence, ExactLookup, Judgement
 from accuracy.reference.exact import Exact
 from accuracy.workflows.check import Stages, function_evidence, generic_contract, judged_row
 from accuracy.workflows.model.trace import LayerCall, converted, float64_throughout, run_calls
@@ -81,6 +84,7 @@ class UnitJudgement:
     numbers: dict
     introduced: float
     cause: dict | None = None  # for a unit not within rounding: the known port bug that explains it (causes/)
+    runtime_limit: str | None = None  # the port's runtime's declared limit that explains it (RUNTIME_LIMIT)
 
 
 def _param(tensor, fmt: FloatFormat) -> np.ndarray:
@@ -215,6 +219,38 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
     key = unit_key(unit, inputs, fmt, products, reference)
     evidence = cached_function_evidence(key, unit.key, named, fmt, Exact.from_float64(reference), judged, computed)
     return evidence, reference.shape, (TYPICAL_TIER, None, None), reference
+
+
+def _ratio_in_force(unit: Unit, inputs: list, fmt: FloatFormat, output, products) -> float | None:
+    """The output's ratio to the typical threshold with the approximations in force (None: no tier
+    models it). A registry op is held to its tier alone: the op's worst-case bound is what a
+    declared finding says the runtime's kernel leaves."""
+    evidence, shape, (_, op, compute), _ = _evidence(unit, inputs, fmt, products, [output])
+    shaped = np.asarray(output).reshape(shape)
+    if op is None:
+        judged = evidence.judge(shaped)
+        return judged.typical_ratio if judged.verdict == WITHIN else np.inf
+    model = evidence.typical(compute or evidence.bound_for(None)[0])
+    return None if model is None else model.ratio(rounding_error(shaped, evidence.exact, fmt))
+
+
+def as_runtime_limit(
+    judged: UnitJudgement, unit: Unit, inputs: list, fmt: FloatFormat, label: str, output, products, runtime: str
+) -> UnitJudgement | None:
+    """`judged`, a port's unit not within rounding, as its runtime's known limit where one of the
+    runtime's declared limits puts the output within its typical threshold once the limit's error
+    model is in force (accuracy.catalog.runtime_limits); None where none does. The row keeps its
+    numbers against the correct kernels' tier; the reason names the limit and the ratio with it."""
+    for limit in limits_of(runtime):
+        with kernels.using((limit.approximation,)):
+            ratio = _ratio_in_force(unit, inputs, fmt, output, products)
+        if ratio is None or not ratio <= 1.0:
+            continue
+        reason = f"{limit.words}: {ratio:.3g}x the typical threshold with {limit.approximation.kernels} modelled"
+        return replace(
+            judged, judgement=replace(judged.judgement, verdict=RUNTIME_LIMIT, reason=reason), runtime_limit=limit.words
+        )
+    return None
 
 
 def judge_unit(

@@ -14,6 +14,8 @@ from accuracy.workflows.model.units import Unit
 class FilePort(Port):
     """Its units are judged on the inputs the file gives them (the runtime's own), not the reference's."""
 
+    runtime = "unknown"  # the file says nothing of the kernels that wrote it: no runtime's limit applies
+
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays
         self.description = "an activations file"

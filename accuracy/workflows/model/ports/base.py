@@ -47,6 +47,9 @@ class Port:
     description: str  # what runs, in words: the report says it next to the port's name
     fmt: FloatFormat = FLOAT32
     products: FloatFormat | None = None  # the format its matmuls and convolutions round their inputs to (TF32)
+    # the library whose kernels compute its units: its declared limits (catalog/runtime_limits.py)
+    # can explain a unit's excess as the runtime's, not the port's
+    runtime: str = "torch"
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         return leaf_units(calls)

@@ -50,6 +50,7 @@ def _quiet():
 
 class ExecuTorchPort(ConvertedPort):
     converter = "torch.export + executorch.exir"
+    runtime = "executorch"
 
     def __init__(self, name: str, model, inputs, delegate: bool):
         import executorch.version

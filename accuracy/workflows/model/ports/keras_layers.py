@@ -15,6 +15,8 @@ class KerasPort(Port):
     to one key run in the model's order as that layer (a ZeroPadding2D before a Conv2D, a Permute
     before a Flatten)."""
 
+    runtime = "tensorflow"
+
     def __init__(self, name: str, model, mapping: dict[str, str], calls: list[LayerCall], source: str):
         from accuracy.backends import keras_port
 

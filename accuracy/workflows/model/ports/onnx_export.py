@@ -18,6 +18,8 @@ class OnnxPort(Port):
     BatchNorm folded into the Conv before it, a Dropout) joins the unit of the leaf call whose
     output it takes, so the fused node is judged as one unit covering both layers."""
 
+    runtime = "onnxruntime"
+
     def __init__(self, name: str, model, inputs: dict[str, np.ndarray], optimized: bool, exported=None):
         """`exported`: the ONNX model to run (default: `model` exported here)."""
         import onnx

@@ -22,6 +22,7 @@ NOT_NODES = {"Constant", "Parameter", "Result"}
 
 class OpenVinoPort(ConvertedPort):
     converter = "openvino.convert_model"
+    runtime = "openvino"
 
     def __init__(self, name: str, model, inputs: dict[str, np.ndarray], hint: str, fmt: str):
         import openvino
