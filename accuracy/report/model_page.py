@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
 from accuracy.core.json_output import REASON_SUFFIX
+from accuracy.judge.verdicts import NOT_COMPARED, RUNTIME_LIMIT, Verdict
 from accuracy.report.plots import WIDTH, to_png_base64
 from accuracy.workflows.check import cause_text
 from accuracy.workflows.model.report import cause_cell
@@ -39,13 +40,17 @@ def layer_figure(port: dict) -> str | None:
         points = [(i, max(v, TINY)) for i, v in zip(x, values, strict=True) if v is not None and v == v]
         if points:
             ax.plot(*zip(*points, strict=True), style, label=key, markersize=4)
-    flagged = [i for i, r in enumerate(layers) if r["verdict"] not in ("within rounding", "not compared")]
-    for i in flagged:
-        ax.axvline(i, color="tab:red", alpha=0.4)
+    for i, r in enumerate(layers):
+        if r["verdict"] == RUNTIME_LIMIT:  # the runtime's known limit: marked, apart from the flagged
+            ax.axvline(i, color="tab:orange", alpha=0.4, linestyle=":")
+        elif r["verdict"] != NOT_COMPARED and not Verdict(r["verdict"]).accepted:
+            ax.axvline(i, color="tab:red", alpha=0.4)
     ax.set_yscale("log")
     ax.set_xticks(x, [r["path"] for r in layers], rotation=90, fontsize=7)
     ax.set_ylabel("normwise relative error")
-    ax.set_title(f"{port['port']} [{port['dtype']}]: red lines mark layers not within rounding")
+    ax.set_title(
+        f"{port['port']} [{port['dtype']}]: red lines mark layers not within rounding, orange dots its runtime's limits"
+    )
     ax.legend()
     fig.tight_layout()
     return to_png_base64(fig)

@@ -7,7 +7,7 @@ within rounding; `-v`, `--json` and `--html` carry every unit."""
 from __future__ import annotations
 
 from accuracy.core.formatting import format_table, printable
-from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
+from accuracy.judge.verdicts import NOT_COMPARED, RUNTIME_LIMIT, WITHIN
 from accuracy.workflows.check import cause_text
 from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell, number
 
@@ -35,7 +35,7 @@ def _inside(row: UnitRow, layers: list[UnitRow]) -> str:
             inside.append(r)
     if not inside:
         return ""
-    flagged = sum(r["verdict"] not in (WITHIN, NOT_COMPARED) for r in inside)
+    flagged = sum(r["verdict"] not in (WITHIN, RUNTIME_LIMIT, NOT_COMPARED) for r in inside)
     skipped = sum(r["verdict"] == NOT_COMPARED for r in inside)
     return (
         f"{len(inside)} units"
