@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accuracy.catalog.registry import OP_MODULES, Impl, all_ops
+from accuracy.catalog.runtime_limits import RUNTIME_LIMITS
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 
@@ -77,7 +78,27 @@ def render() -> str:
         ]
         table = "\n".join([f"| op | implementation | dtypes | {heading} |", "|---|---|---|---|", *rows])
         parts.append(f"## {title}\n\n{what}\n\n{table if rows else 'None declared.'}\n")
+    parts.append(_runtime_limits())
     return "\n".join(parts)
+
+
+def _runtime_limits() -> str:
+    """The findings that `opbench model` can name as a runtime's limit, with their error models."""
+    rows = [
+        f"| {limit.op} | `{limit.runtime}:{limit.implementation}` | {limit.approximation.function}: "
+        f"\\|error\\| <= {limit.approximation.absolute:g}"
+        + (f", also inside {', '.join(sorted(limit.approximation.expands))}" if limit.approximation.expands else "")
+        + f" | {_cell(limit.words)} |"
+        for limit in RUNTIME_LIMITS
+    ]
+    table = "\n".join(["| op | implementation | error model | what a unit it explains says |", "|---|---|---|---|", *rows])
+    return (
+        "## A runtime's limits (`accuracy/catalog/runtime_limits.py`)\n\n"
+        "Findings with an error model: in `opbench model`, a unit not within rounding that the port's runtime "
+        "computes with such a kernel is `runtime limit`, not flagged, where its output is within the typical tier "
+        "once the model is in force; anything beyond it stays flagged.\n\n"
+        f"{table}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
