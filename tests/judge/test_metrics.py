@@ -30,7 +30,7 @@ from accuracy.judge.error_metrics import (
     ulp_error,
 )
 from accuracy.judge.precision import TF32, format_named
-from accuracy.judge.verdicts import Verdict, bound_verdict
+from accuracy.judge.verdicts import OP_VERDICTS, Verdict, bound_verdict
 from accuracy.reference.exact import Exact
 
 FMT_NAMES = ("float16", "bfloat16", "float32", "float64")
@@ -526,8 +526,12 @@ def test_verdict_is_the_words_users_read():
     """One verdict type: it prints, compares, is saved in JSON and numbered as the asv tier."""
     import json
 
-    assert [str(v) for v in Verdict] == ["within rounding", "suspicious", "beyond rounding", "undetermined"]
-    assert [v.tier for v in Verdict] == [0, 1, 2, 3]
-    assert [Verdict.of_tier(t) for t in (0.0, 1.0, 2.0, 3.0)] == list(Verdict)
+    words = ["within rounding", "suspicious", "beyond rounding", "undetermined", "runtime limit"]
+    assert [str(v) for v in Verdict] == words
+    assert [v.tier for v in Verdict] == [0, 1, 2, 3, 4]
+    assert [Verdict.of_tier(t) for t in (0.0, 1.0, 2.0, 3.0, 4.0)] == list(Verdict)
+    # an op's output (and its asv track) gets one of the first four; a model unit may get the fifth
+    assert [str(v) for v in OP_VERDICTS] == words[:4]
+    assert [v for v in Verdict if v.accepted] == [Verdict.WITHIN, Verdict.RUNTIME_LIMIT]
     assert json.dumps({"v": Verdict.BEYOND}) == '{"v": "beyond rounding"}'
     assert f"{Verdict.SUSPICIOUS}" == "suspicious" and Verdict("undetermined") is Verdict.UNDETERMINED
