@@ -91,7 +91,9 @@ def _runtime_limits() -> str:
         + f" | {_cell(limit.words)} |"
         for limit in RUNTIME_LIMITS
     ]
-    table = "\n".join(["| op | implementation | error model | what a unit it explains says |", "|---|---|---|---|", *rows])
+    table = "\n".join(
+        ["| op | implementation | error model | what a unit it explains says |", "|---|---|---|---|", *rows]
+    )
     return (
         "## A runtime's limits (`accuracy/catalog/runtime_limits.py`)\n\n"
         "Findings with an error model: in `opbench model`, a unit not within rounding that the port's runtime "
