@@ -9,14 +9,13 @@ The models are written here, in a module the test puts on the path, as a user's 
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 from cli_runner import run_main
 from torch import nn
+from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
@@ -122,11 +121,8 @@ def llama_tiny():
 @pytest.fixture
 def user(tmp_path, monkeypatch):
     """The user's module `mymodels` importable from the current directory, as `opbench model` finds it."""
-    (tmp_path / "mymodels.py").write_text(textwrap.dedent(USER_MODELS))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("mymodels", None)
+    with user_module(tmp_path, monkeypatch, "mymodels", USER_MODELS) as directory:
+        yield directory
 
 
 def _x(tmp_path, name="x", shape=(4, 16)):

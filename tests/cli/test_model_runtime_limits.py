@@ -9,13 +9,12 @@ leaves the typical tier by 30-80x. Those units are `runtime limit`, not flagged,
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 
 import numpy as np
 import onnx
 import pytest
 from cli_runner import run_main
+from user_modules import user_module
 
 from accuracy.backends import onnx_graph
 from accuracy.backends.torchvision_import import import_transformers
@@ -67,11 +66,8 @@ def qwen2_gelu():
 @pytest.fixture
 def limits(tmp_path, monkeypatch):
     """The factories importable as `runtime_limit_models`, a module name no other test uses."""
-    (tmp_path / "runtime_limit_models.py").write_text(textwrap.dedent(FACTORIES))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("runtime_limit_models", None)
+    with user_module(tmp_path, monkeypatch, "runtime_limit_models", FACTORIES) as directory:
+        yield directory
 
 
 def _exported(tmp_path, factory: str, inputs: dict[str, np.ndarray]) -> str:

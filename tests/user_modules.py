@@ -1,0 +1,23 @@
+"""A user's own module of model factories, importable from the current directory as `opbench model`
+finds it: the tests write their models as users write them, each under a module name of its own."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def user_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Iterator[Path]:
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.chdir(directory)
+    monkeypatch.syspath_prepend(str(directory))
+    try:
+        yield directory
+    finally:
+        sys.modules.pop(name, None)  # imported once per process: the next test's module is its own
