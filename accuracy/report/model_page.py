@@ -13,6 +13,7 @@ amplified along the way.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -178,7 +179,7 @@ def _row(index: int, row: dict) -> str:
     return f"<tr id='{html.escape(row_id(index, row['path']))}'{flagged}>{''.join(cells)}</tr>"
 
 
-def model_page(report: dict, notes: list[str], derivations: list[str]) -> str:
+def model_page(report: dict, notes: Sequence[str], derivations: Sequence[str] = ()) -> str:
     """The page of a report's --json form: `notes` and `derivations` as ModelReport gives them."""
     shapes = ", ".join(f"{k} {tuple(v)}" for k, v in report["inputs"].items())
     parts = [
@@ -205,7 +206,7 @@ def model_page(report: dict, notes: list[str], derivations: list[str]) -> str:
     return "\n".join(parts)
 
 
-def write_model_page(path: Path | str, report: dict, notes: list[str], derivations: list[str]) -> Path:
+def write_model_page(path: Path | str, report: dict, notes: Sequence[str], derivations: Sequence[str] = ()) -> Path:
     """Atomically, never over an existing file or through a link (a dangling one included)."""
     path = Path(path)
     refuse_symlink(path)

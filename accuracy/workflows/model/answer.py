@@ -125,19 +125,19 @@ def _first_input(port: dict) -> dict | None:
 def _verdict_line(port: dict, label: str) -> str:
     out, end = port["output"], port["end_to_end"]
     output = (
-        f"output {number(out['relative_error'])} from float64 "
-        f"(PyTorch {port['dtype']}'s own: {number(out['reference_relative_error'])})"
+        f"its output {number(out['relative_error'])} from float64 "
+        f"(PyTorch's own: {number(out['reference_relative_error'])})"
     )
-    counts = f"{port['compared']} units compared"
+    counts = f"{port['compared']} of {port['compared'] + port['not_compared']} units compared"
     if port["compared"] == 0:
-        return f"{label}: nothing was compared ({port['not_compared']} units not compared); {output}"
+        return f"{label}: nothing was compared ({counts}); {output}"
     if port["first_not_within"] is not None:
-        return f"{label}: NOT within rounding: {port['flagged']} of {counts} flagged; {output}"
+        return f"{label}: NOT within rounding: {port['flagged']} of {port['compared']} units compared flagged; {output}"
     if end["verdict"] == BEYOND:
-        return f"{label}: NOT within rounding end to end, though all {counts} are; {output}"
+        return f"{label}: every compared layer within rounding, but end to end beyond rounding: {end['reason']}"
     if _first_input(port) is not None:
-        return f"{label}: its input is not the model's; all {counts} within rounding; {output}"
-    return f"{label}: within rounding: all {counts} and its output; {output}"
+        return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
+    return f"{label}: every compared layer within rounding ({counts}), and {output}"
 
 
 def port_answer(port: dict) -> PortAnswer:
