@@ -152,7 +152,7 @@ class ModelReport:
 
     def answers(self) -> list[str]:
         """The answer: the notes, then three lines per port (accuracy.workflows.model.answer)."""
-        return self.notes() + [printable(line) for p in self.ports for line in port_answer(p).lines()]
+        return self.notes() + [clip(printable(line)) for p in self.ports for line in port_answer(p).lines()]
 
     def derivations(self) -> list[str]:
         """The answer in full, per port: the first unit's full reason and worst element, each input
