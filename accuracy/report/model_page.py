@@ -30,7 +30,7 @@ from accuracy.workflows.model.report import cause_cell
 COLUMNS = ("max_ulp", "introduced", "inherited", "propagated")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
 INDENT_EM = 1.5  # a nested unit's layer cell, per level
-LABELLED = 8  # flagged units named on the figure (the first ones in execution order)
+LABELLED = 8  # flagged units named on the figure, at most
 TICKS = 16  # top-level units named under the figure, at most
 COLOURS = {"green": "#1a7f37", "yellow": "#9a6700", "red": "#cf222e", "magenta": "#8250df", "grey": "#6e7781"}
 PLOT = {"green": "tab:green", "yellow": "tab:orange", "red": "tab:red", "magenta": "tab:purple", "grey": "tab:gray"}
@@ -39,10 +39,10 @@ STYLE = (
     "h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.2em 0 .4em}"
     ".answer{border-left:5px solid;padding:.2em .8em;margin:.5em 0;max-width:75em}.answer p{margin:.1em 0}"
     "table{border-collapse:collapse;font-size:13px}th,td{padding:1px 8px;text-align:left;vertical-align:top;"
-    "white-space:nowrap}details[open],td:last-child{white-space:normal}td:last-child{min-width:14em}"
+    "white-space:nowrap}td:last-child{white-space:normal;min-width:10em}"
     "th{position:sticky;top:0;background:#f6f8fa}tr:nth-child(even){background:#f6f8fa}"
-    "td details{max-width:60em}td summary{cursor:pointer;white-space:nowrap}"
-    "tr:target{outline:3px solid #cf222e;background:#fff8c5}.flagged td{font-weight:600}"
+    "td.why{white-space:normal;min-width:12em;max-width:30em}td summary{cursor:pointer}"
+    "tr{scroll-margin-top:4em}tr:target{outline:3px solid #cf222e;background:#fff8c5}.flagged td{font-weight:600}"
     "img{max-width:100%;height:auto}code{background:#f6f8fa;padding:0 .3em}"
     + "".join(f".{name}{{color:{hex_}}}.answer.{name}{{border-color:{hex_}}}" for name, hex_ in COLOURS.items())
 )
@@ -104,16 +104,34 @@ def layer_figure(port: dict) -> str | None:
     ax.set_xlim(-0.5, len(layers) - 0.5)
     ax.set_xlabel(f"depth: the {len(layers)} units in execution order (ticks: top-level modules)", fontsize=8)
     ax.set_ylabel("normwise relative error", fontsize=8)
-    named = flagged[:LABELLED]
+    named = _spread(flagged, layers)
     top = ax.secondary_xaxis("top")
     top.set_xticks(
         [i for i, _ in named], [_short(p) for _, p in named], fontsize=7, color="tab:red", rotation=20, ha="left"
     )
-    more = f", the first {LABELLED} named" if len(flagged) > LABELLED else ""
-    ax.set_title(f"{len(flagged)} flagged (dotted red lines{more})", fontsize=8, loc="right", color="tab:red")
+    ax.set_title(
+        f"{len(flagged)} flagged (dotted red lines), {len(named)} named", fontsize=8, loc="right", color="tab:red"
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
     fig.tight_layout()
     return to_png_base64(fig)
+
+
+def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[int, str]]:
+    """The flagged units to name on the figure: the innermost ones (no flagged unit inside), at
+    most LABELLED, each at least 1/LABELLED of the axis from the last named so that no two names overlap."""
+    parent = {r["path"]: r["parent"] for r in layers}
+    outer = set()
+    for _, path in flagged:
+        up = parent.get(path)
+        while up is not None and up not in outer:
+            outer.add(up)
+            up = parent.get(up)
+    named: list[tuple[int, str]] = []
+    for i, path in flagged:
+        if path not in outer and (not named or i - named[-1][0] >= len(layers) / LABELLED):
+            named.append((i, path))
+    return named[:LABELLED]
 
 
 def _short(path: str, width: int = 28) -> str:
@@ -171,7 +189,8 @@ def _row(index: int, row: dict) -> str:
         f"<td{_indent(row)}>{_cell(' + '.join(row['covers']))}</td>",
         f"<td>{_cell(row['op'])}</td>",
         f"<td class='{style.colour}'>{_cell(row['verdict'])}</td>",
-        f"<td><details><summary>{html.escape(short_reason(row))}</summary>{html.escape(explanation(row))}</details></td>",
+        f"<td class='why'><details><summary>{html.escape(short_reason(row))}</summary>"
+        f"{html.escape(explanation(row))}</details></td>",
         *(f"<td>{_cell(row.get(c), row.get(c + REASON_SUFFIX))}</td>" for c in COLUMNS),
         f"<td>{_cell(cause_cell(row.get('cause')))}</td>",
     ]

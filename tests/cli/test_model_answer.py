@@ -227,16 +227,19 @@ def test_the_page_has_the_answer_first_and_each_rows_full_reason_behind_details(
 
 
 # After load, click the answer's link and record, where --dump-dom sees them, the bottom of the
-# answer block before the click and the flagged row's top and bottom after it, in CSS pixels.
+# answer block before the click, and after it the flagged row's top and bottom and the bottom of
+# the table's header (it stays on top as the table scrolls: the row must not hide under it).
 PROBE = """<script>window.addEventListener("load", () => {
   const answer = document.getElementById("answer").querySelector(".answer").getBoundingClientRect().bottom;
   const link = document.querySelector("#answer a");
   link.click();
   setTimeout(() => {
-    const row = document.getElementById(decodeURIComponent(link.hash.slice(1))).getBoundingClientRect();
+    const target = document.getElementById(decodeURIComponent(link.hash.slice(1)));
+    const row = target.getBoundingClientRect();
+    const header = target.closest("table").querySelector("th").getBoundingClientRect();
     const out = document.createElement("output");
     out.id = "probe";
-    out.textContent = [answer, row.top, row.bottom, innerHeight, scrollY].map(Math.round).join(",");
+    out.textContent = [answer, row.top, row.bottom, innerHeight, header.bottom].map(Math.round).join(",");
     document.body.append(out);
   }, 50);
 });</script>"""
@@ -249,7 +252,7 @@ def test_in_a_browser_the_answer_fits_the_first_screen_and_one_click_shows_the_f
     page.write_text(model_page(flagged.as_dict(), flagged.notes(), flagged.derivations()) + PROBE)
     dom = chromium(tmp_path / "profile", "--window-size=1400,900", "--dump-dom", page.as_uri())
     probe = dom.split('<output id="probe">')[1].split("</output>")[0]
-    answer_bottom, top, bottom, height, _ = map(int, probe.split(","))
+    answer_bottom, top, bottom, height, header = map(int, probe.split(","))
     # headless Chromium's window of 1400x900 leaves a viewport of about 1400x760: held to that
     assert 700 <= height <= 900 and answer_bottom <= height
-    assert 0 <= top < bottom <= height
+    assert 0 < header <= top < bottom <= height

@@ -1,0 +1,99 @@
+"""Measure `opbench model --html` pages (issue 58): per report, the page's size, the seconds to
+write it, and in headless Chromium (a 1400x900 window) the time to first paint and to first
+contentful paint, and the load event, as the page's own Performance API reports them; with
+--screenshots DIR, a PNG of the first screen and one after a click on the answer's unit.
+
+    opbench model accuracy.workflows.model.zoo:decoder_24 --inputs x.npz --activations port=p.safetensors --json > d.json
+    python scripts/measure_model_page.py d.json [more.json ...] [--screenshots docs]
+
+The reports are --json outputs: the page is written from them as `opbench model --html` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from accuracy.report.model_page import model_page
+from accuracy.workflows.model.report import ModelReport
+
+PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const paint = Object.fromEntries(performance.getEntriesByType("paint").map(e => [e.name, e.startTime]));
+  const nav = performance.getEntriesByType("navigation")[0];
+  const out = document.createElement("output");
+  out.id = "probe";
+  out.textContent = JSON.stringify({first_paint_ms: paint["first-paint"],
+    first_contentful_paint_ms: paint["first-contentful-paint"], load_ms: nav.loadEventStart});
+  document.body.append(out);
+}, 100));</script>"""
+CLICK = """<script>window.addEventListener("load", () => document.querySelector("#answer a")?.click());</script>"""
+
+
+def chromium(profile: Path, *args: str) -> str:
+    command = [
+        shutil.which("chromium") or "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def report_of(path: Path) -> ModelReport:
+    data = json.loads(path.read_text())
+    return ModelReport(
+        data["model"],
+        data["mode"],
+        data["inputs"],
+        data["ports"],
+        data["absent_ports"],
+        data["interrupted"],
+        data["ports_not_run"],
+        nonfinite=data["nonfinite"],
+    )
+
+
+def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
+    report = report_of(path)
+    start = time.perf_counter()
+    page = model_page(report.as_dict(), report.notes(), report.derivations())
+    written = time.perf_counter() - start
+    html = folder / f"{path.stem}.html"
+    html.write_text(page)
+    probed = folder / f"{path.stem}_probed.html"
+    probed.write_text(page + PROBE)
+    dom = chromium(folder / "profile", "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
+    timings = json.loads(dom.split('<output id="probe">')[1].split("</output>")[0])
+    units = sum(len(p["layers"]) for p in report.ports)
+    if screenshots:
+        chromium(folder / "profile", f"--screenshot={screenshots / f'model-page-{path.stem}.png'}", html.as_uri())
+        clicked = folder / f"{path.stem}_clicked.html"
+        clicked.write_text(page + CLICK)
+        target = screenshots / f"model-page-{path.stem}-click.png"
+        chromium(folder / "profile", "--virtual-time-budget=2000", f"--screenshot={target}", clicked.as_uri())
+    return {"report": path.name, "units": units, "kib": round(len(page.encode()) / 1024, 1),
+            "write_s": round(written, 2), **{k: round(v) for k, v in timings.items() if v is not None}}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="+", type=Path)
+    parser.add_argument("--screenshots", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in args.reports:
+            print(json.dumps(measure(path, Path(tmp), args.screenshots)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
