@@ -1,9 +1,9 @@
 """Measure `opbench model --html` pages (issue 58): per report, the page's size, the seconds to
 write it, and in headless Chromium (a 1400x900 window) the time to first paint and to first
 contentful paint, and the load event, as the page's own Performance API reports them; with
---screenshots DIR, a PNG of the first screen and one after a click on the answer's unit.
+--screenshots DIR, a PNG of its first screen (model-page-<report>.png).
 
-    opbench model accuracy.workflows.model.zoo:decoder_24 --inputs x.npz --activations port=p.safetensors --json > d.json
+    opbench model accuracy.workflows.model.zoo:decoder_24 --inputs x.npz --port onnxruntime --json > d.json
     python scripts/measure_model_page.py d.json [more.json ...] [--screenshots docs]
 
 The reports are --json outputs: the page is written from them as `opbench model --html` writes it.
@@ -31,7 +31,6 @@ PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
     first_contentful_paint_ms: paint["first-contentful-paint"], load_ms: nav.loadEventStart});
   document.body.append(out);
 }, 100));</script>"""
-CLICK = """<script>window.addEventListener("load", () => document.querySelector("#answer a")?.click());</script>"""
 
 
 def chromium(profile: Path, *args: str) -> str:
@@ -72,15 +71,11 @@ def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
     html.write_text(page)
     probed = folder / f"{path.stem}_probed.html"
     probed.write_text(page + PROBE)
-    dom = chromium(folder / "profile", "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
+    dom = chromium(folder / f"profile-{path.stem}", "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
     timings = json.loads(dom.split('<output id="probe">')[1].split("</output>")[0])
     units = sum(len(p["layers"]) for p in report.ports)
     if screenshots:
         chromium(folder / "profile", f"--screenshot={screenshots / f'model-page-{path.stem}.png'}", html.as_uri())
-        clicked = folder / f"{path.stem}_clicked.html"
-        clicked.write_text(page + CLICK)
-        target = screenshots / f"model-page-{path.stem}-click.png"
-        chromium(folder / "profile", "--virtual-time-budget=2000", f"--screenshot={target}", clicked.as_uri())
     return {"report": path.name, "units": units, "kib": round(len(page.encode()) / 1024, 1),
             "write_s": round(written, 2), **{k: round(v) for k, v in timings.items() if v is not None}}  # fmt: skip
 

@@ -88,8 +88,10 @@ def layer_figure(port: dict) -> str | None:
             if r["verdict"] == verdict and _finite(r.get("introduced"))
         ]
         if points:
+            xs, ys = zip(*points, strict=True)
             ax.scatter(
-                *zip(*points, strict=True),
+                xs,
+                ys,
                 s=46 if style.flagged else 10,
                 marker="D" if style.flagged else "o",
                 color=PLOT[style.colour],
@@ -171,7 +173,7 @@ def _answer(index: int, port: dict, answer: PortAnswer) -> str:
     """A port's three lines; the unit the second names links to its row."""
     where = html.escape(answer.where)
     paths = {r["path"] for r in port["layers"]}
-    if answer.unit in paths:
+    if answer.unit is not None and answer.unit in paths:
         name = html.escape(answer.unit)
         link = f"<a href='#{html.escape(quote(row_id(index, answer.unit)))}'>{name}</a>"
         where = where.replace(name, link, 1)

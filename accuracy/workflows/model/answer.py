@@ -7,11 +7,14 @@ behind `--explain-verdicts` and a collapsed part of the page.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from accuracy.judge.verdicts import BEYOND, ERROR, NO_VERDICT, NOT_COMPARED, SUSPICIOUS, UNDETERMINED, WITHIN
 from accuracy.workflows.check import cause_text
 
+Row = Mapping[str, Any]  # a unit's row or a port's result (UnitRow, PortResult), or its --json form
 LINE = 160  # characters per answer line
 INDENTED = LINE - 2  # the second and third lines, indented under the first
 SHORT = 64  # characters of a row's short reason
@@ -67,14 +70,14 @@ def _headline(text: str) -> str:
     return plain.strip()
 
 
-def ratio(row: dict) -> float | None:
+def ratio(row: Row) -> float | None:
     """The unit's largest ratio to a threshold it is held to (typical tier, worst-case bound):
     how near it comes to being flagged; None where it is held to none (an exact lookup)."""
     ratios = [r for r in (row.get("typical_ratio"), row.get("bound_ratio")) if r is not None and r == r]
     return max(ratios, default=None)
 
 
-def short_reason(row: dict) -> str:
+def short_reason(row: Row) -> str:
     """One short reason per row: the ratio alone for a unit within rounding that has one, else the
     reason's headline."""
     value = ratio(row)
@@ -90,7 +93,7 @@ def cause_words(cause: dict | None) -> str:
     return f"explained by {cause['words']}"
 
 
-def look_closer(row: dict, dtype: str) -> str:
+def look_closer(row: Row, dtype: str) -> str:
     """The one command to look closer at a unit: the registry op it computes, on every
     implementation (`opbench explain`); for any other unit, this run's derivation of its threshold."""
     if row.get("registry_op"):
@@ -118,11 +121,11 @@ class PortAnswer:
         return [self.verdict, f"  {self.where}", f"  {self.why}"]
 
 
-def _first_input(port: dict) -> dict | None:
+def _first_input(port: Row) -> dict | None:
     return next((i for i in port.get("inputs", []) if i["verdict"] != WITHIN), None)
 
 
-def _verdict_line(port: dict, label: str) -> str:
+def _verdict_line(port: Row, label: str) -> str:
     out, end = port["output"], port["end_to_end"]
     output = (
         f"its output {number(out['relative_error'])} from float64 "
@@ -140,7 +143,7 @@ def _verdict_line(port: dict, label: str) -> str:
     return f"{label}: every compared layer within rounding ({counts}), and {output}"
 
 
-def port_answer(port: dict) -> PortAnswer:
+def port_answer(port: Row) -> PortAnswer:
     """The three lines of one port, from its result (`PortResult`, or its --json form)."""
     label = f"{port['port']} [{port['dtype']}]"
     verdict = clip(_verdict_line(port, label))
@@ -185,6 +188,6 @@ def _why(cause: dict | None, command: str) -> str:
     return f"cause: {words}{tail}"
 
 
-def explanation(row: dict) -> str:
+def explanation(row: Row) -> str:
     """A unit's full reason: its cause in words and how its threshold is derived (--explain-verdicts, the page)."""
     return cause_text(row.get("cause")) + row["reason"]
