@@ -271,30 +271,29 @@ def decoder(**bug) -> nn.Module:
 
 
 def decoder_24(**bug) -> nn.Module:
-    """`decoder` 24 layers deep (314 units): the model page is measured on it (docs/models.md)."""
+    """`decoder` 24 layers deep (313 units): the model page is measured on it (docs/models.md)."""
     return decoder(depth=24, **bug)
 
 
+# transformers' decoders from a tiny config (GQA: 4 heads, 2 key/value heads), random weights
+TINY_DECODER = {
+    "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 64,
+}  # fmt: skip
+
+
 def qwen2_tiny() -> nn.Module:
-    """transformers' Qwen2ForCausalLM from a tiny config (GQA: 4 heads, 2 key/value heads), random weights."""
+    """transformers' Qwen2ForCausalLM (its units under `model.`, as users load it) from TINY_DECODER."""
     transformers = import_transformers()
     torch.manual_seed(SEED)
-    config = transformers.Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return transformers.Qwen2ForCausalLM(config).eval()
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY_DECODER)).eval()
 
 
 def llama_tiny() -> nn.Module:
-    """transformers' LlamaModel from a tiny config (GQA: 4 heads, 2 key/value heads), random weights."""
+    """transformers' LlamaModel from TINY_DECODER."""
     transformers = import_transformers()
     torch.manual_seed(SEED)
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return transformers.LlamaModel(config).eval()
+    return transformers.LlamaModel(transformers.LlamaConfig(**TINY_DECODER)).eval()
 
 
 def llama_padded() -> nn.Module:
