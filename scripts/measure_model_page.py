@@ -1,6 +1,7 @@
 """Measure `opbench model --html` pages (issue 58): per report, the page's size, the seconds to
 write it, and in headless Chromium (a 1400x900 window) the time to first paint and to first
-contentful paint, and the load event, as the page's own Performance API reports them; with
+contentful paint, and the load event, as the page's own Performance API reports them, where the
+answer block ends, and where the row the answer names is before and after a click on its name; with
 --screenshots DIR, a PNG of its first screen (model-page-<report>.png).
 
     opbench model accuracy.workflows.model.zoo:decoder_24 --inputs x.npz --port onnxruntime --json > d.json
@@ -25,11 +26,23 @@ from accuracy.workflows.model.report import ModelReport
 PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
   const paint = Object.fromEntries(performance.getEntriesByType("paint").map(e => [e.name, e.startTime]));
   const nav = performance.getEntriesByType("navigation")[0];
-  const out = document.createElement("output");
-  out.id = "probe";
-  out.textContent = JSON.stringify({first_paint_ms: paint["first-paint"],
-    first_contentful_paint_ms: paint["first-contentful-paint"], load_ms: nav.loadEventStart});
-  document.body.append(out);
+  const answer = document.querySelector("#answer .answer").getBoundingClientRect().bottom;
+  const link = document.querySelector("#answer a");
+  let before = null;
+  if (link) {
+    before = document.getElementById(decodeURIComponent(link.hash.slice(1))).getBoundingClientRect().top;
+    link.click();
+  }
+  setTimeout(() => {
+    const row = link && document.getElementById(decodeURIComponent(link.hash.slice(1))).getBoundingClientRect();
+    const out = document.createElement("output");
+    out.id = "probe";
+    out.textContent = JSON.stringify({first_paint_ms: paint["first-paint"],
+      first_contentful_paint_ms: paint["first-contentful-paint"], load_ms: nav.loadEventStart,
+      viewport: innerHeight, answer_bottom_px: answer, row_top_before_click_px: before,
+      row_after_click_px: row && [row.top, row.bottom]});
+    document.body.append(out);
+  }, 50);
 }, 100));</script>"""
 
 
@@ -77,7 +90,7 @@ def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
     if screenshots:
         chromium(folder / "profile", f"--screenshot={screenshots / f'model-page-{path.stem}.png'}", html.as_uri())
     return {"report": path.name, "units": units, "kib": round(len(page.encode()) / 1024, 1),
-            "write_s": round(written, 2), **{k: round(v) for k, v in timings.items() if v is not None}}  # fmt: skip
+            "write_s": round(written, 2), **timings}  # fmt: skip
 
 
 def main() -> None:

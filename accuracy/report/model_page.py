@@ -53,11 +53,22 @@ def row_id(index: int, path: str) -> str:
     return f"p{index}-{path}"
 
 
+def _apart(points: list[tuple[int, str]], units: int, most: int) -> list[tuple[int, str]]:
+    """At most `most` of the points, in order, each units / most from the last kept: no two names overlap."""
+    kept: list[tuple[int, str]] = []
+    for i, path in points:
+        if not kept or i - kept[-1][0] >= units / most:
+            kept.append((i, path))
+    return kept[:most]
+
+
 def _ticks(layers: list[dict]) -> tuple[list[int], list[str]]:
-    """At most TICKS of the top-level units, evenly spread: where each sits in the model's depth."""
-    top = [(i, r["path"]) for i, r in enumerate(layers) if not r.get("depth")]
-    step = max(1, -(-len(top) // TICKS))
-    chosen = top[::step]
+    """The outermost units, at most TICKS and spread apart, where each sits in the model's depth:
+    those of the top level, or down to the first level with 4 or more (a CausalLM's `model`, `lm_head`)."""
+    depths = sorted(r.get("depth") or 0 for r in layers)
+    level = depths[min(3, len(depths) - 1)]
+    outer = [(i, r["path"]) for i, r in enumerate(layers) if (r.get("depth") or 0) <= level]
+    chosen = _apart(outer, len(layers), TICKS)
     return [i for i, _ in chosen], [_short(p, 18) for _, p in chosen]
 
 
@@ -104,16 +115,15 @@ def layer_figure(port: dict) -> str | None:
     ax.set_yscale("log")
     ax.set_xticks(*_ticks(layers), fontsize=7, rotation=20, ha="right")
     ax.set_xlim(-0.5, len(layers) - 0.5)
-    ax.set_xlabel(f"depth: the {len(layers)} units in execution order (ticks: top-level modules)", fontsize=8)
+    ax.set_xlabel(f"depth: the {len(layers)} units in execution order (ticks: the outermost modules)", fontsize=8)
     ax.set_ylabel("normwise relative error", fontsize=8)
     named = _spread(flagged, layers)
     top = ax.secondary_xaxis("top")
     top.set_xticks(
         [i for i, _ in named], [_short(p) for _, p in named], fontsize=7, color="tab:red", rotation=20, ha="left"
     )
-    ax.set_title(
-        f"{len(flagged)} flagged (dotted red lines), {len(named)} named", fontsize=8, loc="right", color="tab:red"
-    )
+    title = f"{len(flagged)} flagged (dotted red lines), {len(named)} named" if flagged else "no unit flagged"
+    ax.set_title(title, fontsize=8, loc="right", color="tab:red" if flagged else "black")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
     fig.tight_layout()
     return to_png_base64(fig)
@@ -121,7 +131,7 @@ def layer_figure(port: dict) -> str | None:
 
 def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[int, str]]:
     """The flagged units to name on the figure: the innermost ones (no flagged unit inside), at
-    most LABELLED, each at least 1/LABELLED of the axis from the last named so that no two names overlap."""
+    most LABELLED, spread apart."""
     parent = {r["path"]: r["parent"] for r in layers}
     outer = set()
     for _, path in flagged:
@@ -129,11 +139,7 @@ def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[in
         while up is not None and up not in outer:
             outer.add(up)
             up = parent.get(up)
-    named: list[tuple[int, str]] = []
-    for i, path in flagged:
-        if path not in outer and (not named or i - named[-1][0] >= len(layers) / LABELLED):
-            named.append((i, path))
-    return named[:LABELLED]
+    return _apart([(i, p) for i, p in flagged if p not in outer], len(layers), LABELLED)
 
 
 def _short(path: str, width: int = 28) -> str:
