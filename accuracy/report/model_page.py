@@ -81,7 +81,7 @@ def layer_figure(port: dict) -> str | None:
         return None
     fig = Figure(figsize=(WIDTH, 3.8))
     ax = fig.add_subplot()
-    parents = {r["parent"] for r in layers}
+    parents = {r.get("parent") for r in layers}
     propagated = [
         (i, max(r["propagated"], TINY))
         for i, r in enumerate(layers)
@@ -132,7 +132,7 @@ def layer_figure(port: dict) -> str | None:
 def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[int, str]]:
     """The flagged units to name on the figure: the innermost ones (no flagged unit inside), at
     most LABELLED, spread apart."""
-    parent = {r["path"]: r["parent"] for r in layers}
+    parent = {r["path"]: r.get("parent") for r in layers}
     outer = set()
     for _, path in flagged:
         up = parent.get(path)

@@ -24,7 +24,7 @@ from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, SUSPICIOUS, WITHIN, Un
 from accuracy.report.model_page import model_page, row_id
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.answer import LINE, STYLES, is_flagged, look_closer, ratio, short_reason
+from accuracy.workflows.model.answer import LINE, STYLES, is_flagged, look_closer, port_answer, ratio, short_reason
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import record
@@ -132,6 +132,7 @@ def test_every_answer_line_fits_in_160_characters_whatever_the_names(port):
     lines = ModelReport("m", "eval", {}, [port]).answers()
     assert len(lines) == 3 and all(len(line) <= LINE for line in lines), [len(x) for x in lines]
     assert all(line.isprintable() for line in lines)
+    assert all(len(line) <= LINE for line in port_answer(port).lines())  # as the page shows them
 
 
 def _rows(out: str) -> dict[str, str]:

@@ -51,7 +51,7 @@ def is_flagged(verdict: str) -> bool:
 
 def clip(text: str, width: int = LINE) -> str:
     """`text` cut to `width` characters, "..." marking the cut."""
-    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+    return text if len(text) <= width else text[: max(width - 3, 0)].rstrip() + "..."
 
 
 def _headline(text: str) -> str:
@@ -184,8 +184,8 @@ def _why(cause: dict | None, command: str) -> str:
     words = cause_words(cause)
     room = INDENTED - len("cause: ") - len(tail)
     if len(words) > room:
-        words = clip(_headline(words), room)
-    return f"cause: {words}{tail}"
+        words = clip(_headline(words), max(room, 16))
+    return clip(f"cause: {words}{tail}", INDENTED)
 
 
 def explanation(row: Row) -> str:
