@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
+from accuracy.core.formatting import printable
 from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.report.plots import WIDTH, to_png_base64
@@ -143,6 +144,9 @@ def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[in
 
 
 def _short(path: str, width: int = 28) -> str:
+    """A unit's name on the figure: escaped (a control character has no glyph, and matplotlib's
+    warning about it would print the raw byte), its end kept where it is long."""
+    path = printable(path)
     return path if len(path) <= width else "…" + path[-(width - 1) :]
 
 
