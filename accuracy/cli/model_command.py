@@ -11,7 +11,13 @@ from accuracy.cli.arguments import add_command, add_dask, add_json, item_progres
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink
 from accuracy.core.json_output import dumps
+from accuracy.workflows.model.answer import FOLD
 from accuracy.workflows.model.ports import BUILT_IN, default_ports
+
+
+def colour() -> bool:
+    """Colour on a terminal that takes it: not with NO_COLOR set (no-color.org), TERM=dumb, or a pipe."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def register(sub) -> None:
@@ -77,7 +83,20 @@ def register(sub) -> None:
     p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
     p.add_argument(
-        "-v", "--verbose", action="store_true", help="every unit inside the blocks too (the default sums them up)"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help=f"every unit (the default shows every unit up to {FOLD}; above, the flagged ones and the top level)",
+    )
+    p.add_argument(
+        "--only-flagged",
+        action="store_true",
+        help="only the flagged units and the units they run inside (says how many are hidden)",
+    )
+    p.add_argument(
+        "--explain-verdicts",
+        action="store_true",
+        help="how each verdict's threshold is derived: the answer in full and each flagged unit's reason",
     )
     add_dask(p)
     add_json(p)
@@ -126,8 +145,13 @@ def run(args) -> int:
     if args.html:
         from accuracy.report.model_page import write_model_page
 
-        write_model_page(args.html, report.as_dict(), report.answers())
-    print(dumps(report.as_dict()) if args.json else render(report, args.verbose))
+        write_model_page(args.html, report.as_dict(), report.notes(), report.derivations())
+    text = (
+        dumps(report.as_dict())
+        if args.json
+        else render(report, args.verbose, args.only_flagged, args.explain_verdicts, colour())
+    )
+    print(text)
     if report.not_saved:  # the run's report is printed above: only the file is missing
         raise OpbenchError(report.not_saved)
     if report.interrupted:

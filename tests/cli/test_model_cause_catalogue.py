@@ -467,7 +467,7 @@ def test_a_flipped_ceil_mode_is_named_at_its_pool_of_another_shape(tmp_path, nam
     assert cause["name"] == "ceil_mode" and cause["explains"] and cause["verdict"] == WITHIN, cause
     assert cause["words"] == words and cause["alternatives"] == []
     assert not report.within_rounding
-    text = render(report)
+    text = render(report, explain=True)
     assert f"  {path}: explained by {words}; {shape}" in text
     assert f"first not within rounding: {path} ({kind}): beyond rounding: explained by {words}; {shape}" in text
 

@@ -74,8 +74,12 @@ def test_each_catalogued_bug_is_named_with_its_parameter(tmp_path, name, make, b
 
 def test_the_answer_line_names_the_cause(tmp_path):
     port = _port(tmp_path, "small_cnn", _bn_eps(small_cnn().eval()))
-    (line,) = ModelReport("small_cnn", "eval", {}, [port]).answers()
-    assert "bn1 (BatchNorm2d (batch_norm)): beyond rounding: explained by BatchNorm2d eps = 0.001 (Keras'" in line
+    _, where, why = ModelReport("small_cnn", "eval", {}, [port]).answers()
+    assert where.startswith("  first not within rounding: bn1 (BatchNorm2d (batch_norm)): beyond rounding, ")
+    assert why == (
+        "  cause: explained by BatchNorm2d eps = 0.001 (Keras' and TensorFlow's default); this model has 1e-05; "
+        "look closer: opbench explain batch_norm --dtype float32"
+    )
 
 
 def _gate_and_up_swapped(model):
@@ -89,11 +93,9 @@ def test_an_uncatalogued_bug_gets_no_known_cause(tmp_path):
     port = _port(tmp_path, "decoder", _gate_and_up_swapped(decoder()))
     found = _row(port, "layers.0.mlp")["cause"]
     assert not found["explains"] and found["words"] is None
-    (line,) = ModelReport("decoder", "eval", {}, [port]).answers()
-    assert (
-        "layers.0.mlp (DecoderMLP)" in line
-        and "no known cause explains it (none in the catalogue applies to it)" in line
-    )
+    _, where, why = ModelReport("decoder", "eval", {}, [port]).answers()
+    assert where.startswith("  first not within rounding: layers.0.mlp (DecoderMLP)")
+    assert why == "  cause: no known cause; look closer: this command with --explain-verdicts"
 
 
 def test_a_correct_port_and_units_within_rounding_get_no_cause():

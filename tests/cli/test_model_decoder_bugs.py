@@ -67,8 +67,10 @@ def test_the_answer_says_the_difference_is_in_the_parents_own_forward(tmp_path, 
     from accuracy.workflows.model.report import ModelReport
 
     port = _judged_port(tmp_path, scale_by_width=True)
-    (line,) = ModelReport("decoder", "eval", {}, [port]).answers()
-    assert line.startswith(
+    report = ModelReport("decoder", "eval", {}, [port])
+    _, where, _ = report.answers()
+    assert where.startswith("  first not within rounding: layers.0.self_attn (DecoderAttention), in its own forward: ")
+    assert report.derivations()[0].startswith(
         "port [float32]: first not within rounding: layers.0.self_attn (DecoderAttention): the difference is in its "
         "own forward, outside its submodules (each within rounding): "
     )

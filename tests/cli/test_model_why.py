@@ -40,10 +40,10 @@ def _model(capsys, port, *extra) -> tuple[int, str]:
 def test_the_text_names_the_cause_in_the_answer_the_table_and_why(capsys, keras_eps_port):
     status, out = _model(capsys, keras_eps_port)
     assert status == 1
-    answer = next(line for line in out.splitlines() if line.startswith("port [float32]: first not within"))
-    assert "bn1 (BatchNorm2d (batch_norm)): beyond rounding: explained by BatchNorm2d eps = 0.001 (Keras'" in answer
-    assert "this model has 1e-05" in answer
     lines = out.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("port [float32]: NOT within rounding")))
+    assert lines[first + 1].startswith("  first not within rounding: bn1 (BatchNorm2d (batch_norm)): beyond rounding")
+    assert lines[first + 2].startswith("  cause: explained by BatchNorm2d eps = 0.001 (Keras'")
     header = next(line for line in lines if line.startswith("layer "))
     assert header.split()[-1] == "cause"
     (bn1,) = [line for line in lines if line.startswith("bn1 ")]
@@ -51,7 +51,11 @@ def test_the_text_names_the_cause_in_the_answer_the_table_and_why(capsys, keras_
     # units within rounding: an empty cause cell
     (conv1,) = [line for line in lines if line.startswith("conv1 ")]
     assert conv1.rstrip().endswith("9.38e-08")
-    assert "  bn1: explained by BatchNorm2d eps = 0.001" in out
+    # the derivation of the threshold only when asked for
+    assert "  bn1: explained by BatchNorm2d eps = 0.001" not in out and "--explain-verdicts says how" in out
+    status, explained = _model(capsys, keras_eps_port, "--explain-verdicts")
+    assert status == 1 and "  bn1: explained by BatchNorm2d eps = 0.001" in explained
+    assert "worst-case bound at float32 (gamma_6 * " in explained
 
 
 def test_json_carries_the_cause_per_flagged_unit_only(capsys, keras_eps_port):

@@ -12,7 +12,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.report.model_page import write_model_page
 from accuracy.report.render import write_report
 
-MODEL_REPORT = {"model": "tiny", "mode": "eval", "ports": []}
+MODEL_REPORT = {"model": "tiny", "mode": "eval", "inputs": {}, "ports": []}
 
 
 @pytest.mark.parametrize("target", ["elsewhere.html", "victim.html"])

@@ -62,12 +62,15 @@ def test_each_input_cause_injected_into_an_activations_file_is_named(tmp_path, p
 
 def test_the_answer_says_the_input_is_not_the_models_and_why(tmp_path):
     port = _port(tmp_path, lambda a: a[:, ::-1])
-    first, second = ModelReport("small_cnn", "eval", {}, [port]).answers()
-    assert first.startswith(
+    report = ModelReport("small_cnn", "eval", {}, [port])
+    first, where, why = report.answers()
+    assert first.startswith("port [float32]: every compared layer within rounding, but end to end beyond rounding")
+    assert where == "  first not as the model's: its input x as conv1 received it: beyond rounding"
+    assert why.startswith("  cause: explained by the channels in the other order (BGR for RGB); look closer: ")
+    assert report.derivations()[0].startswith(
         "port [float32]: its input x (as conv1 received it) is not the model's: beyond rounding: "
         "explained by the channels in the other order (BGR for RGB); "
     )
-    assert second.startswith("port [float32]: every compared layer within rounding, but end to end beyond rounding")
 
 
 def test_an_uncatalogued_input_change_gets_no_known_cause_with_its_nearest(tmp_path):

@@ -15,9 +15,10 @@ import numpy as np
 from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, Outcome, Verdict
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, Outcome
 from accuracy.workflows.check import cause_text, worst_text
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
+from accuracy.workflows.model.answer import clip, is_flagged, number, port_answer
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismatches, relative
@@ -30,6 +31,7 @@ class UnitRow(TypedDict, total=False):
     depth: int  # how many calls it ran inside
     own_code: bool  # flagged while every unit inside it is within rounding: its own forward differs
     op: str  # the module kinds, and the registry op where it is judged as one
+    registry_op: str  # that registry op, alone (`opbench explain` takes it)
     verdict: Outcome
     reason: str
     tier: str
@@ -111,7 +113,7 @@ class ModelReport:
     @property
     def within_rounding(self) -> bool:
         """Exit 0 only if some port ran, every port compared some layer, every compared layer is
-        within rounding (or its runtime's declared limit) and no port's end-to-end error is beyond rounding."""
+        within rounding and no port's end-to-end error is beyond rounding."""
         return bool(self.ports) and all(
             p["compared"] > 0
             and p["end_to_end"]["verdict"] != BEYOND
@@ -133,22 +135,45 @@ class ModelReport:
             }
         )
 
-    def answers(self) -> list[str]:
+    def notes(self) -> list[str]:
+        """What the answer says before any port's: a sweep stopped early, inf or NaN in the inputs, no port."""
         lines = []
         if self.interrupted:
             lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
         if self.nonfinite:
             inputs = ", ".join(f"{k}: {n}" for k, n in self.nonfinite["inputs"].items())
             lines.append(
-                f"inf or NaN in the inputs ({inputs}), {self.nonfinite['output']} in the reference's output: judged as "
-                "data (each unit's finite elements for rounding, its others must carry the reference's inf and NaN)"
+                clip(
+                    f"inf or NaN in the inputs ({inputs}), {self.nonfinite['output']} in the reference's output: "
+                    "judged as data (--explain-verdicts says how)"
+                )
             )
         if not self.ports:
             absent = f" (absent: {', '.join(printable(a['port']) for a in self.absent)})" if self.absent else ""
-            lines.append(f"no port ran: nothing was compared{absent}")
+            lines.append(clip(f"no port ran: nothing was compared{absent}"))
+        return lines
+
+    def answers(self) -> list[str]:
+        """The answer: the notes, then three lines per port (accuracy.workflows.model.answer)."""
+        return self.notes() + [clip(printable(line)) for p in self.ports for line in port_answer(p).lines()]
+
+    def derivations(self) -> list[str]:
+        """The answer in full, per port: the first unit's full reason and worst element, each input
+        not the model's, and how the inf and NaN of the inputs are judged (--explain-verdicts, the page)."""
+        lines = []
+        if self.nonfinite:
+            lines.append(
+                "inf or NaN in the inputs are judged as data: each unit's finite elements for rounding, its others "
+                "must carry the reference's inf and NaN"
+            )
         for p in self.ports:
-            counts = f"{p['compared']} units compared, {p['not_compared']} not compared"
-            end = p["end_to_end"]
+            label = f"{printable(p['port'])} [{p['dtype']}]"
+            lines += [
+                f"{label}: its input {printable(i['input'])} (as {printable(i['layer'])} received it) is not the "
+                f"model's: {i['verdict']}: {cause_text(i.get('cause'))}{i['reason']}"
+                for i in p.get("inputs", [])
+                if i["verdict"] != WITHIN
+            ]
             if p["first_not_within"] is not None:
                 first = next(r for r in p["layers"] if r["path"] == p["first_not_within"])
                 own = (
@@ -156,56 +181,18 @@ class ModelReport:
                     if first.get("own_code")
                     else ""
                 )
-                head = (
-                    f"first not within rounding: {printable(first['path'])} ({first['op']}){own}: {first['verdict']}: "
-                    f"{cause_text(first.get('cause'))}{first['reason']}; worst element {worst_text(first['worst'])} "
-                    f"({p['flagged']} flagged, {counts})"
+                lines.append(
+                    f"{label}: first not within rounding: {printable(first['path'])} ({first['op']}){own}: "
+                    f"{first['verdict']}: {cause_text(first.get('cause'))}{first['reason']}; worst element "
+                    f"{worst_text(first['worst'])}"
                 )
-            elif p["compared"] == 0:
-                head = f"nothing was compared ({counts})"
-            elif end["verdict"] == BEYOND:
-                head = (
-                    f"every compared layer within rounding, but end to end beyond rounding: {end['reason']} ({counts})"
-                )
-            elif p.get("runtime_limits"):
-                head = (
-                    f"no layer flagged: {p['runtime_limits']} at its runtime's known limit (listed apart), the others "
-                    f"within rounding ({counts})"
-                )
-            else:
-                head = f"every compared layer within rounding ({counts})"
-            out = p["output"]
             lines += [
-                f"{printable(p['port'])} [{p['dtype']}]: its input {printable(i['input'])} (as "
-                f"{printable(i['layer'])} received it) is not the model's: {i['verdict']}: "
-                f"{cause_text(i.get('cause'))}{i['reason']}"
-                for i in p.get("inputs", [])
-                if i["verdict"] != WITHIN
+                f"{label}: {printable(r['path'])}: runtime limit: {r['reason']}"
+                for r in p["layers"]
+                if r["verdict"] == RUNTIME_LIMIT
             ]
-            lines += runtime_limit_lines(p)
-            lines.append(
-                f"{printable(p['port'])} [{p['dtype']}]: {head}; end to end, output differs from the float64 model by "
-                f"{number(out['relative_error'])} (PyTorch {p['dtype']} on the same input: "
-                f"{number(out['reference_relative_error'])})"
-            )
+            lines.append(f"{label}: end to end: {p['end_to_end']['verdict']}: {p['end_to_end']['reason']}")
         return lines
-
-
-def runtime_limit_lines(port: PortResult) -> list[str]:
-    """The units a port's runtime's declared limits explain, apart from its flagged ones: one line
-    per limit, naming it and its units (the first three, then how many more)."""
-    by_limit: dict[str, list[str]] = {}
-    for r in port["layers"]:
-        if r["verdict"] == RUNTIME_LIMIT:
-            by_limit.setdefault(r["runtime_limit"], []).append(printable(r["path"]))
-    lines = []
-    for words, paths in by_limit.items():
-        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-        lines.append(
-            f"{printable(port['port'])} [{port['dtype']}]: runtime limit, not flagged: {words}: "
-            f"{', '.join(paths[:3])}{more}"
-        )
-    return lines
 
 
 def cause_cell(cause: dict | None) -> str:
@@ -219,11 +206,6 @@ def cause_cell(cause: dict | None) -> str:
         f"{k} = {v:.2g}" if isinstance(v, float) else f"{k} = {v}" for k, v in cause["parameters"].items()
     )
     return cause["name"] + (f" ({fitted})" if fitted else "") + (" (+ others)" if cause["alternatives"] else "")
-
-
-def number(v) -> str:
-    """A number as the answers and the table print it: 3 significant digits, - where there is none."""
-    return "-" if v is None or v != v else f"{v:.3g}"
 
 
 def _inherited(unit: Unit, by_key: dict[str, LayerCall], run: EndToEnd, reference64: dict) -> float | None:
@@ -296,9 +278,10 @@ def port_result(
         result = judged[unit.key]
         if result.op is not None:
             row["op"] = f"{kinds} ({result.op})"
+            row["registry_op"] = result.op
         layers.append(row | _row(unit, result))
     compared = [r for r in layers if r["verdict"] != NOT_COMPARED]
-    flagged = [r for r in compared if not Verdict(r["verdict"]).accepted]
+    flagged = [r for r in compared if is_flagged(r["verdict"])]
     reference_out = reference64[OUTPUT_KEY]
     output = run.output
     return {

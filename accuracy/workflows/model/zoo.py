@@ -270,15 +270,30 @@ def decoder(**bug) -> nn.Module:
     return Decoder(**bug).eval()
 
 
-def llama_tiny() -> nn.Module:
-    """transformers' LlamaModel from a tiny config (GQA: 4 heads, 2 key/value heads), random weights."""
+def decoder_24(**bug) -> nn.Module:
+    """`decoder` 24 layers deep (313 units): the model page is measured on it (docs/models.md)."""
+    return decoder(depth=24, **bug)
+
+
+# transformers' decoders from a tiny config (GQA: 4 heads, 2 key/value heads), random weights
+TINY_DECODER = {
+    "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 64,
+}  # fmt: skip
+
+
+def qwen2_tiny() -> nn.Module:
+    """transformers' Qwen2ForCausalLM (its units under `model.`, as users load it) from TINY_DECODER."""
     transformers = import_transformers()
     torch.manual_seed(SEED)
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return transformers.LlamaModel(config).eval()
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY_DECODER)).eval()
+
+
+def llama_tiny() -> nn.Module:
+    """transformers' LlamaModel from TINY_DECODER."""
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    return transformers.LlamaModel(transformers.LlamaConfig(**TINY_DECODER)).eval()
 
 
 def llama_padded() -> nn.Module:
@@ -321,7 +336,7 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
         return {
             "input_ids": rng.integers(0, 30522 if name == "bert_base" else 32000, (1, LARGE_TOKENS)).astype(np.int64)
         }
-    if name in ("bert2", "llama_tiny", "gpt2_tiny"):
+    if name in ("bert2", "llama_tiny", "gpt2_tiny", "qwen2_tiny"):
         return {"input_ids": rng.integers(0, 512 if name == "bert2" else 64, (1, BERT_TOKENS)).astype(np.int64)}
     if name == "vit_tiny":
         return {"pixel_values": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
@@ -331,6 +346,7 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
         "small_mixed": (2, 3, 8, 8),
         "small_transformer": (2, 4, 16),
         "decoder": (1, 8, 32),
+        "decoder_24": (1, 8, 32),
         "mobilenet_v3": (1, 3, 32, 32),
     }
     return {"x": rng.standard_normal(shapes[name]).astype(np.float32)}

@@ -1,0 +1,220 @@
+"""The answer of `opbench model` a user reads in ten seconds, made once here for the terminal,
+the page and the tests: per port three lines of at most LINE characters (is the port right,
+where first not, why and the one command to look closer), each unit's short reason, and how
+each outcome is shown. How each threshold is derived stays in the rows' `reason` (--json),
+behind `--explain-verdicts` and a collapsed part of the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from accuracy.judge.verdicts import (
+    BEYOND,
+    ERROR,
+    NO_VERDICT,
+    NOT_COMPARED,
+    RUNTIME_LIMIT,
+    SUSPICIOUS,
+    UNDETERMINED,
+    WITHIN,
+)
+from accuracy.workflows.check import cause_text
+
+Row = Mapping[str, Any]  # a unit's row or a port's result (UnitRow, PortResult), or its --json form
+LINE = 160  # characters per answer line
+INDENTED = LINE - 2  # the second and third lines, indented under the first
+SHORT = 64  # characters of a row's short reason
+FOLD = 40  # units per port the terminal shows in full without -v (above: the flagged ones, and the top level)
+RERUN = "this command with --explain-verdicts"  # how each threshold was derived, on the same run
+
+
+@dataclass(frozen=True)
+class Style:
+    """How an outcome is shown: its colour (a name both renderers map), its mark where no colour
+    is available, and whether a unit with it is flagged (counted, listed, drawn as one)."""
+
+    colour: str
+    mark: str
+    flagged: bool
+
+
+# One entry per outcome (tests/cli/test_model_answer.py checks every Verdict and Unjudged has one):
+# a new outcome slots in here and every renderer follows.
+STYLES: dict[str, Style] = {
+    WITHIN: Style("green", "ok", flagged=False),
+    SUSPICIOUS: Style("yellow", "??", flagged=True),
+    BEYOND: Style("red", "!!", flagged=True),
+    UNDETERMINED: Style("magenta", "~~", flagged=True),
+    NOT_COMPARED: Style("grey", "--", flagged=False),
+    RUNTIME_LIMIT: Style("blue", "rt", flagged=False),  # the runtime's known limit: listed apart, not flagged
+    ERROR: Style("red", "!!", flagged=True),
+    NO_VERDICT: Style("grey", "--", flagged=False),
+}
+
+
+def is_flagged(verdict: str) -> bool:
+    return STYLES[verdict].flagged
+
+
+def clip(text: str, width: int = LINE) -> str:
+    """`text` cut to `width` characters, "..." marking the cut."""
+    return text if len(text) <= width else text[: max(width - 3, 0)].rstrip() + "..."
+
+
+def _headline(text: str) -> str:
+    """A reason's headline: its asides in parentheses dropped (not a call's: `1/sqrt(d)` stays), up
+    to its first ': ' or '; '. Reasons are written headline first ("6.02x the typical threshold: typical
+    tier, derived as ...")."""
+    kept, depth = [], 0
+    for i, c in enumerate(text):
+        depth += c == "(" and (depth > 0 or i == 0 or text[i - 1] == " ")
+        if depth == 0:
+            kept.append(c)
+        depth -= c == ")" and depth > 0
+    plain = " ".join("".join(kept).split())
+    for stop in (": ", "; "):
+        plain = plain.split(stop, 1)[0]
+    return plain.strip()
+
+
+def ratio(row: Row) -> float | None:
+    """The unit's largest ratio to a threshold it is held to (typical tier, worst-case bound):
+    how near it comes to being flagged; None where it is held to none (an exact lookup)."""
+    ratios = [r for r in (row.get("typical_ratio"), row.get("bound_ratio")) if r is not None and r == r]
+    return max(ratios, default=None)
+
+
+def short_reason(row: Row) -> str:
+    """One short reason per row: the ratio alone for a unit within rounding that has one, else the
+    reason's headline."""
+    value = ratio(row)
+    if row["verdict"] == WITHIN and value is not None:
+        return f"{value:.3g}x"
+    return clip(_headline(row["reason"]), SHORT)
+
+
+def cause_words(cause: dict | None) -> str:
+    """The answer's cause in plain words: what explains the unit, or that no known cause does."""
+    if not cause or not cause["explains"]:
+        return "no known cause"
+    return f"explained by {cause['words']}"
+
+
+def look_closer(row: Row, dtype: str) -> str:
+    """The one command to look closer at a unit: the registry op it computes, on every
+    implementation (`opbench explain`); for any other unit, this run's derivation of its threshold."""
+    if row.get("registry_op"):
+        return f"opbench explain {row['registry_op']} --dtype {dtype}"
+    return RERUN
+
+
+def number(v) -> str:
+    """A number as the answers and the table print it: 3 significant digits, - where there is none."""
+    return "-" if v is None or v != v else f"{v:.3g}"
+
+
+@dataclass(frozen=True)
+class PortAnswer:
+    """One port's three lines, and the unit (or input) the second names, which the page links to its row."""
+
+    port: str
+    verdict: str
+    where: str
+    why: str
+    unit: str | None = None
+
+    def lines(self) -> list[str]:
+        """As the terminal prints them: the second and third indented under the first."""
+        return [self.verdict, f"  {self.where}", f"  {self.why}"]
+
+
+def _first_input(port: Row) -> dict | None:
+    return next((i for i in port.get("inputs", []) if i["verdict"] != WITHIN), None)
+
+
+def _verdict_line(port: Row, label: str) -> str:
+    out, end = port["output"], port["end_to_end"]
+    output = (
+        f"its output {number(out['relative_error'])} from float64 "
+        f"(PyTorch's own: {number(out['reference_relative_error'])})"
+    )
+    counts = f"{port['compared']} of {port['compared'] + port['not_compared']} units compared"
+    if port["compared"] == 0:
+        return f"{label}: nothing was compared ({counts}); {output}"
+    if port["first_not_within"] is not None:
+        limits = f" (+{port['runtime_limits']} runtime limits)" if port.get("runtime_limits") else ""
+        return (
+            f"{label}: NOT within rounding: {port['flagged']} of {port['compared']} units compared flagged{limits}; "
+            f"{output}"
+        )
+    if end["verdict"] == BEYOND:
+        return f"{label}: every compared layer within rounding, but end to end beyond rounding: {end['reason']}"
+    if _first_input(port) is not None:
+        return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
+    if port.get("runtime_limits"):
+        return (
+            f"{label}: no unit flagged; {port['runtime_limits']} at its runtime's known limit, the others within "
+            f"rounding ({counts}); {output}"
+        )
+    return f"{label}: every compared layer within rounding ({counts}), and {output}"
+
+
+def port_answer(port: Row) -> PortAnswer:
+    """The three lines of one port, from its result (`PortResult`, or its --json form)."""
+    label = f"{port['port']} [{port['dtype']}]"
+    verdict = clip(_verdict_line(port, label))
+    rows = {r["path"]: r for r in port["layers"]}
+    given = _first_input(port)
+    first = rows.get(port["first_not_within"] or "")
+    if given is not None:
+        where = (
+            f"first not as the model's: its input {given['input']} as {given['layer']} received it: {given['verdict']}"
+        )
+        return PortAnswer(label, verdict, clip(where, INDENTED), _why(given.get("cause"), RERUN), given["layer"])
+    if first is not None:
+        own = ", in its own forward" if first.get("own_code") else ""
+        where = f"first not within rounding: {first['path']} ({first['op']}){own}: {first['verdict']}, "
+        where += short_reason(first)
+        why = _why(first.get("cause"), look_closer(first, port["dtype"]))
+        return PortAnswer(label, verdict, clip(where, INDENTED), why, first["path"])
+    if port["end_to_end"]["verdict"] == BEYOND:
+        departs = port["end_to_end"]["first_departs"]
+        where = f"first departs from PyTorch's own at {departs}" if departs else "no unit departs from PyTorch's own"
+        why = f"cause: not one unit: each is within rounding; look closer: {RERUN}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)
+    limited = [r for r in port["layers"] if r["verdict"] == RUNTIME_LIMIT]
+    if limited:
+        paths = ", ".join(r["path"] for r in limited[:2]) + (
+            f" and {len(limited) - 2} more" if len(limited) > 2 else ""
+        )
+        where = f"runtime limit, not flagged: {paths}"
+        why = f"cause: {limited[0]['runtime_limit']}; look closer: {RERUN}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), limited[0]["path"])
+    compared = [r for r in port["layers"] if r["verdict"] == WITHIN and ratio(r) is not None]
+    nearest = max(compared, key=lambda r: ratio(r) or 0.0, default=None)
+    where = (
+        f"no unit flagged; the nearest, {nearest['path']}, at {number(ratio(nearest))}x its threshold"
+        if nearest
+        else "no unit flagged"
+    )
+    return PortAnswer(
+        label, verdict, clip(where, INDENTED), "nothing to look into; -v shows every unit, --explain-verdicts why"
+    )
+
+
+def _why(cause: dict | None, command: str) -> str:
+    """Line 3: the cause, shortened (its asides dropped, then cut) so that the command fits."""
+    tail = f"; look closer: {command}"
+    words = cause_words(cause)
+    room = INDENTED - len("cause: ") - len(tail)
+    if len(words) > room:
+        words = clip(_headline(words), max(room, 16))
+    return clip(f"cause: {words}{tail}", INDENTED)
+
+
+def explanation(row: Row) -> str:
+    """A unit's full reason: its cause in words and how its threshold is derived (--explain-verdicts, the page)."""
+    return cause_text(row.get("cause")) + row["reason"]
