@@ -191,7 +191,7 @@ def port_answer(port: Row) -> PortAnswer:
             f" and {len(limited) - 2} more" if len(limited) > 2 else ""
         )
         where = f"runtime limit, not flagged: {paths}"
-        why = f"cause: {limited[0]['runtime_limit']}; look closer: {RERUN}"
+        why = f"cause: {limited[0].get('runtime_limit') or 'its runtime'}; look closer: {RERUN}"
         return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), limited[0]["path"])
     compared = [r for r in port["layers"] if r["verdict"] == WITHIN and ratio(r) is not None]
     nearest = max(compared, key=lambda r: ratio(r) or 0.0, default=None)
