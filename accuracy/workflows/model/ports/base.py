@@ -47,6 +47,7 @@ class Port:
     description: str  # what runs, in words: the report says it next to the port's name
     fmt: FloatFormat = FLOAT32
     products: FloatFormat | None = None  # the format its matmuls and convolutions round their inputs to (TF32)
+    built_seconds = 0.0  # the time its build ran the port (a child process), counted in the port's time
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         return leaf_units(calls)
