@@ -85,7 +85,7 @@ def _forward(model, inputs: dict):
         if path:
             handles.append(module.register_forward_pre_hook(before(path), with_kwargs=True))
             handles.append(module.register_forward_hook(after, with_kwargs=True))
-    feeds = {k: v.float() if v.is_floating_point() else v for k, v in inputs.items()}
+    feeds = {k: v.float().clone() if v.is_floating_point() else v.clone() for k, v in inputs.items()}
     if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in feeds:
         feeds["use_cache"] = False
     with torch.no_grad():
@@ -106,6 +106,7 @@ def _rerun(templates: dict, activations: dict) -> dict:
         tensors = [activations.get(f"{key}/in{i}") for i in range(len(slots))]
         if not slots or any(t is None for t in tensors):
             continue
+        tensors = [t.clone() for t in tensors]  # fresh memory: read from the file, MKL rounds otherwise
         filled = list(leaves)
         for slot, tensor in zip(slots, tensors, strict=True):
             filled[slot] = tensor
