@@ -16,6 +16,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
 from accuracy.workflows.model.ports import (
     child_process,
+    environments,
     executorch_port,
     litert_port,
     onnx_export,
@@ -26,6 +27,7 @@ from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.child_process import Rebuild
 
 COUNT = ":N"  # a name ending so takes a count: threads:N is threads:1, threads:2, ...
+TAKES = ("PINS", "VERSION")  # a name ending so takes any text there: env:PINS, torch==VERSION
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,13 @@ class PortSpec:
     rebuilds: bool = False
 
     def matches(self, name: str) -> bool:
-        if not self.name.endswith(COUNT):
+        if self.name.endswith(COUNT):
+            return name.startswith(self.name.removesuffix("N"))
+        word = next((w for w in TAKES if self.name.endswith(w)), None)
+        if word is None:
             return name == self.name
-        return name.startswith(self.name.removesuffix("N"))
+        prefix = self.name.removesuffix(word)
+        return name.startswith(prefix) and len(name) > len(prefix)
 
 
 BUILT_IN = (
@@ -61,6 +67,9 @@ BUILT_IN = (
     PortSpec("isa:default", child_process.isa_port, rebuilds=True),
     PortSpec("isa:avx2", child_process.isa_port, rebuilds=True),
     PortSpec("isa:avx512", child_process.isa_port, rebuilds=True),
+    # PyTorch in an environment of its own that uv builds from pins: any set, or torch moved
+    PortSpec("env:PINS", environments.environment_port, rebuilds=True),
+    PortSpec("torch==VERSION", environments.environment_port, rebuilds=True),
     PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
     PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed

@@ -104,8 +104,8 @@ def run_child(python: str, knobs: dict[str, str], model, inputs: dict, rebuild: 
 
     started = time.perf_counter()
     environ = {**os.environ, **knobs, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    if same:  # the runner imports opbench's torchvision shim from this checkout
-        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+    # opbench importable there: its torchvision shim (this environment), its zoo's factories (any)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
     command = [python, "-c", COMMAND, str(RUNNER)]
     with tempfile.TemporaryDirectory(prefix="opbench-port-") as name:
         folder = Path(name)

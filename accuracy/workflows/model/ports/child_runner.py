@@ -103,10 +103,10 @@ def _rerun(templates: dict, activations: dict) -> dict:
 
     outputs = {}
     for key, (module, spec, leaves, slots) in templates.items():
-        tensors = [activations.get(f"{key}/in{i}") for i in range(len(slots))]
-        if not slots or any(t is None for t in tensors):
+        names = [f"{key}/in{i}" for i in range(len(slots))]
+        if not slots or any(n not in activations for n in names):
             continue
-        tensors = [t.clone() for t in tensors]  # fresh memory: read from the file, MKL rounds otherwise
+        tensors = [activations[n].clone() for n in names]  # fresh memory: on the file's, MKL rounds otherwise
         filled = list(leaves)
         for slot, tensor in zip(slots, tensors, strict=True):
             filled[slot] = tensor
