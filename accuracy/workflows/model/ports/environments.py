@@ -112,7 +112,7 @@ def _install(uv: str, python: Path, pins: list[str], offline: bool, say) -> str 
         if not offline:  # the cache-only try is quick and its failure expected: shown only when it is the build
             say(line.rstrip())
     process.wait()
-    said = [line for line in lines if line]
+    said = [line for line in lines if line and not line.startswith("hint:")]  # the error, not uv's advice
     return None if process.returncode == 0 else (said[-1] if said else f"uv exited with status {process.returncode}")
 
 
