@@ -64,7 +64,7 @@ def test_a_factory_importing_only_torch_runs_unchanged_in_an_environment_built_t
     assert "environment built in" in shown
     assert f"PyTorch {torch.__version__} in its own environment (torch=={torch.__version__}" in first.description
     assert ", cached)" not in first.description
-    (built,) = [p for p in environments_root().iterdir()]  # one environment, no half-built folder left
+    (built,) = list(environments_root().iterdir())  # one environment, no half-built folder left
     assert (built / READY).is_file()
     again = build_port(OWN_TORCH, model, inputs, Rebuild(offline, False, calls))
     assert isinstance(again, ChildPort) and ", cached)" in again.description
