@@ -75,7 +75,7 @@ BUILT_IN = (
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
     PortSpec("executorch", executorch_port.executorch_port),
     PortSpec("executorch-portable", executorch_port.executorch_port),
-    PortSpec("litert", litert_port.litert_port),
+    PortSpec("litert", litert_port.litert_port, rebuilds=True),
     PortSpec("openvino", openvino_port.openvino_port),
     PortSpec("openvino-f16", openvino_port.openvino_port),
 )

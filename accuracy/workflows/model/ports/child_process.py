@@ -53,15 +53,16 @@ class Rebuild:
 class ChildPort(Port):
     """The units a child process computed: each leaf's output on the reference's inputs, and its own end-to-end run."""
 
-    def __init__(self, name: str, description: str, arrays: dict[str, np.ndarray], seconds: float):
+    def __init__(self, name: str, description: str, arrays: dict[str, np.ndarray], seconds: float, reasons=None):
         self.name, self.description, self.arrays, self.built_seconds = name, description, arrays, seconds
+        self.reasons: dict[str, str] = reasons or {}  # why the child gave no output for a leaf, where it said
         self.fmt = FLOAT32
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         units = leaf_units(calls)
         for unit in units:
             if not unit.reason and unit.key not in self.arrays:
-                unit.reason = "the child process gave no output for it"
+                unit.reason = self.reasons.get(unit.key, "the child process gave no output for it")
         return units
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
@@ -72,7 +73,7 @@ class ChildPort(Port):
         return EndToEnd({k: a for k, a in own.items() if k != OUTPUT_KEY}, own[OUTPUT_KEY])
 
 
-def _write_request(folder: Path, model, inputs: dict, rebuild: Rebuild, threads: int, same: bool) -> None:
+def _write_request(folder: Path, model, inputs: dict, rebuild: Rebuild, threads: int, same: bool, convert) -> None:
     """The child's inputs: the request, the weights, the model's inputs and each judged leaf's inputs."""
     from safetensors.torch import save_file
 
@@ -85,6 +86,7 @@ def _write_request(folder: Path, model, inputs: dict, rebuild: Rebuild, threads:
     feeds = {input_key(c, i): to_numpy(t) for c in leaves for i, t in enumerate(port_inputs(c.inputs, FLOAT32))}
     write_arrays(folder / "activations.safetensors", feeds)
     request = {"factory": rebuild.factory, "train": rebuild.train, "threads": threads, "same_environment": same}
+    request["convert"] = convert  # None: PyTorch runs the leaves; "litert": LiteRT does
     (folder / "request.json").write_text(json.dumps(request))
 
 
@@ -98,7 +100,7 @@ def _failure(process: subprocess.CompletedProcess) -> str:
     return f"the child process failed: {said or f'exit status {process.returncode}'}"
 
 
-def run_child(python: str, knobs: dict[str, str], model, inputs: dict, rebuild: Rebuild, same: bool):
+def run_child(python: str, knobs: dict[str, str], model, inputs: dict, rebuild: Rebuild, same: bool, convert=None):
     """The child's result: (its arrays, its facts, seconds), or why it gave none, in one line."""
     import torch
 
@@ -109,7 +111,7 @@ def run_child(python: str, knobs: dict[str, str], model, inputs: dict, rebuild: 
     command = [python, "-c", COMMAND, str(RUNNER)]
     with tempfile.TemporaryDirectory(prefix="opbench-port-") as name:
         folder = Path(name)
-        _write_request(folder, model, inputs, rebuild, torch.get_num_threads(), same)
+        _write_request(folder, model, inputs, rebuild, torch.get_num_threads(), same, convert)
         try:
             process = subprocess.run(
                 [*command, name],

@@ -118,6 +118,80 @@ def _rerun(templates: dict, activations: dict) -> dict:
     return outputs
 
 
+def _litert(model, templates: dict, activations: dict, inputs: dict) -> tuple[dict, dict]:
+    """LiteRT's outputs (litert_torch.convert, run by its interpreter): the leaves the parent sent
+    inputs for, converted together as one program of independent parts (each alone where that
+    fails), and the whole model once; and why a leaf has none."""
+    import litert_torch
+    import torch
+    from torch.utils._pytree import tree_unflatten
+
+    outputs, reasons, parts = {}, {}, []
+    for key, (module, spec, leaves, slots) in templates.items():
+        names = [f"{key}/in{i}" for i in range(len(slots))]
+        if any(True for _ in module.children()) or not slots or any(n not in activations for n in names):
+            continue
+        args, kwargs = tree_unflatten([None if i in slots else v for i, v in enumerate(leaves)], spec)
+        if kwargs or len(args) != len(slots) or any(a is not None for a in args):
+            reasons[key] = "litert-torch converts a module called on tensors alone: it takes other arguments"
+            continue
+        parts.append((key, _out_of_place(module), [activations[n].clone() for n in names]))
+
+    class Parts(torch.nn.Module):
+        def __init__(self, chosen):
+            super().__init__()
+            self.leaves, self.sizes = torch.nn.ModuleList([m for _, m, _ in chosen]), [len(t) for *_, t in chosen]
+
+        def forward(self, *tensors):
+            outs, start = [], 0
+            for leaf, size in zip(self.leaves, self.sizes, strict=True):
+                outs.append(_first_tensor(leaf(*tensors[start : start + size])))
+                start += size
+            return tuple(outs)
+
+    def run(chosen) -> None:
+        feeds = tuple(t for *_, tensors in chosen for t in tensors)
+        outs = litert_torch.convert(Parts(chosen).eval(), feeds)(*feeds)
+        for (key, *_), out in zip(chosen, outs if isinstance(outs, (list, tuple)) else [outs], strict=True):
+            outputs[key] = torch.as_tensor(out).contiguous()
+
+    try:
+        run(parts)
+    except Exception:  # a leaf it cannot take: each converted alone, its failure its reason
+        for part in parts:
+            try:
+                run([part])
+            except Exception as exc:
+                reasons[part[0]] = f"litert-torch cannot convert it alone: {_line(exc)}"
+    names = list(inputs)
+
+    class Whole(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *tensors):
+            return _first_tensor(self.model(**dict(zip(names, tensors, strict=True))))
+
+    feeds = tuple(v.float().clone() if v.is_floating_point() else v.clone() for v in inputs.values())
+    whole = torch.as_tensor(litert_torch.convert(Whole().eval(), feeds)(*feeds))
+    outputs["e2e/output"], outputs["output"] = whole.clone(), whole.clone()
+    return outputs, reasons
+
+
+def _out_of_place(module):
+    """An in-place activation alone is a graph that writes its own input; the values are the same."""
+    for m in module.modules():
+        if getattr(m, "inplace", False):
+            m.inplace = False
+    return module
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
 def main(folder: Path) -> None:
     request = json.loads((folder / "request.json").read_text())
     started = time.perf_counter()
@@ -126,10 +200,16 @@ def main(folder: Path) -> None:
 
     torch.set_num_threads(request["threads"])
     model = _model(request, load_file(folder / "weights.safetensors"))
-    templates, outputs = _forward(model, load_file(folder / "inputs.safetensors"))
-    outputs.update(_rerun(templates, load_file(folder / "activations.safetensors")))
+    inputs, activations = load_file(folder / "inputs.safetensors"), load_file(folder / "activations.safetensors")
+    templates, outputs = _forward(model, inputs)
+    reasons: dict[str, str] = {}
+    if request.get("convert") == "litert":
+        outputs, reasons = _litert(model, templates, activations, inputs)
+    else:
+        outputs.update(_rerun(templates, activations))
     save_file({k: v.contiguous() for k, v in outputs.items()}, folder / "result.safetensors")
     facts = {
+        "reasons": reasons,
         "torch": torch.__version__,
         "capability": torch.backends.cpu.get_cpu_capability(),
         "seconds": time.perf_counter() - started,
@@ -141,6 +221,5 @@ if __name__ == "__main__":
     try:
         main(Path(sys.argv[1]))
     except BaseException as exc:  # the parent reads one line: what failed, in the child's words
-        text = str(exc).strip().splitlines()
-        print(f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": "), file=sys.stderr)
+        print(_line(exc), file=sys.stderr)
         sys.exit(1)

@@ -67,6 +67,11 @@ def pins_for(name: str) -> list[str]:
         own = [p.strip() for p in name.removeprefix(ENV_PREFIX).split(",") if p.strip()]
     if not own:
         raise ValueError(f"--port {name}: no pins; e.g. env:torch==2.12.0,numpy==2.3.5")
+    return with_helpers(name, own)
+
+
+def with_helpers(name: str, own: list[str]) -> list[str]:
+    """`own`, then the helpers at this environment's versions where `own` names no version of them."""
     named = set()
     for pin in own:
         try:
@@ -94,9 +99,17 @@ def _uv_environ() -> dict[str, str]:
     return environ
 
 
-def _install(uv: str, python: Path, pins: list[str], offline: bool, say) -> str | None:
+def _install(uv: str, python: Path, pins: list[str], overrides: Path | None, offline: bool, say) -> str | None:
     """uv's install of the pins, its lines shown as they come; None, or its last line where it failed."""
-    command = [uv, "pip", "install", "--python", str(python), *pins]
+    command = [
+        uv,
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        *pins,
+        *(["--override", str(overrides)] if overrides else []),
+    ]
     process = subprocess.Popen(
         [*command, "--offline"] if offline else command,
         env=_uv_environ(),
@@ -116,12 +129,13 @@ def _install(uv: str, python: Path, pins: list[str], offline: bool, say) -> str 
     return None if process.returncode == 0 else (said[-1] if said else f"uv exited with status {process.returncode}")
 
 
-def environment(pins: list[str], say) -> tuple[Path, dict] | str:
-    """(the environment's python, what its build measured), built now or found built; or why not."""
+def environment(pins: list[str], say, overrides: tuple[str, ...] = ()) -> tuple[Path, dict] | str:
+    """(the environment's python, what its build measured), built now or found built; or why not.
+    `overrides`: uv's overrides, for a conflict that is only in a package's metadata."""
     uv = _uv()
     if uv is None:
         return "uv is not installed (pip install uv): it builds a port's environment"
-    key = json.dumps([sys.version, sorted(pins)])
+    key = json.dumps([sys.version, sorted(pins)] + ([sorted(overrides)] if overrides else []))
     root = environments_root()
     folder = root / hashlib.sha256(key.encode()).hexdigest()[:16]
     if (folder / READY).is_file():
@@ -141,10 +155,13 @@ def environment(pins: list[str], say) -> tuple[Path, dict] | str:
         if made.returncode != 0:
             return f"uv venv failed: {(made.stderr.strip().splitlines() or ['?'])[-1]}"
         python = building / "venv" / "bin" / "python"
-        failed = _install(uv, python, pins, True, say) and _install(uv, python, pins, False, say)
+        listed = building / "overrides.txt" if overrides else None
+        if listed:
+            listed.write_text("\n".join(overrides) + "\n")
+        failed = _install(uv, python, pins, listed, True, say) and _install(uv, python, pins, listed, False, say)
         if failed:
             return f"its pins do not install: {failed}"
-        facts = {"pins": pins, "seconds": round(time.perf_counter() - started, 1)}
+        facts = {"pins": pins, "overrides": list(overrides), "seconds": round(time.perf_counter() - started, 1)}
         (building / "venv" / READY).write_text(json.dumps(facts))
         with contextlib.suppress(OSError):  # another opbench built it meanwhile: theirs is as good
             (building / "venv").rename(folder)
@@ -152,6 +169,15 @@ def environment(pins: list[str], say) -> tuple[Path, dict] | str:
         shutil.rmtree(building, ignore_errors=True)
     say(f"environment built in {facts['seconds']:g} s")
     return folder / "bin" / "python", facts | {"cached": False}
+
+
+def shown(name: str):
+    """Where the build's lines go: stderr, each after the port's name (stdout is the report)."""
+
+    def say(line: str) -> None:
+        print(f"opbench: --port {name}: {line}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def bytecode(python: Path) -> dict[str, str]:
@@ -168,10 +194,7 @@ def environment_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port |
     except ValueError as exc:
         return str(exc)
 
-    def say(line: str) -> None:
-        print(f"opbench: --port {name}: {line}", file=sys.stderr, flush=True)
-
-    built = environment(pins, say)
+    built = environment(pins, shown(name))
     if isinstance(built, str):
         return built
     python, facts = built
