@@ -58,16 +58,17 @@ def pins_for(name: str) -> list[str]:
     """The environment's pins: the port's own, then the helpers at this environment's versions
     where the port names no version of them. One line for a pin that is not a requirement."""
     if name.startswith(TORCH_PREFIX):
-        own = [name] + [
-            stack if stack == "torchvision" else f"{stack}=={_installed(stack)}"
-            for stack in MODEL_STACK
-            if _installed(stack)
-        ]
+        own = [name, *("torchvision" if pin.startswith("torchvision==") else pin for pin in stack_pins(MODEL_STACK))]
     else:
         own = [p.strip() for p in name.removeprefix(ENV_PREFIX).split(",") if p.strip()]
     if not own:
         raise ValueError(f"--port {name}: no pins; e.g. env:torch==2.12.0,numpy==2.3.5")
     return with_helpers(name, own)
+
+
+def stack_pins(names: tuple[str, ...]) -> list[str]:
+    """Those of `names` installed here, at their versions here."""
+    return [f"{name}=={_installed(name)}" for name in names if _installed(name)]
 
 
 def with_helpers(name: str, own: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ import importlib.metadata
 
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild, run_child
-from accuracy.workflows.model.ports.environments import bytecode, environment, shown, with_helpers
+from accuracy.workflows.model.ports.environments import bytecode, environment, shown, stack_pins, with_helpers
 
 CONVERTER = "litert-torch==0.10.0"
 OVERRIDES = ("typing-extensions==4.16.0",)  # xdsl 0.28.0's "< 4.13": metadata only (above)
@@ -26,7 +26,7 @@ def litert_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port | str:
     """The leaves converted together as one program of independent parts (each alone where that
     fails) and the whole model once, run by the LiteRT interpreter in the port's environment."""
     torch = importlib.metadata.version("torch").partition("+")[0]
-    pins = with_helpers(name, [CONVERTER, f"torch=={torch}"])
+    pins = with_helpers(name, [CONVERTER, f"torch=={torch}", *stack_pins(("torchvision",))])
     built = environment(pins, shown(name), OVERRIDES)
     if isinstance(built, str):
         return built
