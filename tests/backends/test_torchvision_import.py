@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from accuracy.workflows.model.ports.child_process import CHECKOUT
+from accuracy.workflows.model.ports.child_process import PACKAGE
 
 GUARDED = textwrap.dedent(
     """
@@ -33,7 +33,7 @@ def test_a_torchvision_that_imports_plainly_is_imported_without_the_schemas(tmp_
     run = subprocess.run(
         [sys.executable, "-c", IMPORT],
         cwd=tmp_path,
-        env={"PYTHONPATH": f"{tmp_path}:{CHECKOUT}", "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": f"{tmp_path}:{PACKAGE.parent}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=300,

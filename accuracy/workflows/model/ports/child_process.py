@@ -12,6 +12,8 @@ port absent with one line; the other ports' results stand.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -26,6 +28,7 @@ import numpy as np
 
 from accuracy.backends.cpu_levels import LEVELS, lacks
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.core.files import cache_home
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key, read_activations
 from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
@@ -33,7 +36,7 @@ from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
 
 RUNNER = Path(__file__).with_name("child_runner.py")
-CHECKOUT = Path(__file__).parents[4]  # where `accuracy` is imported from
+PACKAGE = Path(__file__).parents[3]  # the `accuracy` package this process imports
 # the runner by path: its own folder is not put on sys.path (runpy), the current directory is (-c)
 COMMAND = "import runpy, sys; sys.argv.pop(0); runpy.run_path(sys.argv[0], run_name='__main__')"
 # The longest a child may run before it counts as hung: BERT-base's reference and leaves took 40 s
@@ -100,17 +103,30 @@ def _failure(process: subprocess.CompletedProcess) -> str:
     return f"the child process failed: {said or f'exit status {process.returncode}'}"
 
 
+def _import_path() -> Path:
+    """A folder holding only a link to this `accuracy` package: opbench importable in the child
+    (its torchvision shim, its zoo's factories) and nothing else of this environment, as the
+    folder it is imported from here may be a site-packages holding this torch. Kept in the cache
+    (one per package path), so that the child's bytecode of it is written once."""
+    folder = cache_home() / "opbench" / "import-path" / hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:16]
+    link = folder / "accuracy"
+    if not link.is_symlink():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another opbench made it meanwhile
+            link.symlink_to(PACKAGE, target_is_directory=True)
+    return folder
+
+
 def run_child(python: str, knobs: dict[str, str], model, inputs: dict, rebuild: Rebuild, same: bool, convert=None):
     """The child's result: (its arrays, its facts, seconds), or why it gave none, in one line."""
     import torch
 
     started = time.perf_counter()
     environ = {**os.environ, **knobs, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    # opbench importable there: its torchvision shim (this environment), its zoo's factories (any)
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
     command = [python, "-c", COMMAND, str(RUNNER)]
     with tempfile.TemporaryDirectory(prefix="opbench-port-") as name:
         folder = Path(name)
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_import_path()), os.environ.get("PYTHONPATH")]))
         _write_request(folder, model, inputs, rebuild, torch.get_num_threads(), same, convert)
         try:
             process = subprocess.run(
