@@ -139,7 +139,8 @@ def test_the_probe_reads_the_cpus_flags(tmp_path):
 def test_a_child_that_crashes_hangs_or_misses_a_library_is_one_line_and_the_other_ports_stand(
     factories, monkeypatch, tmp_path, factory, why
 ):
-    monkeypatch.setattr(child_process, "TIMEOUT_S", 10.0)  # starting torch takes 2-4 s here
+    if factory == "hangs":  # killed wherever it is by then: in torch's import or asleep
+        monkeypatch.setattr(child_process, "TIMEOUT_S", 10.0)
     inputs = write_arrays(tmp_path / "x.npz", _inputs())
     report = run_model(f"{factories}:{factory}", inputs, [OWN, "threads:1"])
     assert report.absent == [{"port": OWN, "reason": why}]
