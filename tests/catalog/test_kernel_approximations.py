@@ -4,7 +4,7 @@ PyTorch's float32 F.gelu runs oneDNN's gelu_erf (every ISA) or ATen's vectorized
 AVX-512): both evaluate erf by Abramowitz & Stegun 7.1.26, whose absolute error is many ulps of a
 small result. Modelled as a libm call, stock Swin-T and ConvNeXt-T flagged their GELUs against
 PyTorch itself on an AVX2 host (6.85 ulp at x = -0.0528, 1.12x the threshold). Each level this
-CPU has runs in a child process started with the libraries' own knobs (accuracy.backends.dispatch);
+CPU has runs in a child process started with the libraries' own knobs (accuracy.backends.cpu_levels);
 a level the CPU lacks is skipped with what it lacks.
 """
 
@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from accuracy.backends import dispatch
+from accuracy.backends import cpu_levels
 from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FORMATS
 from accuracy.judge import kernels
@@ -59,14 +59,14 @@ print(json.dumps({{"capability": torch.backends.cpu.get_cpu_capability(), "verdi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "aten"])
-@pytest.mark.parametrize("level", list(dispatch.LEVELS))
+@pytest.mark.parametrize("level", list(cpu_levels.LEVELS))
 def test_pytorch_gelu_is_within_rounding_at_every_dispatch_level(level, onednn, tmp_path):
-    lacking = dispatch.missing(level)
+    lacking = cpu_levels.lacks(level)
     if lacking:
-        pytest.skip(f"{level} kernels need {lacking}")
+        pytest.skip(lacking)
     inputs = tmp_path / "x.npy"
     np.save(inputs, gelu_inputs())
-    env = {**os.environ, **dispatch.knobs(level), "XDG_CACHE_HOME": str(tmp_path)}
+    env = {**os.environ, **cpu_levels.LEVELS[level].knobs, "XDG_CACHE_HOME": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-c", CHILD.format(inputs=str(inputs), onednn=onednn)],
         env=env,
@@ -121,11 +121,3 @@ def test_the_erf_bound_covers_abramowitz_and_stegun_7_1_26():
     approx = np.sign(z) * (1.0 - poly * np.exp(-a * a))
     worst = float(np.max(np.abs(approx - erf(z))))
     assert 1.0e-7 < worst <= kernels.ERF_AS_7_1_26.absolute
-
-
-def test_dispatch_levels_name_what_the_cpu_lacks(monkeypatch):
-    monkeypatch.setattr(dispatch, "cpu_flags", lambda: frozenset({"sse4_2", "avx2", "fma"}))
-    assert dispatch.missing("avx2") == ""
-    assert dispatch.missing("avx512") == "this CPU lacks avx512f, avx512bw, avx512vl, avx512dq"
-    assert dispatch.levels_here() == ["default", "avx2"]
-    assert dispatch.knobs("avx2")["ATEN_CPU_CAPABILITY"] == "avx2"

@@ -7,15 +7,18 @@ isolation and as the first layer not within rounding."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import pytest
 import torch
 from cli_runner import run_main
 from hidden_tools import hide
 
+from accuracy.core.files import cache_home
 from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
-from accuracy.workflows.model.ports.litert_port import UNRESOLVABLE
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import load_model, record
@@ -296,9 +299,25 @@ def test_a_runtime_not_installed_makes_its_port_absent_with_a_reason(monkeypatch
     assert f"{port}: absent ({module} is not installed (pip install 'opbench[deploy]'))" in result.stdout
 
 
-def test_litert_is_absent_with_why_it_does_not_install(capsys):
-    result = run_main(capsys, "model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", "litert")
-    assert result.returncode == 1 and f"litert: absent ({UNRESOLVABLE})" in result.stdout
+@SLOW
+@RUNTIMES
+def test_litert_converts_and_runs_in_its_own_environment_and_a_correct_conversion_flags_nothing(
+    capsys, monkeypatch, tmp_path
+):
+    """litert-torch 0.10.0 beside this torch with uv's override of xdsl's typing-extensions bound,
+    built from uv's cache alone (UV_OFFLINE: never a download in a test) in a cache of the test's own."""
+    monkeypatch.setenv("UV_CACHE_DIR", os.environ.get("UV_CACHE_DIR") or str(cache_home() / "uv"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    result = run_main(capsys, "model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", "litert", "--json")
+    assert result.returncode == 0, result.stdout[-2000:]
+    (port,) = json.loads(result.stdout)["ports"]
+    assert port["description"].startswith(
+        "LiteRT: litert-torch==0.10.0 to .tflite, run by ai-edge-litert's interpreter"
+    )
+    assert "override typing-extensions==4.16.0" in port["description"]
+    assert port["compared"] == 8 and port["flagged"] == 0 and port["not_compared"] == 0
+    assert "building its environment with uv: litert-torch==0.10.0 torch==" in result.stderr
 
 
 def test_building_the_port_table_imports_no_runtime(monkeypatch):

@@ -31,6 +31,7 @@ from accuracy.workflows.model.causes.cause import Context
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import EndToEnd, Port
+from accuracy.workflows.model.ports.child_process import Rebuild
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import OnnxFilePort, read_mapping, read_onnx
 from accuracy.workflows.model.preprocessing import input_rows
@@ -109,7 +110,8 @@ def run_model(
         raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
-    jobs = [PortJob(name) for name in dict.fromkeys(names)] + [PortJob(p.name, file=p) for p in file_ports]
+    jobs = [PortJob(name, factory=spec, train=train) for name in dict.fromkeys(names)]
+    jobs += [PortJob(p.name, file=p) for p in file_ports]
     jobs += [PortJob(label, onnx=files) for label, files in onnx_files.items()]
     jobs += [PortJob("keras", keras=keras)] if keras else []
     interrupted, not_run = None, []
@@ -146,6 +148,8 @@ class PortJob:
     file: FilePort | None = None
     keras: object = None
     onnx: tuple[str, str | None] | None = None  # --onnx: the file and its mapping file
+    factory: str | None = None  # the model's MODULE:FUNCTION, for a port that rebuilds it in another process
+    train: bool = False
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -164,7 +168,8 @@ class PortJob:
         if self.onnx is not None:
             path, mapping = self.onnx
             return OnnxFilePort(self.name, path, read_mapping(self.name, mapping) if mapping else {}, model, inputs)
-        return build_port(self.name, model, inputs)
+        rebuild = Rebuild(self.factory, self.train, calls) if self.factory else None
+        return build_port(self.name, model, inputs, rebuild)
 
     def build_or_why(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
         """The port, or why it is absent: a built-in port the model cannot be converted to (a
@@ -310,7 +315,7 @@ class PortRun:
 
 def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
     """Every unit of `port` run isolated on the inputs it is judged on, and the port end to end."""
-    started = time.perf_counter()
+    started = time.perf_counter() - port.built_seconds
     units = port.units(calls)
     outputs, mismatched = [], []
     for i, unit in enumerate(units):

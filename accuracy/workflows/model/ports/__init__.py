@@ -11,14 +11,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
-from accuracy.workflows.model.ports import executorch_port, litert_port, onnx_export, openvino_port, torch_variants
+from accuracy.workflows.model.ports import (
+    child_process,
+    environments,
+    executorch_port,
+    litert_port,
+    onnx_export,
+    openvino_port,
+    torch_variants,
+)
 from accuracy.workflows.model.ports.base import Port
+from accuracy.workflows.model.ports.child_process import Rebuild
 
 COUNT = ":N"  # a name ending so takes a count: threads:N is threads:1, threads:2, ...
+TAKES = ("PINS", "VERSION")  # a name ending so takes any text there: env:PINS, torch==VERSION
 
 
 @dataclass(frozen=True)
@@ -26,18 +35,24 @@ class PortSpec:
     """One port: its `--port` name, the backends it runs on besides torch (a Dask worker preloads
     them), whether `opbench model` runs it by default and whether it needs a GPU, and `build`:
     (the name as given, the model, its inputs by name) -> the Port, or a sentence saying why it
-    is absent on this machine (never an error)."""
+    is absent on this machine (never an error). `rebuilds`: a port in another process, whose
+    `build` also takes a `Rebuild` (the factory, the mode and the reference's calls)."""
 
     name: str
-    build: Callable[[str, Any, dict], Port | str]
+    build: Callable[..., Port | str]
     backends: tuple[str, ...] = ()
     default: bool = False
     needs_gpu: bool = False
+    rebuilds: bool = False
 
     def matches(self, name: str) -> bool:
-        if not self.name.endswith(COUNT):
+        if self.name.endswith(COUNT):
+            return name.startswith(self.name.removesuffix("N"))
+        word = next((w for w in TAKES if self.name.endswith(w)), None)
+        if word is None:
             return name == self.name
-        return name.startswith(self.name.removesuffix("N"))
+        prefix = self.name.removesuffix(word)
+        return name.startswith(prefix) and len(name) > len(prefix)
 
 
 BUILT_IN = (
@@ -48,12 +63,19 @@ BUILT_IN = (
     PortSpec("bfloat16", torch_variants.low_precision),
     PortSpec("float16", torch_variants.low_precision),
     PortSpec("threads:N", torch_variants.threads),
+    # PyTorch in a child process, its kernels held to one x86 level; absent where the CPU lacks it
+    PortSpec("isa:default", child_process.isa_port, rebuilds=True),
+    PortSpec("isa:avx2", child_process.isa_port, rebuilds=True),
+    PortSpec("isa:avx512", child_process.isa_port, rebuilds=True),
+    # PyTorch in an environment of its own that uv builds from pins: any set, or torch moved
+    PortSpec("env:PINS", environments.environment_port, rebuilds=True),
+    PortSpec("torch==VERSION", environments.environment_port, rebuilds=True),
     PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
     PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
     PortSpec("executorch", executorch_port.executorch_port),
     PortSpec("executorch-portable", executorch_port.executorch_port),
-    PortSpec("litert", litert_port.litert_port),
+    PortSpec("litert", litert_port.litert_port, rebuilds=True),
     PortSpec("openvino", openvino_port.openvino_port),
     PortSpec("openvino-f16", openvino_port.openvino_port),
 )
@@ -90,7 +112,7 @@ def default_ports(gpu: bool) -> list[str]:
     return [s.name for s in BUILT_IN if s.default and (gpu or not s.needs_gpu)]
 
 
-def build_port(name: str, model, inputs: dict) -> Port | str:
+def build_port(name: str, model, inputs: dict, rebuild: Rebuild | None = None) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     spec = spec_for(name)
     if spec.needs_gpu:
@@ -98,4 +120,8 @@ def build_port(name: str, model, inputs: dict) -> Port | str:
 
         if not torch.cuda.is_available():
             return "no CUDA device on this machine"
+    if spec.rebuilds:
+        if rebuild is None:
+            return "it runs the model rebuilt from its factory in another process, and no factory was given"
+        return spec.build(name, model, inputs, rebuild)
     return spec.build(name, model, inputs)

@@ -1,21 +1,43 @@
-"""LiteRT (litert_torch.convert -> .tflite, run by ai_edge_litert's interpreter): not installable
-beside the pinned stack, so the port is listed and absent with the reason."""
+"""LiteRT: litert_torch.convert -> .tflite, run by ai_edge_litert's interpreter, in an environment of
+its own (environments.py) beside this torch, as a child process (child_process.py).
+
+It cannot join opbench's own environment: litert-torch 0.10.0 (the release for torch 2.13) needs
+ai-edge-litert[model-utils] 2.3.0, whose xdsl 0.28.0 declares typing-extensions < 4.13 while
+ai-edge-litert 2.3.0 itself pins 4.16.0; every earlier litert-torch needs torch < 2.13. The conflict
+is only in xdsl's metadata: with uv's override to 4.16.0 the converter imports, converts and runs
+(measured: small_cnn, resnet18 and the decoder convert), so the port's environment is litert-torch
+0.10.0 on this torch with that one override, rather than an earlier litert-torch on an older torch,
+which would judge another PyTorch's conversion.
+"""
 
 from __future__ import annotations
 
-from accuracy.workflows.model.ports.deploy import missing
+import importlib.metadata
 
-# Measured with uv against constraints.txt: litert-torch 0.10.0 needs ai-edge-litert[model-utils] >= 2.3.0,
-# whose xdsl 0.28.0 needs typing-extensions < 4.13 while ai-edge-litert 2.3.0 itself pins 4.16.0;
-# every earlier litert-torch needs torch < 2.13 or the same extra.
-UNRESOLVABLE = (
-    "litert-torch does not install beside torch 2.13.0: ai-edge-litert 2.3.0 pins typing-extensions 4.16.0 "
-    "and its model-utils extra (xdsl 0.28.0) needs < 4.13"
-)
+from accuracy.workflows.model.ports.base import Port
+from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild, run_child
+from accuracy.workflows.model.ports.environments import bytecode, environment, shown, stack_pins, with_helpers
+
+CONVERTER = "litert-torch==0.10.0"
+OVERRIDES = ("typing-extensions==4.16.0",)  # xdsl 0.28.0's "< 4.13": metadata only (above)
 
 
-def litert_port(name: str, model, inputs) -> str:
-    """Why the port is absent: the runtime is not installed, or (installed by hand) not wired here."""
-    if missing("litert_torch", "ai_edge_litert"):
-        return UNRESOLVABLE
-    return "litert-torch is installed by hand, but this opbench has no LiteRT port: " + UNRESOLVABLE
+def litert_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port | str:
+    """The leaves converted together as one program of independent parts (each alone where that
+    fails) and the whole model once, run by the LiteRT interpreter in the port's environment."""
+    torch = importlib.metadata.version("torch").partition("+")[0]
+    pins = with_helpers(name, [CONVERTER, f"torch=={torch}", *stack_pins(("torchvision",))])
+    built = environment(pins, shown(name), OVERRIDES)
+    if isinstance(built, str):
+        return built
+    python, facts = built
+    done = run_child(str(python), bytecode(python), model, inputs, rebuild, same=False, convert="litert")
+    if isinstance(done, str):
+        return done
+    arrays, child, seconds = done
+    cached = ", cached" if facts["cached"] else ""
+    described = (
+        f"LiteRT: {CONVERTER} to .tflite, run by ai-edge-litert's interpreter, in its own environment "
+        f"(torch {child['torch']}, override {', '.join(OVERRIDES)}; built by uv in {facts['seconds']:g} s{cached})"
+    )
+    return ChildPort(name, described, arrays, seconds, child["reasons"])
