@@ -72,7 +72,18 @@ def main(argv: Sequence[str] = ()) -> int:
         return second.returncode
     if why:
         print(f"opbench: the LibTorch backend is not built: {why}", file=sys.stderr)
+    _litert_environment()
     return 0
+
+
+def _litert_environment() -> None:
+    """`--port litert`'s environment built once, from the package index: its packages are then in
+    uv's cache, where the port (and its test, offline) rebuild it. A failure is one line, not setup's."""
+    from accuracy.workflows.model.ports.litert_port import litert_environment
+
+    built = litert_environment(lambda line: None)
+    if isinstance(built, str):
+        print(f"opbench: the LiteRT port's environment is not built: {built}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ which would judge another PyTorch's conversion.
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild, run_child
@@ -22,12 +23,18 @@ CONVERTER = "litert-torch==0.10.0"
 OVERRIDES = ("typing-extensions==4.16.0",)  # xdsl 0.28.0's "< 4.13": metadata only (above)
 
 
+def litert_environment(say) -> tuple[Path, dict] | str:
+    """The port's environment (its python, what its build measured), built now or found built; or why
+    not. `make setup` builds it once, so that its packages are in uv's cache for an offline rebuild."""
+    torch = importlib.metadata.version("torch").partition("+")[0]
+    pins = with_helpers("litert", [CONVERTER, f"torch=={torch}", *stack_pins(("torchvision",))])
+    return environment(pins, say, OVERRIDES)
+
+
 def litert_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port | str:
     """The leaves converted together as one program of independent parts (each alone where that
     fails) and the whole model once, run by the LiteRT interpreter in the port's environment."""
-    torch = importlib.metadata.version("torch").partition("+")[0]
-    pins = with_helpers(name, [CONVERTER, f"torch=={torch}", *stack_pins(("torchvision",))])
-    built = environment(pins, shown(name), OVERRIDES)
+    built = litert_environment(shown(name))
     if isinstance(built, str):
         return built
     python, facts = built
