@@ -52,8 +52,16 @@ torch.backends.mkldnn.enabled = {onednn}
 out = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
 op = get_op("gelu")
 judged = Evidence(op, {{"x": x}}, FORMATS["float32"]).judge(out, op.impl("torch:F.gelu", "float32"))
+rsqrt = {{}}
+for dtype in ("float16", "bfloat16"):
+    y = np.random.default_rng(60).uniform(1e-3, 1e3, 4096).astype(np.float32)
+    y = torch.from_numpy(y).to(getattr(torch, dtype))
+    out16 = torch.rsqrt(y).float().numpy()
+    op16 = get_op("rsqrt")
+    case = Evidence(op16, {{"x": y.float().numpy()}}, FORMATS[dtype])
+    rsqrt[dtype] = str(case.judge(out16, op16.impl("torch:torch.rsqrt", dtype)).verdict)
 print(json.dumps({{"capability": torch.backends.cpu.get_cpu_capability(), "verdict": str(judged.verdict),
-                   "ratio": judged.typical_ratio, "reason": judged.reason}}))
+                   "ratio": judged.typical_ratio, "reason": judged.reason, "rsqrt": rsqrt}}))
 """
 
 
@@ -79,6 +87,8 @@ def test_pytorch_gelu_is_within_rounding_at_every_dispatch_level(level, onednn, 
     assert result["capability"].lower() == level  # the knob took: this level's kernels ran
     assert result["verdict"] == WITHIN, result["reason"]
     assert result["ratio"] < 0.9
+    # ATen's DEFAULT level computes rsqrt of float16 and bfloat16 in the storage format (two roundings)
+    assert result["rsqrt"] == {"float16": WITHIN, "bfloat16": WITHIN}
 
 
 def test_the_erf_approximation_is_what_keeps_onednn_gelu_within_rounding():

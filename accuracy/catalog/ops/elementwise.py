@@ -198,7 +198,16 @@ RSQRT = elementwise_op(
     oracle=lambda x: mpmath.power(x, -0.5),
     doc="reciprocal square root on [1e-3, 1e3]",
     impls=[
-        Impl("torch", "torch.rsqrt", lambda ns, x: ns.rsqrt(x), ALL_DTYPES),
+        Impl(
+            "torch",
+            "torch.rsqrt",
+            lambda ns, x: ns.rsqrt(x),
+            ALL_DTYPES,
+            compute=IN_STORAGE,
+            note="ATen's DEFAULT-level kernel (a CPU without AVX2, or ATEN_CPU_CAPABILITY=default) computes "
+            "float16 and bfloat16 as 1 / sqrt(x) in the storage format: two roundings, up to 1.5x the bound "
+            "of one float32 evaluation rounded once",
+        ),
         Impl("numpy", "1 / np.sqrt(x)", lambda ns, x: 1 / ns.sqrt(x), IEEE_DTYPES, compute=IN_STORAGE),
     ],
 )
