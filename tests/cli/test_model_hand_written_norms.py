@@ -142,3 +142,22 @@ def test_a_cause_that_cannot_apply_to_a_module_is_skipped_with_the_reason(user, 
     assert found["skipped"] == [
         {"name": "reads an attribute", "reason": "AttributeError: 'RMSNorm' object has no attribute 'variance_epsilon'"}
     ]
+
+
+def test_a_unit_the_judge_fails_on_is_not_compared_with_why_and_the_rest_is_judged(user, monkeypatch):
+    """An exception judging one unit ended the whole run with a traceback."""
+    from accuracy.workflows.model import sweep
+
+    judge = sweep.Judging.judge
+
+    def failing(self):
+        if self.unit.key == "bare":
+            raise RuntimeError("a unit the judge cannot take")
+        return judge(self)
+
+    monkeypatch.setattr(sweep.Judging, "judge", failing)
+    (port,) = run_model("handmade:decoder", "x=4x16", ["threads:1"]).ports
+    rows = {r["path"]: r for r in port["layers"]}
+    assert rows["bare"]["verdict"] == "not compared"
+    assert rows["bare"]["reason"].startswith("the judge failed on it: RuntimeError: a unit the judge cannot take")
+    assert rows["norm"]["verdict"] == "within rounding" and port["compared"] == len(rows) - 1
