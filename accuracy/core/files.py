@@ -127,11 +127,30 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None]) -> Path:
+def _rename_no_clobber(tmp: str, path: Path) -> None:
+    """Rename `tmp` to `path` only where nothing is at `path`: os.link fails with EEXIST on any
+    entry there (a file the user made during the run), atomically. A file system without hard
+    links gets an O_EXCL claim of the name first, then the rename over that claim."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (EPERM, ENOTSUP): claim the name, then take it
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def write_atomic(
+    path: Path | str, content: str | bytes | Callable[[BinaryIO], None], *, replace: bool = True
+) -> Path:
     """Write `content` (text, bytes, or a function that writes to a binary handle) to `path` atomically.
 
     Raises OpbenchError (one line) on any OSError; the old file, if any, is untouched and the
-    temporary file is removed whatever went wrong, including a KeyboardInterrupt.
+    temporary file is removed whatever went wrong, including a KeyboardInterrupt. `replace=False`
+    (a file for the user that was not there when the run began): a file that appeared at `path`
+    since is kept, and the write is refused, never over it.
     """
     path = Path(path)
     refuse_symlink(path)
@@ -150,10 +169,15 @@ def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], N
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results and reports are read by others
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _rename_no_clobber(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, FileExistsError):
+            raise OpbenchError(f"{path}: a file appeared there during the run; it is kept, not overwritten") from None
         if isinstance(exc, OSError):
             raise OpbenchError(os_error_line("write", path, exc)) from None
         raise

@@ -102,5 +102,5 @@ def write_model_page(path: Path | str, report: dict, answers: list[str]) -> Path
     path = Path(path)
     refuse_symlink(path)
     if path.exists():
-        raise OpbenchError(f"--html {path}: already exists")
-    return write_atomic(path, model_page(report, answers))
+        raise OpbenchError(f"--html {path}: a file appeared there during the run; it is kept, not overwritten")
+    return write_atomic(path, model_page(report, answers), replace=False)

@@ -275,9 +275,9 @@ def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool
         if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
             raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")
         # to a handle: given a name, np.savez appends .npz to any other spelling (.NPZ)
-        write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+        write_atomic(path, lambda handle: np.savez(handle, **arrays), replace=force)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
     else:
         from safetensors.numpy import save
 
-        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}), replace=force)
     return path
