@@ -35,3 +35,50 @@ def test_a_page_that_appears_during_the_run_is_kept_and_the_report_still_printed
         f"opbench: error: {page}: a file appeared there during the run; it is kept, not overwritten"
     )
     assert "threads:1 [float32]: every compared layer within rounding" in out  # the report, printed first
+
+
+def test_an_empty_input_is_one_line_not_a_traceback(capsys):
+    """`--inputs input=0x8` ended in `range() arg 3 must not be zero` from the exact GEMM."""
+    status, out, err = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=0x3x8x8", "--port", "threads:1")
+    assert status == 2 and out == ""
+    assert err.strip() == "opbench: error: x=0x3x8x8: x has shape (0, 3, 8, 8), no elements: nothing to compare"
+
+
+@pytest.mark.slow  # a child process under its own RLIMIT_AS
+def test_the_memory_check_honours_the_address_space_limit():
+    """Under `ulimit -v` the budget was half of MemAvailable, whatever the limit: large inputs
+    passed the check and ended in numpy's _ArrayMemoryError."""
+    import re
+    import resource
+
+    from cli_runner import start_opbench
+
+    limit = 8 * 1024**3
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = start_opbench("model", SMALL_CNN, "--inputs", "x=50000000x8", "--port", "threads:1", preexec_fn=limited)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    budget = float(re.search(r"more than the budget of ([0-9.]+) GB", err).group(1))
+    assert budget <= limit / 2 / 1e9  # half of what the limit leaves, never half the machine's free memory
+
+
+def test_the_memory_check_honours_the_cgroup_limit(tmp_path, monkeypatch, capsys):
+    """A container's or job's memory cgroup (v2 here): its limit less its use, page cache that the
+    kernel reclaims first counted free."""
+    from accuracy.core import limits
+
+    job = tmp_path / "sys" / "job"
+    job.mkdir(parents=True)
+    (job / "memory.max").write_text(f"{1024**3}\n")
+    (job / "memory.current").write_text(f"{300 * 1024**2}\n")
+    (job / "memory.stat").write_text(f"anon 1\ninactive_file {100 * 1024**2}\nactive_file 5\n")
+    (tmp_path / "sys" / "memory.max").write_text("max\n")  # the root: no limit
+    (tmp_path / "cgroup").write_text("0::/job\n")
+    monkeypatch.setattr(limits, "CGROUP_ROOT", str(tmp_path / "sys"))
+    monkeypatch.setattr(limits, "PROC_CGROUP", str(tmp_path / "cgroup"))
+    assert limits.available_memory() == 824 * 1024**2
+    status, _, err = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=4000000x8", "--port", "threads:1")
+    assert status == 2 and "more than the budget of 0.4 GB" in err
