@@ -130,3 +130,54 @@ def test_inf_weights_or_inputs_give_no_numpy_warning(user, capsys):
             )
         assert status in (0, 1) and "Warning" not in err
         assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == [], factory
+
+
+DOUBLING = '''
+import torch
+from torch import nn
+
+
+class Doubling(nn.Module):
+    """A forward that writes to its input before its layers run."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+        self.act = nn.Tanh()
+
+    def forward(self, x):
+        x.mul_(2)
+        return self.act(self.fc(x))
+
+
+def doubling():
+    torch.manual_seed(0)
+    return Doubling().eval()
+'''
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path, monkeypatch, cache):
+    """`x.mul_` with threads:1 and onnxruntime on a cold export cache: the export traced the forward
+    on the shared input, doubling it, and PyTorch's own port read 'beyond rounding: output error
+    0.495' (exit 1), its layer 0 'inherited 2.41'; on a warm cache exit 0."""
+    from accuracy.workflows.model.sweep import run_model
+
+    (tmp_path / "doubles.py").write_text(DOUBLING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "cache"))
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
+    inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
+    try:
+        if cache == "warm":
+            run_model("doubles:doubling", inputs, ["onnxruntime"])
+        report = run_model("doubles:doubling", inputs, ["threads:1", "onnxruntime"])
+    finally:
+        sys.modules.pop("doubles", None)
+    for port in report.ports:
+        assert port["end_to_end"]["verdict"] == "within rounding", (port["port"], port["end_to_end"])
+        assert port["output"]["relative_error"] < 1e-6, port["port"]
+        first = port["layers"][0]
+        assert first.get("inherited", 0) == 0, (port["port"], first)
+    assert report.within_rounding

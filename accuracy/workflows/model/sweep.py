@@ -195,7 +195,7 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
     try:
         with thread_limits([get_backend("torch")], torch.get_num_threads()):
             for job in jobs:  # one port held at a time: an exported BERT-base and its sessions are GBs
-                port = job.build_or_why(model, given, calls)
+                port = job.build_or_why(model, own_copies(given), calls)
                 if isinstance(port, str):
                     absent.append({"port": job.name, "reason": port})
                     continue
@@ -288,7 +288,7 @@ def port_task(
             raise OpbenchError(f"on {worker_name()}: {exc}") from None
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
-        port = job.build_or_why(model, given, calls)
+        port = job.build_or_why(model, own_copies(given), calls)
         return port if isinstance(port, str) else run_or_why(port, given, calls)
 
 
@@ -312,6 +312,12 @@ def _not_compared(runs: list[PortRun], covers: tuple, labels: dict, reason: str)
     for run in runs:
         if run.facts.name in labels:
             run.units = [(c, reason if tuple(c) == tuple(covers) else why) for c, why in run.units]
+
+
+def own_copies(given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model inputs, copied: a forward that changes its input (`x.mul_(2)`) changes only the
+    copy it was handed, never what another port, the export or the reference receives next."""
+    return {name: np.array(value, copy=True) for name, value in given.items()}
 
 
 def run_or_why(port: Port, given: dict, calls: list[LayerCall]) -> PortRun | str:
@@ -378,13 +384,13 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         outputs.append((i, feed.tensors, feed.source, output))
     run: EndToEnd | str
     try:
-        run = port.end_to_end(given, units)
+        run = port.end_to_end(own_copies(given), units)
     except Exception as exc:
         why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
         run, outputs, mismatched = f"the end-to-end run failed: {why}", [], []
     described = [(u.covers, u.reason) for u in units]
     with get_backend("torch").thread_limit(JUDGE_THREADS):
-        inputs = input_rows(port, calls, given) if not isinstance(run, str) else []
+        inputs = input_rows(port, calls, own_copies(given)) if not isinstance(run, str) else []
     return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs, mismatched)
 
 

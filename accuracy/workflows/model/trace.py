@@ -281,8 +281,9 @@ def typed_inputs(inputs: dict[str, np.ndarray], fmt: FloatFormat) -> dict:
     """The model inputs as torch tensors, floats in `fmt` (integer ids and masks as they are)."""
     import torch
 
+    # copies (torch.tensor): a forward that changes its input must not change the caller's arrays
     return {
-        k: torch.as_tensor(v).to(torch_dtype(fmt)) if np.issubdtype(v.dtype, np.floating) else torch.as_tensor(v)
+        k: torch.tensor(v).to(torch_dtype(fmt)) if np.issubdtype(v.dtype, np.floating) else torch.tensor(v)
         for k, v in inputs.items()
     }
 
