@@ -181,3 +181,31 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
         first = port["layers"][0]
         assert first.get("inherited", 0) == 0, (port["port"], first)
     assert report.within_rounding
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("import sys\nsys.exit(0)\n", "importing exits_at_import called sys.exit(0)"),
+        (
+            "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr', type=float, "
+            "default=0.1)\nARGS = parser.parse_args()\n\n\ndef f():\n    return 1\n",
+            "the factory returned a int, not a torch.nn.Module",
+        ),
+    ],
+    ids=["sys-exit", "argparse"],
+)
+def test_a_module_that_exits_or_parses_the_command_line_at_import_is_one_line(tmp_path, monkeypatch, capsys, source, message):
+    """`sys.exit(0)` at import exited 0 with no output; a module's own argparse read opbench's
+    arguments and printed 'usage: opbench [-h] [--lr LR]'."""
+    name = "exits_at_import" if "exit(0)" in source else "parses_argv"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["opbench", "model", f"{name}:f", "--inputs", "x=2x8"])
+    try:
+        status, out, err = run_main(capsys, "model", f"{name}:f", "--inputs", "x=2x8", "--port", "threads:1")
+    finally:
+        sys.modules.pop(name, None)
+    assert status == 2 and out == "" and "usage" not in err
+    assert err.strip().startswith("opbench: error: ") and message in err and len(err.strip().splitlines()) == 1
