@@ -209,3 +209,28 @@ def test_a_module_that_exits_or_parses_the_command_line_at_import_is_one_line(tm
         sys.modules.pop(name, None)
     assert status == 2 and out == "" and "usage" not in err
     assert err.strip().startswith("opbench: error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("first", ["float16", "float32"])
+def test_an_activations_file_mixing_float16_and_float32_is_one_line_whatever_its_key_order(tmp_path, capsys, first):
+    """It was judged in the dtype of its first key: float16 first exited 0, float16 last was judged
+    float32 and flagged."""
+    from accuracy.workflows.model.activations_file import activations
+    from accuracy.workflows.model.trace import record
+    from accuracy.workflows.model.zoo import example_inputs, small_cnn
+
+    inputs = example_inputs("small_cnn")
+    calls, out = record(small_cnn().eval(), inputs)
+    arrays = activations(calls, out)
+    half = {k: v.astype(np.float16) for k, v in arrays.items() if k in ("conv1", "bn1")}
+    rest = {k: v for k, v in arrays.items() if k not in half}
+    np.savez(tmp_path / "mixed.npz", **(half | rest if first == "float16" else rest | half))
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    status, out_text, err = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", x, "--activations", f"p={tmp_path / 'mixed.npz'}"
+    )
+    assert status == 2 and out_text == ""
+    assert err.strip() == (
+        "opbench: error: --activations p: its layer outputs mix float16 ('bn1', ...), float32 ('conv2', ...); "
+        "a port is judged in one format: save every output in the format the runtime computes in"
+    )
