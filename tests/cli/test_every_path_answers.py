@@ -234,3 +234,22 @@ def test_an_activations_file_mixing_float16_and_float32_is_one_line_whatever_its
         "opbench: error: --activations p: its layer outputs mix float16 ('bn1', ...), float32 ('conv2', ...); "
         "a port is judged in one format: save every output in the format the runtime computes in"
     )
+
+
+def test_a_non_finite_output_never_differs_by_0(tmp_path, capsys):
+    """'10 output value(s) not finite ...' and, in the same line, 'output differs from the float64
+    model by 0' (the finite elements' difference)."""
+    from accuracy.workflows.model.activations_file import activations
+    from accuracy.workflows.model.trace import record
+    from accuracy.workflows.model.zoo import example_inputs, small_cnn
+
+    inputs = example_inputs("small_cnn")
+    calls, out = record(small_cnn().eval(), inputs)
+    arrays = activations(calls, out)
+    arrays["output"] = arrays["output"].copy()
+    arrays["output"][0, 0] = np.nan
+    port = write_arrays(tmp_path / "port.safetensors", arrays)
+    x = write_arrays(tmp_path / "x.npz", inputs)
+    status, text, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", x, "--activations", f"nan={port}")
+    (line,) = [line for line in text.splitlines() if "not finite" in line]
+    assert status == 1 and "output differs from the float64 model by inf" in line and " by 0 " not in line
