@@ -253,3 +253,27 @@ def test_a_non_finite_output_never_differs_by_0(tmp_path, capsys):
     status, text, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", x, "--activations", f"nan={port}")
     (line,) = [line for line in text.splitlines() if "not finite" in line]
     assert status == 1 and "output differs from the float64 model by inf" in line and " by 0 " not in line
+
+
+def test_a_service_that_closes_the_connection_at_once_is_said_so(capsys, monkeypatch):
+    """It was reported as 'answered nothing in 20 s' after 3.4 s."""
+    import socket
+    import threading
+
+    from accuracy.workflows import cluster
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def accept_and_close() -> None:
+        while True:
+            conn, _ = server.accept()
+            conn.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 60)  # never reached: the close comes at once
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    status, _, err = run_main(capsys, "scan", "exp", "--dtype", "float16", "--dask", address)
+    assert status == 2 and err.strip() == (
+        f"opbench: error: cannot reach a Dask scheduler at {address}: the service there closed the connection "
+        "without a word (a scheduler greets at once); is it a Dask scheduler?"
+    )
