@@ -83,6 +83,20 @@ def check_private_directory(path: Path, what: str) -> None:
         )
 
 
+def not_a_file(path: Path | str) -> str:
+    """Why `path` is no regular file to read, in words: "no such file", "a directory, not a file",
+    "a FIFO, not a regular file", ... (a directory or a FIFO was called "no such file")."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kind = next((words for test, words in kinds if test(mode)), "a device")
+    return f"{kind}, not a file" if kind == "a directory" else f"{kind}, not a regular file"
+
+
 def check_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> int:
     """The size of `path` if it is a regular file of at most `limit` bytes, else one line.
 

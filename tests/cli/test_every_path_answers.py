@@ -277,3 +277,17 @@ def test_a_service_that_closes_the_connection_at_once_is_said_so(capsys, monkeyp
         f"opbench: error: cannot reach a Dask scheduler at {address}: the service there closed the connection "
         "without a word (a scheduler greets at once); is it a Dask scheduler?"
     )
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+@pytest.mark.parametrize("flag", ["--inputs", "--activations", "--onnx"])
+def test_a_directory_or_a_fifo_given_as_a_file_is_called_what_it_is(tmp_path, capsys, kind, flag):
+    """Both were reported as 'no such file'."""
+    import os
+
+    path = tmp_path / ("given.onnx" if flag == "--onnx" else "given.npz")
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    words = {"directory": "a directory, not a file", "fifo": "a FIFO, not a regular file"}[kind]
+    given = ["--inputs", path] if flag == "--inputs" else ["--inputs", "x=2x3x8x8", flag, f"p={path}"]
+    status, _, err = run_main(capsys, "model", SMALL_CNN, *given, "--port", "threads:1")
+    assert status == 2 and err.strip().endswith(f"{path}: {words}") and "no such file" not in err
