@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     # non-finite values; numpy's RuntimeWarning with a line of opbench's source told the user nothing
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"accuracy\.")
     try:
+        os.getcwd()
+    except FileNotFoundError:  # torch's MKL then failed to load libtorch_cpu.so, naming nothing the user did
+        print("opbench: error: the current directory no longer exists (deleted); cd to one that does", file=sys.stderr)
+        return 2
+    try:
         args = build_parser().parse_args(argv)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a full device is then this one line

@@ -291,3 +291,14 @@ def test_a_directory_or_a_fifo_given_as_a_file_is_called_what_it_is(tmp_path, ca
     given = ["--inputs", path] if flag == "--inputs" else ["--inputs", "x=2x3x8x8", flag, f"p={path}"]
     status, _, err = run_main(capsys, "model", SMALL_CNN, *given, "--port", "threads:1")
     assert status == 2 and err.strip().endswith(f"{path}: {words}") and "no such file" not in err
+
+
+def test_a_deleted_working_directory_is_said_so(tmp_path, monkeypatch, capsys):
+    """It gave 'Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so', which names nothing the user did."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    status, out, err = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "threads:1")
+    assert status == 2 and out == ""
+    assert err == "opbench: error: the current directory no longer exists (deleted); cd to one that does\n"
