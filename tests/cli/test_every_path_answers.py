@@ -302,3 +302,11 @@ def test_a_deleted_working_directory_is_said_so(tmp_path, monkeypatch, capsys):
     status, out, err = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "threads:1")
     assert status == 2 and out == ""
     assert err == "opbench: error: the current directory no longer exists (deleted); cd to one that does\n"
+
+
+def test_a_negative_max_plots_is_refused(tmp_path, capsys):
+    """`--max-plots -5` was taken as 'all but the last 5' (a slice's end)."""
+    out = tmp_path / "reports"
+    status, _, err = run_main(capsys, "report", "--results", tmp_path / "results", "--out", out, "--max-plots", "-5")
+    assert status == 2 and err == "opbench: error: --max-plots -5 must be 0 or more (0: no history figures)\n"
+    assert not out.exists()
