@@ -264,7 +264,9 @@ class Graph:
 
 def session(model, optimized: bool):
     """An ONNX Runtime CPU session with its default optimizations (fusions included) or none."""
-    import onnxruntime as ort
+    from accuracy.backends import get_backend
+
+    ort = get_backend("onnxruntime").ort  # imported once, quietly (backends/onnxruntime.py)
 
     options = ort.SessionOptions()
     options.graph_optimization_level = (

@@ -85,7 +85,12 @@ class OnnxRuntimeBackend(ThreadsPerCall):
 
     @cached_property
     def ort(self):
-        import onnxruntime
+        from accuracy.core.errors import quiet_stderr
+
+        # its import writes a warning in ANSI colours to fd 2 where it cannot persist a telemetry
+        # id (XDG_CACHE_HOME naming a file): nothing the user asked about; a failed import still raises
+        with quiet_stderr():
+            import onnxruntime
 
         return onnxruntime
 

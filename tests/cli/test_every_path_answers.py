@@ -310,3 +310,21 @@ def test_a_negative_max_plots_is_refused(tmp_path, capsys):
     status, _, err = run_main(capsys, "report", "--results", tmp_path / "results", "--out", out, "--max-plots", "-5")
     assert status == 2 and err == "opbench: error: --max-plots -5 must be 0 or more (0: no history figures)\n"
     assert not out.exists()
+
+
+@pytest.mark.slow  # a fresh process: what the terminal shows, ONNX Runtime's import included
+def test_a_cache_home_that_is_a_file_runs_without_the_cache_and_says_so_once(tmp_path):
+    """`explain` refused (exit 2: 'cannot use .../opbench/refs: Not a directory') where the cache is
+    optional; ONNX Runtime's import then wrote its own coloured warning about the same directory."""
+    from cli_runner import run_opbench
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    refs = afile / "opbench" / "refs"
+    done = run_opbench(
+        "explain", "exp", "--dtype", "float32", "--size", "64", env={"XDG_CACHE_HOME": str(afile), "OPBENCH_CACHE": str(refs)}
+    )
+    assert done.returncode == 0 and "exp [float32" in done.stdout
+    assert done.stderr == (
+        f"opbench: warning: the reference cache {refs} cannot be used (Not a directory); running without it (slower)\n"
+    )
