@@ -328,3 +328,48 @@ def test_a_cache_home_that_is_a_file_runs_without_the_cache_and_says_so_once(tmp
     assert done.stderr == (
         f"opbench: warning: the reference cache {refs} cannot be used (Not a directory); running without it (slower)\n"
     )
+
+
+NAMED = '''
+import torch
+from torch import nn
+
+
+def named():
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    for name, layer in (("a/b", nn.Linear(16, 16)), ("c#d", nn.Tanh()), ("e2e", nn.Linear(16, 16)),
+                        ("in0", nn.Tanh()), ("50%", nn.ReLU()), ("output", nn.Linear(16, 8))):
+        model.add_module(name, layer)
+    return model.eval()
+'''
+
+
+def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp_path, monkeypatch, capsys):
+    """A top-level `output`, or a name holding `#` or `/`, was refused; each is keyed by its escape
+    (`%output`, `a%2Fb`, `c%23d`; `%` itself `%25`, a top-level `e2e` `%e2e`), in the activations
+    file as in the report, and a file saved by one run is read back by the next."""
+    (tmp_path / "named_layers.py").write_text(NAMED)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = tmp_path / "saved.safetensors"
+    try:
+        status, _, err = run_main(
+            capsys, "model", "named_layers:named", "--inputs", "input=4x16", "--port", "threads:1",
+            "--save-activations", saved,
+        )  # fmt: skip
+        assert status == 0 and err == ""
+        from safetensors.numpy import load_file
+
+        keys = sorted(k for k in load_file(saved) if "/" not in k)
+        assert keys == ["%e2e", "%output", "50%25", "a%2Fb", "c%23d", "in0", "output"]
+        status, out, _ = run_main(
+            capsys, "model", "named_layers:named", "--inputs", "input=4x16", "--activations", f"same={saved}", "--json"
+        )
+    finally:
+        sys.modules.pop("named_layers", None)
+    import json
+
+    (port,) = json.loads(out)["ports"]
+    assert status == 0 and port["compared"] == 6 and port["flagged"] == 0
+    assert [r["path"] for r in port["layers"]] == ["a%2Fb", "c%23d", "%e2e", "in0", "50%25", "%output"]
