@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
+from accuracy.core.formatting import printable
 from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.report.plots import WIDTH, to_png_base64
 from accuracy.workflows.check import cause_text
@@ -43,9 +44,11 @@ def layer_figure(port: dict) -> str | None:
     for i in flagged:
         ax.axvline(i, color="tab:red", alpha=0.4)
     ax.set_yscale("log")
-    ax.set_xticks(x, [r["path"] for r in layers], rotation=90, fontsize=7)
+    # escaped: a control character in a module's name or a label has no glyph, and matplotlib's
+    # warning about it printed the raw byte (an ESC) on stderr
+    ax.set_xticks(x, [printable(r["path"]) for r in layers], rotation=90, fontsize=7)
     ax.set_ylabel("normwise relative error")
-    ax.set_title(f"{port['port']} [{port['dtype']}]: red lines mark layers not within rounding")
+    ax.set_title(f"{printable(port['port'])} [{port['dtype']}]: red lines mark layers not within rounding")
     ax.legend()
     fig.tight_layout()
     return to_png_base64(fig)

@@ -373,3 +373,27 @@ def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp
     (port,) = json.loads(out)["ports"]
     assert status == 0 and port["compared"] == 6 and port["flagged"] == 0
     assert [r["path"] for r in port["layers"]] == ["a%2Fb", "c%23d", "%e2e", "in0", "50%25", "%output"]
+
+
+def test_a_control_character_in_a_module_name_never_reaches_stderr_through_matplotlib(tmp_path, monkeypatch, capsys):
+    """matplotlib's 'Glyph 27 (ESC) missing' warning printed the ESC byte of a module's name raw."""
+    import warnings
+
+    (tmp_path / "escaped_names.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef m():\n    torch.manual_seed(0)\n    model = nn.Sequential()\n"
+        "    model.add_module('fc\\x1b[2J', nn.Linear(16, 8))\n    model.add_module('act', nn.Tanh())\n"
+        "    return model.eval()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    page = tmp_path / "page.html"
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            status, out, err = run_main(
+                capsys, "model", "escaped_names:m", "--inputs", "input=4x16", "--port", "threads:1", "--html", page
+            )
+    finally:
+        sys.modules.pop("escaped_names", None)
+    assert status == 0 and "\x1b" not in out + err and page.exists()
+    assert [str(w.message) for w in seen if "\x1b" in str(w.message)] == []
