@@ -397,3 +397,27 @@ def test_a_control_character_in_a_module_name_never_reaches_stderr_through_matpl
         sys.modules.pop("escaped_names", None)
     assert status == 0 and "\x1b" not in out + err and page.exists()
     assert [str(w.message) for w in seen if "\x1b" in str(w.message)] == []
+
+
+def test_a_factory_that_sleeps_is_waited_on_aloud(tmp_path, monkeypatch, capsys):
+    """It was waited on silently until the user stopped it; now stderr says what opbench waits for
+    (after 10 s, then every 30 s: here after a tenth of a second, the factory sleeping a second)."""
+    import re
+
+    from accuracy.core import waiting
+
+    (tmp_path / "sleepy.py").write_text(
+        "import time\n\nimport torch\nfrom torch import nn\n\n\ndef slow():\n    time.sleep(1.0)\n"
+        "    torch.manual_seed(0)\n    return nn.Sequential(nn.Linear(16, 8), nn.Tanh()).eval()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(waiting, "FIRST_NOTE_S", 0.1)
+    monkeypatch.setattr(waiting, "EVERY_S", 0.3)
+    try:
+        status, out, err = run_main(capsys, "model", "sleepy:slow", "--inputs", "input=4x16", "--port", "threads:1")
+    finally:
+        sys.modules.pop("sleepy", None)
+    notes = err.strip().splitlines()
+    assert status == 0 and "every compared layer within rounding" in out
+    assert notes and all(re.fullmatch(r"opbench: building the model: sleepy:slow has run for \d+ s", n) for n in notes)

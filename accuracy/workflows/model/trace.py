@@ -18,6 +18,7 @@ import numpy as np
 from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
+from accuracy.core.waiting import said_while_waiting
 from accuracy.reference.inputs import normal, seed_for
 from accuracy.workflows.array_files import parse_shapes, read_arrays
 from accuracy.workflows.check import load_function
@@ -321,9 +322,11 @@ def load_model(spec: str, train: bool = False):
     from accuracy.backends.torchvision_import import prepare_plain_imports
 
     prepare_plain_imports()
-    factory = load_function(spec, "model")
+    with said_while_waiting(f"importing the model's module: {spec.partition(':')[0]}"):
+        factory = load_function(spec, "model")
     try:
-        model = factory()
+        with said_while_waiting(f"building the model: {spec}"):
+            model = factory()
     except SystemExit as exc:  # user code must not end opbench silently, with its exit status
         raise OpbenchError(f"{spec}: the factory called sys.exit({exc.code!r})") from None
     except Exception as exc:
