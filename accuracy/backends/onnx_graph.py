@@ -264,9 +264,9 @@ class Graph:
 
 def session(model, optimized: bool):
     """An ONNX Runtime CPU session with its default optimizations (fusions included) or none."""
-    from accuracy.backends import get_backend
+    from accuracy.backends.onnxruntime import imported_quietly
 
-    ort = get_backend("onnxruntime").ort  # imported once, quietly (backends/onnxruntime.py)
+    ort = imported_quietly()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = (

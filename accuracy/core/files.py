@@ -156,9 +156,7 @@ def _rename_no_clobber(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def write_atomic(
-    path: Path | str, content: str | bytes | Callable[[BinaryIO], None], *, replace: bool = True
-) -> Path:
+def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None], *, replace: bool = True) -> Path:
     """Write `content` (text, bytes, or a function that writes to a binary handle) to `path` atomically.
 
     Raises OpbenchError (one line) on any OSError; the old file, if any, is untouched and the

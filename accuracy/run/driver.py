@@ -415,9 +415,9 @@ def run_suite(
                         progress.skip(batch.classes)  # a suite without passes ran whole in the first
                         break
                     progress.stage = f"{suite_pass} pass, "
-                    classes = batch.classes if suite_pass == MEASURE else _left_to_read(suite, batch, discovered)
-                    progress.skip(tuple(c for c in batch.classes if c not in classes))
-                    progress.expect(classes)
+                    running = batch.classes if suite_pass == MEASURE else _left_to_read(suite, batch, discovered)
+                    progress.skip(tuple(c for c in batch.classes if c not in running))
+                    progress.expect(running)
                     status = max(
                         status,
                         log.call(

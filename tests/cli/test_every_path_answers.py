@@ -29,7 +29,9 @@ def test_a_page_that_appears_during_the_run_is_kept_and_the_report_still_printed
         return drawn(report, answers)
 
     monkeypatch.setattr(model_page, "model_page", user_writes_first)
-    status, out, err = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "threads:1", "--html", page)
+    status, out, err = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "threads:1", "--html", page
+    )
     assert status == 2 and page.read_text() == "the user's own file"
     assert err.strip().splitlines()[-1] == (
         f"opbench: error: {page}: a file appeared there during the run; it is kept, not overwritten"
@@ -84,7 +86,7 @@ def test_the_memory_check_honours_the_cgroup_limit(tmp_path, monkeypatch, capsys
     assert status == 2 and "more than the budget of 0.4 GB" in err
 
 
-USER_MODELS = '''
+USER_MODELS = """
 import sys
 
 import torch
@@ -101,7 +103,7 @@ def inf_weight():
     with torch.no_grad():
         model[0].weight[0, 0] = float("inf")
     return model
-'''
+"""
 
 
 @pytest.fixture
@@ -195,7 +197,9 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
     ],
     ids=["sys-exit", "argparse"],
 )
-def test_a_module_that_exits_or_parses_the_command_line_at_import_is_one_line(tmp_path, monkeypatch, capsys, source, message):
+def test_a_module_that_exits_or_parses_the_command_line_at_import_is_one_line(
+    tmp_path, monkeypatch, capsys, source, message
+):
     """`sys.exit(0)` at import exited 0 with no output; a module's own argparse read opbench's
     arguments and printed 'usage: opbench [-h] [--lr LR]'."""
     name = "exits_at_import" if "exit(0)" in source else "parses_argv"
@@ -322,7 +326,13 @@ def test_a_cache_home_that_is_a_file_runs_without_the_cache_and_says_so_once(tmp
     afile.write_text("")
     refs = afile / "opbench" / "refs"
     done = run_opbench(
-        "explain", "exp", "--dtype", "float32", "--size", "64", env={"XDG_CACHE_HOME": str(afile), "OPBENCH_CACHE": str(refs)}
+        "explain",
+        "exp",
+        "--dtype",
+        "float32",
+        "--size",
+        "64",
+        env={"XDG_CACHE_HOME": str(afile), "OPBENCH_CACHE": str(refs)},
     )
     assert done.returncode == 0 and "exp [float32" in done.stdout
     assert done.stderr == (
@@ -330,7 +340,7 @@ def test_a_cache_home_that_is_a_file_runs_without_the_cache_and_says_so_once(tmp
     )
 
 
-NAMED = '''
+NAMED = """
 import torch
 from torch import nn
 
@@ -342,7 +352,7 @@ def named():
                         ("in0", nn.Tanh()), ("50%", nn.ReLU()), ("output", nn.Linear(16, 8))):
         model.add_module(name, layer)
     return model.eval()
-'''
+"""
 
 
 def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp_path, monkeypatch, capsys):

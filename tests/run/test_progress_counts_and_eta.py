@@ -128,5 +128,7 @@ def test_the_read_pass_expects_only_the_classes_left_to_read():
     models, gemm = "bench_models.SmallModelPorts", "bench_references.ExactGemm"
     suite = [f"{DOT}.time_op", f"{DOT}.track_ulp", f"{models}.time_port", f"{gemm}.time_dgemm", "bench_free.time_f"]
     measured = {f"{DOT}.time_op": {}, f"{models}.time_port": {}, f"{gemm}.time_dgemm": {}}
-    batch = Batch(("bench_products", "bench_models", "bench_references", "bench_free"), (DOT, models, gemm, "bench_free"))
+    batch = Batch(
+        ("bench_products", "bench_models", "bench_references", "bench_free"), (DOT, models, gemm, "bench_free")
+    )
     assert _left_to_read(suite, batch, measured) == (DOT, "bench_free")

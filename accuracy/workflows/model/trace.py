@@ -350,15 +350,15 @@ def generated_inputs(text: str) -> dict[str, np.ndarray]:
 def model_inputs(path: Path | str) -> dict[str, np.ndarray]:
     """The model's inputs by argument name: a file (.npz, .safetensors or .pt), or shapes to
     generate (`x=1x3x224x224`)."""
-    if not Path(path).exists() and "=" in str(path):
-        arrays = generated_inputs(str(path))
-    else:
-        arrays = read_arrays(path)
+    generate = not Path(path).exists() and "=" in str(path)
+    arrays = generated_inputs(str(path)) if generate else read_arrays(path)
     if not arrays:
         raise OpbenchError(f"{path}: holds no arrays")
     empty = next((name for name, a in arrays.items() if np.size(a) == 0), None)
     if empty is not None:  # no element to judge (a 0 in a shape); the exact GEMM took it to a traceback
-        raise OpbenchError(f"{path}: {empty} has shape {tuple(np.shape(arrays[empty]))}, no elements: nothing to compare")
+        raise OpbenchError(
+            f"{path}: {empty} has shape {tuple(np.shape(arrays[empty]))}, no elements: nothing to compare"
+        )
     return arrays
 
 

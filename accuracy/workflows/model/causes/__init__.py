@@ -147,7 +147,10 @@ def explain(
     try:
         unchanged = _distance(output, float64_reference(unit, tensors, fmt))
     except Exception as error:  # the unit itself the float64 reference cannot take: no cause tried
-        return none | {"alternatives": [], "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}]}
+        return none | {
+            "alternatives": [],
+            "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}],
+        }
     candidates: list[tuple[float, int, Cause, Any, Unit]] = []
     skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
     for index, cause in enumerate(causes()):

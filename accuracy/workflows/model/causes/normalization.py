@@ -117,7 +117,7 @@ def probed(module: Any) -> tuple[str, float] | None:
 
 
 def norm_kind(module: Any) -> str | None:
-    """"batch", "group", "layer" or "rms": torch's own norms by class, any other module by what
+    """ "batch", "group", "layer" or "rms": torch's own norms by class, any other module by what
     it computes; None: not a norm."""
     name = type(module).__name__
     if name.startswith("BatchNorm") and isinstance(module, nn.modules.batchnorm._BatchNorm):
