@@ -45,23 +45,11 @@ def _define_unguarded_schemas(spec) -> None:
 
 
 def import_torchvision() -> ModuleType:
-    """torchvision, importable whether or not its C++ ops load: imported plainly first, as a
-    release whose import guards every registration (0.29.2 beside torch 2.15.0, in a port's own
-    environment) imports, and where defining the schemas would clash with its C++ library's own
-    (a duplicate registration aborts the process); the schemas only where that import fails."""
+    """torchvision, importable whether or not its C++ ops load."""
     spec = importlib.util.find_spec("torchvision")
     if spec is None:
         raise OpbenchError("torchvision is not installed (pip install 'opbench[models]')")
     if "torchvision" not in sys.modules:
-        try:
-            import torchvision
-
-            return torchvision
-        except RuntimeError as exc:
-            if "torchvision::" not in str(exc):
-                raise
-            for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-                del sys.modules[name]  # the half-imported package: imported again below
         _define_unguarded_schemas(spec)
     import torchvision
 

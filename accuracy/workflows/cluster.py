@@ -241,9 +241,14 @@ def _check_scheduler(spec: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
             greeting = probe.recv(1)
     except TimeoutError:
-        greeting = b""
+        greeting = None
     except OSError as exc:
         raise OpbenchError(f"cannot reach a Dask scheduler at {spec}: {exc.strerror or exc}") from None
+    if greeting == b"":  # the end of the stream: the service closed the connection, said nothing
+        raise OpbenchError(
+            f"cannot reach a Dask scheduler at {spec}: the service there closed the connection without a word "
+            "(a scheduler greets at once); is it a Dask scheduler?"
+        )
     if not greeting:
         raise OpbenchError(
             f"cannot reach a Dask scheduler at {spec}: the service there answered nothing in "

@@ -271,6 +271,7 @@ def test_a_service_that_closes_the_connection_at_once_is_said_so(capsys, monkeyp
     def accept_and_close() -> None:
         while True:
             conn, _ = server.accept()
+            conn.shutdown(socket.SHUT_RDWR)  # the end of the stream now, whatever else holds the socket
             conn.close()
 
     threading.Thread(target=accept_and_close, daemon=True).start()
