@@ -386,6 +386,24 @@ def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp
     assert [r["path"] for r in port["layers"]] == ["a%2Fb", "c%23d", "%e2e", "in0", "50%25", "%output"]
 
 
+def test_a_module_name_holding_a_slash_is_not_compared_on_onnx_saying_why(tmp_path, monkeypatch):
+    """The exporter's node names join scopes with '/': `a/b`'s nodes read as module `a`, child `b`;
+    the unit is not compared, with that reason (not 'folded away or constant at export'), the rest
+    judged."""
+    from accuracy.workflows.model.sweep import run_model
+
+    (tmp_path / "named_onnx.py").write_text(NAMED)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        (port,) = run_model("named_onnx:named", "input=4x16", ["onnxruntime"]).ports
+    finally:
+        sys.modules.pop("named_onnx", None)
+    rows = {r["path"]: r for r in port["layers"]}
+    assert rows["a%2Fb"]["verdict"] == "not compared" and "its name holds '/'" in rows["a%2Fb"]["reason"]
+    assert port["compared"] == 5 and port["flagged"] == 0
+
+
 def test_a_control_character_in_a_module_name_never_reaches_stderr_through_matplotlib(tmp_path, monkeypatch, capsys):
     """matplotlib's 'Glyph 27 (ESC) missing' warning printed the ESC byte of a module's name raw."""
     import warnings
