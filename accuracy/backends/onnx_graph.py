@@ -47,7 +47,7 @@ def export(model, inputs: dict[str, np.ndarray]):
     import torch
 
     names = list(inputs)
-    args = tuple(torch.as_tensor(inputs[k]) for k in names)
+    args = tuple(torch.tensor(inputs[k]) for k in names)  # copies: tracing runs the forward, which may change them
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings(), quiet_stderr():  # the exporter dumps the graph on failure
@@ -89,7 +89,7 @@ def dynamo_export(model, inputs: dict[str, np.ndarray]):
     the graph would carry as extra inputs and outputs), unoptimized: every node keeps its scopes."""
     import torch
 
-    kwargs: dict = {k: torch.as_tensor(v) for k, v in inputs.items()}
+    kwargs: dict = {k: torch.tensor(v) for k, v in inputs.items()}  # copies, as in `export`
     if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in kwargs:
         kwargs["use_cache"] = False
     with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):
@@ -264,7 +264,9 @@ class Graph:
 
 def session(model, optimized: bool):
     """An ONNX Runtime CPU session with its default optimizations (fusions included) or none."""
-    import onnxruntime as ort
+    from accuracy.backends.onnxruntime import imported_quietly
+
+    ort = imported_quietly()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = (

@@ -58,6 +58,18 @@ def single(op_type: str, inputs: tuple[str, ...], domain: str = "", **attrs) -> 
     return graph(node(op_type, *inputs, domain=domain, **attrs))
 
 
+def imported_quietly():
+    """onnxruntime, imported with fd 2 quiet: its import writes a warning in ANSI colours where it
+    cannot persist a telemetry id (XDG_CACHE_HOME naming a file), nothing the user asked about;
+    a failed import still raises."""
+    from accuracy.core.errors import quiet_stderr
+
+    with quiet_stderr():
+        import onnxruntime
+
+    return onnxruntime
+
+
 class OnnxRuntimeBackend(ThreadsPerCall):
     module = "onnxruntime"
     framework = "onnxruntime"
@@ -85,9 +97,7 @@ class OnnxRuntimeBackend(ThreadsPerCall):
 
     @cached_property
     def ort(self):
-        import onnxruntime
-
-        return onnxruntime
+        return imported_quietly()
 
     def run_graph(self, g: Graph, inputs: dict):
         threads = self.requested_threads or all_cores()

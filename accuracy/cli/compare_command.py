@@ -78,13 +78,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.csv is not None:
         check_output_file("--csv", args.csv, args.results)
+        existed = args.csv.exists()  # a file that was not there now is never replaced at the end
     comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
     if args.confirm and comparison.doubtful_classes():
         confirm(args, comparison)
         comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
         comparison.confirmed = True
     if args.csv is not None:
-        write_csv(comparison, args.csv)
+        write_csv(comparison, args.csv, replace=existed)
     for line in comparison.warnings:
         warn(line)
     if args.json:
@@ -147,7 +148,7 @@ def _rerun(args: argparse.Namespace, machine: str, pattern: str, commit: str) ->
     )
 
 
-def write_csv(comparison: Comparison, path: Path) -> None:
+def write_csv(comparison: Comparison, path: Path, replace: bool = True) -> None:
     import pandas as pd
 
     frame = pd.DataFrame(comparison.rows)
@@ -157,4 +158,4 @@ def write_csv(comparison: Comparison, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OpbenchError(os_error_line("write", path, exc)) from None
-    write_atomic(path, frame.to_csv(index=False))
+    write_atomic(path, frame.to_csv(index=False), replace=replace)

@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import sys
+import warnings
 
 from accuracy import __version__
 from accuracy.core.errors import OpbenchError
@@ -62,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     # with a read-only HOME matplotlib warns, in two lines, that it keeps its settings in a temporary
     # directory: opbench's figures need none of them
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    # opbench's own arithmetic on inf or NaN weights and inputs: the report counts and names the
+    # non-finite values; numpy's RuntimeWarning with a line of opbench's source told the user nothing
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"accuracy\.")
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # torch's MKL then failed to load libtorch_cpu.so, naming nothing the user did
+        print("opbench: error: the current directory no longer exists (deleted); cd to one that does", file=sys.stderr)
+        return 2
     try:
         args = build_parser().parse_args(argv)
         status = int(args.func(args) or 0)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.files import refuse_symlink
 from accuracy.core.json_output import dumps
 from accuracy.workflows.model.answer import FOLD
@@ -142,18 +142,29 @@ def run(args) -> int:
             progress=item_progress("model"),
             onnx_files={label: (path, maps.get(label)) for label, path in onnx.items()},
         )
-    if args.html:
-        from accuracy.report.model_page import write_model_page
-
-        write_model_page(args.html, report.as_dict(), report.notes(), report.derivations())
     text = (
         dumps(report.as_dict())
         if args.json
         else render(report, args.verbose, args.only_flagged, args.explain_verdicts, colour())
     )
     print(text)
+    if args.html:  # after the report is printed: a page that cannot be written costs only the page
+        _write_page(args.html, report)
     if report.not_saved:  # the run's report is printed above: only the file is missing
         raise OpbenchError(report.not_saved)
     if report.interrupted:
         return stopped_early(report.interrupted, "the report covers the ports finished so far")
     return 0 if report.within_rounding else 1
+
+
+def _write_page(path: str, report) -> None:
+    """The --html page, or one line saying why not (a renderer's exception included)."""
+    from accuracy.report.model_page import write_model_page
+
+    sys.stdout.flush()
+    try:
+        write_model_page(path, report.as_dict(), report.notes(), report.derivations())
+    except OpbenchError:
+        raise
+    except Exception as exc:
+        raise OpbenchError(f"--html {path}: the page could not be drawn: {first_line(exc, typed=True)}") from None

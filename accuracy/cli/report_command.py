@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     check_name("--name", args.name)
     if not (math.isfinite(args.threshold) and args.threshold > 1):  # NaN compares false: no step would pass it
         raise OpbenchError(f"--threshold {args.threshold} must be a finite number greater than 1 (e.g. 1.10 for 10%)")
+    if args.max_plots < 0:  # a slice's negative end: it drew all figures but the last 5
+        raise OpbenchError(f"--max-plots {args.max_plots} must be 0 or more (0: no history figures)")
     check_output_dir("--out", args.out / args.name, args.results)
     check_owned_directory("--out/--name", args.out / args.name)
     index = write_report(

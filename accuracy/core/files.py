@@ -83,6 +83,20 @@ def check_private_directory(path: Path, what: str) -> None:
         )
 
 
+def not_a_file(path: Path | str) -> str:
+    """Why `path` is no regular file to read, in words: "no such file", "a directory, not a file",
+    "a FIFO, not a regular file", ... (a directory or a FIFO was called "no such file")."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kind = next((words for test, words in kinds if test(mode)), "a device")
+    return f"{kind}, not a file" if kind == "a directory" else f"{kind}, not a regular file"
+
+
 def check_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> int:
     """The size of `path` if it is a regular file of at most `limit` bytes, else one line.
 
@@ -127,11 +141,28 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None]) -> Path:
+def _rename_no_clobber(tmp: str, path: Path) -> None:
+    """Rename `tmp` to `path` only where nothing is at `path`: os.link fails with EEXIST on any
+    entry there (a file the user made during the run), atomically. A file system without hard
+    links gets an O_EXCL claim of the name first, then the rename over that claim."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (EPERM, ENOTSUP): claim the name, then take it
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None], *, replace: bool = True) -> Path:
     """Write `content` (text, bytes, or a function that writes to a binary handle) to `path` atomically.
 
     Raises OpbenchError (one line) on any OSError; the old file, if any, is untouched and the
-    temporary file is removed whatever went wrong, including a KeyboardInterrupt.
+    temporary file is removed whatever went wrong, including a KeyboardInterrupt. `replace=False`
+    (a file for the user that was not there when the run began): a file that appeared at `path`
+    since is kept, and the write is refused, never over it.
     """
     path = Path(path)
     refuse_symlink(path)
@@ -150,10 +181,15 @@ def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], N
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results and reports are read by others
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _rename_no_clobber(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, FileExistsError):
+            raise OpbenchError(f"{path}: a file appeared there during the run; it is kept, not overwritten") from None
         if isinstance(exc, OSError):
             raise OpbenchError(os_error_line("write", path, exc)) from None
         raise

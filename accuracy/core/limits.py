@@ -39,12 +39,86 @@ def check_threads(threads: int | None) -> None:
 
 
 def available_memory() -> int:
-    """Bytes the kernel says can be allocated now without swapping (MemAvailable)."""
+    """Bytes this process can allocate now: what the kernel says can be allocated without swapping
+    (MemAvailable), and no more than its address-space limit (`ulimit -v`, RLIMIT_AS) leaves beside
+    what it maps already, nor its cgroup's memory limit beside the cgroup's use (a container, a
+    job scheduler): past either, numpy's allocation fails (a MemoryError traceback) or the kernel
+    kills the process, whatever the machine has free."""
     with open("/proc/meminfo", encoding="ascii") as meminfo:
         for line in meminfo:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                free = int(line.split()[1]) * 1024
+                return min(free, _address_space_left(), _cgroup_left())
     raise OpbenchError("cannot read MemAvailable from /proc/meminfo to check --size")
+
+
+def _address_space_left() -> int:
+    """RLIMIT_AS less the address space the process maps now (VmSize); unlimited: no bound."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return NO_LIMIT
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            mapped = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:")), 0)
+    except OSError:
+        mapped = 0
+    return max(0, soft - mapped)
+
+
+NO_LIMIT = 1 << 62
+CGROUP_ROOT = "/sys/fs/cgroup"  # where the cgroup file systems are mounted
+PROC_CGROUP = "/proc/self/cgroup"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def _cgroup_left() -> int:
+    """The least headroom (limit less use) of this process's memory cgroup and its ancestors:
+    cgroup v2 (`memory.max`, `memory.current`) or v1 (`memory.limit_in_bytes`, `memory.usage_in_bytes`);
+    a cgroup path not visible from here (a container's namespace) is read at the mount's root."""
+    try:
+        with open(PROC_CGROUP, encoding="ascii") as handle:
+            lines = [line.strip().split(":", 2) for line in handle if line.count(":") >= 2]
+    except OSError:
+        return NO_LIMIT
+    left = NO_LIMIT
+    for _, controllers, path in lines:
+        if controllers == "":
+            mount, files = CGROUP_ROOT, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            mount, files = f"{CGROUP_ROOT}/memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):
+            folder = "/".join([mount, *parts[:depth]])
+            limit, used = _read_int(f"{folder}/{files[0]}"), _read_int(f"{folder}/{files[1]}")
+            if limit is not None and used is not None and limit < NO_LIMIT:
+                left = min(left, max(0, limit - used + _inactive_file(folder)))
+    return left
+
+
+def _inactive_file(folder: str) -> int:
+    """The cgroup's page cache the kernel reclaims first (memory.stat's inactive_file), counted
+    free as `docker stats` counts it: a cgroup that read large files is not full."""
+    try:
+        with open(f"{folder}/memory.stat", encoding="ascii") as stat:
+            for line in stat:
+                name, _, value = line.partition(" ")
+                if name in ("inactive_file", "total_inactive_file") and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        pass
+    return 0
 
 
 class GeneratedOp(Protocol):

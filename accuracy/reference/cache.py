@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accuracy.core.errors import OpbenchError
+from accuracy.core.errors import OpbenchError, warn
 from accuracy.core.files import cache_home, check_private_directory, check_regular, write_atomic
 from accuracy.reference.exact import Exact
 
@@ -34,6 +34,35 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
     check_private_directory(path, "the reference cache")
     return path
+
+
+_said_unusable: set[Path] = set()  # each unusable cache is said once per process
+
+
+def usable_cache_dir() -> Path | None:
+    """`cache_dir()`, or None where it cannot be used at all (a file where a directory of its path
+    should be, no permission to look): the cache is optional, so the command runs without it and
+    says so in one warning; `explain` refused (exit 2) with XDG_CACHE_HOME naming a file. A cache
+    others could write to is still refused: its entries would be trusted."""
+    path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
+    try:
+        is_dir = path.is_dir() or not path.exists()
+        problem = None if is_dir else "a file, not a directory"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem is None:
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # a file part-way up the path: Not a directory
+            problem = exc.strerror or str(exc)
+    if problem is not None:
+        if path not in _said_unusable:
+            _said_unusable.add(path)
+            warn(f"the reference cache {path} cannot be used ({problem}); running without it (slower)")
+        return None
+    return cache_dir()
 
 
 def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:
@@ -65,7 +94,10 @@ def _arrays_digest(key: str, arrays: dict[str, np.ndarray]) -> str:
 def load_arrays(key: str) -> dict[str, np.ndarray] | None:
     """The named arrays stored under `key` by `store_arrays`, or None: absent, unreadable, or not
     matching their digest (a tampered entry, or one copied from another key, is never trusted)."""
-    path = cache_dir() / f"{key}.npz"
+    folder = usable_cache_dir()
+    if folder is None:
+        return None
+    path = folder / f"{key}.npz"
     if not path.exists():
         return None
     try:
@@ -84,7 +116,10 @@ def store_arrays(key: str, arrays: dict[str, np.ndarray]) -> None:
     a read-only or full cache only costs time."""
     if "digest" in arrays or any(np.asarray(a).dtype.hasobject for a in arrays.values()):
         raise ValueError("the cache stores numeric and text arrays, with names other than 'digest'")
-    path = cache_dir() / f"{key}.npz"
+    folder = usable_cache_dir()
+    if folder is None:
+        return
+    path = folder / f"{key}.npz"
     digest = np.array(_arrays_digest(key, arrays))
     with contextlib.suppress(OSError, OpbenchError):
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,7 @@ def _block_rows(m: int, k: int, n: int, sa: int, sb: int) -> int:
     rows = free // (8 * n * (sa * sb + 3))
     if rows < 1:
         raise ValueError(f"exact product of {m}x{k} by {k}x{n} needs more than {MEMORY_BUDGET_BYTES} bytes")
-    return min(m, rows)
+    return max(1, min(m, rows))  # no rows (m = 0): one empty block, not a step of 0
 
 
 def ozaki_matmul(a: np.ndarray, b: np.ndarray) -> Exact:

@@ -256,5 +256,5 @@ def write_model_page(path: Path | str, report: dict, notes: Sequence[str], deriv
     path = Path(path)
     refuse_symlink(path)
     if path.exists():
-        raise OpbenchError(f"--html {path}: already exists")
-    return write_atomic(path, model_page(report, notes, derivations))
+        raise OpbenchError(f"--html {path}: a file appeared there during the run; it is kept, not overwritten")
+    return write_atomic(path, model_page(report, notes, derivations), replace=False)

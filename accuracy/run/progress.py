@@ -92,6 +92,7 @@ class ClassProgress:
         self._entered: dict[str, int] = {}  # how often each was seen in it
         self._call_runs = 1  # commits x environments of that call
         self._current: str | None = None
+        self._counted = True  # whether the class running now counts (its first time in this call)
         self._started = self._class_started = time.monotonic()
 
     def expect(self, classes: Iterable[str]) -> None:
@@ -137,11 +138,15 @@ class ClassProgress:
         if benchmark_class == self._current:
             return
         self._finish_class()
-        self._entered[benchmark_class] = self._entered.get(benchmark_class, 0) + 1
+        seen = self._entered.get(benchmark_class, 0)
+        self._entered[benchmark_class] = seen + 1
         self._current, self._class_started = benchmark_class, time.monotonic()
+        # asv came back to a class it ran already in this call (benchmarks sharing a setup_cache run
+        # together, across classes): counted once per run, or the count passed its total ([121/120])
+        self._counted = seen < self._call_runs
 
     def _finish_class(self) -> None:
-        if self._current is None:
+        if self._current is None or not self._counted:
             return
         self._count(1, self._cost.get(self._current, 0.0))
         now = time.monotonic()

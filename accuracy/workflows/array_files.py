@@ -18,7 +18,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.core.files import write_atomic
+from accuracy.core.files import not_a_file, write_atomic
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
@@ -219,7 +219,7 @@ def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     if suffix not in READABLE:
         raise OpbenchError(f"{path}: unknown file type {suffix or '(none)'}; use {', '.join(READABLE)}")
     if not path.is_file():
-        raise OpbenchError(f"{path}: no such file")
+        raise OpbenchError(f"{path}: {not_a_file(path)}")
     try:
         if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
             raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
@@ -275,9 +275,9 @@ def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool
         if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
             raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")
         # to a handle: given a name, np.savez appends .npz to any other spelling (.NPZ)
-        write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+        write_atomic(path, lambda handle: np.savez(handle, **arrays), replace=force)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
     else:
         from safetensors.numpy import save
 
-        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}))
+        write_atomic(path, save({k: np.ascontiguousarray(v) for k, v in arrays.items()}), replace=force)
     return path

@@ -241,9 +241,14 @@ def _check_scheduler(spec: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
             greeting = probe.recv(1)
     except TimeoutError:
-        greeting = b""
+        greeting = None
     except OSError as exc:
         raise OpbenchError(f"cannot reach a Dask scheduler at {spec}: {exc.strerror or exc}") from None
+    if greeting == b"":  # the end of the stream: the service closed the connection, said nothing
+        raise OpbenchError(
+            f"cannot reach a Dask scheduler at {spec}: the service there closed the connection without a word "
+            "(a scheduler greets at once); is it a Dask scheduler?"
+        )
     if not greeting:
         raise OpbenchError(
             f"cannot reach a Dask scheduler at {spec}: the service there answered nothing in "
@@ -363,6 +368,7 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
                 cluster.close()
             detail = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise OpbenchError(f"cannot reach a Dask scheduler at {dask}: {detail}") from None
+        settings.enter_context(_distributed_silenced())
         try:
             _stop_if_interrupted()  # Ctrl-C while the cluster started: it is closed below
             dask_pool = _DaskPool(client, dask, check_workers(client, dask))
@@ -397,6 +403,25 @@ def thread_limits(backends: Iterable[Any], n: int, *, for_life: bool = False) ->
             _held.limits.enter_context(backend.thread_limit(n))
             _held.counts[backend.name] = n
     return nullcontext()
+
+
+@contextmanager
+def _distributed_silenced() -> Iterator[None]:
+    """distributed's own log lines off while opbench uses the cluster: a scheduler killed mid-scan
+    logged two tracebacks (the client's failed reconnection) before opbench's one line, which
+    says what happened and what the table covers."""
+    import logging
+
+    # distributed's config gives some of its loggers a level of their own (distributed.client)
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _close_quietly(client: Any, cluster: Any) -> None:

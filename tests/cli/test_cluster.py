@@ -491,3 +491,31 @@ def _scan_killing(process, address, monkeypatch, capsys) -> tuple[dict, str]:
     partial = json.loads(out)
     assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
     return partial, err
+
+
+def test_a_scheduler_killed_early_in_a_scan_logs_nothing_of_distributed(dask_cluster, monkeypatch, capsys):
+    """Killed a sixteenth of the way in, the client's failed reconnection logged two tracebacks
+    (`distributed.client - ERROR`) before opbench's one line (issue 57, item 3)."""
+    import logging
+
+    from accuracy.cli import scan_command
+
+    address, scheduler, _ = dask_cluster
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = logged.append  # type: ignore[method-assign]
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
+    for name in names:
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [handler])
+
+    class Kill(scan_command._Progress):
+        def __call__(self, done, total, seconds):
+            if scheduler.poll() is None:
+                os.killpg(scheduler.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(scan_command, "_Progress", Kill)
+    monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
+    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the Dask scheduler at {address} went away" in err
+    assert [r.getMessage() for r in logged if r.levelno >= logging.WARNING] == []

@@ -372,3 +372,27 @@ def test_run_needs_nothing_from_the_report():
         if isinstance(node, (ast.Import, ast.ImportFrom)) and name.startswith("accuracy.report")
     }
     assert imported == set()
+
+
+# --- a file that appears during the run (issue 57, item 2) ---------------------------------------
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["link", "no-hard-links"])
+def test_a_file_that_appears_during_the_write_is_kept_not_replaced(tmp_path, monkeypatch, hard_links):
+    """The model page was checked absent before the run, then drawn and renamed over whatever was
+    there: a file the user made meanwhile was lost (exit 0)."""
+    path = tmp_path / "page.html"
+
+    def drawn(handle):
+        path.write_text("the user's own file")  # appears while opbench draws its page
+        handle.write(b"<html>opbench's page</html>")
+
+    if not hard_links:  # a file system without hard links: the O_EXCL claim of the name instead
+        monkeypatch.setattr(files.os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+    with pytest.raises(OpbenchError, match="a file appeared there during the run; it is kept, not overwritten"):
+        write_atomic(path, drawn, replace=False)
+    assert path.read_text() == "the user's own file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
+    fresh = tmp_path / "fresh.html"
+    write_atomic(fresh, b"new", replace=False)
+    assert fresh.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["fresh.html", "page.html"]

@@ -102,3 +102,33 @@ def test_measured_costs_are_the_newest_durations_asv_recorded_per_class(tmp_path
     # synthetic results record 1 s per benchmark: Dot has 3, Sum 1; Gemv is not in these results
     assert measured_costs(tmp_path / "box", [DOT, GEMV, SUM]) == {DOT: 3.0, SUM: 1.0}
     assert measured_costs(tmp_path / "nowhere", [DOT]) == {}
+
+
+def test_a_class_asv_comes_back_to_counts_once_so_the_count_never_passes_its_total(clock):
+    """Benchmarks sharing a setup_cache run together across classes: asv went Dot, Gemv, Dot, and
+    Dot counted twice, `make bench` ended at [121/120] (issue 57, item 5)."""
+    out = io.StringIO()
+    progress = ClassProgress([DOT, GEMV], out=out)
+    progress.expect([DOT, GEMV])
+    progress.feed(TOTAL_LINE.format(n=3))
+    for name in (f"{DOT}.time_op", f"{GEMV}.time_op", f"{DOT}.track_ulp"):
+        progress.feed(f"[50.00%] ··· {name}   ok\n")
+        clock[0] += 1.0
+    progress.finish()
+    assert progress.done == progress.total == 2
+    assert [line.split(",")[0] for line in out.getvalue().splitlines()] == [f"[1/2] {DOT} (1s)", f"[2/2] {GEMV} (1s)"]
+
+
+def test_the_read_pass_expects_only_the_classes_left_to_read():
+    """A hand-written module runs whole in the measure pass: the read pass said 'no output from
+    bench_models.SmallModelPorts, bench_references.ExactGemm (see the log)', which had run."""
+    from accuracy.run.batches import Batch
+    from accuracy.run.driver import _left_to_read
+
+    models, gemm = "bench_models.SmallModelPorts", "bench_references.ExactGemm"
+    suite = [f"{DOT}.time_op", f"{DOT}.track_ulp", f"{models}.time_port", f"{gemm}.time_dgemm", "bench_free.time_f"]
+    measured = {f"{DOT}.time_op": {}, f"{models}.time_port": {}, f"{gemm}.time_dgemm": {}}
+    batch = Batch(
+        ("bench_products", "bench_models", "bench_references", "bench_free"), (DOT, models, gemm, "bench_free")
+    )
+    assert _left_to_read(suite, batch, measured) == (DOT, "bench_free")

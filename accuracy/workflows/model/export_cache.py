@@ -77,7 +77,7 @@ def export_key(exporter: Callable, model, inputs: dict[str, np.ndarray]) -> str 
         key.put("exporter", f"{exporter.__module__}:{exporter.__qualname__}:{code_digest(exporter.__code__)}")
         key.put("default dtype", str(torch.get_default_dtype()))
         put_module(key, model)
-        feeds = {name: torch.as_tensor(value) for name, value in inputs.items()}
+        feeds = {name: torch.tensor(value) for name, value in inputs.items()}  # copies: the forward may change them
         for name, tensor in feeds.items():
             key.put("input", name)
             put_tensor(key, tensor)

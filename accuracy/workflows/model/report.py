@@ -296,7 +296,11 @@ def port_result(
         "worst_introduced": max((r.get("introduced") or 0.0 for r in compared), default=None),
         "layers": layers,
         "output": {
-            "relative_error": relative(output, reference_out),
+            # non-finite where the float64 model's are finite, or the other way: infinitely far, never
+            # the finite elements' 0 beside "not finite"
+            "relative_error": float("inf")
+            if np.shape(output) == np.shape(reference_out) and nonfinite_mismatches(output, reference_out)
+            else relative(output, reference_out),
             "max_abs_error": float(np.max(np.abs(np.asarray(output, np.float64) - reference_out)))
             if np.shape(output) == np.shape(reference_out)
             else None,

@@ -200,12 +200,16 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
     try:
         with thread_limits([get_backend("torch")], torch.get_num_threads()):
             for job in jobs:  # one port held at a time: an exported BERT-base and its sessions are GBs
-                port = job.build_or_why(model, given, calls)
+                port = job.build_or_why(model, own_copies(given), calls)
                 if isinstance(port, str):
                     absent.append({"port": job.name, "reason": port})
                     continue
+                run = run_or_why(port, given, calls)
+                if isinstance(run, str):
+                    absent.append({"port": job.name, "reason": run})
+                    continue
                 names.append(port.name)
-                runs.append(run_port(port, given, calls))
+                runs.append(run)
                 del port
                 gc.collect()  # an exported graph and its sessions hold cycles
                 release_freed_memory()
@@ -256,7 +260,11 @@ def _ports_on_cluster(
             futures = [pool.submit(judge_task, pool.share(item, everywhere=False)) for item in _judgings(groups)]
             report_finished()
             for ((covers, *_), (_, _, by_port)), future in zip(groups.items(), futures, strict=True):
-                for label, result in future.result().items():
+                judged = future.result()
+                if isinstance(judged, str):
+                    _not_compared([r for r in runs if isinstance(r, PortRun)], covers, by_port, judged)
+                    judged = {}
+                for label, result in judged.items():
                     verdicts[(label, covers[0])] = result
                 for label in by_port:
                     waiting[label] -= 1
@@ -285,14 +293,46 @@ def port_task(
             raise OpbenchError(f"on {worker_name()}: {exc}") from None
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
-        port = job.build_or_why(model, given, calls)
-        return port if isinstance(port, str) else run_port(port, given, calls)
+        port = job.build_or_why(model, own_copies(given), calls)
+        return port if isinstance(port, str) else run_or_why(port, given, calls)
 
 
-def judge_task(judging: Judging) -> dict[str, UnitJudgement]:
+def judge_task(judging: Judging) -> dict[str, UnitJudgement] | str:
     """One unit judged on a Dask worker, on the thread count it is judged on here."""
     with thread_limits([get_backend("torch")], JUDGE_THREADS, for_life=True):
+        return judged_or_why(judging)
+
+
+def judged_or_why(judging: Judging) -> dict[str, UnitJudgement] | str:
+    """Each port's verdict on the unit, or why the judge could not give one: that unit is then not
+    compared, visibly, and the rest of the run goes on."""
+    try:
         return judging.judge()
+    except Exception as exc:
+        return f"the judge failed on it: {first_line(exc, typed=True)}"
+
+
+def _not_compared(runs: list[PortRun], covers: tuple, labels: dict, reason: str) -> None:
+    """The unit `covers` marked not compared, with `reason`, in the runs of the ports `labels` names."""
+    for run in runs:
+        if run.facts.name in labels:
+            run.units = [(c, reason if tuple(c) == tuple(covers) else why) for c, why in run.units]
+
+
+def own_copies(given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model inputs, copied: a forward that changes its input (`x.mul_(2)`) changes only the
+    copy it was handed, never what another port, the export or the reference receives next."""
+    return {name: np.array(value, copy=True) for name, value in given.items()}
+
+
+def run_or_why(port: Port, given: dict, calls: list[LayerCall]) -> PortRun | str:
+    """`run_port`, or why the port could not run at all (it is then absent, the others judged)."""
+    try:
+        return run_port(port, given, calls)
+    except OpbenchError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"the port failed: {first_line(exc, typed=True)}"
 
 
 @dataclass
@@ -321,7 +361,10 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
     for i, unit in enumerate(units):
         if unit.reason:
             continue
-        feed = port.inputs_for(unit)
+        try:
+            feed = port.inputs_for(unit)
+        except Exception as exc:  # inputs the port cannot give this unit: that unit is not compared
+            feed = f"the port failed on its inputs: {first_line(exc, typed=True)}"
         if isinstance(feed, str):
             unit.reason = feed
             continue
@@ -346,13 +389,13 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         outputs.append((i, feed.tensors, feed.source, output))
     run: EndToEnd | str
     try:
-        run = port.end_to_end(given, units)
+        run = port.end_to_end(own_copies(given), units)
     except Exception as exc:
         why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
         run, outputs, mismatched = f"the end-to-end run failed: {why}", [], []
     described = [(u.covers, u.reason) for u in units]
     with get_backend("torch").thread_limit(JUDGE_THREADS):
-        inputs = input_rows(port, calls, given) if not isinstance(run, str) else []
+        inputs = input_rows(port, calls, own_copies(given)) if not isinstance(run, str) else []
     return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs, mismatched)
 
 
@@ -497,7 +540,11 @@ def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls)
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         groups = _groups(runs, calls)
         for (covers, *_), judging in zip(groups, _judgings(groups), strict=True):
-            for label, result in judging.judge().items():
+            judged = judged_or_why(judging)
+            if isinstance(judged, str):
+                _not_compared(runs, covers, judging.by_port, judged)
+                judged = {}
+            for label, result in judged.items():
                 verdicts[(label, covers[0])] = result
         _explain_flagged(groups, verdicts, model, calls, _runtimes(runs))
         _explain_mismatched(runs, model, calls)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
+from accuracy.core.errors import first_line
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.model.causes import activations, attention, inputs, layout, normalization, parameters, precision
@@ -135,6 +136,7 @@ def explain(
         "verdict": None,
         "ratio": None,
         "explains": False,
+        "skipped": [],
     }
     if len(unit.calls) != 1:
         return none | {"alternatives": []}
@@ -142,10 +144,19 @@ def explain(
     context = context or Context(call=unit.calls[0])
     # each applicable cause's changed reference, fitted, in float64 (cheap); judged (costly) only
     # where it is nearer the port's output than the unchanged reference, nearest first
-    unchanged = _distance(output, float64_reference(unit, tensors, fmt))
+    try:
+        unchanged = _distance(output, float64_reference(unit, tensors, fmt))
+    except Exception as error:  # the unit itself the float64 reference cannot take: no cause tried
+        return none | {
+            "alternatives": [],
+            "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}],
+        }
     candidates: list[tuple[float, int, Cause, Any, Unit]] = []
-    for index, cause in enumerate(c for c in causes() if c.applies(module)):
+    skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
+    for index, cause in enumerate(causes()):
         try:
+            if not cause.applies(module):
+                continue
             if cause.fit:
                 value = cause.fit(module, tensors, output)
             elif cause.values:
@@ -158,7 +169,9 @@ def explain(
                 value = None
             changed = _changed(unit, cause, value, context)
             distance = _distance(output, float64_reference(changed, tensors, fmt))
-        except Exception:  # a change this module cannot take: not this cause
+            cause.words(module, value)  # words this module cannot take: not this cause either
+        except Exception as error:  # a change this module cannot take: not this cause
+            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
             continue
         candidates.append((distance, index, cause, value, changed))
     candidates.sort(key=lambda c: (c[0], c[1]))
@@ -172,7 +185,8 @@ def explain(
             break
         try:
             judged = judge_unit(changed, tensors, fmt, {label: output}, products)[label]
-        except Exception:  # a changed reference the judge cannot take: not this cause
+        except Exception as error:  # a changed reference the judge cannot take: not this cause
+            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
             continue
         numbers = judged.numbers
         ratio = next(
@@ -193,7 +207,7 @@ def explain(
             }
         )
     if not tried:
-        return none | {"alternatives": []}
+        return none | {"alternatives": [], "skipped": skipped}
     # equal explanations in the catalogue's order (cheapest first)
     explaining = sorted((t for t in tried if t["explains"]), key=lambda t: t["index"])
     best = (
@@ -202,4 +216,5 @@ def explain(
         else min(tried, key=lambda t: float(t["ratio"] if t["ratio"] is not None else np.inf))
     )
     best = {k: v for k, v in best.items() if k != "index"}
-    return best | {"alternatives": [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]}
+    alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
+    return best | {"alternatives": alternatives, "skipped": skipped}

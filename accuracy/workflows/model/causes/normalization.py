@@ -1,23 +1,182 @@
 """Normalization causes: another epsilon (fitted), batch statistics (train mode), the epsilon
-added outside the square root, the unbiased variance."""
+added outside the square root, the unbiased variance.
+
+A norm is known by what it computes, not by its class name alone: torch's own by their class, any
+other module (a user's `RMSNorm`, HF's `T5LayerNorm`) by a probe in float64 that finds it
+normalizes each row by its root mean square or its standard deviation, and with what epsilon.
+Its epsilon is wherever the module keeps it: an attribute (`eps`, `variance_epsilon`, ...), a
+config it holds (a dict or an object), or a constant in its forward (then the changed norm is the
+norm written out)."""
 
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any
 
+import torch
 from torch import nn
 
-from accuracy.workflows.model.causes.cause import Cause, named, with_attribute
+from accuracy.workflows.model.causes.cause import Cause, named
+from accuracy.workflows.model.trace import float64_throughout
 
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
 # where a value is some framework's default, the words say whose
 EPS_DEFAULTS = {1e-3: "Keras' and TensorFlow's default", 1e-5: "torch's default", 1e-6: "Llama's RMSNorm default",
                 1e-12: "HF BERT's LayerNorm default"}  # fmt: skip
+# the names an epsilon goes by, on the module or in a config it holds (first found wins)
+EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "norm_eps", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+WEIGHTS, BIASES = ("weight", "scale", "gamma"), ("bias", "beta", "shift")
+# a probed norm's rows: normalized by one factor each to this relative spread, in float64
+SAME_FACTOR = 1e-9
+_probed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _eps_attribute(module: Any) -> str:
-    return "eps" if hasattr(module, "eps") else "variance_epsilon"
+def _eps_path(module: Any) -> tuple[str, ...] | None:
+    """Where `module` keeps its epsilon: (attribute,) or (config attribute, key or attribute)."""
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    found = next((name for name in EPS_NAMES if number(getattr(module, name, None))), None)
+    if found:
+        return (found,)
+    for attribute, held in vars(module).items():
+        if attribute.startswith("_") or isinstance(held, (nn.Module, torch.Tensor)):
+            continue
+        fields = held if isinstance(held, dict) else getattr(held, "__dict__", None)
+        if isinstance(fields, dict):
+            key = next((name for name in EPS_NAMES if number(fields.get(name))), None)
+            if key:
+                return (attribute, key)
+    return None
+
+
+def _at(module: Any, path: tuple[str, ...]) -> Any:
+    held = getattr(module, path[0])
+    return held if len(path) == 1 else held[path[1]] if isinstance(held, dict) else getattr(held, path[1])
+
+
+def _affine(norm: Any) -> tuple[Any, Any]:
+    """The norm's weight and bias (None where it has none), by the names they go by."""
+    weight = next((w for name in WEIGHTS if isinstance(w := getattr(norm, name, None), torch.Tensor)), None)
+    bias = next((b for name in BIASES if isinstance(b := getattr(norm, name, None), torch.Tensor)), None)
+    return weight, bias
+
+
+def _probe(module: Any) -> tuple[str, float] | None:
+    """("rms" or "layer", its epsilon) of a module that normalizes its last dimension, found from
+    what it computes in float64 on rows of four scales (the epsilon in closed form from each row's
+    one factor); None for any other module."""
+    parameters = list(module.parameters())
+    weight, bias = _affine(module)
+    if list(module.children()) or len(parameters) != (weight is not None) + (bias is not None):
+        return None
+    if any(p.ndim != 1 for p in parameters):
+        return None
+    shape = getattr(module, "normalized_shape", None)
+    width = parameters[0].shape[0] if parameters else int(shape[-1]) if shape else 16
+    scales = torch.tensor([[1e-3], [1e-2], [1e-1], [1.0]], dtype=torch.float64)
+    x = torch.randn(4, width, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * scales
+    try:
+        probe = copy.deepcopy(module).double()
+        with torch.no_grad(), float64_throughout():
+            y = probe(x)
+            scale, shift = _affine(probe)
+            normalized = (y - (0 if shift is None else shift)) / (1 if scale is None else scale)
+    except Exception:  # a forward that takes something else: not a norm
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    return _factor_of_rows(x, normalized)
+
+
+def _factor_of_rows(x: Any, normalized: Any) -> tuple[str, float] | None:
+    """("rms" or "layer", eps) where each row of `normalized` is its row of `x` (centred for
+    "layer") over one factor, sqrt(moment + eps), with the same eps in every row."""
+    keep = torch.isfinite(normalized).all(0) & (normalized != 0).all(0)
+    for kind, centred in (("rms", x), ("layer", x - x.mean(-1, keepdim=True))):
+        squared = (centred[:, keep] / normalized[:, keep]).square()  # per row: its moment + eps
+        factor = squared.mean(-1)
+        if not bool(keep.any()) or not bool((squared.std(-1) <= SAME_FACTOR * factor).all()):
+            continue
+        eps = factor - centred.square().mean(-1)
+        if bool(((eps - eps[0]).abs() <= SAME_FACTOR * factor).all()) and float(eps[0]) >= 0:
+            return kind, float(eps[0])
+    return None
+
+
+def probed(module: Any) -> tuple[str, float] | None:
+    """`_probe`, once per module object."""
+    try:
+        if module not in _probed:
+            _probed[module] = _probe(module)
+        return _probed[module]
+    except TypeError:  # not weakly referable
+        return _probe(module)
+
+
+def norm_kind(module: Any) -> str | None:
+    """ "batch", "group", "layer" or "rms": torch's own norms by class, any other module by what
+    it computes; None: not a norm."""
+    name = type(module).__name__
+    if name.startswith("BatchNorm") and isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return "batch"
+    if isinstance(module, nn.GroupNorm):
+        return "group"
+    if isinstance(module, nn.LayerNorm):
+        return "layer"
+    if isinstance(module, getattr(nn, "RMSNorm", ())):
+        return "rms"
+    found = probed(module)
+    return found[0] if found else None
+
+
+def is_norm(module: Any) -> bool:
+    return norm_kind(module) is not None
+
+
+def holds_eps(module: Any) -> bool:
+    """A norm, or a leaf of 1-D parameters that keeps an epsilon (a gated norm, a norm taking
+    another argument): its epsilon can be changed where it is kept."""
+    if is_norm(module):
+        return True
+    one_dimensional = all(p.ndim == 1 for p in module.parameters())
+    return not list(module.children()) and one_dimensional and _eps_path(module) is not None
+
+
+def norm_eps(module: Any) -> float | None:
+    """The epsilon the norm computes with, wherever it keeps it (None: torch's default)."""
+    path = _eps_path(module)
+    if path is not None:
+        return float(_at(module, path))
+    found = probed(module)
+    return found[1] if found else None
+
+
+def _with_eps(module: Any, value: Any) -> Any:
+    """A copy of the norm with epsilon `value`, set where it keeps it, or the norm written out."""
+    path = _eps_path(module)
+    if path is None:
+        return NormWritten(module, eps=value)
+    changed = copy.deepcopy(module)
+    if len(path) == 1:
+        setattr(changed, path[0], value)
+        return changed
+    held = copy.copy(getattr(changed, path[0]))  # its own config: the model's other modules keep theirs
+    if isinstance(held, dict):
+        held[path[1]] = value
+    else:
+        setattr(held, path[1], value)
+    setattr(changed, path[0], held)
+    return changed
+
+
+def _eps_words(module: Any, value: Any) -> str:
+    own = norm_eps(module)
+    return f"{type(module).__name__} eps = {named(value, EPS_DEFAULTS)}" + (
+        f"; this model has {own:.2g}" if own is not None else ""
+    )
 
 
 def _train_mode(module: Any, value: Any) -> Any:
@@ -26,16 +185,18 @@ def _train_mode(module: Any, value: Any) -> Any:
 
 class NormWritten(nn.Module):
     """A reference norm written out from its parameters, with the port's variant: epsilon added
-    outside the square root (x / (sqrt(var) + eps)) or the unbiased variance (n - 1). Evaluation
-    mode only: a BatchNorm normalizes by its running statistics."""
+    outside the square root (x / (sqrt(var) + eps)), the unbiased variance (n - 1), or another
+    epsilon (`eps`). Evaluation mode only: a BatchNorm normalizes by its running statistics."""
 
-    def __init__(self, norm: Any, eps_outside: bool = False, unbiased: bool = False):
+    def __init__(self, norm: Any, eps_outside: bool = False, unbiased: bool = False, eps: float | None = None):
         super().__init__()
-        kind = type(norm).__name__
-        if kind.startswith("BatchNorm") and (norm.training or norm.running_var is None):
+        kind = norm_kind(norm)
+        if kind is None:
+            raise ValueError("not a norm: it normalizes by neither a root mean square nor a variance")
+        if kind == "batch" and (norm.training or norm.running_var is None):
             raise ValueError("a BatchNorm in train mode or without running statistics")
-        eps = getattr(norm, _eps_attribute(norm))
-        if eps is None or (unbiased and (kind.startswith("BatchNorm") or "RMS" in kind)):
+        eps = norm_eps(norm) if eps is None else eps
+        if eps is None or (unbiased and kind in ("batch", "rms")):
             raise ValueError("no such variant of this norm")  # RMSNorm has no variance, BatchNorm a stored one
         self.norm, self.kind, self.eps = copy.deepcopy(norm), kind, float(eps)
         self.eps_outside, self.unbiased = eps_outside, unbiased
@@ -46,22 +207,22 @@ class NormWritten(nn.Module):
     def forward(self, x: Any) -> Any:
         norm, correction = self.norm, int(self.unbiased)
         channels = (1, -1) + (1,) * (x.ndim - 2)
-        if self.kind.startswith("BatchNorm"):
+        weight, bias = _affine(norm)
+        if self.kind == "batch":
             y = self._scaled(x, norm.running_var.view(channels), x - norm.running_mean.view(channels))
-        elif self.kind == "GroupNorm":
+        elif self.kind == "group":
             grouped = x.reshape(x.shape[0], norm.num_groups, -1)
             mean, var = grouped.mean(-1, keepdim=True), grouped.var(-1, keepdim=True, correction=correction)
             y = self._scaled(grouped, var, grouped - mean).reshape(x.shape)
         else:
-            width = getattr(norm, "normalized_shape", None) or norm.weight.shape
+            width = getattr(norm, "normalized_shape", None) or (weight.shape if weight is not None else x.shape[-1:])
             dims = tuple(range(-len(width), 0))
-            if "RMS" in self.kind:
+            if self.kind == "rms":
                 y = self._scaled(x, x.pow(2).mean(dims, keepdim=True), x)
             else:
                 mean, var = x.mean(dims, keepdim=True), x.var(dims, keepdim=True, correction=correction)
                 y = self._scaled(x, var, x - mean)
-        weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
-        per_channel = self.kind.startswith("BatchNorm") or self.kind == "GroupNorm"
+        per_channel = self.kind in ("batch", "group")
         if weight is not None:
             y = y * (weight.view(channels) if per_channel else weight)
         if bias is not None:
@@ -73,13 +234,12 @@ CAUSES: tuple[Cause, ...] = (
     Cause(
         "normalization eps",
         NORMS,
-        with_attribute(_eps_attribute),
-        lambda m, v: (
-            f"{type(m).__name__} eps = {named(v, EPS_DEFAULTS)}; this model has {getattr(m, _eps_attribute(m)):.2g}"
-        ),
+        _with_eps,
+        _eps_words,
         values=lambda m: (1e-12, 1.0),
         parameter="eps",
         example=1e-3,
+        accepts=holds_eps,
     ),
     Cause(
         "train mode",
@@ -92,11 +252,13 @@ CAUSES: tuple[Cause, ...] = (
         NORMS,
         lambda m, v: NormWritten(m, eps_outside=True),
         lambda m, v: f"{type(m).__name__} eps added outside the square root (x / (sqrt(var) + eps)), not inside",
+        accepts=is_norm,
     ),
     Cause(
         "unbiased variance",
         ("LayerNorm", "GroupNorm"),
         lambda m, v: NormWritten(m, unbiased=True),
         lambda m, v: f"{type(m).__name__} with the unbiased variance (divided by n - 1), not the biased one (n)",
+        accepts=lambda m: norm_kind(m) == "layer",
     ),
 )

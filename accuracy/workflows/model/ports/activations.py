@@ -22,6 +22,15 @@ class FilePort(Port):
         floating = [k for k, a in arrays.items() if "/" not in k and is_floating(a)]
         if not floating:
             raise OpbenchError(f"--activations {name}: the file holds no floating layer output to judge")
+        formats: dict[str, str] = {}  # format -> its first key, in sorted order: never the file's order
+        for key in sorted(floating):
+            formats.setdefault(format_of(arrays[key]).name, key)
+        if len(formats) > 1:  # judged in the first key's format, the verdict hung on the order of keys
+            mixed = ", ".join(f"{fmt} ({key!r}, ...)" for fmt, key in sorted(formats.items()))
+            raise OpbenchError(
+                f"--activations {name}: its layer outputs mix {mixed}; a port is judged in one format: "
+                "save every output in the format the runtime computes in"
+            )
         self.fmt = format_of(arrays[floating[0]])
 
     def units(self, calls):

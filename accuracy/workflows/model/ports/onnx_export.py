@@ -65,6 +65,8 @@ class OnnxPort(Port):
             ):
                 previous.calls.append(call)  # folded into the node before it
                 continue
+            elif "/" in call.path:  # the exporter's node names join scopes with '/': its own is split
+                unit = Unit([call], "its name holds '/', which the exporter's node names use between scopes")
             else:
                 unit = Unit([call], "no ONNX node computes it: folded away or constant at export")
             units.append(unit)

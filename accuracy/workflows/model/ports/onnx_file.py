@@ -25,6 +25,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.files import not_a_file
 from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.trace import LayerCall
@@ -38,10 +39,8 @@ def _regular_file(flag: str, label: str, path: Path | str) -> Path:
     path = Path(path)
     if path.is_symlink():
         raise OpbenchError(f"{flag} {label}={path}: a symbolic link; give the file itself")
-    if path.is_dir():
-        raise OpbenchError(f"{flag} {label}={path}: a directory, not a file")
     if not path.is_file():
-        raise OpbenchError(f"{flag} {label}={path}: no such file")
+        raise OpbenchError(f"{flag} {label}={path}: {not_a_file(path)}")
     return path
 
 
