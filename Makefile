@@ -56,7 +56,12 @@ bench-self: setup
 # The tests start hundreds of Python processes (the CLI, asv's benchmarks, Dask workers) that import
 # the same modules: they keep their bytecode (and pytest its rewritten tests) in __pycache__ even
 # where PYTHONDONTWRITEBYTECODE is set, instead of compiling them again in every process.
-PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --dist loadgroup
+# More workers than cores: an OpenMP thread that reaches the end of a parallel region spins for
+# its partner, which another worker has descheduled. A 32x64 Linear on two torch threads took
+# 3.6-7.6 ms a call under that load against 26 us with OMP_WAIT_POLICY=PASSIVE (threads sleep
+# instead; the same threads, the same bits), and two of the model test files 102 -> 63 user CPU-s
+# (AMD EPYC, 2 cores, side by side under the same load).
+PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q --dist loadgroup
 
 # one worker more than cores: the end-to-end tests wait on their subprocesses (asv's runs, Dask's
 # start, the Ctrl-C tests' pauses), and a third worker fills that time (297 s against 307 s here)

@@ -284,7 +284,10 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         if decomposition is not None:
             return _floats(self._decomposed(name, decomposition, args, kwargs), self._stored)
         out = func(*args, **kwargs)
-        if not (isinstance(out, torch.Tensor) and out.is_floating_point()) and name in SUMS:
+        if not _gives_floats(out):
+            # nothing to round, and no op of the function's arithmetic: an index, a count, or an
+            # op a finalizer dispatched when the garbage collector ran mid-run (LibTorch's
+            # script_free: the reason said "modelled as one rounding each: aten.script_free")
             return out
         if name in SUMS or name in CONTRACTIONS:
             return self._stored(self._summed(func, args, kwargs, out))
@@ -300,6 +303,10 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
 def _formula(name: str) -> bool:
     """Whether the op runs as a formula kernel (FORMULA_OPS), or through an approximation in force."""
     return name in FORMULA_OPS or kernels.expanded(name)
+
+
+def _gives_floats(out: Any) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_flatten(out)[0])
 
 
 def _fused_kernel(func: Any, name: str) -> bool:
@@ -709,9 +716,12 @@ class _Computes(_EagerMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         name = func.overloadpacket.__name__
-        if not (func.is_view or name in CONVERSIONS or name in MOVING_OPS):
+        out = func(*args, **(kwargs or {}))
+        tensors = any(isinstance(t, torch.Tensor) for t in tree_flatten((args, kwargs, out))[0])
+        # an op that takes and gives no tensor (a finalizer's, run by the garbage collector) computes nothing
+        if tensors and not (func.is_view or name in CONVERSIONS or name in MOVING_OPS):
             self.ops.add(name)
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 def torch_ops_computed(fn: Callable[..., Any], inputs: dict[str, np.ndarray]) -> set[str]:

@@ -53,6 +53,10 @@ class ClusterLost(OpbenchError):
 
 
 _interrupted = threading.Event()  # Ctrl-C came while a cluster was in use
+# What the fork server was started with (environment, working directory, import path): its
+# workers have these, not this process's, so a server an earlier command started (another
+# OPBENCH_CACHE, ATEN_CPU_CAPABILITY, preload list, directory) is replaced, not reused.
+_server_started_with: tuple | None = None
 
 
 @contextmanager
@@ -307,6 +311,11 @@ def _start_server_deaf_to_ctrl_c() -> None:
     another thread takes it, and the handler remembers it either way."""
     from multiprocessing import forkserver, resource_tracker
 
+    global _server_started_with
+    state = (tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path))
+    if state != _server_started_with:
+        _stop_server()
+        _server_started_with = state
     resource_tracker.ensure_running()
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()
@@ -316,6 +325,20 @@ def _start_server_deaf_to_ctrl_c() -> None:
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _stop_server() -> None:
+    """The fork server stopped (none running: nothing to do). Ended by SIGTERM, not as the stdlib
+    stops it (closing its "alive" pipe and waiting), which waits for ever where a process forked
+    from this one holds the pipe too (startup_threads' workers, a test's fork)."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    with server._lock:
+        if server._forkserver_pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(server._forkserver_pid, signal.SIGTERM)
+            server._stop_unlocked()  # closes the pipe, reaps the server, removes its socket
 
 
 @contextmanager

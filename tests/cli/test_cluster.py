@@ -426,6 +426,30 @@ def test_a_local_cluster_says_nothing_when_another_holds_port_8787(recwarn):
     assert not [w for w in recwarn if "8787" in str(w.message)]
 
 
+def test_a_later_local_cluster_has_this_process_environment_and_directory(tmp_path, monkeypatch):
+    """The fork server a local cluster's workers come from lives as long as this process, and they
+    have the environment, directory and import path it was started with: a second `local:N` after
+    this process changed them (another OPBENCH_CACHE, a variable a test set, a notebook's chdir)
+    ran on the first's, and its report was not the in-process one. The first server is replaced
+    while a process forked from this one (as startup_threads forks its workers) holds its pipe."""
+    import multiprocessing
+
+    seen, forked = [], multiprocessing.get_context("fork").Process(target=time.sleep, args=(300,))
+    try:
+        for setting in ("first", "second"):
+            (tmp_path / setting).mkdir()
+            monkeypatch.chdir(tmp_path / setting)
+            monkeypatch.setenv("OPBENCH_TEST_SETTING", setting)
+            with cluster.work_pool("local:1") as pool:
+                got = pool.submit(os.getenv, "OPBENCH_TEST_SETTING").result(), pool.submit(os.getcwd).result()
+                seen.append(got)
+            if not forked.is_alive():
+                forked.start()
+    finally:
+        forked.kill()
+    assert seen == [(setting, str(tmp_path / setting)) for setting in ("first", "second")]
+
+
 LOADED_ON_WORKERS = """
 import json, os, signal, sys
 from accuracy.workflows.cluster import work_pool

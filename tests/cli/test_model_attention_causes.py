@@ -20,7 +20,7 @@ from accuracy.backends.torchvision_import import import_transformers
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.causes import causes
+from accuracy.workflows.model.causes import _distance, causes
 from accuracy.workflows.model.causes.attention import AttentionChange, is_attention, with_change
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import float64_throughout, record
@@ -202,6 +202,27 @@ def test_a_mask_fill_is_named_where_it_matters_on_padded_rows(tmp_path, fill, ca
     port = _port(tmp_path, "llama_tiny", llama_tiny(), patch, inputs)
     found = _named(port, "layers.0.self_attn", cause)
     assert "fully masked row (padding)" in found["words"]
+
+
+@given(
+    st.integers(1, 6),
+    st.lists(st.floats(-1e3, 1e3), min_size=8, max_size=8),
+    st.floats(1e-12, 1e-3),
+    st.floats(0, 1e-3),
+)
+@settings(deadline=None)
+def test_a_reference_with_the_ports_nan_rows_is_nearer_than_any_without(padded, values, off, elsewhere):
+    """The rows a mask's fill decides are NaN in the port's output (a softmax over -inf): a changed
+    reference NaN there is nearer than one finite there (the unchanged SDPA's zeros), however the
+    two differ on the other rows. `relative` leaves non-finite elements out, so the two were ranked
+    by float64 noise alone on the other rows (2.1112063419950e-07 against 2.1112063420613e-07 on
+    llama_padded): which one a thread count, a host's kernels or a test before gave the lead."""
+    output = np.tile(np.asarray(values, dtype=np.float64), (8, 1))
+    output[:padded] = np.nan
+    with_nan_rows = output * (1 + off)
+    finite_there = output * (1 + off * elsewhere)
+    finite_there[:padded] = 0.0
+    assert _distance(output, with_nan_rows) < _distance(output, finite_there)
 
 
 def test_correct_ports_get_no_cause(tmp_path):

@@ -49,9 +49,26 @@ def _has(module: str) -> bool:
 needs_openvino = pytest.mark.skipif(not _has("openvino"), reason="openvino not installed (the deploy extra)")
 
 
-def _require(port: str) -> None:
+# what a port needs of the CPU, as OpenVINO's CPU plugin reports it (any one of them)
+CPU_NEEDS = {"openvino-f16": ("FP16", "BF16")}
+
+
+def _require(port: str, needs: tuple[str, ...] = ()) -> None:
+    """Skip where the port's runtime is not installed, or where the CPU lacks what the test needs
+    (`needs`, or the port's own CPU_NEEDS), asking the probe the port decides by. On a CPU where
+    the port cannot run, it is absent with the reason that probe gives."""
     if not _has("openvino" if port.startswith("openvino") else "executorch"):
         pytest.skip(f"{port}: its runtime is not installed (the deploy extra)")
+    needs = needs or CPU_NEEDS.get(port, ())
+    capabilities = openvino_port.cpu_capabilities() if needs else []
+    if needs and not set(needs) & set(capabilities):
+        found = openvino_port.precision(port)
+        if isinstance(found, str):
+            assert build_port(port, load_model(SMALL_CNN), example_inputs("small_cnn")) == found
+            assert ", ".join(capabilities) in found
+        pytest.skip(
+            f"{port}: needs a CPU with {' or '.join(needs)} (OpenVINO's CPU capabilities: {', '.join(capabilities)})"
+        )
 
 
 def _inject(monkeypatch, port: str, bug) -> None:
@@ -235,10 +252,10 @@ def test_executorch_leaves_the_terminal_clean():
     assert (done.returncode, done.stderr) == (0, "")
 
 
-@needs_openvino
 def test_openvino_f16_computes_in_float16_with_correctly_rounded_convolutions():
     """Measured, not assumed: the f16 hint's convolution outputs are float16 values, each the
     float16 rounding of the exact result (within half an ulp), so the port is judged as float16."""
+    _require("openvino-f16", needs=("FP16",))
     model, inputs = load_model(SMALL_CNN), example_inputs("small_cnn")
     port = build_port("openvino-f16", model, inputs)
     assert isinstance(port, OpenVinoPort) and port.fmt.name == "float16"
@@ -280,7 +297,11 @@ def test_openvino_f16_is_absent_with_a_reason_on_a_cpu_without_f16_or_bf16(monke
     _require("openvino")
     monkeypatch.setattr(openvino_port, "HINTS", {"AMX_FP4": ("f4", "float16")})
     reason = build_port("openvino-f16", load_model(SMALL_CNN), example_inputs("small_cnn"))
-    assert reason == "this CPU computes neither f16 nor bf16 natively (OpenVINO's CPU capabilities: FP32 only)"
+    capabilities = openvino_port.cpu_capabilities()
+    assert "FP32" in capabilities
+    assert reason == (
+        f"this CPU computes neither f16 nor bf16 natively (OpenVINO's CPU capabilities: {', '.join(capabilities)})"
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,8 @@ import accuracy.judge.torch_emulation as torch_emulation
 from accuracy.core.dtypes import get_format
 from accuracy.judge.precision import TF32
 from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model import sweep
+from accuracy.workflows.model.causes.precision import RoundedAround
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
@@ -65,9 +67,31 @@ def _report(x, port: str) -> str:
     return json.dumps(_without_timings(run_model(DECODER, x, [port]).as_dict()), sort_keys=True)
 
 
+def _causes_counted_apart(monkeypatch, judging: dict[str, int]) -> dict[str, int]:
+    """The derivations made while causes are tried on a flagged unit, moved out of `judging`: a
+    cause's changed reference is a hypothesis about one port's output, not a unit of the model."""
+    trying = dict.fromkeys(judging, 0)
+    real = sweep.explain
+
+    def explain(*args, **kwargs):
+        before = dict(judging)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            for name, count in before.items():
+                trying[name] += judging[name] - count
+                judging[name] = count
+
+    monkeypatch.setattr(sweep, "explain", explain)
+    return trying
+
+
 def test_a_rerun_with_another_port_judges_no_unit_again_and_reports_the_same(
     tmp_path, monkeypatch, cache_path, judging
 ):
+    """The second port may flag a unit the first did not (ONNX Runtime's SiLU on an AVX2-only
+    host: its MLAS Sigmoid); the causes tried on it are judged once, and read on the next rerun."""
+    trying = _causes_counted_apart(monkeypatch, judging)
     x = write_arrays(tmp_path / "x.npz", example_inputs("decoder"))
     run_model(DECODER, x, ["torchscript"])
     first = dict(judging)
@@ -75,6 +99,9 @@ def test_a_rerun_with_another_port_judges_no_unit_again_and_reports_the_same(
     judging.update(dict.fromkeys(judging, 0))
     warm = _report(x, "onnxruntime")
     assert judging == {"first_order_spread": 0, "monte_carlo_runs": 0}
+    trying.update(dict.fromkeys(trying, 0))
+    assert _report(x, "onnxruntime") == warm
+    assert judging == trying == {"first_order_spread": 0, "monte_carlo_runs": 0}
     # the same port with nothing cached: it derives its tiers, and its report is the warm one
     monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "empty"))
     cold = _report(x, "onnxruntime")
@@ -178,6 +205,17 @@ def test_an_attribute_and_the_mode_change_the_key():
     ]
     assert None not in keys and len(set(keys)) == len(keys)
     assert changed(settings=Settings(2.0, torch.relu)) == changed(settings=Settings(2.0, torch.relu))
+
+
+def test_a_cause_rounding_to_a_format_has_a_key_of_its_own():
+    """A cause's changed reference keeps the format it rounds to (a FloatFormat: its numpy dtype
+    among its fields): described, so that a rerun reads the cause's tier; each format its own key."""
+    call = _call("layers.0.mlp.act_fn")
+    keys = [_key(Unit([call]))] + [
+        _key(Unit([dataclasses.replace(call, module=RoundedAround(call.module, get_format(name)))]))
+        for name in ("float16", "bfloat16")
+    ]
+    assert None not in keys and len(set(keys)) == 3
 
 
 SOURCE = """

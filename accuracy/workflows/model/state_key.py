@@ -144,6 +144,9 @@ def put_value(key: Key, value: Any, depth: int, seen: frozenset[int]) -> None:
     if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         key.put(type(value).__name__, str(value))
         return
+    if isinstance(value, np.dtype):  # a format's storage (FloatFormat.np_dtype): by name and layout
+        key.put("numpy dtype", f"{value.name}:{value.str}")
+        return
     if isinstance(value, enum.Enum):
         key.put("enum", f"{type(value).__module__}:{type(value).__qualname__}:{value.name}")
         return

@@ -28,7 +28,7 @@ from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.model.causes import activations, attention, inputs, layout, normalization, parameters, precision
 from accuracy.workflows.model.causes.cause import Cause, Context
-from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, relative
+from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, nonfinite_mismatches, relative
 
 # explanations this much farther (float64) than the first that explains are not judged; the few
 # judged where none explains, to name the nearest
@@ -105,9 +105,22 @@ def _chosen(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     return candidates[int(np.nanargmin(np.asarray(distances, dtype=np.float64)))]
 
 
-def _distance(output: np.ndarray, reference: np.ndarray) -> float:
+Distance = tuple[float, float]
+
+
+def _distance(output: np.ndarray, reference: np.ndarray) -> Distance:
+    """How far `reference` is from the port's output: first the elements where one is inf or NaN
+    and the other is not the same (the padded rows a mask's fill decides: `relative` leaves them
+    out), then the normwise relative difference of the rest; another shape is farthest."""
     found = relative(output, reference)
-    return found if found == found else float("inf")
+    if found != found:
+        return (float("inf"), float("inf"))
+    return (float(nonfinite_mismatches(output, reference)), found)
+
+
+def _farther(distance: Distance, than: Distance) -> bool:
+    """More elements of another kind (inf, NaN, finite), or EQUALLY_NEAR times farther on the rest."""
+    return distance[0] > than[0] or distance[1] > EQUALLY_NEAR * than[1]
 
 
 def _changed(unit: Unit, cause: Cause, value: Any, context: Context) -> Unit:
@@ -151,7 +164,7 @@ def explain(
             "alternatives": [],
             "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}],
         }
-    candidates: list[tuple[float, int, Cause, Any, Unit]] = []
+    candidates: list[tuple[Distance, int, Cause, Any, Unit]] = []
     skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
     for index, cause in enumerate(causes()):
         try:
@@ -177,9 +190,9 @@ def explain(
     candidates.sort(key=lambda c: (c[0], c[1]))
     nearer = [c for c in candidates if c[0] < unchanged] or candidates[:1]  # none nearer: the nearest, judged
     tried: list[dict[str, Any]] = []
-    first_explaining: float | None = None
+    first_explaining: Distance | None = None
     for distance, index, cause, value, changed in nearer:
-        if first_explaining is not None and distance > EQUALLY_NEAR * first_explaining:
+        if first_explaining is not None and _farther(distance, first_explaining):
             break
         if first_explaining is None and len(tried) == MOST_JUDGED:
             break

@@ -93,24 +93,33 @@ def _layer_nodes(ov_model, units: list[Unit]) -> dict:
     return found
 
 
-def _precision(name: str) -> tuple[str, str] | str:
-    """(the CPU plugin's precision hint, the format it is judged in) for `name`, or why it is absent."""
+def cpu_capabilities() -> list[str]:
+    """What OpenVINO's CPU plugin says this CPU computes natively (`OPTIMIZATION_CAPABILITIES`:
+    FP32, FP16, BF16, INT8, ...): the one probe the port, and the tests of it, decide by."""
     import openvino
 
+    return list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def precision(name: str) -> tuple[str, str] | str:
+    """(the CPU plugin's precision hint, the format it is judged in) for `name`, or why it is absent."""
     if name == "openvino":
         return "f32", "float32"
-    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    capabilities = cpu_capabilities()
     for capability, hint in HINTS.items():
         if capability in capabilities:
             return hint
-    return "this CPU computes neither f16 nor bf16 natively (OpenVINO's CPU capabilities: FP32 only)"
+    return (
+        "this CPU computes neither f16 nor bf16 natively "
+        f"(OpenVINO's CPU capabilities: {', '.join(capabilities) or 'none reported'})"
+    )
 
 
 def openvino_port(name: str, model, inputs) -> OpenVinoPort | str:
     absent = missing("openvino")
     if absent:
         return absent
-    precision = _precision(name)
-    if isinstance(precision, str):
-        return precision
-    return OpenVinoPort(name, model, inputs, *precision)
+    found = precision(name)
+    if isinstance(found, str):
+        return found
+    return OpenVinoPort(name, model, inputs, *found)
