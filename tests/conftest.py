@@ -132,3 +132,14 @@ def suite_results(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("suite") / "results"
     write_suite_results(root)
     return root
+
+
+@pytest.fixture
+def one_thread_count():
+    """MKL's and OpenMP's pools set to torch's count, the count a child port is started with: an
+    earlier test in the same worker may have left a BLAS pool at another (threadpoolctl), and a
+    Linear's last bit depends on how MKL splits its sums, so a parent's reference and its child's
+    run differed by one ulp in a full `make test`."""
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())

@@ -3,6 +3,7 @@ lost file, a wrong answer or an unclear line, each run as a user meets it."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
@@ -24,9 +25,9 @@ def test_a_page_that_appears_during_the_run_is_kept_and_the_report_still_printed
     page = tmp_path / "page.html"
     drawn = model_page.model_page
 
-    def user_writes_first(report, answers):
+    def user_writes_first(*drawn_from):
         page.write_text("the user's own file")
-        return drawn(report, answers)
+        return drawn(*drawn_from)
 
     monkeypatch.setattr(model_page, "model_page", user_writes_first)
     status, out, err = run_main(
@@ -256,7 +257,10 @@ def test_a_non_finite_output_never_differs_by_0(tmp_path, capsys):
     x = write_arrays(tmp_path / "x.npz", inputs)
     status, text, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", x, "--activations", f"nan={port}")
     (line,) = [line for line in text.splitlines() if "not finite" in line]
-    assert status == 1 and "output differs from the float64 model by inf" in line and " by 0 " not in line
+    assert status == 1 and " by 0 " not in line and " 0 from float64" not in line
+    status, out, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", x, "--activations", f"nan={port}", "--json")
+    (given,) = json.loads(out)["ports"]
+    assert given["output"]["relative_error"] is None and given["output"]["relative_error_reason"] == "inf"
 
 
 def test_a_service_that_closes_the_connection_at_once_is_said_so(capsys, monkeypatch):

@@ -452,7 +452,9 @@ def test_a_transformers_model_leaves_the_terminal_clean(tmp_path):
 
     ids = write_arrays(tmp_path / "ids.npz", example_inputs("llama_tiny"))
     done = run_opbench("model", "accuracy.workflows.model.zoo:llama_tiny", "--inputs", ids, "--port", "threads:1")
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    # opbench's own word that it waits on a slow build (a loaded machine) is not the libraries' noise
+    noise = [line for line in done.stderr.splitlines() if not line.startswith("opbench: building the model: ")]
+    assert done.returncode == 0 and noise == [], done.stderr
 
 
 def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(tmp_path):

@@ -7,13 +7,13 @@ hangs or misses a library is one line for its port, and the other ports' results
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 import torch
 from cli_runner import run_main
+from user_modules import user_module
 
 from accuracy.backends.cpu_levels import LEVELS, cpu_flags, lacks
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
@@ -62,13 +62,11 @@ FACTORIES = textwrap.dedent(
 
 
 @pytest.fixture
-def factories(tmp_path, monkeypatch):
-    """The factories' module, importable from the current directory (as the child imports it)."""
-    (tmp_path / "child_factories.py").write_text(FACTORIES)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "child_factories"
-    sys.modules.pop("child_factories", None)
+def factories(tmp_path, monkeypatch, one_thread_count):
+    """The factories' module, importable from the current directory (as the child imports it), and
+    every pool of this process at torch's thread count, the count the child is started with."""
+    with user_module(tmp_path, monkeypatch, "child_factories", FACTORIES):
+        yield "child_factories"
 
 
 def _inputs() -> dict[str, np.ndarray]:

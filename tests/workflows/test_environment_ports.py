@@ -36,7 +36,7 @@ TORCH_ONLY = textwrap.dedent(
 
 
 @pytest.fixture
-def offline(tmp_path, monkeypatch):
+def offline(tmp_path, monkeypatch, one_thread_count):
     """A cache of environments of the test's own, uv held to its own cache, and a factory importing only torch."""
     monkeypatch.setenv("UV_CACHE_DIR", os.environ.get("UV_CACHE_DIR") or str(cache_home() / "uv"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -330,6 +330,8 @@ def run_or_why(port: Port, given: dict, calls: list[LayerCall]) -> PortRun | str
     try:
         return run_port(port, given, calls)
     except OpbenchError as exc:
+        if port.brought:  # what the user brought (a file, a map) is bad input, not an absent port
+            raise
         return str(exc)
     except Exception as exc:
         return f"the port failed: {first_line(exc, typed=True)}"

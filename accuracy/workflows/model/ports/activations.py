@@ -15,6 +15,7 @@ class FilePort(Port):
     """Its units are judged on the inputs the file gives them (the runtime's own), not the reference's."""
 
     runtime = "unknown"  # the file says nothing of the kernels that wrote it: no runtime's limit applies
+    brought = True
 
     def __init__(self, name: str, arrays: dict[str, np.ndarray]):
         self.name, self.arrays = name, arrays

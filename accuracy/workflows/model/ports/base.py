@@ -50,6 +50,7 @@ class Port:
     # the library whose kernels compute its units: its declared limits (catalog/runtime_limits.py)
     # can explain a unit's excess as the runtime's, not the port's
     runtime: str = "torch"
+    brought = False  # the user brought it (a file, a Keras factory): its problems are bad input
     built_seconds = 0.0  # the time its build ran the port (a child process), counted in the port's time
 
     def units(self, calls: list[LayerCall]) -> list[Unit]:

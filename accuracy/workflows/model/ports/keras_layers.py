@@ -16,6 +16,7 @@ class KerasPort(Port):
     before a Flatten)."""
 
     runtime = "tensorflow"
+    brought = True
 
     def __init__(self, name: str, model, mapping: dict[str, str], calls: list[LayerCall], source: str):
         from accuracy.backends import keras_port

@@ -76,6 +76,8 @@ class OnnxFilePort(OnnxPort):
     is what was optimized, offline; ONNX Runtime 1.31 fails to load some optimizer outputs with
     its own on: "AddInitializedOrtValue Attempt to replace the existing tensor")."""
 
+    brought = True
+
     def __init__(self, label: str, path: Path | str, mapping: dict[str, str], model, inputs: dict[str, np.ndarray]):
         self.model, self.inputs, self.mapping = model, inputs, mapping
         where = f"{FLAG} {label}={path}"
