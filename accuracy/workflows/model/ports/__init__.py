@@ -24,7 +24,8 @@ COUNT = ":N"  # a name ending so takes a count: threads:N is threads:1, threads:
 @dataclass(frozen=True)
 class PortSpec:
     """One port: its `--port` name, the backends it runs on besides torch (a Dask worker preloads
-    them), whether `opbench model` runs it by default and whether it needs a GPU, and `build`:
+    them), whether `opbench model` runs it by default, whether it needs a GPU, whether it is a
+    deploy runtime, and `build`:
     (the name as given, the model, its inputs by name) -> the Port, or a sentence saying why it
     is absent on this machine (never an error)."""
 
@@ -33,6 +34,7 @@ class PortSpec:
     backends: tuple[str, ...] = ()
     default: bool = False
     needs_gpu: bool = False
+    deploy: bool = False  # a deploy runtime (the `deploy` extra): the census runs it beside the defaults
 
     def matches(self, name: str) -> bool:
         if not self.name.endswith(COUNT):
@@ -51,11 +53,11 @@ BUILT_IN = (
     PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
     PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
-    PortSpec("executorch", executorch_port.executorch_port),
-    PortSpec("executorch-portable", executorch_port.executorch_port),
-    PortSpec("litert", litert_port.litert_port),
-    PortSpec("openvino", openvino_port.openvino_port),
-    PortSpec("openvino-f16", openvino_port.openvino_port),
+    PortSpec("executorch", executorch_port.executorch_port, deploy=True),
+    PortSpec("executorch-portable", executorch_port.executorch_port, deploy=True),
+    PortSpec("litert", litert_port.litert_port, deploy=True),
+    PortSpec("openvino", openvino_port.openvino_port, deploy=True),
+    PortSpec("openvino-f16", openvino_port.openvino_port, deploy=True),
 )
 
 
@@ -88,6 +90,12 @@ def spec_for(name: str) -> PortSpec:
 def default_ports(gpu: bool) -> list[str]:
     """What `opbench model` runs without --port: the GPU ones only where a GPU is."""
     return [s.name for s in BUILT_IN if s.default and (gpu or not s.needs_gpu)]
+
+
+def census_ports(gpu: bool) -> list[str]:
+    """What `opbench selftest --census` runs on each model: the default ports, the deploy
+    runtimes, and PyTorch against itself on one thread."""
+    return [*default_ports(gpu), *(s.name for s in BUILT_IN if s.deploy), "threads:1"]
 
 
 def build_port(name: str, model, inputs: dict) -> Port | str:
