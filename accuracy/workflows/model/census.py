@@ -43,8 +43,11 @@ def select(models: str | None = None, limit: int | None = None) -> list[str]:
     return names[:limit] if limit is not None else names
 
 
-def ports_of(ports: list[str] | None, gpu: bool = False) -> list[str]:
-    names = list(dict.fromkeys(ports or census_ports(gpu)))
+def ports_of(ports: list[str] | None) -> list[str]:
+    """The ports asked for, or the census's own (the CUDA ones where a GPU is)."""
+    import torch
+
+    names = list(dict.fromkeys(ports or census_ports(torch.cuda.is_available())))
     for name in names:
         spec_for(name)  # an unknown port is one line before any model runs
     return names
