@@ -100,14 +100,16 @@ def census_model(name: str, ports: list[str], threads: int) -> dict:
     """One model's row: each port's counts, the ports absent for it, or why it did not run."""
     row: dict = {"model": name, "inputs": {}, "ports": [], "absent": [], "failed": None}
     started = time.perf_counter()
+    step = "cannot be built"
     try:
         given = inputs_for(name, build(name))
         row["inputs"] = {k: list(v.shape) for k, v in given.items()}
+        step = "opbench model failed"
         # the models' own prints go to stderr: stdout is the census's table or JSON
         with contextlib.redirect_stdout(sys.stderr):
             report = run_model(f"{MODULE}:{name}", given, ports)
     except Exception as exc:  # a model that cannot be built or run is a row, never the census's end
-        row["failed"] = str(exc) if isinstance(exc, OpbenchError) else first_line(exc, typed=True)
+        row["failed"] = f"{step}: {exc if isinstance(exc, OpbenchError) else first_line(exc, typed=True)}"
     else:
         row["ports"], row["absent"] = port_rows(report), report.absent
     row["seconds"] = time.perf_counter() - started
