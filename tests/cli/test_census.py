@@ -11,6 +11,7 @@ from cli_runner import run_main
 
 from accuracy.cli.text.census import render
 from accuracy.workflows.model import census_models
+from accuracy.workflows.model.census import select
 from accuracy.workflows.model.census_models import FAMILIES, TRANSFORMERS, Family, build, inputs_for
 
 SUBSET = ["--models", "^(torchvision_squeezenet1_1|transformers_bert)$", "--ports", "onnxruntime,threads:1"]
@@ -115,3 +116,11 @@ def test_every_listed_tiny_config_builds_offline_and_runs():
             model(**{k: torch.from_numpy(v) for k, v in given.items()})
         # tiny: small enough to judge layer by layer in seconds
         assert sum(p.numel() for p in model.parameters()) < 200_000, family
+
+
+def test_models_and_limit_select_in_the_census_order():
+    everything = census_models.census_names()
+    assert select() == everything and select(limit=3) == everything[:3]
+    berts = select("bert")
+    assert berts == [n for n in everything if "bert" in n] and "transformers_megatron_bert" in berts
+    assert select("^transformers_", limit=2) == ["transformers_llama", "transformers_mistral"]
