@@ -63,11 +63,26 @@ def render(rows: list[dict], total: dict) -> str:
     return "\n".join([*lines, "", _total(total)])
 
 
+def first_flagged(rows: list[dict]) -> list[str]:
+    """Per model and port with flagged units: how many, and the first with its reason."""
+    lines = []
+    for r in rows:
+        for p in r["ports"]:
+            if p["flagged_units"]:
+                first = p["flagged_units"][0]
+                lines.append(
+                    f"  {r['model']} {p['port']}: {p['flagged']} flagged, the first `{first['unit']}`: "
+                    f"{first['verdict']}: {printable(first['reason'])}"
+                )
+    return lines
+
+
 def markdown(rows: list[dict], total: dict) -> str:
-    """The census as docs/models.md shows it: the table, then what could not run."""
+    """The census as docs/models.md shows it: the table, the first flagged unit of each port, then
+    what could not run (--json lists every flagged unit)."""
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cells) + " |" for cells in _rows(rows)]
-    for title, part in (("Flagged units:", flagged(rows)), ("Could not run:", not_run(rows))):
+    for title, part in (("Flagged units:", first_flagged(rows)), ("Could not run:", not_run(rows))):
         if part:
             lines += ["", title, "", *(f"- {line.strip()}" for line in part)]
     return "\n".join([*lines, "", _total(total)])
