@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.opbench-installed
 
-.PHONY: setup bench bench-quick bench-self selftest test test-fast lint clean browser
+.PHONY: setup bench bench-quick bench-self selftest census test test-fast lint clean browser
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ selftest: setup
 	mkdir -p results
 	$(BIN)/opbench selftest --small --json > results/.selftest.json; status=$$?; \
 	  mv results/.selftest.json results/selftest.json; exit $$status
+
+# every torchvision classification model and tiny transformers family through the default and
+# deploy ports (hours on 2 cores; CENSUS_ARGS="--dask local:4" or "--models REGEX" to spread or narrow it)
+CENSUS_ARGS ?=
+census: setup
+	$(BIN)/opbench selftest --census $(CENSUS_ARGS)
 
 # opbench's own speed (loading a large results directory), kept out of the op suite
 bench-self: setup

@@ -67,7 +67,7 @@ def _check_save_path(path: Path | str | None) -> None:
 
 def run_model(
     spec: str,
-    inputs: Path | str,
+    inputs: Path | str | dict[str, np.ndarray],
     ports: list[str] | None = None,
     activations_files: dict[str, str] | None = None,
     save_path: Path | str | None = None,
@@ -82,15 +82,16 @@ def run_model(
 
     The ports are evaluated here, or each as one work item on the Dask cluster `dask` names
     (`progress(done, total, port, seconds)` after each); the report is the same either way.
-    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None)."""
+    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None). `inputs`: a
+    file, shapes to generate, or the arrays themselves (the census's token ids)."""
     import torch
 
     model = load_model(spec, train)
-    given = model_inputs(inputs)
-    calls, out = run_reference(model, given, str(inputs))
+    given, source = (dict(inputs), "the inputs") if isinstance(inputs, dict) else (model_inputs(inputs), str(inputs))
+    calls, out = run_reference(model, given, source)
     held = sum(t.nbytes for c in calls for t in (*c.inputs, c.output) if isinstance(t, torch.Tensor))
     check_memory(
-        MODEL_MEMORY_FACTOR * held, f"the model's activations on {inputs} ({byte_size(held)})", MODEL_MEMORY_FRACTION
+        MODEL_MEMORY_FACTOR * held, f"the model's activations on {source} ({byte_size(held)})", MODEL_MEMORY_FRACTION
     )
     _check_save_path(save_path)
     file_ports = [FilePort(label, read_activations(path, calls)) for label, path in (activations_files or {}).items()]

@@ -28,7 +28,7 @@ BERT_TOKENS = 8
 LARGE_TOKENS = 128  # the real-size models' sequence length
 
 
-def _seeded_batch_norm(model: nn.Module, generator: torch.Generator) -> nn.Module:
+def seeded_batch_norm(model: nn.Module, generator: torch.Generator) -> nn.Module:
     """Running statistics and affine parameters away from (0, 1, 1, 0): a fresh BatchNorm is the
     identity, on which an epsilon or a train-mode bug would hardly show."""
     with torch.no_grad():
@@ -47,7 +47,7 @@ def _seeded_batch_norm(model: nn.Module, generator: torch.Generator) -> nn.Modul
 
 def resnet18() -> nn.Module:
     torch.manual_seed(SEED)
-    return _seeded_batch_norm(import_torchvision().models.resnet18(weights=None), torch.Generator().manual_seed(SEED))
+    return seeded_batch_norm(import_torchvision().models.resnet18(weights=None), torch.Generator().manual_seed(SEED))
 
 
 def bert2() -> nn.Module:
@@ -106,7 +106,7 @@ class SmallCNN(nn.Module):
 
 def small_cnn() -> nn.Module:
     torch.manual_seed(SEED)
-    return _seeded_batch_norm(SmallCNN(), torch.Generator().manual_seed(SEED))
+    return seeded_batch_norm(SmallCNN(), torch.Generator().manual_seed(SEED))
 
 
 class SmallMixed(nn.Module):

@@ -33,7 +33,8 @@ TAKES = ("PINS", "VERSION")  # a name ending so takes any text there: env:PINS, 
 @dataclass(frozen=True)
 class PortSpec:
     """One port: its `--port` name, the backends it runs on besides torch (a Dask worker preloads
-    them), whether `opbench model` runs it by default and whether it needs a GPU, and `build`:
+    them), whether `opbench model` runs it by default, whether it needs a GPU, whether it is a
+    deploy runtime, and `build`:
     (the name as given, the model, its inputs by name) -> the Port, or a sentence saying why it
     is absent on this machine (never an error). `rebuilds`: a port in another process, whose
     `build` also takes a `Rebuild` (the factory, the mode and the reference's calls)."""
@@ -44,6 +45,7 @@ class PortSpec:
     default: bool = False
     needs_gpu: bool = False
     rebuilds: bool = False
+    deploy: bool = False  # a deploy runtime (the `deploy` extra): the census runs it beside the defaults
 
     def matches(self, name: str) -> bool:
         if self.name.endswith(COUNT):
@@ -73,11 +75,11 @@ BUILT_IN = (
     PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
     PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
-    PortSpec("executorch", executorch_port.executorch_port),
-    PortSpec("executorch-portable", executorch_port.executorch_port),
-    PortSpec("litert", litert_port.litert_port, rebuilds=True),
-    PortSpec("openvino", openvino_port.openvino_port),
-    PortSpec("openvino-f16", openvino_port.openvino_port),
+    PortSpec("executorch", executorch_port.executorch_port, deploy=True),
+    PortSpec("executorch-portable", executorch_port.executorch_port, deploy=True),
+    PortSpec("litert", litert_port.litert_port, rebuilds=True, deploy=True),
+    PortSpec("openvino", openvino_port.openvino_port, deploy=True),
+    PortSpec("openvino-f16", openvino_port.openvino_port, deploy=True),
 )
 
 
@@ -112,7 +114,13 @@ def default_ports(gpu: bool) -> list[str]:
     return [s.name for s in BUILT_IN if s.default and (gpu or not s.needs_gpu)]
 
 
-def build_port(name: str, model, inputs: dict, rebuild: Rebuild | None = None) -> Port | str:
+def census_ports(gpu: bool) -> list[str]:
+    """What `opbench selftest --census` runs on each model: the default ports, the deploy
+    runtimes, and PyTorch against itself on one thread."""
+    return [*default_ports(gpu), *(s.name for s in BUILT_IN if s.deploy), "threads:1"]
+
+
+def build_port(name: str, model, inputs: dict) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     spec = spec_for(name)
     if spec.needs_gpu:
