@@ -120,7 +120,7 @@ def census_ports(gpu: bool) -> list[str]:
     return [*default_ports(gpu), *(s.name for s in BUILT_IN if s.deploy), "threads:1"]
 
 
-def build_port(name: str, model, inputs: dict) -> Port | str:
+def build_port(name: str, model, inputs: dict, rebuild: Rebuild | None = None) -> Port | str:
     """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
     spec = spec_for(name)
     if spec.needs_gpu:
