@@ -21,3 +21,13 @@ def user_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         yield directory
     finally:
         sys.modules.pop(name, None)  # imported once per process: the next test's module is its own
+
+
+def within_last_bit(a, b) -> bool:
+    """Whether float32 arrays `a` and `b` differ by at most one ulp anywhere: what another process
+    running the same kernels on the same values gives, where MKL's products depend on the memory
+    alignment of their operands (a child process's tensors, and a test worker's, are placed apart)."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= np.spacing(np.maximum(np.abs(a), np.abs(b)))))
