@@ -23,11 +23,16 @@ def user_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         sys.modules.pop(name, None)  # imported once per process: the next test's module is its own
 
 
-def within_last_bit(a, b) -> bool:
-    """Whether float32 arrays `a` and `b` differ by at most one ulp anywhere: what another process
-    running the same kernels on the same values gives, where MKL's products depend on the memory
-    alignment of their operands (a child process's tensors, and a test worker's, are placed apart)."""
+def same_model_output(a, b) -> bool:
+    """Whether two float32 runs of the same model on the same inputs agree to float32's rounding:
+    another process (a child port, a fresh environment) may sum a product in another order (its
+    kernels pick their blocking from its threads and its operands' memory alignment), which moves
+    a small result by many of its own ulps but never by more than a rounding of the terms; other
+    weights (a factory seeded differently) differ by their own size."""
     import numpy as np
 
-    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
-    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= np.spacing(np.maximum(np.abs(a), np.abs(b)))))
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    return bool(np.all(np.abs(a - b) <= 1e-5 * (np.abs(b) + scale)))
