@@ -49,11 +49,6 @@ class Verdict(StrEnum):
     RUNTIME_LIMIT = "runtime limit"
 
     @property
-    def accepted(self) -> bool:
-        """Not the port's or the implementation's fault: within rounding, or its runtime's known limit."""
-        return self in (Verdict.WITHIN, Verdict.RUNTIME_LIMIT)
-
-    @property
     def tier(self) -> int:
         """The asv track's number for this verdict (lower is better)."""
         return VERDICTS.index(self)
