@@ -14,6 +14,7 @@ from pathlib import Path
 
 from accuracy.catalog.registry import OP_MODULES, Impl, all_ops
 from accuracy.catalog.runtime_limits import RUNTIME_LIMITS
+from accuracy.judge.kernels import Approximation
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 
@@ -82,17 +83,28 @@ def render() -> str:
     return "\n".join(parts)
 
 
+def _error_model(approximation: Approximation) -> str:
+    words = f"{approximation.function}: \\|error\\| <= {approximation.absolute:g}"
+    if approximation.ulps:
+        words += f" or {approximation.ulps:g} ulp"
+    if approximation.expands:
+        words += f", also inside {', '.join(sorted(approximation.expands))}"
+    return words
+
+
 def _runtime_limits() -> str:
     """The findings that `opbench model` can name as a runtime's limit, with their error models."""
     rows = [
-        f"| {limit.op} | `{limit.runtime}:{limit.implementation}` | {limit.approximation.function}: "
-        f"\\|error\\| <= {limit.approximation.absolute:g}"
-        + (f", also inside {', '.join(sorted(limit.approximation.expands))}" if limit.approximation.expands else "")
-        + f" | {_cell(limit.words)} |"
+        f"| {limit.op} | `{limit.runtime}{':' + limit.implementation if limit.implementation else ''}` | "
+        f"{_error_model(limit.approximation)} | {_cell(limit.measured or 'the finding above')} | {_cell(limit.words)} |"
         for limit in RUNTIME_LIMITS
     ]
     table = "\n".join(
-        ["| op | implementation | error model | what a unit it explains says |", "|---|---|---|---|", *rows]
+        [
+            "| op | runtime | error model | measured | what a unit it explains says |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
     )
     return (
         "## A runtime's limits (`accuracy/catalog/runtime_limits.py`)\n\n"

@@ -107,9 +107,11 @@ class _Context:
             return array
         if self.mode == "nearest":
             return self.fmt.round(array.astype(np.float64)).astype(CARRIER)
-        width = 0.5 if ufunc is None or ufunc in _IEEE_UFUNCS else LIBM_ULPS
-        absolute = kernels.absolute_error(ufunc.__name__) if ufunc is not None else 0.0
-        if absolute:  # a kernel's approximation of bounded absolute error (accuracy.judge.kernels)
+        width, absolute = 0.5, 0.0
+        if ufunc is not None:  # a kernel's approximation may widen a function's step (accuracy.judge.kernels)
+            width = kernels.step_ulps(ufunc.__name__, 0.5 if ufunc in _IEEE_UFUNCS else LIBM_ULPS)
+            absolute = kernels.absolute_error(ufunc.__name__)
+        if absolute:
             half = np.maximum(width * ulp(array, self.fmt), absolute)
             return array + (self.random.uniform(-1.0, 1.0, np.shape(array)) * half).astype(CARRIER)
         return array + self.noise(array, width).astype(CARRIER)

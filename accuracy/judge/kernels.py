@@ -1,4 +1,5 @@
-"""Steps that kernels evaluate by approximations of bounded *absolute* error.
+"""Steps that kernels evaluate by approximations of bounded *absolute* error (or of more ulps
+than a libm's).
 
 The typical tier gives a libm call an error of LIBM_ULPS ulps of its result: what a vectorised
 libm promises. Some kernels keep a fixed absolute accuracy instead, which is many ulps wherever the
@@ -31,15 +32,16 @@ NUMPY_NAMES = {"sigmoid": "expit", "erf": "erf"}
 
 @dataclass(frozen=True)
 class Approximation:
-    """A kernel's step `function` (a torch op name) with |error| <= `absolute` wherever it runs:
-    inside the fused ops `within` only (empty: anywhere), and the fused ops in `expands` computed
-    through it (ONNX Runtime's SiLU is x * Sigmoid(x))."""
+    """A kernel's step `function` (a torch op name) with |error| <= max(`absolute`, `ulps` ulp of
+    its result) wherever it runs: inside the fused ops `within` only (empty: anywhere), and the
+    fused ops in `expands` computed through it (ONNX Runtime's SiLU is x * Sigmoid(x))."""
 
     function: str
     absolute: float
     kernels: str  # who runs it, for the reason a verdict gives
     within: frozenset[str] = frozenset()
     expands: frozenset[str] = frozenset()
+    ulps: float = 0.0  # where wider than a libm's LIBM_ULPS: a kernel that flushes tiny results keeps fewer digits
 
     def applies(self, function: str, inside: tuple[str, ...]) -> bool:
         names = {self.function, NUMPY_NAMES.get(self.function, self.function)}
@@ -98,6 +100,13 @@ def absolute_error(function: str) -> float:
     return max((a.absolute for a in _IN_FORCE.get() if a.applies(function, here)), default=0.0)
 
 
+def step_ulps(function: str, width: float) -> float:
+    """The half-width in ulps of `function`'s step at this point: its own `width`, or an
+    approximation's wider one."""
+    here = _INSIDE.get()
+    return max([width, *(a.ulps for a in _IN_FORCE.get() if a.applies(function, here))])
+
+
 def expanded(op: str) -> bool:
     """Whether an approximation in force computes the fused op `op` through its step."""
     return any(op in a.expands for a in _IN_FORCE.get())
@@ -109,5 +118,7 @@ def in_force() -> tuple[Approximation, ...]:
 
 def key() -> str:
     """What a cached typical tier depends on here: the approximations in force."""
-    text = ";".join(f"{a.function}:{a.absolute!r}:{sorted(a.within)}:{sorted(a.expands)}" for a in _IN_FORCE.get())
+    text = ";".join(
+        f"{a.function}:{a.absolute!r}:{a.ulps!r}:{sorted(a.within)}:{sorted(a.expands)}" for a in _IN_FORCE.get()
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]

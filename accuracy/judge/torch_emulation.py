@@ -296,7 +296,7 @@ class _MonteCarlo(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
         else:
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
-        absolute = kernels.absolute_error(name)
+        absolute, width = kernels.absolute_error(name), kernels.step_ulps(name, width)
         return _floats(out, lambda t: self._stored(self._uniform(t, width, self.compute, absolute)))
 
 
@@ -540,6 +540,7 @@ class _FirstOrder(_Rounding):  # type: ignore[no-untyped-call]  # torch leaves t
             self.unmodelled.add(f"aten.{name}")
             width = 0.5
         second, independent, sources = self._pointwise_through(func, leaves, spec, noisy, out)
+        width = kernels.step_ulps(name, width)
         local = self._uniform_second(out, width, self.compute, kernels.absolute_error(name))
         total = local if second is None else second + local
         centred = all(s.centred for i in noisy if (s := _spread_of(leaves[i])) is not None)

@@ -1,5 +1,8 @@
 """A runtime's known limit is told apart from a port's bug (issue "Trusted where nobody here looked").
 
+PyTorch's and OpenVINO's sigmoid give 0 where exp(-x) overflows float32 (x below -88.72 and
+-86.99): a SiLU there is millions of ulps from its exact value, their limit and not the port's.
+
 ONNX Runtime computes SiLU as x * Sigmoid(x), and its MLAS Sigmoid keeps absolute accuracy (a
 finding in docs/findings.md): where a SiLU's inputs reach sigmoid's tail, a correct port's SiLU
 leaves the typical tier by 30-80x. Those units are `runtime limit`, not flagged, and the run exits
@@ -37,6 +40,15 @@ def _mlp(act):
 
 def silu_mlp():
     return _mlp(nn.SiLU())
+
+
+def deep_silu_mlp():
+    """Pre-activations down to -400: SiLU's exp(-x) overflows float32 below -88.72."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.SiLU(), nn.Linear(64, 8)).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(200.0)
+    return model
 
 
 def gelu_mlp():
@@ -102,6 +114,27 @@ def test_a_correct_onnx_runtime_silu_is_a_runtime_limit_and_silu_as_gelu_is_stil
     assert wrong["verdict"] in (BEYOND, SUSPICIOUS) and "runtime_limit" not in wrong
     port = next(p for p in report["ports"] if p["port"] == "onnxruntime")
     assert (port["flagged"], port["runtime_limits"], port["first_not_within"]) == (0, 1, None)
+
+
+@pytest.mark.slow
+def test_pytorch_and_openvino_silu_flushing_below_minus_88_is_their_limit_not_a_port_bug(limits, capsys):
+    """PyTorch against itself flags nothing: its SiLU gives 0 where exp(-x) overflows (the exact
+    value is up to 2.6e-37, millions of ulps), and that is PyTorch's limit; OpenVINO's likewise."""
+    pytest.importorskip("openvino")
+    x = {"input": np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)}
+    files = str(write_arrays(limits / "x.npz", x))
+    status, out, _ = run_main(
+        capsys, "model", "runtime_limit_models:deep_silu_mlp", "--inputs", files, "--port", "threads:1",
+        "--port", "openvino", "--json",
+    )  # fmt: skip
+    report = json.loads(out)
+    assert status == 0
+    for port, words in (("threads:1", "PyTorch's own sigmoid/SiLU"), ("openvino", "OpenVINO's Sigmoid/Swish")):
+        silu = _rows(report, port)["1"]
+        assert silu["verdict"] == RUNTIME_LIMIT and silu["runtime_limit"].startswith(words)
+        assert silu["max_ulp"] > 1e6
+        summary = next(p for p in report["ports"] if p["port"] == port)
+        assert (summary["flagged"], summary["runtime_limits"]) == (0, 1)
 
 
 @pytest.mark.slow
