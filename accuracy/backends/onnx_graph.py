@@ -185,10 +185,10 @@ class Graph:
                 graph.constants.update(node.output)
         return graph
 
-    def groups(self, modules: set[str]) -> dict[tuple[str, int], list]:
-        """Nodes by the module call they were traced in, at every level (constant-only nodes left
-        out): a node counts for its module and for each module around it."""
-        groups: dict[tuple[str, int], list] = {}
+    def owners(self, modules: set[str]) -> list[tuple[Any, list[tuple[str, int]]]]:
+        """Each node (constant-only nodes left out) with the module calls it was traced in,
+        outermost first."""
+        owned = []
         runs: dict[str, int] = {}  # the dynamo exporter's: each module's calls so far
         inside: set[str] = set()  # the scopes of the node before
         for node in self.model.graph.node:
@@ -200,9 +200,16 @@ class Graph:
                     if path not in inside:  # a new run of the module's nodes: its next call
                         runs[path] = runs.get(path, -1) + 1
                 inside = set(paths)
-                owners = [(p, runs[p]) for p in paths]
+                owned.append((node, [(p, runs[p]) for p in paths]))
             else:
-                owners = module_calls_of(node.name, modules)
+                owned.append((node, module_calls_of(node.name, modules)))
+        return owned
+
+    def groups(self, modules: set[str]) -> dict[tuple[str, int], list]:
+        """Nodes by the module call they were traced in, at every level: a node counts for its
+        module and for each module around it."""
+        groups: dict[tuple[str, int], list] = {}
+        for node, owners in self.owners(modules):
             for owner in owners:
                 groups.setdefault(owner, []).append(node)
         return groups

@@ -423,3 +423,25 @@ def test_a_layer_whose_onnx_nodes_are_not_found_is_not_compared_rather_than_judg
     assert rows["2"]["covers"] == ["2"] and rows["2"]["verdict"] == WITHIN
     assert rows["3"]["verdict"] == NOT_COMPARED and "no ONNX node computes it" in rows["3"]["reason"]
     assert port["flagged"] == 0
+
+
+@pytest.mark.slow
+def test_albert_s_shared_layer_is_not_judged_on_nodes_of_both_its_calls():
+    """The TorchScript exporter suffixes a module's second call at some scope levels only: ALBERT's
+    shared layer (`albert_layers.0/attention/LayerNorm_1`). Its first call was judged on the nodes
+    of both and flagged 1.5e3x beyond the bound, every leaf inside within rounding. Such a call is
+    not compared, with why; its leaves still are, and nothing is flagged."""
+    from accuracy.workflows.model.census_models import MODULE, build, inputs_for
+
+    report = run_model(
+        f"{MODULE}:transformers_albert",
+        inputs_for("transformers_albert", build("transformers_albert")),
+        ["onnxruntime-noopt"],
+    )
+    (port,) = report.ports
+    rows = {row["path"]: row for row in port["layers"]}
+    shared = rows["encoder.albert_layer_groups.0"]
+    assert shared["verdict"] == NOT_COMPARED and "do not tell this module's calls apart" in shared["reason"]
+    leaves = [r for p, r in rows.items() if p.startswith("encoder.albert_layer_groups.0.") and r["verdict"] == WITHIN]
+    assert len(leaves) >= 8
+    assert port["flagged"] == 0 and report.within_rounding

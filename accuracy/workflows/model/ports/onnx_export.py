@@ -43,7 +43,9 @@ class OnnxPort(Port):
         return {k: np.ascontiguousarray(inputs[k]) for k in self.input_names}
 
     def units(self, calls):
+        owned = {id(node): owners for node, owners in self.graph.owners(self.modules)}
         groups = self.graph.groups(self.modules)
+        inside = _descendants(calls)
         counts: dict[str, int] = {}
         units: list[Unit] = []
         previous: Unit | None = None  # the last leaf call's unit
@@ -53,6 +55,8 @@ class OnnxPort(Port):
             nodes = groups.get((call.path, index))
             if call.reason:
                 unit = Unit([call], call.reason)
+            elif nodes and not _nodes_match_the_call((call.path, index), nodes, owned, groups, inside):
+                unit = Unit([call], _CALLS_MERGED)
             elif nodes:
                 unit = self._unit(call, nodes)
             elif (
@@ -130,6 +134,49 @@ class OnnxPort(Port):
         everything = self.onnx_graph.run(self.onnx_graph.session(exposing, self.optimized), feeds)
         plain = self.onnx_graph.run(self.onnx_graph.session(self.graph.model, self.optimized), feeds)
         return EndToEnd({u.last: everything[u.detail["gives"]] for u in exposed}, next(iter(plain.values())))
+
+
+_CALLS_MERGED = (
+    "the exporter's node names do not tell this module's calls apart (a module called again, as ALBERT's "
+    "shared layer): its nodes are not one call's"
+)
+
+
+def _descendants(calls: list[LayerCall]) -> dict[tuple[str, int], set[tuple[str, int]]]:
+    """Each module call, as (path, call index), with the calls the trace ran inside it."""
+    counts: dict[str, int] = {}
+    at: dict[str, tuple[str, int]] = {}
+    parent: dict[str, str | None] = {}
+    inside: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    for call in calls:
+        index = counts.get(call.path, 0)
+        counts[call.path] = index + 1
+        at[call.key], parent[call.key] = (call.path, index), call.parent
+        inside[(call.path, index)] = set()
+        outer = call.parent
+        while outer is not None:
+            inside[at[outer]].add((call.path, index))
+            outer = parent[outer]
+    return inside
+
+
+def _nodes_match_the_call(call, nodes: list, owned: dict[int, list], groups: dict, inside: dict) -> bool:
+    """Whether the nodes named for `call` are its own call's and all of it: none traced in a call
+    the reference ran outside it, and every call it ran inside it with nodes of its own among them.
+    The TorchScript exporter names a module's second call `_1` at some scope levels only: ALBERT's
+    shared layer, called once per depth, had its two calls' nodes under one name."""
+    own = inside.get(call, set())
+    for node in nodes:
+        owners = owned[id(node)]
+        if any(o in inside and o not in own for o in owners[_depth(owners, call) :]):
+            return False
+    ids = {id(n) for n in nodes}
+    return all({id(n) for n in groups[d]} <= ids for d in own if d in groups)
+
+
+def _depth(owners: list[tuple[str, int]], call: tuple[str, int]) -> int:
+    """Where, in a node's owners (outermost first), the ones inside `call` begin."""
+    return next((i + 1 for i, owner in enumerate(owners) if owner == call), len(owners))
 
 
 def _distance(a: np.ndarray, b: np.ndarray) -> float:
