@@ -445,3 +445,70 @@ def test_albert_s_shared_layer_is_not_judged_on_nodes_of_both_its_calls():
     leaves = [r for p, r in rows.items() if p.startswith("encoder.albert_layer_groups.0.") and r["verdict"] == WITHIN]
     assert len(leaves) >= 8
     assert port["flagged"] == 0 and report.within_rounding
+
+
+class _OffsetsItsIds(nn.Module):
+    """XGLM's sinusoidal positional embedding: adds its offset to the position ids it is given, in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = 2
+        self.register_buffer("weights", torch.randn(16, 4, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, ids):
+        ids += self.offset
+        return self.weights.index_select(0, ids.view(-1)).view(*ids.shape, 4)
+
+
+class _PositionsThenProjection(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.positions = _OffsetsItsIds()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, ids):
+        return self.proj(self.positions(ids))
+
+
+class _FullOfTheMinimum(nn.Module):
+    """MPT's and XGLM's causal mask: `torch.full` of the dtype's minimum, into the default dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        scores = self.proj(x) @ x.transpose(-1, -2)
+        mask = torch.full(scores.shape[-2:], torch.finfo(scores.dtype).min).triu(1)
+        return (scores + mask).softmax(-1)
+
+
+def offsets_its_ids() -> nn.Module:
+    torch.manual_seed(0)
+    return _PositionsThenProjection()
+
+
+def full_of_the_minimum() -> nn.Module:
+    torch.manual_seed(0)
+    return _FullOfTheMinimum()
+
+
+def test_a_unit_that_changes_its_integer_inputs_is_rerun_on_copies(monkeypatch):
+    """XGLM's positional embedding shifted the position ids the float64 rerun of its unit was
+    handed, on every rerun: PyTorch against itself was 'beyond rounding' at 2e9 ulp."""
+    monkeypatch.chdir(Path(__file__).parents[2])
+    ids = {"ids": np.arange(6).reshape(1, 6)}
+    report = run_model("tests.cli.test_model:offsets_its_ids", ids, ["threads:1"])
+    (port,) = report.ports
+    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 2
+    assert all(row["verdict"] == WITHIN for row in port["layers"])
+
+
+def test_the_float64_reference_makes_tensors_without_a_dtype_in_float64(monkeypatch):
+    """MPT's and XGLM's masks are `torch.full` of float64's minimum in the float64 reference, into
+    the default dtype: float32 cannot hold it, and the census listed both models as not run."""
+    monkeypatch.chdir(Path(__file__).parents[2])
+    x = {"x": np.random.default_rng(0).standard_normal((1, 5, 4)).astype(np.float32)}
+    report = run_model("tests.cli.test_model:full_of_the_minimum", x, ["threads:1"])
+    assert report.within_rounding and report.ports[0]["flagged"] == 0
+    assert torch.get_default_dtype() == torch.float32  # and the default is given back

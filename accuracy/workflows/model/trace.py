@@ -267,7 +267,9 @@ def float64_throughout():
     `.float()`, `.half()`, `.bfloat16()`, `.to(torch.float32)`, `.type(...)` and every `dtype=`
     argument naming a narrower float (HF's `LlamaRMSNorm` casts to float32 on purpose, its rotary
     embedding computes in float32 under `autocast(enabled=False)`). The reference model and each
-    unit's float64 evaluation run in it, so that the float64 reference is float64 everywhere."""
+    unit's float64 evaluation run in it, so that the float64 reference is float64 everywhere.
+    Tensors made without a dtype are float64 there too: transformers' MPT and XGLM fill a mask
+    with float64's minimum by `torch.full` into the default dtype, which float32 cannot hold."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -278,6 +280,15 @@ def float64_throughout():
         return torch.float64 if isinstance(value, torch.dtype) and value in narrower else value
 
     class Float64Throughout(TorchFunctionMode):
+        def __enter__(self):
+            self.default = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            torch.set_default_dtype(self.default)
+            return super().__exit__(*exc)
+
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func in to_double:

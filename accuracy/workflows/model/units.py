@@ -164,16 +164,14 @@ def nonfinite_mismatches(value, reference) -> int:
 
 
 def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
-    """The unit in float64 with its parameters rounded to `fmt`, on `inputs`."""
+    """The unit in float64 with its parameters rounded to `fmt`, on copies of `inputs` (XGLM's
+    positional embedding adds its offset to the position ids it is given, in place)."""
     import torch
 
     modules = _modules(unit, fmt, torch.float64)
+    copies = [t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone() for t in inputs]
     with torch.no_grad(), float64_throughout():
-        return to_numpy(
-            run_calls(
-                unit.calls, modules, [t.to(torch.float64, copy=True) if t.is_floating_point() else t for t in inputs]
-            )
-        )
+        return to_numpy(run_calls(unit.calls, modules, copies))
 
 
 def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat | None, outputs: list):
