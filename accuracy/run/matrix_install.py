@@ -28,7 +28,7 @@ PROJECT = "opbench"
 
 def held_versions(names: list[str]) -> dict[str, str]:
     """The installed version of each held package; a held package that is absent is an error."""
-    versions = {}
+    versions: dict[str, str] = {}
     for name in names:
         try:
             versions[canonicalize_name(name)] = importlib.metadata.version(name)
