@@ -46,6 +46,7 @@ def requirements(extras: list[str], held: dict[str, str]) -> list[str]:
             continue
         marker = requirement.marker
         if marker is None or any(marker.evaluate({"extra": extra}) for extra in ("", *extras)):
+            requirement.marker = None  # chosen here: pip would read `extra == "blas"` as false
             out.append(str(requirement))
     return out
 
