@@ -37,6 +37,19 @@ def held_versions(names: list[str]) -> dict[str, str]:
     return versions
 
 
+def mismatched(held: dict[str, str]) -> list[str]:
+    """Where one held package's own requirement on another is not met by the version the environment
+    has (a torchvision built for another torch), one line each."""
+    out = []
+    for name, version in held.items():
+        for text in importlib.metadata.requires(name) or []:
+            requirement = Requirement(text)
+            other = canonicalize_name(requirement.name)
+            if other in held and requirement.marker is None and held[other] not in requirement.specifier:
+                out.append(f"{name} {version} requires {requirement}; the environment has {other} {held[other]}")
+    return out
+
+
 def requirements(extras: list[str], held: dict[str, str]) -> list[str]:
     """The project's requirements with `extras`, less the held packages (already installed)."""
     out = []
@@ -71,6 +84,9 @@ def main(argv: list[str]) -> int:
         return 2
     source, extras, names = Path(argv[0]), [e for e in argv[1].split(",") if e], argv[2:]
     held = held_versions(names)
+    if wrong := mismatched(held):
+        print(f"matrix_install: {'; '.join(wrong)}", file=sys.stderr)
+        return 2
     pins = constraints(source.read_text().splitlines(), held)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "constraints.txt"
