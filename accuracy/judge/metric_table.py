@@ -20,6 +20,10 @@ REPRODUCIBILITY = "reproducibility"  # bitwise behaviour across thread counts: r
 DERIVED = "derived"  # computed from another metric's samples: shown, never votes
 IDENTITY = "identity"  # a digest of the output bits: equal or not, never better or worse
 
+# Which benchmarks record a metric as an asv track:
+OPS = "ops"  # every generated op benchmark class (benchmarks/common.py)
+MODELS = "models"  # bench_models' hand-written classes, one case per port of a model
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -33,6 +37,7 @@ class Metric:
     deterministic: bool = True
     higher_is_better: bool = False
     asv_track: bool = True  # recorded as an asv track (time_op and derived metrics are not)
+    suite: str = OPS  # OPS or MODELS: whose track it is
 
     @property
     def track(self) -> str:
@@ -152,11 +157,29 @@ METRICS: tuple[Metric, ...] = (
         REPRODUCIBILITY,
         field="bits_differ_1_vs_all_threads",
     ),
+    Metric(
+        "worst_layer_tier",
+        "tier (0 within rounding .. 3 undetermined)",
+        "A model port's worst layer verdict as a tier, lower is better (benchmarks/bench_models.py): "
+        "compared as an op's verdict tier is.",
+        ACCURACY,
+        column="worst layer tier",
+        suite=MODELS,
+    ),
+    Metric(
+        "output_relative_error",
+        "relative error",
+        "A model port's output: its normwise relative difference from the float64 model.",
+        ACCURACY,
+        column="output rel",
+        suite=MODELS,
+    ),
 )
 
 BY_NAME = {m.name: m for m in METRICS}
 BY_TRACK = {m.track: m for m in METRICS if m.asv_track}
 TIME_BENCHMARK = "time_op"  # the one timing method of every generated benchmark class
+MODEL_TIME_BENCHMARK = "time_end_to_end"  # and of bench_models' classes: a port's whole model
 
 
 def metric_for(method: str) -> Metric | None:
@@ -165,7 +188,8 @@ def metric_for(method: str) -> Metric | None:
 
 
 def tracks() -> tuple[Metric, ...]:
-    return tuple(m for m in METRICS if m.asv_track)
+    """The tracks of every generated op benchmark class."""
+    return tuple(m for m in METRICS if m.asv_track and m.suite == OPS)
 
 
 def cli_columns() -> tuple[Metric, ...]:

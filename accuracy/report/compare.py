@@ -35,7 +35,15 @@ import pandas as pd
 from accuracy.core.errors import OpbenchError
 from accuracy.core.fingerprints import read_load
 from accuracy.core.json_output import json_ready
-from accuracy.judge.metric_table import ACCURACY, BY_NAME, IDENTITY, REPRODUCIBILITY, TIME_BENCHMARK, compared
+from accuracy.judge.metric_table import (
+    ACCURACY,
+    BY_NAME,
+    IDENTITY,
+    MODEL_TIME_BENCHMARK,
+    REPRODUCIBILITY,
+    TIME_BENCHMARK,
+    compared,
+)
 from accuracy.judge.verdicts import OP_VERDICTS, WITHIN, Verdict, bound_verdict
 from accuracy.report import changes
 from accuracy.report.changes import DEFAULT_THRESHOLD, Timing, ratio_interval, timing_change
@@ -49,11 +57,12 @@ EXIT_CODES = {SAFE: 0, NOT_SAFE: 1, INCONCLUSIVE: 3}
 
 ACCURACY_SLOTS = tuple(m.name for m in compared(ACCURACY))
 TIER = BY_NAME["verdict_tier"].name
+MODEL_TIER = BY_NAME["worst_layer_tier"].name  # a model port's: compared as an op's tier is
 RUN_TO_RUN = BY_NAME["bits_differ_run_to_run"].name
 THREADS_DIFFER = BY_NAME["bits_differ_1_vs_all_threads"].name
 DIGEST = compared(IDENTITY)[0].name
 _SLOTS = ("time", "gflops", *ACCURACY_SLOTS, *(m.name for m in compared(REPRODUCIBILITY)), DIGEST)
-_FAILURE_SLOTS = ("time", TIER, "max_ulp")  # never NaN by design: missing means the benchmark failed
+_FAILURE_SLOTS = ("time", TIER, MODEL_TIER, "max_ulp")  # never NaN by design: missing means the benchmark failed
 
 # bits of a case between BASE and NEW; a change is named by NEW's verdict
 IDENTICAL, NOT_REPRODUCIBLE, NO_DIGEST = "bitwise identical", "not reproducible", "no digest"
@@ -431,8 +440,10 @@ def _wide(result_set: ResultSet, key_dims: list[str]) -> pd.DataFrame:
     """One row per case; columns <slot>, <slot>_ci_99_a, ..., <slot>_failed."""
     frame = result_set.frame.copy()
     frame["op"] = frame["benchmark"].str.rsplit(".", n=1).str[0]
-    # time by time_op alone: a class may time more (bench_references' time_reference, time_dgemm)
-    timed_op = (frame["metric"] != "time") | frame["benchmark"].str.endswith(f".{TIME_BENCHMARK}")
+    # time by time_op alone (a model port's by its end-to-end run): a class may time more
+    # (bench_references' time_reference, time_dgemm)
+    method = frame["benchmark"].str.rsplit(".", n=1).str[-1]
+    timed_op = (frame["metric"] != "time") | method.isin([TIME_BENCHMARK, MODEL_TIME_BENCHMARK])
     frame = frame.loc[frame["metric"].isin(_SLOTS) & timed_op].assign(slot=lambda f: f["metric"])
     index = ["op", "params", *key_dims]
     if frame.duplicated([*index, "slot"]).any():
@@ -463,17 +474,20 @@ def _row(
 ) -> dict:
     p = params.get((record["op"], record["params"]), {})
     impl, _, dtype = str(p.get("impl_dtype", "")).rpartition("@")
-    row: dict = {
-        "op": record["op"].rsplit(".", 1)[-1],
-        "benchmark_class": record["op"],
-        "impl": impl or p.get("impl"),
-        "dtype": dtype or p.get("dtype"),
-        "size": p.get("size"),
-        "condition": p.get("condition"),
-        "threads": p.get("threads"),
-        "params": record["params"],
-        "control": control,
-    } | {dim: record[dim] for dim in index[2:]}
+    row: dict = (
+        {
+            "op": record["op"].rsplit(".", 1)[-1],
+            "benchmark_class": record["op"],
+            "impl": impl or p.get("impl") or p.get("port"),  # a model's port is its implementation
+            "dtype": dtype or p.get("dtype"),
+            "size": p.get("size"),
+            "condition": p.get("condition"),
+            "threads": p.get("threads"),
+            "params": record["params"],
+            "control": control,
+        }
+        | {dim: record[dim] for dim in index[2:]}
+    )
 
     def get(slot: str, side: str) -> float | None:
         value: Any = record.get(f"{slot}_{side}")
@@ -549,6 +563,7 @@ def _accuracy(row: dict) -> list[str]:
 def _tier(row: dict, side: str) -> int | None:
     """The verdict tier; for results from before the tier track, the judge's bound-only rule."""
     tier = row[f"{TIER}_{side}"]
+    tier = row[f"{MODEL_TIER}_{side}"] if tier is None else tier
     if tier is not None:
         return int(tier)
     bound, nonfinite = row[f"bound_ratio_{side}"], row[f"nonfinite_{side}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from accuracy.core.formatting import format_number, format_table
-from accuracy.judge.metric_table import ACCURACY, BY_NAME, compared
+from accuracy.judge.metric_table import ACCURACY, BY_NAME, OPS, compared
 
 if TYPE_CHECKING:
     from accuracy.report.compare import Comparison
@@ -16,7 +16,17 @@ def render(comparison: Comparison) -> list[str]:
     lines = [f"BASE {_set_line(base)}", f"NEW  {_set_line(new)}", *_stack_lines(comparison), ""]
     key_dims = comparison.key_dims
     has_condition = any(r["condition"] is not None for r in comparison.rows)
-    accuracy = [m for m in compared(ACCURACY) if m.asv_track and m.column]
+    # a model port's columns where the sets hold model tracks
+    accuracy = [
+        m
+        for m in compared(ACCURACY)
+        if m.asv_track
+        and m.column
+        and (
+            m.suite == OPS
+            or any(r[f"{m.name}_{side}"] is not None for r in comparison.rows for side in ("base", "new"))
+        )
+    ]
     header = [
         "op",
         "impl",

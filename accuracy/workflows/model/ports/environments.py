@@ -195,17 +195,24 @@ def environment_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port |
     except ValueError as exc:
         return str(exc)
 
-    built = environment(pins, shown(name))
+    def describe(child: dict, build: str) -> str:
+        own = f"PyTorch {child['torch']} in its own environment ({', '.join(pins)}; {build})"
+        return f"{own} on {child['capability']} kernels"
+
+    return run_in_environment(name, environment(pins, shown(name)), model, inputs, rebuild, describe)
+
+
+def run_in_environment(
+    name: str, built: tuple[Path, dict] | str, model, inputs: dict, rebuild: Rebuild, describe, convert=None
+) -> Port | str:
+    """The port of a child run in a built environment (`environment`'s answer), or why there is none.
+    `describe(the child's facts, how the environment was built)` words the port's description."""
     if isinstance(built, str):
         return built
     python, facts = built
-    done = run_child(str(python), bytecode(python), model, inputs, rebuild, same=False)
+    done = run_child(str(python), bytecode(python), model, inputs, rebuild, same=False, convert=convert)
     if isinstance(done, str):
         return done
     arrays, child, seconds = done
-    cached = ", cached" if facts["cached"] else ""
-    described = (
-        f"PyTorch {child['torch']} in its own environment ({', '.join(pins)}; built by uv in {facts['seconds']:g} s"
-        f"{cached}) on {child['capability']} kernels"
-    )
-    return ChildPort(name, described, arrays, seconds)
+    build = f"built by uv in {facts['seconds']:g} s" + (", cached" if facts["cached"] else "")
+    return ChildPort(name, describe(child, build), arrays, seconds, child["reasons"])

@@ -16,8 +16,8 @@ import importlib.metadata
 from pathlib import Path
 
 from accuracy.workflows.model.ports.base import Port
-from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild, run_child
-from accuracy.workflows.model.ports.environments import bytecode, environment, shown, stack_pins, with_helpers
+from accuracy.workflows.model.ports.child_process import Rebuild
+from accuracy.workflows.model.ports.environments import environment, run_in_environment, shown, stack_pins, with_helpers
 
 CONVERTER = "litert-torch==0.10.0"
 OVERRIDES = ("typing-extensions==4.16.0",)  # xdsl 0.28.0's "< 4.13": metadata only (above)
@@ -34,17 +34,11 @@ def litert_environment(say) -> tuple[Path, dict] | str:
 def litert_port(name: str, model, inputs: dict, rebuild: Rebuild) -> Port | str:
     """The leaves converted together as one program of independent parts (each alone where that
     fails) and the whole model once, run by the LiteRT interpreter in the port's environment."""
-    built = litert_environment(shown(name))
-    if isinstance(built, str):
-        return built
-    python, facts = built
-    done = run_child(str(python), bytecode(python), model, inputs, rebuild, same=False, convert="litert")
-    if isinstance(done, str):
-        return done
-    arrays, child, seconds = done
-    cached = ", cached" if facts["cached"] else ""
-    described = (
-        f"LiteRT: {CONVERTER} to .tflite, run by ai-edge-litert's interpreter, in its own environment "
-        f"(torch {child['torch']}, override {', '.join(OVERRIDES)}; built by uv in {facts['seconds']:g} s{cached})"
-    )
-    return ChildPort(name, described, arrays, seconds, child["reasons"])
+
+    def describe(child: dict, build: str) -> str:
+        return (
+            f"LiteRT: {CONVERTER} to .tflite, run by ai-edge-litert's interpreter, in its own environment "
+            f"(torch {child['torch']}, override {', '.join(OVERRIDES)}; {build})"
+        )
+
+    return run_in_environment(name, litert_environment(shown(name)), model, inputs, rebuild, describe, "litert")
