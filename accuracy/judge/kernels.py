@@ -45,7 +45,13 @@ class Approximation:
 
     def applies(self, function: str, inside: tuple[str, ...]) -> bool:
         names = {self.function, NUMPY_NAMES.get(self.function, self.function)}
-        return function in names and (not self.within or bool(self.within & set(inside)))
+        return _plain(function) in names and (not self.within or bool(self.within & {_plain(op) for op in inside}))
+
+
+def _plain(op: str) -> str:
+    """An ATen op's name without its in-place mark: `nn.SiLU(inplace=True)` runs aten.silu_, the
+    same kernel as aten.silu (torchvision's EfficientNets)."""
+    return op.removesuffix("_")
 
 
 ERF_AS_7_1_26 = Approximation(
@@ -109,7 +115,7 @@ def step_ulps(function: str, width: float) -> float:
 
 def expanded(op: str) -> bool:
     """Whether an approximation in force computes the fused op `op` through its step."""
-    return any(op in a.expands for a in _IN_FORCE.get())
+    return any(_plain(op) in a.expands for a in _IN_FORCE.get())
 
 
 def in_force() -> tuple[Approximation, ...]:
