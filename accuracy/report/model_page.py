@@ -40,6 +40,7 @@ COLOURS = {
     "magenta": "#8250df",
     "grey": "#6e7781",
     "blue": "#0969da",
+    "cyan": "#1b7c83",
 }
 PLOT = {
     "green": "tab:green",
@@ -48,6 +49,7 @@ PLOT = {
     "magenta": "tab:purple",
     "grey": "tab:gray",
     "blue": "tab:blue",
+    "cyan": "tab:cyan",
 }
 STYLE = (
     "body{font:14px/1.45 system-ui,sans-serif;margin:1em 2em;color:#1f2328}"

@@ -14,7 +14,7 @@ from accuracy.workflows.model.answer import FOLD, STYLES, explanation, is_flagge
 from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell
 
 HEADER = ["layer", "op", "verdict", "reason", "max ulp", "introduced", "inherited", "propagated", "cause", "inside"]
-ANSI = {"green": "32", "yellow": "33", "red": "1;31", "magenta": "35", "grey": "2", "blue": "34"}
+ANSI = {"green": "32", "yellow": "33", "red": "1;31", "magenta": "35", "grey": "2", "blue": "34", "cyan": "36"}
 
 
 def _inside(row: UnitRow, layers: list[UnitRow]) -> str:

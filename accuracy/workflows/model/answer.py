@@ -20,6 +20,7 @@ from accuracy.judge.verdicts import (
     SUSPICIOUS,
     UNDETERMINED,
     WITHIN,
+    WITHIN_NOISE,
 )
 from accuracy.workflows.check import cause_text
 
@@ -50,6 +51,7 @@ STYLES: dict[str, Style] = {
     UNDETERMINED: Style("magenta", "~~", flagged=True),
     NOT_COMPARED: Style("grey", "--", flagged=False),
     RUNTIME_LIMIT: Style("blue", "rt", flagged=False),  # the runtime's known limit: listed apart, not flagged
+    WITHIN_NOISE: Style("cyan", "qn", flagged=False),  # a quantized port's unit within the noise it declared
     ERROR: Style("red", "!!", flagged=True),
     NO_VERDICT: Style("grey", "--", flagged=False),
 }
@@ -93,6 +95,8 @@ def short_reason(row: Row) -> str:
     value = ratio(row)
     if row["verdict"] == WITHIN and value is not None:
         return f"{value:.3g}x"
+    if row["verdict"] == WITHIN_NOISE:
+        return f"{row['quantization']['ratio']:.3g}x noise"
     return clip(_headline(row["reason"]), SHORT)
 
 
@@ -150,8 +154,9 @@ def _verdict_line(port: Row, label: str) -> str:
             f"{label}: NOT within rounding: {port['flagged']} of {port['compared']} units compared flagged{limits}; "
             f"{output}"
         )
+    noise = " or its quantization noise" if any(r["verdict"] == WITHIN_NOISE for r in port["layers"]) else ""
     if end["verdict"] == BEYOND:
-        return f"{label}: every compared layer within rounding, but end to end beyond rounding: {end['reason']}"
+        return f"{label}: every compared layer within rounding{noise}, but end to end beyond it: {end['reason']}"
     if _first_input(port) is not None:
         return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
     if port.get("runtime_limits"):
@@ -159,7 +164,7 @@ def _verdict_line(port: Row, label: str) -> str:
             f"{label}: no unit flagged; {port['runtime_limits']} at its runtime's known limit, the others within "
             f"rounding ({counts}); {output}"
         )
-    return f"{label}: every compared layer within rounding ({counts}), and {output}"
+    return f"{label}: every compared layer within rounding{noise} ({counts}), and {output}"
 
 
 def port_answer(port: Row) -> PortAnswer:
