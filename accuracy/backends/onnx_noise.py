@@ -20,7 +20,6 @@ operations, as the typical tier carries rounding).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,9 +192,9 @@ class _Builder:
         axis = _axis(dequantize) if np.size(scale) > 1 else None
         s = self.broadcast(scale, axis, stored.ndim)
         kept = self.name("stored")
-        copy = self.onnx.helper.make_node(
-            DEQUANTIZE, list(dequantize.input), [kept], name=kept, **({"axis": axis} if axis is not None else {})
-        )
+        copy = self.onnx.helper.make_node(DEQUANTIZE, list(dequantize.input), [kept], name=kept)
+        if axis is not None:
+            copy.attribute.append(self.onnx.helper.make_attribute("axis", axis))
         step, n1 = self.node("Mul", [self.noise(tuple(stored.shape)), self.constant(s)])
         _, n2 = self.node("Add", [kept, step], dequantize.output[0])
         return [copy, n1, n2]
@@ -252,13 +251,13 @@ class _Builder:
 @dataclass(frozen=True)
 class Noise:
     """A graph's predicted error at one output: the port without rounding (`base`: its stored
-    weights, its clipping), the RMS its points' rounding adds (`rms`, over NOISE_SAMPLES draws),
-    what clipping changes (`clip_rms`, against the same graph unclipped), and how many values its
-    points clipped."""
+    weights, its clipping), each element's variance its points' rounding adds (over NOISE_SAMPLES
+    draws), what clipping changes (`clipping`: `base` less the same graph unclipped, counted
+    apart), and how many values its points clipped."""
 
     base: np.ndarray
-    rms: float
-    clip_rms: float
+    variance: np.ndarray
+    clipping: np.ndarray
     clipped: int
 
 
@@ -297,30 +296,27 @@ def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> d
     base = run(True, None, [*outputs, *counts])
     plain = run(False, None, list(outputs))
     rng = np.random.Generator(np.random.PCG64(NOISE_SEED))
-    squares = {name: 0.0 for name in outputs}
+    squares = {name: np.zeros(np.shape(base[name])) for name in outputs}
     for _ in range(NOISE_SAMPLES):
         draws = [rng.uniform(-0.5, 0.5, shape).astype(np.float32) for _, shape in builders[True].noises]
         drawn = run(True, draws, list(outputs))
         for name in outputs:
-            squares[name] += _mean_square(drawn[name], base[name])
+            squares[name] += _squares(drawn[name], base[name])
     clips = int(sum(float(base[c]) for c in counts))
     return {
         name: Noise(
             base[name].astype(np.float64),
-            float(np.sqrt(squares[name] / NOISE_SAMPLES)),
-            float(np.sqrt(_mean_square(base[name], plain[name]))),
+            squares[name] / NOISE_SAMPLES,
+            np.where(_squares(base[name], plain[name]) > 0, base[name] - plain[name].astype(np.float64), 0.0),
             clips,
         )
         for name in outputs
     }
 
 
-def _mean_square(a: np.ndarray, b: np.ndarray) -> float:
-    """The mean square difference; NaN where one is not finite and the other not the same."""
+def _squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each element's squared difference; NaN where one is not finite and the other not the same."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     with np.errstate(invalid="ignore"):
         same = (a == b) | (np.isnan(a) & np.isnan(b))
-    if np.any(~(np.isfinite(a) & np.isfinite(b)) & ~same):
-        return math.nan
-    d = np.where(same, 0.0, a - b)
-    return float(np.mean(d * d)) if d.size else 0.0
+        return np.where(same, 0.0, (a - b) ** 2)

@@ -15,6 +15,7 @@ computation (a wrong scale, a shifted zero point), not an unlucky draw.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -31,19 +32,19 @@ def uniform_rms(step: float) -> float:
     return step / math.sqrt(12.0)
 
 
-def integer_range(dtype) -> tuple[int, int]:
+def integer_range(dtype: Any) -> tuple[int, int]:
     """The integers a quantized dtype holds (uint8 0..255, int8 -128..127, int32 ...)."""
     info = np.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
 
 
-def quantize(values: np.ndarray, scale, zero_point, dtype) -> np.ndarray:
+def quantize(values: np.ndarray, scale: Any, zero_point: Any, dtype: Any) -> np.ndarray:
     """ONNX QuantizeLinear: round half to even of x / s, plus the zero point, saturated."""
     low, high = integer_range(dtype)
     return np.clip(np.rint(np.asarray(values, np.float64) / scale) + zero_point, low, high)
 
 
-def dequantize(integers: np.ndarray, scale, zero_point) -> np.ndarray:
+def dequantize(integers: np.ndarray, scale: Any, zero_point: Any) -> np.ndarray:
     return (np.asarray(integers, np.float64) - zero_point) * scale
 
 

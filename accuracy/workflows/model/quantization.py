@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge.quantization import BEYOND_FACTOR, expected_rms, rms, sqnr_db, threshold
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement
+from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
 from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference
 
 QUANTIZATION_TIER = "quantization noise of its declared steps"
@@ -32,29 +33,41 @@ def _ratio(actual: float, expected: float) -> float:
 
 
 def noise_figures(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
-    """A quantized output's figures against its float64 reference and its predicted noise."""
+    """A quantized output's figures against its float64 reference and its predicted noise.
+    Clipping is counted apart: what the port's own graph changes by clipping (a ReLU's negative
+    range cut at the Conv before it) is taken off its error, and the rest judged as noise; a
+    computation that differs (a wrong scale, saturated or not) is left in the rest."""
     error = np.asarray(output, np.float64).reshape(reference.shape) - reference
-    actual, expected = rms(error), expected_rms(noise["noise_rms"], noise["clip_rms"])
+    clipping = np.asarray(noise["clipping"], np.float64).reshape(reference.shape)
+    variance = np.asarray(noise["variance"], np.float64)
+    with np.errstate(invalid="ignore"):
+        residual = error - clipping
+    actual, expected = rms(residual), float(np.sqrt(np.mean(variance))) if variance.size else 0.0
     scale = noise.get("output_scale")
     return {
         "expected_rms": expected,
-        "noise_rms": noise["noise_rms"],
-        "clip_rms": noise["clip_rms"],
-        "clipped": noise["clipped"],
         "rms": actual,
         "ratio": _ratio(actual, expected),
         "threshold": threshold(error.size),
-        "rmse_over_scale": actual / scale if scale else None,
+        "clipped": noise["clipped"],
+        "clip_affected": int(np.count_nonzero(clipping)),
+        "clip_rms": rms(clipping),
+        "rmse_over_scale": rms(error) / scale if scale else None,
         "sqnr_db": sqnr_db(reference, error),
         "points": noise["points"],
     }
 
 
-def verdict_of(figures: dict) -> tuple[str, str]:
+def verdict_of(figures: dict) -> tuple[Verdict, str]:
     """(verdict, reason) for a unit's or an output's quantization figures."""
     ratio, limit = figures["ratio"], figures["threshold"]
     counted = f"{len(figures['points'])} quantize points"
-    clipped = f"; {figures['clipped']} values clipped, {figures['clip_rms']:.3g} rms of it" if figures["clipped"] else ""
+    clipped = (
+        f"; {figures['clip_affected']} output elements changed by clipping, counted apart "
+        f"({figures['clip_rms']:.3g} rms)"
+        if figures["clip_affected"]
+        else ""
+    )
     how = (
         f"rms error {figures['rms']:.3g}, its {counted}' uniform noise (s^2/12 each) predicts "
         f"{figures['expected_rms']:.3g}{clipped}; flags over {limit:.3g}x here"
@@ -83,7 +96,7 @@ def judge_quantized(
     return replace(judged, judgement=judgement, tier=QUANTIZATION_TIER, numbers=numbers)
 
 
-def accumulated(row: dict) -> None:
+def accumulated(row: Any) -> None:
     """The row's accumulated SQNR from the float model (its propagated error), beside its own."""
     figures = row.get("quantization")
     if figures is not None and row.get("propagated") is not None:
@@ -99,4 +112,3 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
     if verdict == WITHIN_NOISE:
         return {"verdict": WITHIN_NOISE, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
     return {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
-

@@ -35,8 +35,8 @@ from accuracy.workflows.model.ports.child_process import Rebuild
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
 from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration
-from accuracy.workflows.model.quantization import judge_quantized
 from accuracy.workflows.model.preprocessing import input_rows
+from accuracy.workflows.model.quantization import judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import Unit, UnitJudgement, as_runtime_limit, judge_unit

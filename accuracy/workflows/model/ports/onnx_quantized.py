@@ -7,10 +7,12 @@ Static ports are calibrated (MinMax, ONNX Runtime's default) on the model's inpu
 `--calibration FILE`. On an x86 CPU without VNNI their weights are 7-bit (`reduce_range`, as
 `quantize_static`'s documentation advises there): ONNX Runtime's u8s8 kernels sum pairs of
 uint8 x int8 products in int16 (VPMADDUBSW), which saturates; measured on small_cnn's Linear
-(AVX2, 8-bit weights) at 6.8x its quantization noise, flagged, where the graph run unfused is 1.0x. Their activations are uint8 with a zero point, their weights int8
-symmetric; ReLU and Clip are kept as nodes (`QDQKeepRemovableActivations`), so that every module
-keeps its own unit. Graph optimizations are on: ONNX Runtime fuses the QDQ pattern into its int8
-kernels, as a deployed model runs.
+(AVX2, 8-bit weights) at 6.8x its quantization noise, flagged, where the graph run unfused is
+1.0x. Their activations are uint8 with a zero point, their weights int8 symmetric; ReLU and
+Clip are kept as nodes (`QDQKeepRemovableActivations`), so that every module keeps its own unit.
+Graph optimizations are on: ONNX Runtime fuses the QDQ pattern into its int8 kernels, as a
+deployed model runs. A value holding inf or NaN on the calibration inputs (an attention mask's
+fill) is left in float, the nodes giving and reading it excluded.
 
 A unit of a quantized graph reads the float values its module's inputs are (before their
 QuantizeLinear) and gives its output after its own QuantizeLinear -> DequantizeLinear: its quantize
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,9 +43,8 @@ class QuantizedGraph:
     """What the quantized ports share: units given their quantize points, and each unit's and the
     whole graph's predicted noise, kept as plain data for the judge (`noise`, by unit key)."""
 
-    graph: object
+    graph: Any  # accuracy.backends.onnx_graph.Graph
     values: dict
-    quantized = True
 
     def _quantized_units(self, units: list[Unit]) -> list[Unit]:
         """The units with their output taken after its QuantizeLinear -> DequantizeLinear."""
@@ -58,9 +60,9 @@ class QuantizedGraph:
         return units
 
     def _dequantized(self, name: str) -> str:
-        consumers = self.graph.consumers.get(name, [])  # type: ignore[attr-defined]
+        consumers = self.graph.consumers.get(name, [])
         for q in (c for c in consumers if c.op_type == "QuantizeLinear"):
-            for d in self.graph.consumers.get(q.output[0], []):  # type: ignore[attr-defined]
+            for d in self.graph.consumers.get(q.output[0], []):
                 if d.op_type == "DequantizeLinear":
                     return d.output[0]
         return name
@@ -69,7 +71,7 @@ class QuantizedGraph:
         from accuracy.backends.onnx_noise import expected_noise, is_quantized, quantize_points
 
         gives = unit.detail["gives"]
-        sub = self.graph.extract(unit.detail["reads"], [gives])  # type: ignore[attr-defined]
+        sub = self.graph.extract(unit.detail["reads"], [gives])
         if not is_quantized(sub):
             return
         noise = expected_noise(sub, feeds, [gives])[gives]
@@ -78,18 +80,18 @@ class QuantizedGraph:
     def _whole_noise(self, feeds: dict[str, np.ndarray], output: str) -> dict:
         from accuracy.backends.onnx_noise import expected_noise, quantize_points
 
-        noise = expected_noise(self.graph.model, feeds, [output])[output]  # type: ignore[attr-defined]
-        return _facts(noise, quantize_points(self.graph.model))  # type: ignore[attr-defined]
+        noise = expected_noise(self.graph.model, feeds, [output])[output]
+        return _facts(noise, quantize_points(self.graph.model))
 
 
 def _facts(noise, points: list) -> dict:
-    """A unit's predicted noise as plain data: the rms its points add, clipping's, and the points."""
+    """A unit's predicted noise as plain data for the judge (workflows.model.quantization)."""
     outputs = [p for p in points if p.kind == "activation"]
     return {
-        "noise_rms": noise.rms,
-        "clip_rms": noise.clip_rms,
-        "clipped": noise.clipped,
         "base": noise.base,
+        "variance": noise.variance,
+        "clipping": noise.clipping,
+        "clipped": noise.clipped,
         "points": [p.as_dict() for p in points],
         # its last activation point's step: TensorFlow Lite's rmse / scale divides by it
         "output_scale": float(outputs[-1].scale.max()) if outputs and outputs[-1].scale is not None else None,
@@ -110,7 +112,9 @@ class QuantizedOnnxPort(QuantizedGraph, OnnxPort):
 
     def isolated(self, unit, inputs):
         out = super().isolated(unit, inputs)
-        feeds = {name: self._arrays(inputs)[i] for name, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)}
+        feeds = {
+            name: self._arrays(inputs)[i] for name, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)
+        }
         self._unit_noise(unit, feeds)
         return out
 
@@ -135,7 +139,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
     def isolated(self, unit, inputs):
         out = super().isolated(unit, inputs)
         if "order" in unit.detail:
-            arrays = QuantizedOnnxPort._arrays(self, inputs)  # type: ignore[arg-type]
+            arrays = QuantizedOnnxPort._arrays(self, inputs)
             feeds = {n: arrays[i] for n, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)}
         else:
             feeds = dict(zip(unit.detail["reads"], unit.detail["sources"], strict=True))

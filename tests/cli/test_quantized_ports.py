@@ -1,0 +1,92 @@
+"""Quantized ports judged against the quantization noise they declare (issue 55): correct ONNX
+Runtime int8 ports of the zoo models flag nothing, their units' rms error about 1x what their
+quantize points' uniform noise predicts; a user's quantized file with one wrong scale is flagged
+at that unit, beyond its noise; a bad --calibration file is one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from cli_runner import run_main
+
+from accuracy.backends import onnx_graph
+from accuracy.judge.verdicts import BEYOND, WITHIN_NOISE
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model import zoo
+from accuracy.workflows.model.ports.onnx_quantized import _quantized
+
+SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
+PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+
+
+def _ports(capsys, factory: str, shape: str, *extra: str) -> tuple[int, dict]:
+    args = ["model", factory, "--inputs", shape, *(a for p in PORTS for a in ("--port", p)), *extra, "--json"]
+    status, out, _ = run_main(capsys, *args)
+    return status, json.loads(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "shape"), [("small_cnn", "x=2x3x8x8"), ("small_transformer", "x=2x4x16")])
+def test_correct_onnx_runtime_int8_ports_flag_nothing_and_their_error_is_their_noise(capsys, model, shape):
+    status, report = _ports(capsys, f"accuracy.workflows.model.zoo:{model}", shape)
+    assert status == 0, report["absent_ports"]
+    assert [p["port"] for p in report["ports"]] == list(PORTS)
+    for port in report["ports"]:
+        assert (port["flagged"], port["not_compared"]) == (0, 0)
+        assert port["end_to_end"]["verdict"] == WITHIN_NOISE
+        rows = [r for r in port["layers"] if "quantization" in r]
+        assert len(rows) >= 3  # every layer with weights
+        for row in rows:
+            figures = row["quantization"]
+            assert row["verdict"] == WITHIN_NOISE
+            # measured 0.42 (a ReLU whose zeros are exact) to 1.58 (a Conv whose negative outputs the ReLU
+            # after it clips): the noise, not a margin's worth more
+            assert 0.3 < figures["ratio"] < 1.7, (port["port"], row["path"], figures["ratio"])
+            assert figures["ratio"] < figures["threshold"]
+            if not figures["clip_affected"]:  # SQNR counts the clipping too: 1 dB at that Conv
+                assert 15 < figures["sqnr_db"] < 80
+            assert figures["points"]
+
+
+@pytest.mark.slow
+def test_a_quantized_file_with_a_wrong_weight_scale_is_flagged_at_that_layer(capsys, tmp_path):
+    model, x = zoo.small_cnn().eval(), zoo.example_inputs("small_cnn")
+    quantized = _quantized(onnx_graph.export(model, x), "ort-int8", [x])
+    scale = next(t for t in quantized.graph.initializer if t.name == "conv2.weight_scale")
+    doubled = onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scale) * 2, scale.name)
+    scale.CopyFrom(doubled)  # the weights dequantized at twice their step: a wrong scale factor
+    path = tmp_path / "int8_bug.onnx"
+    onnx.save(quantized, path)
+    status, out, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--onnx", f"bug={path}", "--json")
+    assert status == 1
+    port = json.loads(out)["ports"][0]
+    rows = {r["path"]: r for r in port["layers"]}
+    assert port["first_not_within"] == "conv2"
+    assert rows["conv2"]["verdict"] == BEYOND
+    assert "beyond its quantization noise" in rows["conv2"]["reason"]
+    assert rows["conv2"]["quantization"]["ratio"] > 30  # measured 81.9
+    assert rows["conv1"]["verdict"] == WITHIN_NOISE  # before it: its own noise
+    assert 0.5 < rows["conv1"]["quantization"]["ratio"] < 1.5
+    assert port["end_to_end"]["verdict"] == BEYOND
+
+
+@pytest.mark.slow
+def test_calibration_on_another_file_is_read_and_a_bad_one_is_one_line(capsys, tmp_path):
+    other = np.random.default_rng(1).standard_normal((4, 3, 8, 8)).astype(np.float32)  # two batches
+    good = write_arrays(tmp_path / "calibration.npz", {"x": other})
+    status, out, _ = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8", "--calibration", good, "--json"
+    )
+    port = json.loads(out)["ports"][0]
+    assert "calibrated on calibration.npz" in port["description"]
+    assert status == 0 and port["flagged"] == 0
+    wrong = write_arrays(tmp_path / "wrong.npz", {"x": other[:, :2]})
+    for path, words in ((wrong, "has shape (4, 2, 8, 8)"), (tmp_path / "missing.npz", "--calibration")):
+        status, out, err = run_main(
+            capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8", "--calibration", path
+        )
+        assert status == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1 and words in err
