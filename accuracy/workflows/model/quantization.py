@@ -13,7 +13,6 @@ in dB, the unit's own and accumulated from the float model (ONNX Runtime's qdq_l
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
-from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference
+from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference, relative
 
 QUANTIZATION_TIER = "quantization noise of its declared steps"
 
@@ -83,17 +82,16 @@ def verdict_of(figures: dict) -> tuple[Verdict, str]:
     return tier, f"{ratio:.3g}x, beyond its quantization noise: {how}"
 
 
-def judge_quantized(
-    judged: UnitJudgement, unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, noise: dict
-) -> UnitJudgement:
+def judge_quantized(unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, noise: dict) -> UnitJudgement:
     """A quantized port's unit judged against its quantization noise (`noise`: the port's
-    prediction on the same inputs); its rounding figures are kept beside."""
+    prediction on the same inputs), not against rounding: no Monte Carlo of the float units."""
     reference = float64_reference(unit, tensors, fmt)
     figures = noise_figures(output, reference, noise)
     verdict, reason = verdict_of(figures)
-    judgement: Judgement = replace(judged.judgement, verdict=verdict, reason=reason)
-    numbers = judged.numbers | {"quantization": figures}
-    return replace(judged, judgement=judgement, tier=QUANTIZATION_TIER, numbers=numbers)
+    numbers = {"max_ulp": None, "typical_ratio": None, "bound_ratio": None, "worst": {}, "quantization": figures}
+    return UnitJudgement(
+        Judgement(verdict, reason, fmt.name), QUANTIZATION_TIER, None, numbers, relative(output, reference)
+    )
 
 
 def accumulated(row: Any) -> None:

@@ -36,7 +36,7 @@ from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
 from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration
 from accuracy.workflows.model.preprocessing import input_rows
-from accuracy.workflows.model.quantization import judge_quantized
+from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import Unit, UnitJudgement, as_runtime_limit, judge_unit
@@ -264,7 +264,10 @@ def _ports_on_cluster(
             for _, _, by_port in groups.values():
                 for label in by_port:
                     waiting[label] = waiting.get(label, 0) + 1
-            futures = [pool.submit(judge_task, pool.share(item, everywhere=False)) for item in _judgings(groups)]
+            futures = [
+                pool.submit(judge_task, pool.share(item, everywhere=False))
+                for item in _judgings(groups, _runtimes(runs))
+            ]
             report_finished()
             for ((covers, *_), (_, _, by_port)), future in zip(groups.items(), futures, strict=True):
                 judged = future.result()
@@ -435,15 +438,23 @@ class Judging:
     fmt: FloatFormat
     by_port: dict[str, np.ndarray]
     products: FloatFormat | None
+    noises: dict[str, dict] = field(default_factory=dict)  # a quantized port's predicted noise, by label
 
     def __reduce__(self) -> tuple:
         # sent to a worker: torch warns (FutureWarning) on unpickling a call's pytree spec, and a
         # local worker's warnings reach the terminal
-        return _unpickled_quietly, (pickle.dumps((self.unit, self.tensors, self.fmt, self.by_port, self.products)),)
+        state = (self.unit, self.tensors, self.fmt, self.by_port, self.products, self.noises)
+        return _unpickled_quietly, (pickle.dumps(state),)
 
     def judge(self) -> dict[str, UnitJudgement]:
-        """Each port's verdict (the causes of flagged ones are tried where the model is)."""
-        return judge_unit(self.unit, self.tensors, self.fmt, self.by_port, self.products)
+        """Each port's verdict (the causes of flagged ones are tried where the model is): a
+        quantized port's against its quantization noise, the others' against rounding."""
+        rounded = {label: out for label, out in self.by_port.items() if label not in self.noises}
+        judged = judge_unit(self.unit, self.tensors, self.fmt, rounded, self.products) if rounded else {}
+        return judged | {
+            label: judge_quantized(self.unit, self.tensors, self.fmt, self.by_port[label], noise)
+            for label, noise in self.noises.items()
+        }
 
 
 def _runtimes(runs: Sequence[PortRun | str]) -> dict[str, PortFacts]:
@@ -458,18 +469,15 @@ def _explain_flagged(
     calls,
     facts: dict[str, PortFacts],
 ) -> None:
-    """Each flagged unit, in this process: a quantized port's against its quantization noise,
-    then its port's runtime's declared limits, then the known port bugs (some causes read the
-    model around the unit: another layer's bias, the shape before a flatten, which no work item
-    carries)."""
+    """Each flagged unit of a port judged against rounding, in this process: first its port's
+    runtime's declared limits, then the known port bugs (some causes read the model around the
+    unit: another layer's bias, the shape before a flatten, which no work item carries)."""
     modules = dict(model.named_modules())
     for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
         for label, output in by_port.items():
             result = verdicts.get((label, covers[0]))
             if result is not None and result.judgement.verdict != WITHIN:
-                noise = (facts[label].noise or {}).get(covers[0]) if label in facts else None
-                if noise is not None:
-                    verdicts[(label, covers[0])] = judge_quantized(result, unit, tensors, fmt, output, noise)
+                if result.tier == QUANTIZATION_TIER:  # beyond its noise: no rounding cause explains it
                     continue
                 runtime = facts[label].runtime if label in facts else "torch"
                 limited = as_runtime_limit(result, unit, tensors, fmt, label, output, products, runtime)
@@ -504,10 +512,14 @@ def _unpickled_quietly(data: bytes) -> Judging:
         return Judging(*pickle.loads(data))
 
 
-def _judgings(groups: dict[tuple, tuple]) -> list[Judging]:
-    return [
-        Judging(unit, feed, fmt, by_port, products) for (_, fmt, products, _), (unit, feed, by_port) in groups.items()
-    ]
+def _judgings(groups: dict[tuple, tuple], facts: dict[str, PortFacts]) -> list[Judging]:
+    """One work item per group, with the predicted noise of the quantized ports' outputs in it."""
+    judgings = []
+    for (covers, fmt, products, _), (unit, feed, by_port) in groups.items():
+        predicted = {label: (facts[label].noise or {}).get(covers[0]) for label in by_port}
+        noises = {label: noise for label, noise in predicted.items() if noise is not None}
+        judgings.append(Judging(unit, feed, fmt, by_port, products, noises))
+    return judgings
 
 
 def _results(
@@ -557,7 +569,7 @@ def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls)
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         groups = _groups(runs, calls)
-        for (covers, *_), judging in zip(groups, _judgings(groups), strict=True):
+        for (covers, *_), judging in zip(groups, _judgings(groups, _runtimes(runs)), strict=True):
             judged = judged_or_why(judging)
             if isinstance(judged, str):
                 _not_compared(runs, covers, judging.by_port, judged)
