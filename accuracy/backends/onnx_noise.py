@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accuracy.judge.quantization import NOISE_SAMPLES, NOISE_SEED, integer_range
+from accuracy.judge.quantization import NOISE_SEED, integer_range, samples
 
 QUANTIZE = "QuantizeLinear"
 DEQUANTIZE = "DequantizeLinear"
@@ -251,9 +251,9 @@ class _Builder:
 @dataclass(frozen=True)
 class Noise:
     """A graph's predicted error at one output: the port without rounding (`base`: its stored
-    weights, its clipping), each element's variance its points' rounding adds (over NOISE_SAMPLES
-    draws), what clipping changes (`clipping`: `base` less the same graph unclipped, counted
-    apart), and how many values its points clipped."""
+    weights, its clipping), each element's variance its points' rounding adds (over the draws
+    accuracy.judge.quantization.samples gives), what clipping changes (`clipping`: `base` less the
+    same graph unclipped, counted apart), and how many values its points clipped."""
 
     base: np.ndarray
     variance: np.ndarray
@@ -297,7 +297,8 @@ def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> d
     plain = run(False, None, list(outputs))
     rng = np.random.Generator(np.random.PCG64(NOISE_SEED))
     squares = {name: np.zeros(np.shape(base[name])) for name in outputs}
-    for _ in range(NOISE_SAMPLES):
+    draws_made = samples(min(int(np.size(base[name])) for name in outputs))
+    for _ in range(draws_made):
         draws = [rng.uniform(-0.5, 0.5, shape).astype(np.float32) for _, shape in builders[True].noises]
         drawn = run(True, draws, list(outputs))
         for name in outputs:
@@ -306,7 +307,7 @@ def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> d
     return {
         name: Noise(
             base[name].astype(np.float64),
-            squares[name] / NOISE_SAMPLES,
+            squares[name] / draws_made,
             np.where(_squares(base[name], plain[name]) > 0, base[name] - plain[name].astype(np.float64), 0.0),
             clips,
         )

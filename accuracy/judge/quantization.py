@@ -19,12 +19,20 @@ from typing import Any
 
 import numpy as np
 
-NOISE_SAMPLES = 16  # draws of every point's noise: the predicted rms to about 1/sqrt(2 * 16 * n)
+NOISE_SAMPLES = 16  # draws of every point's noise at most: the predicted rms to about 1/sqrt(2 * draws * n)
+FEWEST_SAMPLES = 4
+SAMPLED_ELEMENTS = 4096  # draws x output elements: enough for the predicted rms to 1%
 NOISE_SEED = 0  # PCG64: the same draws on every run
 WITHIN_FACTOR = 1.5  # the model's own margin: first order, Q -> DQ twice on one grid counted twice
 FALSE_ALARM = 1e-4  # the chance a correct port's rms exceeds the spread allowed at n elements
 BEYOND_FACTOR = 10.0  # ratio past which the unit computes something else: beyond, not suspicious
 WELL_QUANTIZED = 1 / math.sqrt(12)  # rmse / scale of pure rounding
+
+
+def samples(elements: int) -> int:
+    """How many draws of the noise predict an output of `elements` values to about 1%: fewer on
+    large outputs (resnet18's convolutions), where one draw averages over many elements."""
+    return max(FEWEST_SAMPLES, min(NOISE_SAMPLES, math.ceil(SAMPLED_ELEMENTS / max(elements, 1))))
 
 
 def uniform_rms(step: float) -> float:

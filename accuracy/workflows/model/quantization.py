@@ -13,6 +13,7 @@ in dB, the unit's own and accumulated from the float model (ONNX Runtime's qdq_l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,10 @@ def noise_figures(output: np.ndarray, reference: np.ndarray, noise: dict) -> dic
         "clipped": noise["clipped"],
         "clip_affected": int(np.count_nonzero(clipping)),
         "clip_rms": rms(clipping),
-        "rmse_over_scale": rms(error) / scale if scale else None,
-        "sqnr_db": sqnr_db(reference, error),
+        # both less the clipping counted apart, as the ratio: a ReLU's range cut at the Conv before it
+        # would read as a 1 dB unit otherwise
+        "rmse_over_scale": actual / scale if scale else None,
+        "sqnr_db": sqnr_db(reference, residual),
         "points": noise["points"],
     }
 
@@ -110,3 +113,38 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
     if verdict == WITHIN_NOISE:
         return {"verdict": WITHIN_NOISE, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
     return {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+
+
+NOISE_HEADER = [
+    "layer",
+    "expected rms",
+    "rms",
+    "ratio",
+    "flags over",
+    "rmse/scale",
+    "SQNR own dB",
+    "SQNR acc dB",
+    "clipped",
+]
+
+
+def noise_rows(shown: list, number: Callable[[Any], str]) -> list[list[str]]:
+    """A quantized port's units against their quantization noise, in the figures of other tools:
+    TensorFlow Lite's rmse / scale (0.289 is pure rounding), SQNR own and accumulated (ONNX
+    Runtime's qdq_loss_debug), the values its points clipped; `number` writes each figure. One
+    table for the terminal and the page."""
+    return [
+        [
+            "  " * r.get("depth", 0) + " + ".join(r["covers"]),
+            number(q["expected_rms"]),
+            number(q["rms"]),
+            number(q["ratio"]),
+            number(q["threshold"]),
+            number(q["rmse_over_scale"]),
+            number(q["sqnr_db"]),
+            number(q.get("sqnr_accumulated_db")),
+            str(q["clipped"]),
+        ]
+        for r in shown
+        if (q := r.get("quantization")) is not None
+    ]
