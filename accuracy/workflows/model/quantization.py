@@ -32,16 +32,17 @@ def _ratio(actual: float, expected: float) -> float:
     return 0.0 if actual == 0 else math.inf
 
 
-def noise_figures(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
+def noise_figures(output: np.ndarray, reference: np.ndarray, noise: dict, apart: bool = True) -> dict:
     """A quantized output's figures against its float64 reference and its predicted noise.
     Clipping is counted apart: what the port's own graph changes by clipping (a ReLU's negative
     range cut at the Conv before it) is taken off its error, and the rest judged as noise; a
-    computation that differs (a wrong scale, saturated or not) is left in the rest."""
+    computation that differs (a wrong scale, saturated or not) is left in the rest. `apart`
+    False: the clipping is error too (at the model's output, where a ReLU no longer hides it)."""
     error = np.asarray(output, np.float64).reshape(reference.shape) - reference
     clipping = np.asarray(noise["clipping"], np.float64).reshape(reference.shape)
     variance = np.asarray(noise["variance"], np.float64)
     with np.errstate(invalid="ignore"):
-        residual = error - clipping
+        residual = error - clipping if apart else error
     actual, expected = rms(residual), float(np.sqrt(np.mean(variance))) if variance.size else 0.0
     scale = noise.get("output_scale")
     return {
@@ -106,9 +107,11 @@ def accumulated(row: Any) -> None:
 
 
 def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
-    """The port's output judged against the noise of every quantize point of its graph at once:
-    a port whose every unit is within its noise but whose output is not is flagged."""
-    figures = noise_figures(output, reference, noise)
+    """The port's output judged against the noise of every quantize point of its graph at once,
+    its clipping counted as error (a zero point stuck at 0 clips a range the model needs; the
+    negative range cut before a ReLU changes no output): a port whose every unit is within its
+    noise but whose output is not is flagged."""
+    figures = noise_figures(output, reference, noise, apart=False)
     verdict, reason = verdict_of(figures)
     if verdict == WITHIN_NOISE:
         return {"verdict": WITHIN_NOISE, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
