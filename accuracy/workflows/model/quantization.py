@@ -53,6 +53,7 @@ def noise_figures(output: np.ndarray, reference: np.ndarray, noise: dict, apart:
         "clipped": noise["clipped"],
         "clip_affected": int(np.count_nonzero(clipping)),
         "clip_rms": rms(clipping),
+        "clipping_apart": apart,
         # both less the clipping counted apart, as the ratio: a ReLU's range cut at the Conv before it
         # would read as a 1 dB unit otherwise
         "rmse_over_scale": actual / scale if scale else None,
@@ -66,8 +67,8 @@ def verdict_of(figures: dict) -> tuple[Verdict, str]:
     ratio, limit = figures["ratio"], figures["threshold"]
     counted = f"{len(figures['points'])} quantize points"
     clipped = (
-        f"; {figures['clip_affected']} output elements changed by clipping, counted apart "
-        f"({figures['clip_rms']:.3g} rms)"
+        f"; {figures['clip_affected']} output elements changed by clipping, counted "
+        f"{'apart' if figures['clipping_apart'] else 'as error'} ({figures['clip_rms']:.3g} rms)"
         if figures["clip_affected"]
         else ""
     )
