@@ -123,3 +123,26 @@ def test_calibration_on_another_file_is_read_and_a_bad_one_is_one_line(capsys, t
         )
         assert status == 2 and out == ""
         assert len(err.strip().splitlines()) == 1 and words in err
+
+
+@pytest.mark.slow
+def test_the_text_and_the_page_give_each_units_noise_in_other_tools_figures(capsys, tmp_path):
+    page = tmp_path / "model.html"
+    status, text, _ = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8-dynamic", "--html", page
+    )
+    assert status == 0
+    lines = text.splitlines()
+    at = lines.index("ort-int8-dynamic: each unit against its quantization noise:")
+    assert lines[at + 1].split() == [
+        "layer", "expected", "rms", "rms", "ratio", "flags", "over", "rmse/scale", "SQNR", "own", "dB", "SQNR", "acc",
+        "dB", "clipped",
+    ]  # fmt: skip
+    fc = next(line.split() for line in lines[at + 3 :] if line.startswith("fc "))
+    ratio, own, accumulated = float(fc[3]), float(fc[6]), float(fc[7])
+    assert 0.5 < ratio < 1.3 and 35 < own < 60 and 35 < accumulated < 60  # measured 0.711, 46.3, 42.6 dB
+    assert "within quantization noise  0.711x noise" in text  # the fc row of the verdict table
+    assert any(line.startswith("ort-int8-dynamic: output: rms ") for line in lines)
+    html = page.read_text()
+    assert "<h3>Each unit against its quantization noise</h3>" in html
+    assert "<td class='cyan'>within quantization noise</td>" in html
