@@ -118,6 +118,56 @@ def quantize_points(model) -> list[QuantPoint]:
     return points
 
 
+LINEAR_OPS = ("Conv", "Gemm", "MatMul")
+
+
+def _dequantized(constants: dict, node) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
+    """(the weight as its DequantizeLinear gives it, its step, zero point, axis) of a stored weight."""
+    stored, scale = constants[node.input[0]], np.asarray(constants[node.input[1]], np.float64)
+    zero = np.asarray(constants.get(node.input[2], np.zeros(())) if len(node.input) > 2 else np.zeros(()))
+    axis = _axis(node) if scale.size > 1 else None
+    shape = [1] * stored.ndim
+    if axis is not None:
+        shape[axis % stored.ndim] = scale.size
+    s, z = scale.reshape(shape), zero.astype(np.float64).reshape(shape if zero.size > 1 else ())
+    return (stored.astype(np.float64) - z) * s, scale, zero, axis
+
+
+def declared_weights(model) -> list[dict]:
+    """The weights and biases a graph's Conv, Gemm and MatMul nodes dequantize from stored
+    integers: each weight as dequantized, its step, zero point and axis (whether stored
+    transposed, as a MatMul's [in, out]); each bias's step beside the input's step times the
+    weight's, which it should be."""
+    constants = _constants(model)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = []
+    for node in model.graph.node:
+        if node.op_type not in LINEAR_OPS or len(node.input) < 2:
+            continue
+        weight = producer.get(node.input[1])
+        if weight is None or weight.op_type != DEQUANTIZE or weight.input[0] not in constants:
+            continue
+        values, scale, zero, axis = _dequantized(constants, weight)
+        transposed = node.op_type == "MatMul" or any(a.name == "transB" and a.i == 0 for a in node.attribute)
+        entry = {"node": node.name, "weight": values, "scale": scale, "zero_point": zero, "axis": axis}
+        entry["transposed"] = bool(transposed and node.op_type != "Conv")
+        activation = producer.get(node.input[0])
+        bias = producer.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if (
+            activation is not None
+            and activation.op_type == DEQUANTIZE
+            and bias is not None
+            and bias.op_type == DEQUANTIZE
+        ):
+            x_scale = constants.get(activation.input[1])
+            b_scale = constants.get(bias.input[1])
+            if x_scale is not None and b_scale is not None:
+                entry["bias_scale"] = np.asarray(b_scale, np.float64)
+                entry["bias_expected"] = float(np.asarray(x_scale).item()) * scale
+        found.append(entry)
+    return found
+
+
 class _Builder:
     """The error model's graph, made node by node from the quantized one."""
 

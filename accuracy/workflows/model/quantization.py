@@ -21,6 +21,7 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
+from accuracy.workflows.model.quantization_causes import explain_quantized
 from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference, relative
 
 QUANTIZATION_TIER = "quantization noise of its declared steps"
@@ -94,9 +95,16 @@ def judge_quantized(unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndar
     figures = noise_figures(output, reference, noise)
     verdict, reason = verdict_of(figures)
     numbers = {"max_ulp": None, "typical_ratio": None, "bound_ratio": None, "worst": {}, "quantization": figures}
-    return UnitJudgement(
-        Judgement(verdict, reason, fmt.name), QUANTIZATION_TIER, None, numbers, relative(output, reference)
-    )
+    cause = None
+    if verdict != WITHIN_NOISE:  # the known quantization bugs, fitted and judged the same way
+
+        def judged(out: np.ndarray, changed: np.ndarray) -> tuple[dict, str]:
+            found = noise_figures(out, changed, noise)
+            return found, verdict_of(found)[0]
+
+        cause = explain_quantized(unit, tensors, fmt, output, noise, judged)
+    judgement = Judgement(verdict, reason, fmt.name)
+    return UnitJudgement(judgement, QUANTIZATION_TIER, None, numbers, relative(output, reference), cause)
 
 
 def accumulated(row: Any) -> None:

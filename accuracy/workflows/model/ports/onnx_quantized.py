@@ -47,7 +47,8 @@ class QuantizedGraph:
     values: dict
 
     def _quantized_units(self, units: list[Unit]) -> list[Unit]:
-        """The units with their output taken after its QuantizeLinear -> DequantizeLinear."""
+        """The units with their output taken after its QuantizeLinear -> DequantizeLinear, their
+        inputs before theirs."""
         self.noise: dict[str, dict] = {}
         for unit in units:
             if unit.reason or "gives" not in unit.detail:
@@ -57,7 +58,19 @@ class QuantizedGraph:
                 unit.reason = f"the quantized graph has no value {gives}: the quantizer renamed or removed it"
                 continue
             unit.detail["gives"] = self._dequantized(gives)
+            unit.detail["reads"] = [self._quantized_from(name) for name in unit.detail["reads"]]
         return units
+
+    def _quantized_from(self, name: str) -> str:
+        """The float value a DequantizeLinear output was quantized from, where its QuantizeLinear
+        is in the graph: a unit reads its inputs before their quantize point, which is its own."""
+        dequantize = self.graph.producer.get(name)
+        if dequantize is None or dequantize.op_type != "DequantizeLinear":
+            return name
+        quantize = self.graph.producer.get(dequantize.input[0])
+        if quantize is None or quantize.op_type != "QuantizeLinear" or quantize.input[0] in self.graph.constants:
+            return name
+        return quantize.input[0]
 
     def _dequantized(self, name: str) -> str:
         consumers = self.graph.consumers.get(name, [])
@@ -68,14 +81,20 @@ class QuantizedGraph:
         return name
 
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
-        from accuracy.backends.onnx_noise import expected_noise, is_quantized, quantize_points
+        from accuracy.backends import onnx_graph
+        from accuracy.backends.onnx_noise import declared_weights, expected_noise, is_quantized, quantize_points
 
         gives = unit.detail["gives"]
         sub = self.graph.extract(unit.detail["reads"], [gives])
         if not is_quantized(sub):
             return
         noise = expected_noise(sub, feeds, [gives])[gives]
-        self.noise[unit.key] = _facts(noise, quantize_points(sub))
+        facts = _facts(noise, quantize_points(sub))
+        if len(unit.calls) == 1 and unit.calls[0].leaf:  # a layer's own weights, for the causes
+            facts["weights"] = declared_weights(sub)
+        if getattr(self, "optimized", False):  # the graph run unfused: what its int8 kernels should give
+            facts["unfused"] = onnx_graph.run(onnx_graph.session(sub, optimized=False), feeds, [gives])[gives]
+        self.noise[unit.key] = facts
 
     def _whole_noise(self, feeds: dict[str, np.ndarray], output: str) -> dict:
         from accuracy.backends.onnx_noise import expected_noise, quantize_points
@@ -241,8 +260,10 @@ def _unquantizable(float_export, batches: list[dict[str, np.ndarray]]) -> list[s
     return sorted(names)
 
 
-def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]]):
-    """The export quantized by onnxruntime.quantization, as the port `name` asks."""
+def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], reduce: bool | None = None):
+    """The export quantized by onnxruntime.quantization, as the port `name` asks; `reduce`: 7-bit
+    weights (None: where the CPU lacks VNNI, `reduced_range`)."""
+    reduce = reduced_range() if reduce is None else reduce
     import logging
 
     import onnx
@@ -256,7 +277,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]]):
         logger.setLevel(logging.ERROR)  # the quantizer's advice to pre-process, on the root logger
         try:
             if name == "ort-int8-dynamic":
-                quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=reduced_range())
+                quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=reduce)
             else:
                 quantize_static(
                     source,
@@ -266,7 +287,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]]):
                     per_channel=STATIC[name],
                     activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8,
-                    reduce_range=reduced_range(),
+                    reduce_range=reduce,
                     nodes_to_exclude=_unquantizable(float_export, batches),
                     extra_options={"QDQKeepRemovableActivations": True},
                 )
