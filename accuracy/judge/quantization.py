@@ -23,7 +23,11 @@ NOISE_SAMPLES = 16  # draws of every point's noise at most: the predicted rms to
 FEWEST_SAMPLES = 4
 SAMPLED_ELEMENTS = 4096  # draws x output elements: enough for the predicted rms to 1%
 NOISE_SEED = 0  # PCG64: the same draws on every run
-WITHIN_FACTOR = 1.5  # the model's own margin: first order, Q -> DQ twice on one grid counted twice
+# the model's own margin: first order; Q -> DQ twice on one grid counted twice; a fused int8 kernel
+# rounds its output in fixed point where the graph rounds in float: the largest ratio of a correct
+# port measured is 1.58 (small_cnn's conv2 per tensor, 144 elements), 1.51 on resnet18's
+# layer2.1.conv1 per tensor (200704 elements); a bug measured least is 6.7x (u8s8 saturation)
+WITHIN_FACTOR = 2.0
 FALSE_ALARM = 1e-4  # the chance a correct port's rms exceeds the spread allowed at n elements
 BEYOND_FACTOR = 10.0  # ratio past which the unit computes something else: beyond, not suspicious
 WELL_QUANTIZED = 1 / math.sqrt(12)  # rmse / scale of pure rounding

@@ -28,7 +28,7 @@ SCALE, ZERO_POINT, AXIS, BIAS, SATURATES = (
     "shifted weight zero point",
     "per-channel steps on the wrong axis",
     "bias scale not input x weight scale",
-    "int8 kernel saturates",
+    "int8 kernels differ from the graph",
 )
 NAMES = (SCALE, ZERO_POINT, AXIS, BIAS, SATURATES)
 LEAST_FACTOR = 0.02  # a fitted factor this near 1 is no wrong scale: rounding moves it that much
@@ -129,7 +129,7 @@ def explain_quantized(
             tried.append(_tried(hypothesis.name, hypothesis.words, hypothesis.parameters, *judgement))
     if "unfused" in noise:  # the runtime's kernels against its own graph: no change of the reference
         judgement = judged(noise["unfused"], float64_reference(unit, tensors, fmt))
-        words = "its int8 kernels, not its graph: the graph run unfused is within its noise (u8s8 saturates)"
+        words = "its fused int8 kernels, not its graph: the graph run unfused is within its noise (u8s8 saturation)"
         tried.append(_tried(SATURATES, words, {}, *judgement))
     none: dict[str, Any] = {
         "name": None,
