@@ -11,12 +11,15 @@ import numpy as np
 import onnx
 import pytest
 from cli_runner import run_main
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accuracy.backends import onnx_graph
 from accuracy.judge.verdicts import BEYOND, WITHIN_NOISE
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.ports.onnx_quantized import _quantized
+from accuracy.workflows.model.ports.torchao_port import SYMMETRIC_ROW, linear_variance
 from accuracy.workflows.model.trace import model_inputs
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
@@ -146,3 +149,39 @@ def test_the_text_and_the_page_give_each_units_noise_in_other_tools_figures(caps
     html = page.read_text()
     assert "<h3>Each unit against its quantization noise</h3>" in html
     assert "<td class='cyan'>within quantization noise</td>" in html
+
+
+@pytest.mark.slow
+def test_torchaos_int8_ports_flag_nothing_and_their_linear_layers_error_is_their_noise(capsys):
+    factory = "accuracy.workflows.model.zoo:small_transformer"
+    args = ["--port", "torchao-int8-weight", "--port", "torchao-int8-dynamic", "--json"]
+    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x4x16", *args)
+    assert status == 0
+    for port in json.loads(out)["ports"]:
+        rows = {r["path"]: r for r in port["layers"]}
+        assert port["flagged"] == 0 and port["end_to_end"]["verdict"] == WITHIN_NOISE
+        for path in ("proj", "up", "down"):  # the Linear layers torchao quantizes
+            assert rows[path]["verdict"] == WITHIN_NOISE
+            assert 0.8 < rows[path]["quantization"]["ratio"] < 1.3  # measured 0.94 to 1.17
+        assert rows["norm"]["verdict"] == "within rounding"  # PyTorch's own LayerNorm, judged as any
+        assert 0.8 < port["end_to_end"]["quantization"]["ratio"] < 1.3  # measured 1.02 and 1.03
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dynamic=st.booleans())
+def test_the_closed_form_variance_of_a_linear_layer_is_that_of_rounding_its_weights(seed, dynamic):
+    """Rounding each weight row to its step (and each input row to its own, dynamic) gives each
+    output the variance linear_variance predicts: measured over 4000 random offsets of the grid."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    x, weight = rng.standard_normal((3, 24)), rng.standard_normal((5, 24))
+    steps = np.abs(weight).max(axis=1) / 127
+    row_steps = np.abs(x).max(axis=1, keepdims=True) / SYMMETRIC_ROW
+    errors = []
+    for _ in range(4000):  # a random offset of each grid: rounding error uniform on a step
+        w = weight + (rng.uniform(-0.5, 0.5, weight.shape) * steps[:, None])
+        xs = x + rng.uniform(-0.5, 0.5, x.shape) * row_steps if dynamic else x
+        errors.append(xs @ w.T - x @ weight.T)
+    measured = np.mean(np.square(errors), axis=0)
+    predicted = linear_variance(x, weight, steps, dynamic)
+    # 4000 draws: each variance to about 3% (the second-order term x-noise * w-noise is 1e-4 of it)
+    np.testing.assert_allclose(measured, predicted, rtol=0.1)

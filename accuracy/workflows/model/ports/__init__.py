@@ -23,6 +23,7 @@ from accuracy.workflows.model.ports import (
     onnx_quantized,
     openvino_port,
     torch_variants,
+    torchao_port,
 )
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.child_process import Rebuild
@@ -86,6 +87,8 @@ BUILT_IN = (
     PortSpec("ort-int8", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
     PortSpec("ort-int8-tensor", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
     PortSpec("ort-int8-dynamic", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
+    PortSpec("torchao-int8-weight", torchao_port.torchao_port),
+    PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
 )
 
 
