@@ -30,7 +30,6 @@ NOISE_SEED = 0  # PCG64: the same draws on every run
 WITHIN_FACTOR = 2.0
 FALSE_ALARM = 1e-4  # the chance a correct port's rms exceeds the spread allowed at n elements
 BEYOND_FACTOR = 10.0  # ratio past which the unit computes something else: beyond, not suspicious
-WELL_QUANTIZED = 1 / math.sqrt(12)  # rmse / scale of pure rounding
 
 
 def samples(elements: int) -> int:
@@ -39,25 +38,10 @@ def samples(elements: int) -> int:
     return max(FEWEST_SAMPLES, min(NOISE_SAMPLES, math.ceil(SAMPLED_ELEMENTS / max(elements, 1))))
 
 
-def uniform_rms(step: float) -> float:
-    """The rms error of rounding to a grid of `step`: s / sqrt(12)."""
-    return step / math.sqrt(12.0)
-
-
 def integer_range(dtype: Any) -> tuple[int, int]:
     """The integers a quantized dtype holds (uint8 0..255, int8 -128..127, int32 ...)."""
     info = np.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
-
-
-def quantize(values: np.ndarray, scale: Any, zero_point: Any, dtype: Any) -> np.ndarray:
-    """ONNX QuantizeLinear: round half to even of x / s, plus the zero point, saturated."""
-    low, high = integer_range(dtype)
-    return np.clip(np.rint(np.asarray(values, np.float64) / scale) + zero_point, low, high)
-
-
-def dequantize(integers: np.ndarray, scale: Any, zero_point: Any) -> np.ndarray:
-    return (np.asarray(integers, np.float64) - zero_point) * scale
 
 
 def spread(elements: int) -> float:
@@ -87,8 +71,3 @@ def sqnr_db(signal: np.ndarray, error: np.ndarray) -> float:
     if e == 0:
         return math.inf
     return 20.0 * math.log10(s / e) if s > 0 else -math.inf
-
-
-def expected_rms(noise_rms: float, clip_rms: float) -> float:
-    """The predicted rms error: the noise and the clipping's deterministic error, independent."""
-    return math.hypot(noise_rms, clip_rms)

@@ -80,6 +80,17 @@ class QuantizedGraph:
                     return d.output[0]
         return name
 
+    def _feeds_of(self, unit: Unit, inputs: list) -> dict[str, np.ndarray]:
+        """What the unit's sub-graph was fed: the reference's inputs as the port receives them, or
+        (a unit fused with the code around it, `sources`) the reference's own values."""
+        from accuracy.backends.pytorch import tensor_to_numpy
+        from accuracy.workflows.model.units import port_inputs
+
+        if "order" not in unit.detail:
+            return dict(zip(unit.detail["reads"], unit.detail["sources"], strict=True))
+        arrays = [tensor_to_numpy(t) for t in port_inputs(inputs, self.fmt)]  # type: ignore[attr-defined]
+        return {name: arrays[i] for name, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)}
+
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
         from accuracy.backends import onnx_graph
         from accuracy.backends.onnx_noise import declared_weights, expected_noise, is_quantized, quantize_points
@@ -131,17 +142,8 @@ class QuantizedOnnxPort(QuantizedGraph, OnnxPort):
 
     def isolated(self, unit, inputs):
         out = super().isolated(unit, inputs)
-        feeds = {
-            name: self._arrays(inputs)[i] for name, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)
-        }
-        self._unit_noise(unit, feeds)
+        self._unit_noise(unit, self._feeds_of(unit, inputs))
         return out
-
-    def _arrays(self, inputs: list) -> list[np.ndarray]:
-        from accuracy.backends.pytorch import tensor_to_numpy
-        from accuracy.workflows.model.units import port_inputs
-
-        return [tensor_to_numpy(t) for t in port_inputs(inputs, self.fmt)]
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         run = super().end_to_end(inputs, units)
@@ -157,12 +159,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
 
     def isolated(self, unit, inputs):
         out = super().isolated(unit, inputs)
-        if "order" in unit.detail:
-            arrays = QuantizedOnnxPort._arrays(self, inputs)
-            feeds = {n: arrays[i] for n, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)}
-        else:
-            feeds = dict(zip(unit.detail["reads"], unit.detail["sources"], strict=True))
-        self._unit_noise(unit, feeds)
+        self._unit_noise(unit, self._feeds_of(unit, inputs))
         return out
 
     def end_to_end(self, inputs, units) -> EndToEnd:
