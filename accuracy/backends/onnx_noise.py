@@ -73,6 +73,20 @@ def is_quantized(model) -> bool:
     return any(n.op_type in (QUANTIZE, DYNAMIC) or n.op_type in INTEGER_OPS for n in model.graph.node)
 
 
+def modelled(model) -> bool:
+    """Whether every quantized operation of the graph is one the error model reads: QDQ pairs,
+    stored weights, dynamic integer products; not QOperator's (`QLinearConv`, `QLinearMatMul`)."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return not any(
+        n.op_type.startswith("QLinear")
+        or (n.op_type == QUANTIZE and any(c.op_type != DEQUANTIZE for c in consumers.get(n.output[0], [])))
+        for n in model.graph.node
+    )
+
+
 def _constants(model) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 

@@ -93,11 +93,17 @@ class QuantizedGraph:
 
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
         from accuracy.backends import onnx_graph
-        from accuracy.backends.onnx_noise import declared_weights, expected_noise, is_quantized, quantize_points
+        from accuracy.backends.onnx_noise import (
+            declared_weights,
+            expected_noise,
+            is_quantized,
+            modelled,
+            quantize_points,
+        )
 
         gives = unit.detail["gives"]
         sub = self.graph.extract(unit.detail["reads"], [gives])
-        if not is_quantized(sub):
+        if not is_quantized(sub) or not modelled(sub):  # QOperator's integer ops: judged against rounding
             return
         noise = expected_noise(sub, feeds, [gives])[gives]
         facts = _facts(noise, quantize_points(sub))
@@ -163,8 +169,11 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
         return out
 
     def end_to_end(self, inputs, units) -> EndToEnd:
+        from accuracy.backends.onnx_noise import modelled
+
         run = super().end_to_end(inputs, units)
-        run.noise = self._whole_noise(self._feeds(inputs), self.graph.model.graph.output[0].name)
+        if modelled(self.graph.model):
+            run.noise = self._whole_noise(self._feeds(inputs), self.graph.model.graph.output[0].name)
         return run
 
 
