@@ -76,6 +76,7 @@ def test_a_zero_point_stuck_at_0_leaves_every_unit_within_its_noise_and_the_outp
     end = port["end_to_end"]
     assert end["verdict"] == BEYOND and "beyond its quantization noise" in end["reason"]
     assert end["quantization"]["ratio"] > 10  # measured 19.7
+    assert end["first_departs"] == "proj"  # the unit whose clipping, counted apart there, changed most
 
 
 @pytest.mark.slow

@@ -185,6 +185,11 @@ def port_answer(port: Row) -> PortAnswer:
         where += short_reason(first)
         why = _why(first.get("cause"), look_closer(first, port["dtype"]))
         return PortAnswer(label, verdict, clip(where, INDENTED), why, first["path"])
+    if port["end_to_end"]["verdict"] == BEYOND and "quantization" in port["end_to_end"]:
+        departs = port["end_to_end"]["first_departs"]
+        where = f"most clipping counted apart at {departs}" if departs else "no unit clips"
+        why = f"cause: not one unit: each is within its quantization noise, not its clipping; look closer: {RERUN}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)
     if port["end_to_end"]["verdict"] == BEYOND:
         departs = port["end_to_end"]["first_departs"]
         where = f"first departs from PyTorch's own at {departs}" if departs else "no unit departs from PyTorch's own"

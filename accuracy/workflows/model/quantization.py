@@ -107,6 +107,19 @@ def judge_quantized(unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndar
     return UnitJudgement(judgement, QUANTIZATION_TIER, None, numbers, relative(output, reference), cause)
 
 
+def most_clipped(end: Any, layers: list) -> Any:
+    """A quantized port's output beyond its noise while each unit is within its own: the unit
+    whose clipping, counted apart, changed its output most against its noise, as where it departs
+    (a zero point stuck at 0, a range calibrated on other data)."""
+    if end.get("quantization") is None or end["verdict"] != BEYOND:
+        return end
+    clipped = [r for r in layers if (r.get("quantization") or {}).get("clip_affected")]
+    if not clipped:
+        return end
+    worst = max(clipped, key=lambda r: r["quantization"]["clip_rms"] / (r["quantization"]["expected_rms"] or 1.0))
+    return end | {"first_departs": worst["path"]}
+
+
 def accumulated(row: Any) -> None:
     """The row's accumulated SQNR from the float model (its propagated error), beside its own."""
     figures = row.get("quantization")

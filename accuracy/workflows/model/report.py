@@ -312,7 +312,7 @@ def port_result(
             else None,
             "reference_relative_error": relative(own[OUTPUT_KEY], reference_out),
         },
-        "end_to_end": _end_to_end(port, units, run, reference64, own),
+        "end_to_end": quantization.most_clipped(_end_to_end(port, units, run, reference64, own), layers),
         "seconds": seconds,
     }
 
