@@ -156,7 +156,8 @@ def _verdict_line(port: Row, label: str) -> str:
         )
     noise = " or its quantization noise" if any(r["verdict"] == WITHIN_NOISE for r in port["layers"]) else ""
     if end["verdict"] == BEYOND:
-        return f"{label}: every compared layer within rounding{noise}, but end to end beyond it: {end['reason']}"
+        beyond = "its quantization noise" if noise else "rounding"
+        return f"{label}: every compared layer within rounding{noise}, but end to end beyond {beyond}: {end['reason']}"
     if _first_input(port) is not None:
         return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
     if port.get("runtime_limits"):
