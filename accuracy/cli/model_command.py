@@ -71,6 +71,12 @@ def register(sub) -> None:
         help="for --onnx LABEL: a JSON object pairing more of its values with modules (ONNX value name -> module path)",
     )
     p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="the arrays the quantized ports (ort-int8, ort-int8-tensor) calibrate on, by input name (.npz, "
+        ".safetensors, .pt; each the input's shape or a multiple along the first axis; default: --inputs)",
+    )
+    p.add_argument(
         "--save-activations",
         metavar="FILE",
         help="write the reference model's activations (.safetensors or .npz) for another runtime to use",
@@ -141,6 +147,7 @@ def run(args) -> int:
             dask=args.dask,
             progress=item_progress("model"),
             onnx_files={label: (path, maps.get(label)) for label, path in onnx.items()},
+            calibration=args.calibration,
         )
     text = (
         dumps(report.as_dict())

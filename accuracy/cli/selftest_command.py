@@ -132,12 +132,13 @@ def _census(args) -> int:
 
 
 def _models(args) -> dict:
-    """The model part: the cause catalogue's entries injected into ports of the zoo models (here,
-    never on a cluster: seconds in all)."""
+    """The model part: the cause catalogue's entries injected into ports of the zoo models, then
+    the quantization causes into their int8 graphs (here, never on a cluster: seconds in all)."""
     from accuracy.workflows.model.cause_selftest import model_selftest, model_summary
+    from accuracy.workflows.model.quantization_selftest import quantization_selftest
 
     def each(model: str, seconds: float) -> None:
         print(f"selftest: causes on {model}, {seconds:.0f} s", file=sys.stderr)
 
-    reports = list(model_selftest(each))
+    reports = list(model_selftest(each)) + list(quantization_selftest(each))
     return {"reports": reports, "summary": model_summary(reports)}

@@ -9,7 +9,9 @@
 - `undetermined`: no valid worst-case bound at this size and precision;
 - `runtime limit` (model units only): not within rounding, but within it once a declared finding
   of the runtime that computed it is modelled (accuracy.catalog.runtime_limits): the runtime's
-  known limit, not the port's bug.
+  known limit, not the port's bug;
+- `within quantization noise` (a quantized port's units and output): its error is the noise of
+  the quantize points the port declared (accuracy.judge.quantization), not rounding's.
 
 `Evidence.judge` is the one judge, whatever the subject: a registry op (the registry's generated
 cases, `check OP` on a user's arrays, a model unit that is a registry op), a function with no
@@ -47,6 +49,7 @@ class Verdict(StrEnum):
     BEYOND = "beyond rounding"
     UNDETERMINED = "undetermined"
     RUNTIME_LIMIT = "runtime limit"
+    WITHIN_NOISE = "within quantization noise"
 
     @property
     def tier(self) -> int:
@@ -58,7 +61,7 @@ class Verdict(StrEnum):
         return VERDICTS[int(tier)]
 
 
-WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED, RUNTIME_LIMIT = Verdict
+WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED, RUNTIME_LIMIT, WITHIN_NOISE = Verdict
 VERDICTS = tuple(Verdict)  # the index is the asv tier (lower is better)
 OP_VERDICTS = (WITHIN, SUSPICIOUS, BEYOND, UNDETERMINED)  # what an op's output gets: the asv tracks' tiers
 NAN = float("nan")

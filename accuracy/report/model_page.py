@@ -26,6 +26,7 @@ from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.report.plots import WIDTH, to_png_base64
 from accuracy.workflows.model.answer import STYLES, PortAnswer, explanation, is_flagged, port_answer, short_reason
+from accuracy.workflows.model.quantization import NOISE_HEADER, noise_rows
 from accuracy.workflows.model.report import cause_cell
 
 COLUMNS = ("max_ulp", "introduced", "inherited", "propagated")
@@ -40,6 +41,7 @@ COLOURS = {
     "magenta": "#8250df",
     "grey": "#6e7781",
     "blue": "#0969da",
+    "cyan": "#1b7c83",
 }
 PLOT = {
     "green": "tab:green",
@@ -48,6 +50,7 @@ PLOT = {
     "magenta": "tab:purple",
     "grey": "tab:gray",
     "blue": "tab:blue",
+    "cyan": "tab:cyan",
 }
 STYLE = (
     "body{font:14px/1.45 system-ui,sans-serif;margin:1em 2em;color:#1f2328}"
@@ -248,6 +251,11 @@ def model_page(report: dict, notes: Sequence[str], derivations: Sequence[str] = 
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
         head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", "reason", *COLUMNS, "cause"))
         parts.append(f"<table><tr>{head}</tr>{''.join(_row(i, r) for r in port['layers'])}</table>")
+        noise = noise_rows(port["layers"], _cell)
+        if noise:
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in NOISE_HEADER)
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in noise)
+            parts.append(f"<h3>Each unit against its quantization noise</h3><table><tr>{head}</tr>{body}</table>")
     return "\n".join(parts)
 
 

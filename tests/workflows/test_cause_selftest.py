@@ -117,8 +117,10 @@ def test_the_selftest_exits_1_where_a_target_of_causes_is_missed(
 ):
     import accuracy.cli.selftest_command as selftest_command
     import accuracy.workflows.model.cause_selftest as cause_selftest
+    import accuracy.workflows.model.quantization_selftest as quantization_selftest
 
     monkeypatch.setattr(selftest_command, "selftest", lambda *args, **kwargs: iter([]))
+    monkeypatch.setattr(quantization_selftest, "quantization_selftest", lambda progress: iter([]))
     monkeypatch.setattr(cause_selftest, "model_selftest", lambda progress: iter([_report(outcomes, named_on_correct)]))
     assert main(["selftest", "--small", "--json"]) == status
     models = json.loads(capsys.readouterr().out)["models"]

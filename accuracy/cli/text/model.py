@@ -11,10 +11,11 @@ from __future__ import annotations
 from accuracy.core.formatting import format_table, printable
 from accuracy.judge.verdicts import NOT_COMPARED, WITHIN
 from accuracy.workflows.model.answer import FOLD, STYLES, explanation, is_flagged, number, short_reason
+from accuracy.workflows.model.quantization import NOISE_HEADER, noise_rows
 from accuracy.workflows.model.report import ModelReport, PortResult, UnitRow, cause_cell
 
 HEADER = ["layer", "op", "verdict", "reason", "max ulp", "introduced", "inherited", "propagated", "cause", "inside"]
-ANSI = {"green": "32", "yellow": "33", "red": "1;31", "magenta": "35", "grey": "2", "blue": "34"}
+ANSI = {"green": "32", "yellow": "33", "red": "1;31", "magenta": "35", "grey": "2", "blue": "34", "cyan": "36"}
 
 
 def _inside(row: UnitRow, layers: list[UnitRow]) -> str:
@@ -120,6 +121,15 @@ def render(
         lines += ["", f"{port} [{p['dtype']}]: {printable(p['description'])}; layer by layer on identical inputs:"]
         shown = shown_units(p, verbose, only_flagged)
         lines += _table(p, shown, colour)
+        noise = noise_rows(shown, number)
+        if noise:
+            lines += [f"{port}: each unit against its quantization noise:", *format_table(NOISE_HEADER, noise)]
+            end = p["end_to_end"].get("quantization")
+            if end is not None:
+                lines.append(
+                    f"{port}: output: rms {number(end['rms'])}, {number(end['ratio'])}x the noise of every "
+                    f"quantize point ({number(end['expected_rms'])}), SQNR {number(end['sqnr_db'])} dB"
+                )
         hidden = len(p["layers"]) - len(shown)
         if hidden:
             lines.append(f"{hidden} of {len(p['layers'])} units hidden, none of them flagged; -v shows every unit")

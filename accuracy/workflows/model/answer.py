@@ -20,6 +20,7 @@ from accuracy.judge.verdicts import (
     SUSPICIOUS,
     UNDETERMINED,
     WITHIN,
+    WITHIN_NOISE,
 )
 from accuracy.workflows.check import cause_text
 
@@ -50,6 +51,7 @@ STYLES: dict[str, Style] = {
     UNDETERMINED: Style("magenta", "~~", flagged=True),
     NOT_COMPARED: Style("grey", "--", flagged=False),
     RUNTIME_LIMIT: Style("blue", "rt", flagged=False),  # the runtime's known limit: listed apart, not flagged
+    WITHIN_NOISE: Style("cyan", "qn", flagged=False),  # a quantized port's unit within the noise it declared
     ERROR: Style("red", "!!", flagged=True),
     NO_VERDICT: Style("grey", "--", flagged=False),
 }
@@ -93,6 +95,8 @@ def short_reason(row: Row) -> str:
     value = ratio(row)
     if row["verdict"] == WITHIN and value is not None:
         return f"{value:.3g}x"
+    if row["verdict"] == WITHIN_NOISE:
+        return f"{row['quantization']['ratio']:.3g}x noise"
     return clip(_headline(row["reason"]), SHORT)
 
 
@@ -150,8 +154,10 @@ def _verdict_line(port: Row, label: str) -> str:
             f"{label}: NOT within rounding: {port['flagged']} of {port['compared']} units compared flagged{limits}; "
             f"{output}"
         )
+    noise = " or its quantization noise" if any(r["verdict"] == WITHIN_NOISE for r in port["layers"]) else ""
     if end["verdict"] == BEYOND:
-        return f"{label}: every compared layer within rounding, but end to end beyond rounding: {end['reason']}"
+        beyond = "its quantization noise" if noise else "rounding"
+        return f"{label}: every compared layer within rounding{noise}, but end to end beyond {beyond}: {end['reason']}"
     if _first_input(port) is not None:
         return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
     if port.get("runtime_limits"):
@@ -159,7 +165,7 @@ def _verdict_line(port: Row, label: str) -> str:
             f"{label}: no unit flagged; {port['runtime_limits']} at its runtime's known limit, the others within "
             f"rounding ({counts}); {output}"
         )
-    return f"{label}: every compared layer within rounding ({counts}), and {output}"
+    return f"{label}: every compared layer within rounding{noise} ({counts}), and {output}"
 
 
 def port_answer(port: Row) -> PortAnswer:
@@ -180,6 +186,11 @@ def port_answer(port: Row) -> PortAnswer:
         where += short_reason(first)
         why = _why(first.get("cause"), look_closer(first, port["dtype"]))
         return PortAnswer(label, verdict, clip(where, INDENTED), why, first["path"])
+    if port["end_to_end"]["verdict"] == BEYOND and "quantization" in port["end_to_end"]:
+        departs = port["end_to_end"]["first_departs"]
+        where = f"most clipping counted apart at {departs}" if departs else "no unit clips"
+        why = f"cause: not one unit: each is within its quantization noise, not its clipping; look closer: {RERUN}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)
     if port["end_to_end"]["verdict"] == BEYOND:
         departs = port["end_to_end"]["first_departs"]
         where = f"first departs from PyTorch's own at {departs}" if departs else "no unit departs from PyTorch's own"

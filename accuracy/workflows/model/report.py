@@ -15,8 +15,9 @@ import numpy as np
 from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, Outcome
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE, Outcome
 from accuracy.workflows.check import cause_text, worst_text
+from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.answer import clip, is_flagged, number, port_answer
 from accuracy.workflows.model.ports.base import EndToEnd, Port
@@ -44,6 +45,8 @@ class UnitRow(TypedDict, total=False):
     worst: dict[str, Any]
     cause: dict[str, Any] | None  # {name, words, parameters, verdict, ratio, explains, alternatives}
     runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
+    # a quantized port's unit: expected noise, ratio, rmse/scale, SQNR own and accumulated, its points
+    quantization: dict[str, Any]
 
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
@@ -59,6 +62,7 @@ class EndToEndVerdict(TypedDict):
     verdict: Outcome
     reason: str
     first_departs: str | None  # the first unit whose propagated difference departs
+    quantization: NotRequired[dict]  # a quantized port's output against its predicted noise
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,11 @@ class PortFacts:
     fmt: Any  # FloatFormat
     products: Any = None  # FloatFormat, or None
     runtime: str = "torch"  # the library whose kernels computed its units (Port.runtime)
+    noise: dict | None = None  # a quantized port's predicted noise per unit key (workflows.model.quantization)
 
     @classmethod
     def of(cls, port: Port) -> PortFacts:
-        return cls(port.name, port.description, port.fmt, port.products, port.runtime)
+        return cls(port.name, port.description, port.fmt, port.products, port.runtime, getattr(port, "noise", None))
 
 
 class PortResult(TypedDict):
@@ -117,7 +122,7 @@ class ModelReport:
         return bool(self.ports) and all(
             p["compared"] > 0
             and p["end_to_end"]["verdict"] != BEYOND
-            and all(r["verdict"] in (WITHIN, RUNTIME_LIMIT, NOT_COMPARED) for r in p["layers"])
+            and all(r["verdict"] in (WITHIN, WITHIN_NOISE, RUNTIME_LIMIT, NOT_COMPARED) for r in p["layers"])
             for p in self.ports
         )
 
@@ -280,6 +285,7 @@ def port_result(
             row["op"] = f"{kinds} ({result.op})"
             row["registry_op"] = result.op
         layers.append(row | _row(unit, result))
+        quantization.accumulated(layers[-1])
     compared = [r for r in layers if r["verdict"] != NOT_COMPARED]
     flagged = [r for r in compared if is_flagged(r["verdict"])]
     reference_out = reference64[OUTPUT_KEY]
@@ -306,7 +312,7 @@ def port_result(
             else None,
             "reference_relative_error": relative(own[OUTPUT_KEY], reference_out),
         },
-        "end_to_end": _end_to_end(port, units, run, reference64, own),
+        "end_to_end": quantization.most_clipped(_end_to_end(port, units, run, reference64, own), layers),
         "seconds": seconds,
     }
 
@@ -330,6 +336,8 @@ def _innermost(layers: list[UnitRow], flagged: list[UnitRow], by_key: dict[str, 
 def _end_to_end(port: PortFacts, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
     """The port's end-to-end output judged against PyTorch's own at its dtype (END_TO_END_FACTOR),
     and the first unit whose propagated difference departs from PyTorch's own there."""
+    if run.noise is not None:
+        return quantization.end_to_end(run.output, reference64[OUTPUT_KEY], run.noise)  # type: ignore[return-value]
     if port.products is not None:
         return {
             "verdict": NOT_COMPARED,

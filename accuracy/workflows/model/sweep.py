@@ -33,8 +33,10 @@ from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.child_process import Rebuild
 from accuracy.workflows.model.ports.keras_layers import keras_port
-from accuracy.workflows.model.ports.onnx_file import OnnxFilePort, read_mapping, read_onnx
+from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
+from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration
 from accuracy.workflows.model.preprocessing import input_rows
+from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.units import Unit, UnitJudgement, as_runtime_limit, judge_unit
@@ -76,6 +78,7 @@ def run_model(
     dask: str | None = None,
     progress=None,
     onnx_files: dict[str, tuple[str, str | None]] | None = None,
+    calibration: str | None = None,
 ) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
     written: bad input is one OpbenchError.
@@ -111,7 +114,9 @@ def run_model(
         raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
-    jobs = [PortJob(name, factory=spec, train=train) for name in dict.fromkeys(names)]
+    if calibration is not None:  # a bad file is one line before anything runs
+        read_calibration(calibration, given)
+    jobs = [PortJob(name, factory=spec, train=train, calibration=calibration) for name in dict.fromkeys(names)]
     jobs += [PortJob(p.name, file=p) for p in file_ports]
     jobs += [PortJob(label, onnx=files) for label, files in onnx_files.items()]
     jobs += [PortJob("keras", keras=keras)] if keras else []
@@ -151,6 +156,7 @@ class PortJob:
     onnx: tuple[str, str | None] | None = None  # --onnx: the file and its mapping file
     factory: str | None = None  # the model's MODULE:FUNCTION, for a port that rebuilds it in another process
     train: bool = False
+    calibration: str | None = None  # --calibration: the file quantized ports calibrate on
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -168,9 +174,9 @@ class PortJob:
             return keras_port(self.keras, calls)
         if self.onnx is not None:
             path, mapping = self.onnx
-            return OnnxFilePort(self.name, path, read_mapping(self.name, mapping) if mapping else {}, model, inputs)
+            return onnx_file_port(self.name, path, read_mapping(self.name, mapping) if mapping else {}, model, inputs)
         rebuild = Rebuild(self.factory, self.train, calls) if self.factory else None
-        return build_port(self.name, model, inputs, rebuild)
+        return build_port(self.name, model, inputs, rebuild, self.calibration)
 
     def build_or_why(self, model, inputs: dict[str, np.ndarray], calls: list[LayerCall]) -> Port | str:
         """The port, or why it is absent: a built-in port the model cannot be converted to (a
@@ -258,7 +264,10 @@ def _ports_on_cluster(
             for _, _, by_port in groups.values():
                 for label in by_port:
                     waiting[label] = waiting.get(label, 0) + 1
-            futures = [pool.submit(judge_task, pool.share(item, everywhere=False)) for item in _judgings(groups)]
+            futures = [
+                pool.submit(judge_task, pool.share(item, everywhere=False))
+                for item in _judgings(groups, _runtimes(runs))
+            ]
             report_finished()
             for ((covers, *_), (_, _, by_port)), future in zip(groups.items(), futures, strict=True):
                 judged = future.result()
@@ -429,34 +438,48 @@ class Judging:
     fmt: FloatFormat
     by_port: dict[str, np.ndarray]
     products: FloatFormat | None
+    noises: dict[str, dict] = field(default_factory=dict)  # a quantized port's predicted noise, by label
 
     def __reduce__(self) -> tuple:
         # sent to a worker: torch warns (FutureWarning) on unpickling a call's pytree spec, and a
         # local worker's warnings reach the terminal
-        return _unpickled_quietly, (pickle.dumps((self.unit, self.tensors, self.fmt, self.by_port, self.products)),)
+        state = (self.unit, self.tensors, self.fmt, self.by_port, self.products, self.noises)
+        return _unpickled_quietly, (pickle.dumps(state),)
 
     def judge(self) -> dict[str, UnitJudgement]:
-        """Each port's verdict (the causes of flagged ones are tried where the model is)."""
-        return judge_unit(self.unit, self.tensors, self.fmt, self.by_port, self.products)
+        """Each port's verdict (the causes of flagged ones are tried where the model is): a
+        quantized port's against its quantization noise, the others' against rounding."""
+        rounded = {label: out for label, out in self.by_port.items() if label not in self.noises}
+        judged = judge_unit(self.unit, self.tensors, self.fmt, rounded, self.products) if rounded else {}
+        return judged | {
+            label: judge_quantized(self.unit, self.tensors, self.fmt, self.by_port[label], noise)
+            for label, noise in self.noises.items()
+        }
 
 
-def _runtimes(runs: Sequence[PortRun | str]) -> dict[str, str]:
-    """Each port's runtime (Port.runtime), by label."""
-    return {run.facts.name: run.facts.runtime for run in runs if isinstance(run, PortRun)}
+def _runtimes(runs: Sequence[PortRun | str]) -> dict[str, PortFacts]:
+    """Each port's facts (its runtime, a quantized port's predicted noise), by label."""
+    return {run.facts.name: run.facts for run in runs if isinstance(run, PortRun)}
 
 
 def _explain_flagged(
-    groups: dict[tuple, tuple], verdicts: dict[tuple[str, str], UnitJudgement], model, calls, runtimes: dict[str, str]
+    groups: dict[tuple, tuple],
+    verdicts: dict[tuple[str, str], UnitJudgement],
+    model,
+    calls,
+    facts: dict[str, PortFacts],
 ) -> None:
-    """Each flagged unit, in this process: first its port's runtime's declared limits, then the
-    known port bugs (some causes read the model around the unit: another layer's bias, the shape
-    before a flatten, which no work item carries)."""
+    """Each flagged unit of a port judged against rounding, in this process: first its port's
+    runtime's declared limits, then the known port bugs (some causes read the model around the
+    unit: another layer's bias, the shape before a flatten, which no work item carries)."""
     modules = dict(model.named_modules())
     for (covers, fmt, products, _), (unit, tensors, by_port) in groups.items():
         for label, output in by_port.items():
             result = verdicts.get((label, covers[0]))
             if result is not None and result.judgement.verdict != WITHIN:
-                runtime = runtimes.get(label, "torch")
+                if result.tier == QUANTIZATION_TIER:  # beyond its noise: no rounding cause explains it
+                    continue
+                runtime = facts[label].runtime if label in facts else "torch"
                 limited = as_runtime_limit(result, unit, tensors, fmt, label, output, products, runtime)
                 if limited is not None:
                     verdicts[(label, covers[0])] = limited
@@ -489,10 +512,14 @@ def _unpickled_quietly(data: bytes) -> Judging:
         return Judging(*pickle.loads(data))
 
 
-def _judgings(groups: dict[tuple, tuple]) -> list[Judging]:
-    return [
-        Judging(unit, feed, fmt, by_port, products) for (_, fmt, products, _), (unit, feed, by_port) in groups.items()
-    ]
+def _judgings(groups: dict[tuple, tuple], facts: dict[str, PortFacts]) -> list[Judging]:
+    """One work item per group, with the predicted noise of the quantized ports' outputs in it."""
+    judgings = []
+    for (covers, fmt, products, _), (unit, feed, by_port) in groups.items():
+        predicted = {label: (facts[label].noise or {}).get(covers[0]) for label in by_port}
+        noises = {label: noise for label, noise in predicted.items() if noise is not None}
+        judgings.append(Judging(unit, feed, fmt, by_port, products, noises))
+    return judgings
 
 
 def _results(
@@ -542,7 +569,7 @@ def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls)
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         groups = _groups(runs, calls)
-        for (covers, *_), judging in zip(groups, _judgings(groups), strict=True):
+        for (covers, *_), judging in zip(groups, _judgings(groups, _runtimes(runs)), strict=True):
             judged = judged_or_why(judging)
             if isinstance(judged, str):
                 _not_compared(runs, covers, judging.by_port, judged)

@@ -20,8 +20,10 @@ from accuracy.workflows.model.ports import (
     executorch_port,
     litert_port,
     onnx_export,
+    onnx_quantized,
     openvino_port,
     torch_variants,
+    torchao_port,
 )
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.ports.child_process import Rebuild
@@ -46,6 +48,7 @@ class PortSpec:
     needs_gpu: bool = False
     rebuilds: bool = False
     deploy: bool = False  # a deploy runtime (the `deploy` extra): the census runs it beside the defaults
+    calibrates: bool = False  # a quantized port: its `build` also takes the --calibration file (or None)
 
     def matches(self, name: str) -> bool:
         if self.name.endswith(COUNT):
@@ -80,6 +83,12 @@ BUILT_IN = (
     PortSpec("litert", litert_port.litert_port, rebuilds=True, deploy=True),
     PortSpec("openvino", openvino_port.openvino_port, deploy=True),
     PortSpec("openvino-f16", openvino_port.openvino_port, deploy=True),
+    # quantized: judged against the quantization noise they declare (workflows.model.quantization)
+    PortSpec("ort-int8", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
+    PortSpec("ort-int8-tensor", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
+    PortSpec("ort-int8-dynamic", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
+    PortSpec("torchao-int8-weight", torchao_port.torchao_port),
+    PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
 )
 
 
@@ -120,8 +129,11 @@ def census_ports(gpu: bool) -> list[str]:
     return [*default_ports(gpu), *(s.name for s in BUILT_IN if s.deploy), "threads:1"]
 
 
-def build_port(name: str, model, inputs: dict, rebuild: Rebuild | None = None) -> Port | str:
-    """The port `name`, or a sentence saying why it is absent on this machine (never an error)."""
+def build_port(
+    name: str, model, inputs: dict, rebuild: Rebuild | None = None, calibration: str | None = None
+) -> Port | str:
+    """The port `name`, or a sentence saying why it is absent on this machine (never an error);
+    `calibration`: the --calibration file a quantized port calibrates on (None: the inputs)."""
     spec = spec_for(name)
     if spec.needs_gpu:
         import torch
@@ -132,4 +144,6 @@ def build_port(name: str, model, inputs: dict, rebuild: Rebuild | None = None) -
         if rebuild is None:
             return "it runs the model rebuilt from its factory in another process, and no factory was given"
         return spec.build(name, model, inputs, rebuild)
+    if spec.calibrates:
+        return spec.build(name, model, inputs, calibration)
     return spec.build(name, model, inputs)

@@ -40,6 +40,7 @@ class EndToEnd:
     outputs: dict[str, np.ndarray]
     output: np.ndarray
     received: dict[str, list] = field(default_factory=dict)
+    noise: dict | None = None  # a quantized port's predicted noise at its output (workflows.model.quantization)
 
 
 class Port:

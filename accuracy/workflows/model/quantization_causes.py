@@ -1,0 +1,158 @@
+"""Why a quantized unit is beyond its quantization noise: the known quantization bugs, each a
+hypothesis tested with the same judge (accuracy.workflows.model.quantization).
+
+A cause *explains* the unit when the float64 reference unit with the bug applied (its weights
+scaled by a fitted factor, shifted by a fitted number of steps, its per-channel steps applied
+along another axis, its bias scaled) puts the port's output within its quantization noise. The
+parameter is fitted in closed form from the weights the port's graph dequantizes against the
+module's own (accuracy.backends.onnx_noise.declared_weights). One cause is no change of the
+reference: the port's int8 kernels give other values than its own graph run unfused (ONNX
+Runtime's u8s8 products, summed in pairs in int16 without VNNI, saturate).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accuracy.core.dtypes import FloatFormat
+from accuracy.workflows.model.units import Unit, float64_reference
+
+SCALE, ZERO_POINT, AXIS, BIAS, SATURATES = (
+    "wrong weight scale",
+    "shifted weight zero point",
+    "per-channel steps on the wrong axis",
+    "bias scale not input x weight scale",
+    "int8 kernels differ from the graph",
+)
+NAMES = (SCALE, ZERO_POINT, AXIS, BIAS, SATURATES)
+LEAST_FACTOR = 0.02  # a fitted factor this near 1 is no wrong scale: rounding moves it that much
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One cause fitted to one weight: its name, words, parameter and the changed module."""
+
+    name: str
+    words: str
+    parameters: dict
+    module: Any
+
+
+def _weight(module: Any, declared: dict) -> np.ndarray | None:
+    """The module's weight in the graph's layout (a MatMul's transposed), or None where its shape
+    is not the graph's weight's."""
+    weight = getattr(module, "weight", None)
+    if weight is None:
+        return None
+    values = weight.detach().double().numpy()
+    values = values.T if declared["transposed"] and values.ndim == 2 else values
+    return values if values.shape == declared["weight"].shape else None
+
+
+def _steps(declared: dict, axis: int | None, ndim: int) -> np.ndarray:
+    scale = np.asarray(declared["scale"], np.float64)
+    if axis is None or scale.size == 1:
+        return scale.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = scale.size
+    return scale.reshape(shape)
+
+
+def _with(module: Any, attribute: str, values: np.ndarray, declared: dict) -> Any:
+    """A copy of `module` with `attribute` set to `values` (given in the graph's layout)."""
+    import torch
+
+    changed = copy.deepcopy(module)
+    values = values.T if attribute == "weight" and declared["transposed"] and values.ndim == 2 else values
+    with torch.no_grad():
+        getattr(changed, attribute).copy_(torch.from_numpy(np.ascontiguousarray(values)))
+    return changed
+
+
+def hypotheses(module: Any, declared: dict) -> list[Hypothesis]:
+    """Each cause's fit to one weight the graph dequantizes, where its parameter is not the
+    correct one (a factor of 1, a shift of 0, the declared axis)."""
+    weight = _weight(module, declared)
+    if weight is None:
+        return []
+    found = []
+    given = declared["weight"]
+    factor = float(np.sum(given * weight) / np.sum(weight * weight))
+    if abs(factor - 1) > LEAST_FACTOR:
+        words = f"its weights dequantized at {factor:.3g}x their step (a wrong scale)"
+        found.append(Hypothesis(SCALE, words, {"factor": factor}, _with(module, "weight", factor * weight, declared)))
+    steps = _steps(declared, declared["axis"], weight.ndim)
+    shift = int(np.rint(np.mean((weight - given) / steps)))
+    if shift:
+        words = f"its weights' zero point shifted by {shift} steps"
+        changed = _with(module, "weight", weight - shift * steps, declared)
+        found.append(Hypothesis(ZERO_POINT, words, {"shift": shift}, changed))
+    count = np.asarray(declared["scale"]).size
+    if declared["axis"] is not None:  # integers quantized along `axis`, dequantized along the declared one
+        for axis in range(weight.ndim):
+            if axis != declared["axis"] % weight.ndim and weight.shape[axis] == count:
+                moved = weight * steps / _steps(declared, axis, weight.ndim)
+                words = f"its per-channel steps applied along axis {declared['axis']}, its integers' along {axis}"
+                found.append(Hypothesis(AXIS, words, {"axis": axis}, _with(module, "weight", moved, declared)))
+    if "bias_scale" in declared and getattr(module, "bias", None) is not None:
+        ratio = float(np.mean(np.asarray(declared["bias_scale"]) / np.asarray(declared["bias_expected"])))
+        if abs(ratio - 1) > LEAST_FACTOR:
+            bias = module.bias.detach().double().numpy()
+            words = f"its bias dequantized at {ratio:.3g}x input step x weight step"
+            found.append(Hypothesis(BIAS, words, {"factor": ratio}, _with(module, "bias", ratio * bias, declared)))
+    return found
+
+
+def explain_quantized(
+    unit: Unit,
+    tensors: list,
+    fmt: FloatFormat,
+    output: np.ndarray,
+    noise: dict,
+    judged: Callable[[np.ndarray, np.ndarray], tuple[dict, str]],
+) -> dict:
+    """The known quantization bug that explains a unit beyond its noise, with its fitted
+    parameters and the others that explain it too; or the nearest, `explains: False`.
+    `judged(output, reference)`: the unit's figures (ratio, threshold) and verdict against a reference."""
+    tried: list[dict] = []
+    module = unit.calls[0].module
+    for declared in noise.get("weights", []) if len(unit.calls) == 1 else []:
+        for hypothesis in hypotheses(module, declared):
+            changed = Unit([dataclasses.replace(unit.calls[0], module=hypothesis.module)])
+            judgement = judged(output, float64_reference(changed, tensors, fmt))
+            tried.append(_tried(hypothesis.name, hypothesis.words, hypothesis.parameters, *judgement))
+    if "unfused" in noise:  # the runtime's kernels against its own graph: no change of the reference
+        judgement = judged(noise["unfused"], float64_reference(unit, tensors, fmt))
+        words = "its fused int8 kernels, not its graph: the graph run unfused is within its noise (u8s8 saturation)"
+        tried.append(_tried(SATURATES, words, {}, *judgement))
+    none: dict[str, Any] = {
+        "name": None,
+        "words": None,
+        "parameters": {},
+        "verdict": None,
+        "ratio": None,
+        "explains": False,
+    }
+    if not tried:
+        return none | {"alternatives": [], "skipped": []}
+    explaining = [t for t in tried if t["explains"]]
+    best = explaining[0] if explaining else min(tried, key=lambda t: t["ratio"])
+    alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
+    return best | {"alternatives": alternatives, "skipped": []}
+
+
+def _tried(name: str, words: str, parameters: dict, figures: dict, verdict: str) -> dict:
+    return {
+        "name": name,
+        "words": words,
+        "parameters": parameters,
+        "verdict": verdict,
+        "ratio": figures["ratio"],
+        "explains": bool(figures["ratio"] <= figures["threshold"]),
+    }

@@ -1,0 +1,234 @@
+"""The self-test of the quantization causes, entered beside the catalogue's (cause_selftest): each
+bug injected into a zoo model's ONNX Runtime int8 graph (ort-int8, per channel), judged as a
+user's quantized file, with the correct quantized ports beside it.
+
+Per model, each cause is injected at the first layer whose output it changes beyond its noise
+(a zero point shifted on the weights after a LayerNorm changes nothing: their inputs sum to 0):
+- a weight scale doubled (the step declared 2x the one quantized with), factor 2;
+- a weight zero point shifted by 3 steps;
+- per-channel steps dequantized along the other axis of a square weight (axis: the one quantized along);
+- an int32 bias's step 1.5x input step x weight step, factor 1.5;
+- where the CPU lacks VNNI: 8-bit weights, whose int8 kernels saturate (the graph run unfused does not).
+Named right: that cause explains the injected layer, its parameter within 10%, and no cause is named
+on another layer; on the correct ports no cause may be named.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accuracy.workflows.model import zoo
+from accuracy.workflows.model.cause_selftest import NOT_INJECTED, NOT_NAMED, RIGHT, WRONG, Injection, parameter_close
+from accuracy.workflows.model.quantization_causes import AXIS, BIAS, SATURATES, SCALE, ZERO_POINT
+
+MODELS = ("small_cnn", "small_transformer")
+CORRECT_PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+SCALE_FACTOR, SHIFT, BIAS_FACTOR = 2.0, 3, 1.5
+
+
+def _weight_nodes(graph) -> list:
+    """The DequantizeLinear nodes of stored weights feeding a Conv, Gemm or MatMul, in order."""
+    from accuracy.backends.onnx_noise import LINEAR_OPS
+
+    producer = {o: n for n in graph.node for o in n.output}
+    return [
+        producer[node.input[1]]
+        for node in graph.node
+        if node.op_type in LINEAR_OPS
+        and node.input[1] in producer
+        and producer[node.input[1]].op_type == "DequantizeLinear"
+    ]
+
+
+def _module(graph, dequantize) -> str:
+    """The module path of the layer a weight's node belongs to (the exporter's scope)."""
+    consumer = next(n for n in graph.node if dequantize.output[0] in n.input)
+    return consumer.name.strip("/").split("/")[0]
+
+
+def _initializer(graph, name: str):
+    return next(t for t in graph.initializer if t.name == name)
+
+
+def _scaled(graph, name: str, factor: float) -> None:
+    from onnx import numpy_helper
+
+    tensor = _initializer(graph, name)
+    values = numpy_helper.to_array(tensor)
+    tensor.CopyFrom(numpy_helper.from_array((values * factor).astype(values.dtype), name))
+
+
+def _shifted(graph, name: str, shift: int) -> None:
+    from onnx import numpy_helper
+
+    tensor = _initializer(graph, name)
+    values = numpy_helper.to_array(tensor)
+    tensor.CopyFrom(numpy_helper.from_array((values.astype(np.int64) + shift).astype(values.dtype), name))
+
+
+def _injections(graph) -> dict[str, list[tuple[object, Callable, object]]]:
+    """Per cause: (the parameter injected, a change of a copy of the graph, the weight's node) for
+    each weight it applies to, in order."""
+    found: dict[str, list[tuple[object, Callable, object]]] = {}
+    for node in _weight_nodes(graph):
+        scale, zero = node.input[1], node.input[2]
+        found.setdefault(SCALE, []).append((SCALE_FACTOR, lambda g, s=scale: _scaled(g, s, SCALE_FACTOR), node))
+        found.setdefault(ZERO_POINT, []).append((SHIFT, lambda g, z=zero: _shifted(g, z, SHIFT), node))
+        axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+        stored = next((t for t in graph.initializer if t.name == node.input[0]), None)
+        if axis in (0, 1) and stored is not None and len(stored.dims) >= 2 and stored.dims[0] == stored.dims[1]:
+            found.setdefault(AXIS, []).append((axis, lambda g, n=node.name: _flipped(g, n), node))
+        consumer = next(n for n in graph.node if node.output[0] in n.input)
+        bias = next((n for n in graph.node if len(consumer.input) > 2 and consumer.input[2] in n.output), None)
+        if bias is not None and bias.op_type == "DequantizeLinear" and _is_int32(graph, bias.input[0]):
+            change = lambda g, s=bias.input[1]: _scaled(g, s, BIAS_FACTOR)  # noqa: E731
+            found.setdefault(BIAS, []).append((BIAS_FACTOR, change, node))
+    return found
+
+
+def _is_int32(graph, name: str) -> bool:
+    import onnx
+
+    tensor = next((t for t in graph.initializer if t.name == name), None)
+    return tensor is not None and tensor.data_type == onnx.TensorProto.INT32
+
+
+def _flipped(graph, name: str) -> None:
+    node = next(n for n in graph.node if n.name == name)
+    for attribute in node.attribute:
+        if attribute.name == "axis":
+            attribute.i = 1 - attribute.i
+
+
+def _outcome(result: Any, cause: str, injected: object, path: str | None) -> tuple[str, dict | None, str]:
+    """(outcome, the cause named at the injected layer, why) for one injected port's result."""
+    named = [r for r in result["layers"] if (r.get("cause") or {}).get("explains")]
+    if path is None:  # the kernels' saturation: wherever a unit is flagged
+        flagged = [r for r in result["layers"] if r["verdict"] in ("suspicious", "beyond rounding")]
+        if not flagged:
+            return NOT_NAMED, None, "no unit flagged"
+        right = all((r.get("cause") or {}).get("name") == cause and r["cause"]["explains"] for r in flagged)
+        return (RIGHT if right else WRONG), flagged[0].get("cause"), ""
+    row = next((r for r in result["layers"] if r["path"] == path), None)
+    found = (row or {}).get("cause")
+    elsewhere = [r["path"] for r in named if r["path"] != path]
+    if not found or not found["explains"]:
+        return NOT_NAMED, found, "the layer was not flagged" if not found else "no cause explains it"
+    candidates = [found, *found["alternatives"]]
+    entry = next((c for c in candidates if c["name"] == cause), None)
+    if entry is None or elsewhere or not all(parameter_close(v, injected) for v in entry["parameters"].values()):
+        return WRONG, found, f"a cause named elsewhere too: {', '.join(elsewhere)}" if elsewhere else ""
+    return RIGHT, found, ""
+
+
+def _first_flagging(
+    name: str, model, given: dict, calls, graph, folder: Path, cause: str, options: list
+) -> tuple | None:
+    """The first injection of `cause` that flags its layer: (its result, the value, the layer), or why none."""
+    import onnx
+
+    from accuracy.workflows.model.ports.onnx_quantized import QuantizedOnnxFilePort
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    modules = dict(model.named_modules())
+    for index, (value, change, node) in enumerate(options):
+        if not _own_weights(graph, node, modules.get(_module(graph.graph, node))):
+            continue  # a Conv with a BatchNorm folded in: its weights are not its module's
+        copy = onnx.ModelProto()
+        copy.CopyFrom(graph)
+        change(copy.graph)
+        path = folder / f"{name}_{index}.onnx"
+        onnx.save(copy, path)
+        label = f"mutant:{cause}"
+        port = QuantizedOnnxFilePort(label, path, {}, model, given)
+        results, _ = evaluate_ports([port], model, given, calls)
+        layer = _module(graph.graph, node)
+        row = next((r for r in results[0]["layers"] if r["path"] == layer), None) if results else None
+        if row is not None and row["verdict"] in ("suspicious", "beyond rounding"):
+            return results[0], value, layer
+    return None
+
+
+def _own_weights(graph, node, module) -> bool:
+    """Whether the weight `node` dequantizes is `module`'s own, to within a step."""
+    from accuracy.backends.onnx_noise import declared_weights
+
+    declared = next((d for d in declared_weights(graph) if node.output[0] in _inputs(graph, d["node"])), None)
+    weight = getattr(module, "weight", None)
+    if declared is None or weight is None:
+        return False
+    values = weight.detach().double().numpy()
+    values = values.T if declared["transposed"] and values.ndim == 2 else values
+    steps = float(np.max(declared["scale"]))
+    return values.shape == declared["weight"].shape and bool(np.all(np.abs(values - declared["weight"]) <= steps))
+
+
+def _inputs(graph, name: str) -> list[str]:
+    return list(next(n for n in graph.graph.node if n.name == name).input)
+
+
+def quantization_selftest(progress=None) -> Iterator[dict]:
+    """Per zoo model: the quantization causes' injections and what the correct quantized ports named,
+    in the form of cause_selftest.model_selftest's reports."""
+    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model.ports import build_port
+    from accuracy.workflows.model.ports.onnx_quantized import QuantizedOnnxPort, _quantized, reduced_range
+    from accuracy.workflows.model.sweep import evaluate_ports
+    from accuracy.workflows.model.trace import run_reference
+
+    for name in MODELS:
+        started = time.perf_counter()
+        model = getattr(zoo, name)().eval()
+        given = zoo.example_inputs(name)
+        calls, _ = run_reference(model, given, name)
+        exported = onnx_graph.export(model, given)
+        graph = _quantized(exported, "ort-int8", [given])
+        injections = []
+        by_cause = _injections(graph.graph)
+        with tempfile.TemporaryDirectory() as folder:
+            for cause in (SCALE, ZERO_POINT, AXIS, BIAS):
+                if cause not in by_cause:
+                    why = "no weight of this model takes it"
+                    injections.append(Injection(cause, name, outcome=NOT_INJECTED, why=why))
+                    continue
+                found = _first_flagging(name, model, given, calls, graph, Path(folder), cause, by_cause[cause])
+                if found is None:
+                    injections.append(Injection(cause, name, outcome=NOT_NAMED, why="no injection flagged its layer"))
+                    continue
+                result, value, layer = found
+                outcome, named, why = _outcome(result, cause, value, layer)
+                injections.append(_injection(cause, name, layer, outcome, named, value, why))
+        if reduced_range():
+            full = _quantized(exported, "ort-int8", [given], reduce=False)
+            port = QuantizedOnnxPort("mutant:saturates", model, given, full, exported, "8-bit weights without VNNI")
+            results, _ = evaluate_ports([port], model, given, calls)
+            outcome, named, why = _outcome(results[0], SATURATES, None, None)
+            injections.append(_injection(SATURATES, name, None, outcome, named, None, why))
+        correct = [p for p in (build_port(c, model, given) for c in CORRECT_PORTS) if not isinstance(p, str)]
+        results, _ = evaluate_ports(correct, model, given, calls)
+        causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
+        named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
+        report = {
+            "model": f"{name} (quantized)",
+            "injections": [i.as_dict() for i in injections],
+            "correct_ports": [p.name for p in correct],
+            "named_on_correct": named_on_correct,
+            "seconds": time.perf_counter() - started,
+        }
+        if progress:
+            progress(report["model"], report["seconds"])
+        yield report
+
+
+def _injection(cause: str, model: str, path, outcome: str, named: dict | None, value, why: str) -> Injection:
+    injection = Injection(cause, model, path or "its int8 kernels", outcome, injected=value, why=why)
+    if named:
+        injection.named = named["name"] if named["explains"] else None
+        injection.parameters = named["parameters"]
+    return injection

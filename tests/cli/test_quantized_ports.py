@@ -1,0 +1,188 @@
+"""Quantized ports judged against the quantization noise they declare (issue 55): correct ONNX
+Runtime int8 ports of the zoo models flag nothing, their units' rms error about 1x what their
+quantize points' uniform noise predicts; a user's quantized file with one wrong scale is flagged
+at that unit, beyond its noise; a bad --calibration file is one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from cli_runner import run_main
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accuracy.backends import onnx_graph
+from accuracy.judge.verdicts import BEYOND, WITHIN_NOISE
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model import zoo
+from accuracy.workflows.model.ports.onnx_quantized import _quantized
+from accuracy.workflows.model.ports.torchao_port import SYMMETRIC_ROW, linear_variance
+from accuracy.workflows.model.trace import model_inputs
+
+SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
+PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+
+
+def _ports(capsys, factory: str, shape: str, *extra: str) -> tuple[int, dict]:
+    args = ["model", factory, "--inputs", shape, *(a for p in PORTS for a in ("--port", p)), *extra, "--json"]
+    status, out, _ = run_main(capsys, *args)
+    return status, json.loads(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "shape"), [("small_cnn", "x=2x3x8x8"), ("small_transformer", "x=2x4x16")])
+def test_correct_onnx_runtime_int8_ports_flag_nothing_and_their_error_is_their_noise(capsys, model, shape):
+    status, report = _ports(capsys, f"accuracy.workflows.model.zoo:{model}", shape)
+    assert status == 0, report["absent_ports"]
+    assert [p["port"] for p in report["ports"]] == list(PORTS)
+    for port in report["ports"]:
+        assert (port["flagged"], port["not_compared"]) == (0, 0)
+        assert port["end_to_end"]["verdict"] == WITHIN_NOISE
+        rows = [r for r in port["layers"] if "quantization" in r]
+        assert len(rows) >= 3  # every layer with weights
+        for row in rows:
+            figures = row["quantization"]
+            assert row["verdict"] == WITHIN_NOISE
+            # measured 0.42 (a ReLU whose zeros are exact) to 1.58 (a Conv whose negative outputs the ReLU
+            # after it clips): the noise, not a margin's worth more
+            assert 0.3 < figures["ratio"] < 1.7, (port["port"], row["path"], figures["ratio"])
+            assert figures["ratio"] < figures["threshold"]
+            if not figures["clip_affected"]:  # SQNR counts the clipping too: 1 dB at that Conv
+                assert 15 < figures["sqnr_db"] < 80
+            assert figures["points"]
+
+
+@pytest.mark.slow
+def test_a_zero_point_stuck_at_0_leaves_every_unit_within_its_noise_and_the_output_flagged(capsys, tmp_path):
+    """An asymmetric uint8 point whose zero point is 0 clips the negative range (ModelTC/MQBench
+    PR #189): the unit's clipping is counted apart, the output's is error."""
+    model, x = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
+    quantized = _quantized(onnx_graph.export(model, x), "ort-int8", [x])
+    zero = next(t for t in quantized.graph.initializer if t.name == "/proj/Add_output_0_zero_point")
+    assert onnx.numpy_helper.to_array(zero) == 135  # the range calibrated: about half of it negative
+    zero.CopyFrom(onnx.numpy_helper.from_array(np.zeros((), np.uint8), zero.name))
+    path = tmp_path / "int8_zero_point.onnx"
+    onnx.save(quantized, path)
+    factory = "accuracy.workflows.model.zoo:small_transformer"
+    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x4x16", "--onnx", f"bug={path}", "--json")
+    assert status == 1
+    port = json.loads(out)["ports"][0]
+    assert port["flagged"] == 0 and {r["verdict"] for r in port["layers"]} == {WITHIN_NOISE}
+    proj = next(r for r in port["layers"] if r["path"] == "proj")["quantization"]
+    assert proj["clip_affected"] == 84 and proj["clip_rms"] > 50 * proj["expected_rms"]  # shown, counted apart
+    end = port["end_to_end"]
+    assert end["verdict"] == BEYOND and "beyond its quantization noise" in end["reason"]
+    assert end["quantization"]["ratio"] > 10  # measured 19.7
+    assert end["first_departs"] == "proj"  # the unit whose clipping, counted apart there, changed most
+
+
+@pytest.mark.slow
+def test_a_quantized_file_with_a_wrong_weight_scale_is_flagged_at_that_layer(capsys, tmp_path):
+    model, x = zoo.small_cnn().eval(), zoo.example_inputs("small_cnn")
+    quantized = _quantized(onnx_graph.export(model, x), "ort-int8", [x])
+    scale = next(t for t in quantized.graph.initializer if t.name == "conv2.weight_scale")
+    doubled = onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scale) * 2, scale.name)
+    scale.CopyFrom(doubled)  # the weights dequantized at twice their step: a wrong scale factor
+    path = tmp_path / "int8_bug.onnx"
+    onnx.save(quantized, path)
+    status, out, _ = run_main(capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--onnx", f"bug={path}", "--json")
+    assert status == 1
+    port = json.loads(out)["ports"][0]
+    rows = {r["path"]: r for r in port["layers"]}
+    assert port["first_not_within"] == "conv2"
+    assert rows["conv2"]["verdict"] == BEYOND
+    assert "beyond its quantization noise" in rows["conv2"]["reason"]
+    assert rows["conv2"]["quantization"]["ratio"] > 30  # measured 81.9
+    assert rows["conv1"]["verdict"] == WITHIN_NOISE  # before it: its own noise
+    assert 0.5 < rows["conv1"]["quantization"]["ratio"] < 1.5
+    assert port["end_to_end"]["verdict"] == BEYOND
+
+
+@pytest.mark.slow
+def test_calibration_on_another_file_is_read_and_a_bad_one_is_one_line(capsys, tmp_path):
+    given = model_inputs("x=2x3x8x8")["x"]
+    other = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    good = write_arrays(tmp_path / "calibration.npz", {"x": np.concatenate([other, given])})  # two batches
+    status, out, _ = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8", "--calibration", good, "--json"
+    )
+    port = json.loads(out)["ports"][0]
+    assert "calibrated on calibration.npz" in port["description"]
+    assert status == 0 and port["flagged"] == 0
+    # calibrated on other data alone: one of the 10 outputs past its range, clipped: counted as error there
+    narrow = write_arrays(tmp_path / "other.npz", {"x": other})
+    status, out, _ = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8", "--calibration", narrow, "--json"
+    )
+    end = json.loads(out)["ports"][0]["end_to_end"]
+    assert status == 1 and end["verdict"] == BEYOND
+    assert "changed by clipping, counted as error" in end["reason"]
+    wrong = write_arrays(tmp_path / "wrong.npz", {"x": other[:, :2]})
+    for path, words in ((wrong, "has shape (2, 2, 8, 8)"), (tmp_path / "missing.npz", "--calibration")):
+        status, out, err = run_main(
+            capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8", "--calibration", path
+        )
+        assert status == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1 and words in err
+
+
+@pytest.mark.slow
+def test_the_text_and_the_page_give_each_units_noise_in_other_tools_figures(capsys, tmp_path):
+    page = tmp_path / "model.html"
+    status, text, _ = run_main(
+        capsys, "model", SMALL_CNN, "--inputs", "x=2x3x8x8", "--port", "ort-int8-dynamic", "--html", page
+    )
+    assert status == 0
+    lines = text.splitlines()
+    at = lines.index("ort-int8-dynamic: each unit against its quantization noise:")
+    assert lines[at + 1].split() == [
+        "layer", "expected", "rms", "rms", "ratio", "flags", "over", "rmse/scale", "SQNR", "own", "dB", "SQNR", "acc",
+        "dB", "clipped",
+    ]  # fmt: skip
+    fc = next(line.split() for line in lines[at + 3 :] if line.startswith("fc "))
+    ratio, own, accumulated = float(fc[3]), float(fc[6]), float(fc[7])
+    assert 0.5 < ratio < 1.3 and 35 < own < 60 and 35 < accumulated < 60  # measured 0.711, 46.3, 42.6 dB
+    assert "within quantization noise  0.711x noise" in text  # the fc row of the verdict table
+    assert any(line.startswith("ort-int8-dynamic: output: rms ") for line in lines)
+    html = page.read_text()
+    assert "<h3>Each unit against its quantization noise</h3>" in html
+    assert "<td class='cyan'>within quantization noise</td>" in html
+
+
+@pytest.mark.slow
+def test_torchaos_int8_ports_flag_nothing_and_their_linear_layers_error_is_their_noise(capsys):
+    factory = "accuracy.workflows.model.zoo:small_transformer"
+    args = ["--port", "torchao-int8-weight", "--port", "torchao-int8-dynamic", "--json"]
+    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x4x16", *args)
+    assert status == 0
+    for port in json.loads(out)["ports"]:
+        rows = {r["path"]: r for r in port["layers"]}
+        assert port["flagged"] == 0 and port["end_to_end"]["verdict"] == WITHIN_NOISE
+        for path in ("proj", "up", "down"):  # the Linear layers torchao quantizes
+            assert rows[path]["verdict"] == WITHIN_NOISE
+            assert 0.8 < rows[path]["quantization"]["ratio"] < 1.3  # measured 0.94 to 1.17
+        assert rows["norm"]["verdict"] == "within rounding"  # PyTorch's own LayerNorm, judged as any
+        assert 0.8 < port["end_to_end"]["quantization"]["ratio"] < 1.3  # measured 1.02 and 1.03
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dynamic=st.booleans())
+def test_the_closed_form_variance_of_a_linear_layer_is_that_of_rounding_its_weights(seed, dynamic):
+    """Rounding each weight row to its step (and each input row to its own, dynamic) gives each
+    output the variance linear_variance predicts: measured over 4000 random offsets of the grid."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    x, weight = rng.standard_normal((3, 24)), rng.standard_normal((5, 24))
+    steps = np.abs(weight).max(axis=1) / 127
+    row_steps = np.abs(x).max(axis=1, keepdims=True) / SYMMETRIC_ROW
+    errors = []
+    for _ in range(4000):  # a random offset of each grid: rounding error uniform on a step
+        w = weight + (rng.uniform(-0.5, 0.5, weight.shape) * steps[:, None])
+        xs = x + rng.uniform(-0.5, 0.5, x.shape) * row_steps if dynamic else x
+        errors.append(xs @ w.T - x @ weight.T)
+    measured = np.mean(np.square(errors), axis=0)
+    predicted = linear_variance(x, weight, steps, dynamic)
+    # 4000 draws: each variance to about 3% (the second-order term x-noise * w-noise is 1e-4 of it)
+    np.testing.assert_allclose(measured, predicted, rtol=0.1)
