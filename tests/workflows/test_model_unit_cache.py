@@ -12,6 +12,7 @@ import functools
 import importlib
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -404,3 +405,26 @@ def test_each_port_gets_the_stage_its_own_outputs_settle_at(cache_path, monkeypa
 
     assert "RMS error of 8 Monte Carlo runs" in basis(close)
     assert "RMS error of 8 Monte Carlo runs" not in basis(far) and basis(far) == basis(close, far)
+
+
+@pytest.mark.parametrize("module", ["accuracy.judge.kernels", "accuracy.judge.torch_emulation"])
+def test_an_edit_of_the_kernels_or_the_emulation_misses(tmp_path, monkeypatch, module):
+    """The kernels' approximations came to reach in-place ops (aten.silu_), and the cache kept
+    giving the tier derived without them: 22 of EfficientNet-B0's blocks stayed flagged on a
+    correct ONNX Runtime port. The key digests the source of the code that derives a tier."""
+    from accuracy.workflows.model import state_key, unit_cache
+
+    unit = Unit([_call("layers.0.input_layernorm")])
+    inputs = port_inputs(unit.calls[0].inputs, FLOAT32)
+    unit_cache._judge_code.cache_clear()
+    base = _key(unit, inputs=inputs)
+    edited = tmp_path / "edited.py"
+    edited.write_bytes(Path(importlib.import_module(module).__file__).read_bytes() + b"\n# edited\n")
+    getfile = state_key.inspect.getfile
+    monkeypatch.setattr(state_key.inspect, "getfile", lambda m: str(edited) if m.__name__ == module else getfile(m))
+    unit_cache._judge_code.cache_clear()
+    try:
+        assert _key(unit, inputs=inputs) != base
+    finally:
+        monkeypatch.undo()
+        unit_cache._judge_code.cache_clear()

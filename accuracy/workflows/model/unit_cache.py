@@ -44,13 +44,14 @@ KEY_FORMAT = 1
 
 @functools.cache
 def _judge_code() -> str:
-    """The code that computes an entry (the typical tier, the torch emulation, the function model,
-    the unit's evaluation): an edit of opbench itself misses, whatever MODEL_VERSION says."""
+    """The code that computes an entry (the typical tier, the torch emulation and the kernels it
+    models, the function model, the unit's evaluation): an edit of opbench itself misses, whatever
+    MODEL_VERSION says (kernels.key() names the approximations in force, not how they are matched)."""
     from accuracy.judge import torch_emulation
     from accuracy.workflows import check
     from accuracy.workflows.model import state_key, trace, units
 
-    return source_digest(typical, torch_emulation, check, trace, units, state_key, sys.modules[__name__])
+    return source_digest(typical, torch_emulation, kernels, check, trace, units, state_key, sys.modules[__name__])
 
 
 def unit_key(
