@@ -1,9 +1,11 @@
 """The package's layer order holds: a lower layer never imports an upper one, at module level or inside a
-function (a function-level import is still a dependency; it only hides it from import-time cycles)."""
+function (a function-level import is still a dependency; it only hides it from import-time cycles);
+and no modules import one another in a cycle, within a layer as across."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +81,59 @@ def layer_violations(package_dir: Path) -> list[str]:
 
 def test_no_layer_imports_an_upper_layer():
     assert layer_violations(ROOT / PACKAGE) == []
+
+
+def import_cycle(package_dir: Path) -> list[str]:
+    """One cycle of modules importing one another, anywhere in them (function-level imports
+    included), as [a, b, ..., a]; [] where there is none. `workflows.check` once reached
+    `model.op_causes`, whose catalogue reached `model.units`, which imported `check` back: seven
+    modules, the closing imports hidden inside functions."""
+    package = package_dir.name
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir.parent).with_suffix("")
+        is_package = relative.name == "__init__"
+        modules[".".join(relative.parts[:-1] if is_package else relative.parts)] = (path, is_package)
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        graph[module] = set()
+        imported = [target for _, target in _imported_modules(tree, module, is_package)]
+        imported += [  # `from accuracy.workflows.model import units`: the module units, not only the package
+            f"{node.module}.{alias.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level
+            for alias in node.names
+        ]
+        for target in imported:
+            parts = target.split(".")
+            while parts and ".".join(parts) not in modules:  # a name imported from a module: the module
+                parts.pop()
+            if parts and parts[0] == package and ".".join(parts) != module:
+                graph[module].add(".".join(parts))
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as cycle:
+        return list(cycle.args[1])
+    return []
+
+
+def test_no_modules_import_one_another_in_a_cycle():
+    assert import_cycle(ROOT / PACKAGE) == []
+
+
+def test_a_planted_cycle_through_a_function_level_import_is_found(tmp_path):
+    package = _write(
+        tmp_path,
+        {
+            **CLEAN,
+            "judge/typical.py": "from accuracy.judge.verdicts import Judgement\n",
+            "judge/verdicts.py": "def judge():\n    from accuracy.judge import typical\n",
+        },
+    )
+    cycle = import_cycle(package)
+    assert sorted(set(cycle)) == ["accuracy.judge.typical", "accuracy.judge.verdicts"] and cycle[0] == cycle[-1]
+    assert import_cycle(_write(tmp_path / "clean", CLEAN)) == []
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -14,12 +14,13 @@ most 3 representable numbers away from the exact value rounded to the result's f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat, ulp
+from accuracy.judge.precision import compute_format
 
 _NUMPY_TABLE = "numpy umath-validation-set-{}.csv"
 # function -> {dtype: max ulp}, transcribed from the `ulperror` column of numpy's files
@@ -66,3 +67,18 @@ def ulps_from_correctly_rounded(result: np.ndarray, rounded: np.ndarray, fmt: Fl
         spacing = np.minimum(ulp(r, fmt), ulp(c, fmt))
         steps = np.abs(r - c) / spacing
     return np.where(same, 0.0, np.where(np.isfinite(steps), np.round(steps), np.inf))
+
+
+def generic_contract(op: Any, fmt: FloatFormat) -> Contract | None:
+    """The loosest ulp contract any of the registry op `op`'s implementations publishes for `fmt`:
+    what an output of unknown origin may claim (None where no library publishes one)."""
+    published = [
+        c
+        for impl in op.impls
+        if fmt.name in impl.dtypes
+        if (c := contract_for(op.name, impl, fmt, compute_format(impl, fmt, op.family)))
+    ]
+    if not published:
+        return None
+    loosest = max(published, key=lambda c: c.max_ulp)
+    return replace(loosest, source=f"generic contract for any {op.name}: {loosest.source}")

@@ -9,7 +9,7 @@ that differ from PyTorch's. `check` answers "rounding or bug?" for those very ar
   implementations publishes for the dtype (IEEE 754's correctly rounded sqrt, numpy's tables),
   else the worst-case bound and typical tier of a computation in the output's own precision;
 - for a user's function, which has no worst-case bound, against the function evaluated in
-  float64 on the same inputs, by the typical tier (see `_function_model`).
+  float64 on the same inputs, by the typical tier (accuracy.judge.function_tier).
 
 Every problem with the files or arrays is found before anything is judged and is one
 OpbenchError naming the file, so a bad input writes nothing and prints one line.
@@ -17,11 +17,9 @@ OpbenchError naming the file, so a bad input writes nothing and prints one line.
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,25 +28,16 @@ from accuracy.backends import get_backend
 from accuracy.catalog.registry import OpInfo, get_op
 from accuracy.core.dtypes import FORMATS, FloatFormat, format_of
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.core.formatting import format_number, printable
+from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
+from accuracy.core.loading import load_function
 from accuracy.judge import contracts
-from accuracy.judge.error_metrics import rounding_error, ulp_error
-from accuracy.judge.precision import compute_format
-from accuracy.judge.typical import (
-    RANDOM_RUNS,
-    RUN_STAGES,
-    SEED,
-    TYPICAL_Z,
-    TypicalModel,
-    model_from_rms,
-    model_from_runs,
-    typical_model,
-)
-from accuracy.judge.verdicts import WITHIN, Evidence, FunctionSubject, Judgement
-from accuracy.reference.exact import Exact
+from accuracy.judge.function_tier import function_evidence, judged_row
+from accuracy.judge.verdicts import WITHIN, Evidence
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
 from accuracy.workflows.explain import pairwise
+from accuracy.workflows.model.answer import cause_text, worst_text
+from accuracy.workflows.model.op_causes import with_cause
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
@@ -83,48 +72,6 @@ class CheckReport:
             for o in self.outputs
             if o["verdict"] != WITHIN
         )
-
-
-def worst_text(worst: dict) -> str:
-    """The element that decided, as the answer lines print it."""
-    if not worst:
-        return "-"
-    return (
-        f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
-        f"({format_number(worst['error_ulp'])} ulp)"
-    )
-
-
-def cause_text(cause: dict | None) -> str:
-    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
-    if not cause:
-        return ""
-    if cause["words"] is None:
-        return "no known cause explains it (none in the catalogue applies to it); "
-    if cause["explains"]:
-        also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
-        return f"explained by {cause['words']}{also}; "
-    ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
-    return f"no known cause explains it (nearest: {cause['words']}, {ratio}x its tier's limit); "
-
-
-def judged_row(label: str, output: np.ndarray, exact: Exact, judgement: Judgement) -> dict:
-    """One output's row of a report: its verdict and the numbers behind it."""
-    ulps = ulp_error(output, exact)
-    finite = ulps[np.isfinite(ulps)]
-    return {
-        "label": label,
-        "verdict": judgement.verdict,
-        "reason": judgement.reason,
-        "compute": judgement.compute,
-        "contract": judgement.contract,
-        "max_ulp": float(finite.max()) if finite.size else 0.0,
-        "typical_ratio": judgement.typical_ratio,
-        "bound_ratio": judgement.bound_ratio,
-        "threshold_ulp": judgement.threshold_ulp,
-        "lapack_ratio": judgement.lapack_ratio,
-        "worst": judgement.worst,
-    }
 
 
 # --- reading and validating what the user brings -------------------------------------------
@@ -220,21 +167,6 @@ def _check_shapes(outputs: dict, shape: tuple, what: str) -> None:
 # --- registry ops --------------------------------------------------------------------------
 
 
-def generic_contract(op: OpInfo, fmt: FloatFormat) -> contracts.Contract | None:
-    """The loosest ulp contract any of the op's implementations publishes for `fmt`: what an
-    output of unknown origin may claim (None where no library publishes one)."""
-    published = [
-        c
-        for impl in op.impls
-        if fmt.name in impl.dtypes
-        if (c := contracts.contract_for(op.name, impl, fmt, compute_format(impl, fmt, op.family)))
-    ]
-    if not published:
-        return None
-    loosest = max(published, key=lambda c: c.max_ulp)
-    return replace(loosest, source=f"generic contract for any {op.name}: {loosest.source}")
-
-
 def _op_fp64_shape(op: OpInfo, inputs: dict, source: str) -> tuple:
     """The result shape, from the float64 formula: an input the op cannot take fails here."""
     try:
@@ -266,14 +198,14 @@ def check_op(
     if contract_ulps is not None and contract_ulps < 0:
         raise OpbenchError(f"--contract must be a number of ulps >= 0, got {contract_ulps}")
     contract = (
-        contracts.Contract(contract_ulps, "--contract") if contract_ulps is not None else generic_contract(op, fmt)
+        contracts.Contract(contract_ulps, "--contract")
+        if contract_ulps is not None
+        else contracts.generic_contract(op, fmt)
     )
     evidence = Evidence(op, rounded, fmt)
     arrays = {label: a for label, (a, _) in given.items()}
     judgements = {label: evidence.judge(a, None, contract, compute) for label, a in arrays.items()}
     rows = [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()]
-    from accuracy.workflows.model.op_causes import with_cause  # the catalogue imports this module
-
     for row in rows:
         with_cause(row, op.name, rounded, fmt, arrays[row["label"]], compute)
     return CheckReport(
@@ -282,31 +214,6 @@ def check_op(
 
 
 # --- user functions ------------------------------------------------------------------------
-
-
-def load_function(spec: str, what: str = "--fn") -> Callable:
-    """MODULE:FUNCTION, importable from the current directory as `python -m` would; `what`
-    names the argument in errors."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise OpbenchError(f"{what} {spec!r}: expected MODULE:FUNCTION, e.g. mylayers:block")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    # the module sees a command line of its own name only: one that parses sys.argv at import
-    # (argparse) read opbench's arguments, printed "usage: opbench [-h] [--lr LR]" and exited
-    argv, sys.argv = sys.argv, [module_name]
-    try:
-        module = importlib.import_module(module_name)
-    except SystemExit as exc:  # user code must not end opbench silently, with its exit status
-        raise OpbenchError(f"{what} {spec!r}: importing {module_name} called sys.exit({exc.code!r})") from None
-    except Exception as exc:
-        raise OpbenchError(f"{what} {spec!r}: cannot import {module_name}: {exc}") from None
-    finally:
-        sys.argv = argv
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise OpbenchError(f"{what} {spec!r}: {module_name} has no function {name!r}")
-    return fn
 
 
 FUNCTION_BACKENDS = ("numpy", "torch")  # what a user's function is tried with, in this order
@@ -352,112 +259,6 @@ def _evaluate(fn: Callable, name: str, inputs: dict, fmt: FloatFormat, backend_n
         raise OpbenchError(f"{name} failed on {_shapes(inputs)} in {fmt.name}: {first_line(exc, typed=True)}") from None
 
 
-def run_stages(judged: Sequence[np.ndarray]) -> tuple[int, ...]:
-    """The Monte Carlo runs taken in turn: in stages where the outputs to judge are known."""
-    return RUN_STAGES if len(judged) else (RANDOM_RUNS,)
-
-
-def judged_errors(judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat) -> list[np.ndarray]:
-    """The rounding errors of the outputs to judge, computed once for every stage's `settled`."""
-    return [rounding_error(o, exact, fmt) for o in judged]
-
-
-def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> bool:
-    """Whether every output whose rounding errors are `errors` (judged_errors) is within rounding
-    by the model of `runs` runs as the 64 runs would judge it: below sqrt(runs/64) of its
-    threshold (RUN_STAGES)."""
-    return all(model.ratio(err) < np.sqrt(runs / RANDOM_RUNS) for err in errors)
-
-
-# a function's typical tier at each stage derived (0: the first-order spread's), with its basis
-Stages = dict[int, tuple[TypicalModel, str]]
-
-
-def _function_model(
-    fn,
-    backend_name,
-    inputs64,
-    exact,
-    fmt,
-    own,
-    products: FloatFormat | None = None,
-    judged: Sequence[np.ndarray] = (),
-    stages: Stages | None = None,
-) -> tuple[TypicalModel | None, str]:
-    """The typical tier for a function, derived as typical.py derives it for registry ops: the
-    scale per element is the larger of the RMS error of RANDOM_RUNS Monte Carlo runs of the
-    function in `fmt` arithmetic and the error of one deterministic `fmt` run, against its
-    float64 evaluation; TYPICAL_Z of it plus one ulp is flagged. A numpy function's runs are its
-    formula emulated (accuracy.judge.emulation, deterministic run: round-to-nearest recursive sums); a
-    torch function's are its ATen ops with sampled roundings (accuracy.judge.torch_emulation,
-    deterministic run: its own `fmt` result; `products`: the format its contractions round their
-    products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed.
-    `stages`, where given, receives a torch function's tier at each stage derived: what a cache
-    keeps to give other outputs the tier this would give them (accuracy/workflows/model/unit_cache.py)."""
-
-    def how(runs: str, deterministic: str, sampled: str = f"RMS error of {RANDOM_RUNS} Monte Carlo runs") -> str:
-        return (
-            f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max({sampled}, "
-            f"{deterministic}'s error) against its float64 evaluation, flagged above {TYPICAL_Z:g}x scale + 1 ulp"
-        )
-
-    if backend_name == "numpy":
-        try:
-            model = typical_model(fn, inputs64, exact, fmt, fmt)
-        except Exception:
-            model = None
-        return model, (
-            how("its formula emulated", "a round-to-nearest recursive run")
-            if model
-            else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
-        )
-    from accuracy.judge.torch_emulation import MonteCarloRuns, first_order_spread  # torch only where needed
-
-    def finished(stage: int, model: TypicalModel, sampled: str, unmodelled, contracted, roundings: int):
-        rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
-        inputs_rounded = (
-            f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
-            if products is not None and contracted
-            else ""
-        )
-        tier = (
-            model.with_worst_case(roundings, exact, fmt),
-            how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
-            + inputs_rounded
-            + rounded_once,
-        )
-        if stages is not None:  # kept only where asked: each stage's arrays are the output's size
-            stages[stage] = tier
-        return tier
-
-    failed = "torch's Monte Carlo mode cannot run this function"
-    try:  # exact where each rounding reaches the output along one linear path: no runs needed
-        rms, unmodelled, contracted, roundings = first_order_spread(fn, inputs64, fmt, products)
-        model = model_from_rms(rms, own, exact, fmt, fmt.name) if np.shape(rms) == exact.shape else None
-    except Exception:  # NotFirstOrder, or an op the propagation cannot follow: the runs can
-        model = None
-    if model is not None:
-        sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
-        return finished(0, model, sampled, unmodelled, contracted, roundings)
-    runs = MonteCarloRuns(fn, inputs64, fmt, products)
-    errors = judged_errors(judged, exact, fmt)
-    done = 0
-    for stage in run_stages(judged):
-        try:
-            runs.extend([[SEED, i] for i in range(done, stage)])
-        except Exception:
-            return None, failed
-        done = stage
-        if any(np.shape(run) != exact.shape for run in runs.results):
-            return None, failed
-        model = model_from_runs(runs.results, own, exact, fmt, fmt.name)
-        sampled = f"RMS error of {done} Monte Carlo runs"
-        result = finished(stage, model, sampled, set(runs.unmodelled), set(runs.contracted), runs.roundings)
-        if settled(model, errors, stage):
-            break  # settled: every output within rounding, as the 64 runs would judge it
-    return result
-
-
 def check_function(fn: Callable | str, inputs, outputs=None, products: FloatFormat | None = None) -> CheckReport:
     name = fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
     fn = load_function(fn) if isinstance(fn, str) else fn
@@ -480,28 +281,6 @@ def check_function(fn: Callable | str, inputs, outputs=None, products: FloatForm
         [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()],
         pairwise(arrays, judgements),
     )
-
-
-def function_evidence(
-    fn: Callable,
-    name: str,
-    backend_name: str,
-    rounded: dict[str, np.ndarray],
-    fmt: FloatFormat,
-    own: np.ndarray,
-    reference: np.ndarray,
-    products: FloatFormat | None = None,
-    judged: Sequence[np.ndarray] = (),
-    stages: Stages | None = None,
-) -> Evidence:
-    """The evidence to judge outputs of `fn` on `rounded` by: its float64 evaluation `reference`
-    as the exact value, and the typical tier of its runs (`own`: its result at `fmt`). `judged`:
-    the outputs it will judge, where known, so that the Monte Carlo runs stop as soon as their
-    verdicts are settled (RUN_STAGES); `stages`: as `_function_model` fills it."""
-    exact = Exact.from_float64(reference)
-    inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in rounded.items()}
-    model, basis = _function_model(fn, backend_name, inputs64, exact, fmt, own, products, judged, stages)
-    return Evidence(FunctionSubject(name, model, basis), rounded, fmt, exact)
 
 
 def check(

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from accuracy.core.dtypes import FORMATS
+from accuracy.judge.function_tier import function_evidence
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.check import function_evidence
 
 FLOAT32 = FORMATS["float32"]
 # ONNX Runtime's (graph optimizations on) GELU of BERT-base's encoder.layer.5.intermediate, the

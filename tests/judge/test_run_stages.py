@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accuracy.core.dtypes import FORMATS
+from accuracy.judge.function_tier import function_evidence
 from accuracy.judge.torch_emulation import MonteCarloRuns, monte_carlo_runs
-from accuracy.workflows.check import function_evidence
 
 FLOAT32 = FORMATS["float32"]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from accuracy.core.dtypes import get_format
+from accuracy.judge.function_tier import function_evidence
 from accuracy.judge.precision import TF32
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.check import function_evidence
 
 FLOAT32 = get_format("float32")
 

@@ -27,7 +27,15 @@ from accuracy.workflows.model.causes.precision import RoundedAround
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
-from accuracy.workflows.model.units import TYPICAL_TIER, Unit, _evidence, float64_reference, judge_unit, port_inputs
+from accuracy.workflows.model.units import (
+    TYPICAL_TIER,
+    Unit,
+    _evidence,
+    float64_reference,
+    judge_code,
+    judge_unit,
+    port_inputs,
+)
 from accuracy.workflows.model.zoo import example_inputs
 
 DECODER = "accuracy.workflows.model.zoo:decoder"
@@ -127,7 +135,7 @@ def _judged(unit: Unit, fmt=FLOAT32, products=None):
 
 def _key(unit: Unit, fmt=FLOAT32, products=None, inputs=None):
     inputs = port_inputs(unit.calls[0].inputs, fmt) if inputs is None else inputs
-    return unit_key(unit, inputs, fmt, products, float64_reference(unit, inputs, fmt))
+    return unit_key(unit, inputs, fmt, products, float64_reference(unit, inputs, fmt), judge_code())
 
 
 @pytest.mark.parametrize("path", ["layers.0.input_layernorm", "layers.0.self_attn", "layers.0"])
@@ -330,7 +338,7 @@ KEY_IN_A_PROCESS = """
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
-from accuracy.workflows.model.units import Unit, float64_reference, port_inputs
+from accuracy.workflows.model.units import Unit, float64_reference, judge_code, port_inputs
 from accuracy.workflows.model.zoo import example_inputs
 
 print(hash("opbench"))
@@ -340,7 +348,7 @@ for model in ("decoder", "llama_tiny"):
     for call in calls:
         unit = Unit([call])
         inputs = port_inputs(call.inputs, fmt)
-        print(model, call.path, unit_key(unit, inputs, fmt, None, float64_reference(unit, inputs, fmt)))
+        print(model, call.path, unit_key(unit, inputs, fmt, None, float64_reference(unit, inputs, fmt), judge_code()))
 """
 
 
@@ -412,19 +420,19 @@ def test_an_edit_of_the_kernels_or_the_emulation_misses(tmp_path, monkeypatch, m
     """The kernels' approximations came to reach in-place ops (aten.silu_), and the cache kept
     giving the tier derived without them: 22 of EfficientNet-B0's blocks stayed flagged on a
     correct ONNX Runtime port. The key digests the source of the code that derives a tier."""
-    from accuracy.workflows.model import state_key, unit_cache
+    from accuracy.workflows.model import state_key
 
     unit = Unit([_call("layers.0.input_layernorm")])
     inputs = port_inputs(unit.calls[0].inputs, FLOAT32)
-    unit_cache._judge_code.cache_clear()
+    judge_code.cache_clear()
     base = _key(unit, inputs=inputs)
     edited = tmp_path / "edited.py"
     edited.write_bytes(Path(importlib.import_module(module).__file__).read_bytes() + b"\n# edited\n")
     getfile = state_key.inspect.getfile
     monkeypatch.setattr(state_key.inspect, "getfile", lambda m: str(edited) if m.__name__ == module else getfile(m))
-    unit_cache._judge_code.cache_clear()
+    judge_code.cache_clear()
     try:
         assert _key(unit, inputs=inputs) != base
     finally:
         monkeypatch.undo()
-        unit_cache._judge_code.cache_clear()
+        judge_code.cache_clear()

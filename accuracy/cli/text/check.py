@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import BY_NAME
-from accuracy.workflows.check import CHECK_COLUMNS, CheckReport, cause_text, worst_text
+from accuracy.workflows.check import CHECK_COLUMNS, CheckReport
 from accuracy.workflows.explain import pairs_section
+from accuracy.workflows.model.answer import cause_text, worst_text
 
 
 def render(report: CheckReport) -> str:

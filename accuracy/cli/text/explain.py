@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_number, format_table
 from accuracy.judge.metric_table import cli_columns
-from accuracy.workflows.check import cause_text
+from accuracy.workflows.model.answer import cause_text
 
 
 def _why(r: dict) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from accuracy.core.formatting import format_number
 from accuracy.judge.verdicts import (
     BEYOND,
     ERROR,
@@ -22,7 +23,6 @@ from accuracy.judge.verdicts import (
     WITHIN,
     WITHIN_NOISE,
 )
-from accuracy.workflows.check import cause_text
 
 Row = Mapping[str, Any]  # a unit's row or a port's result (UnitRow, PortResult), or its --json form
 LINE = 160  # characters per answer line
@@ -30,6 +30,29 @@ INDENTED = LINE - 2  # the second and third lines, indented under the first
 SHORT = 64  # characters of a row's short reason
 FOLD = 40  # units per port the terminal shows in full without -v (above: the flagged ones, and the top level)
 RERUN = "this command with --explain-verdicts"  # how each threshold was derived, on the same run
+
+
+def worst_text(worst: dict) -> str:
+    """The element that decided, as the answer lines print it."""
+    if not worst:
+        return "-"
+    return (
+        f"[{', '.join(map(str, worst['index']))}] {worst['result']:.9g} vs exact {worst['exact']:.9g} "
+        f"({format_number(worst['error_ulp'])} ulp)"
+    )
+
+
+def cause_text(cause: dict | None) -> str:
+    """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
+    if not cause:
+        return ""
+    if cause["words"] is None:
+        return "no known cause explains it (none in the catalogue applies to it); "
+    if cause["explains"]:
+        also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
+        return f"explained by {cause['words']}{also}; "
+    ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
+    return f"no known cause explains it (nearest: {cause['words']}, {ratio}x its tier's limit); "
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,9 @@ from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE, Outcome
-from accuracy.workflows.check import cause_text, worst_text
 from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
-from accuracy.workflows.model.answer import clip, is_flagged, number, port_answer
+from accuracy.workflows.model.answer import cause_text, clip, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismatches, relative

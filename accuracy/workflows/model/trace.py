@@ -18,10 +18,10 @@ import numpy as np
 from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
+from accuracy.core.loading import load_function
 from accuracy.core.waiting import said_while_waiting
 from accuracy.reference.inputs import normal, seed_for
 from accuracy.workflows.array_files import parse_shapes, read_arrays
-from accuracy.workflows.check import load_function
 
 CALL_MARK = "#"
 OUTPUT_KEY = "output"  # the activations file's key for the model's output (activations_file.py)

@@ -14,7 +14,6 @@ class without source) judges the unit afresh.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,11 +22,11 @@ import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge import kernels, typical
+from accuracy.judge.function_tier import Stages, judged_errors, run_stages, settled
 from accuracy.judge.typical import model_from_scale
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
-from accuracy.workflows.check import Stages, judged_errors, run_stages, settled
 from accuracy.workflows.model.state_key import (
     Key,
     Uncacheable,
@@ -36,36 +35,25 @@ from accuracy.workflows.model.state_key import (
     put_module,
     put_tensor,
     put_value,
-    source_digest,
 )
 
 KEY_FORMAT = 1
 
 
-@functools.cache
-def _judge_code() -> str:
-    """The code that computes an entry (the typical tier, the torch emulation and the kernels it
-    models, the function model, the unit's evaluation): an edit of opbench itself misses, whatever
-    MODEL_VERSION says (kernels.key() names the approximations in force, not how they are matched)."""
-    from accuracy.judge import torch_emulation
-    from accuracy.workflows import check
-    from accuracy.workflows.model import state_key, trace, units
-
-    return source_digest(typical, torch_emulation, kernels, check, trace, units, state_key, sys.modules[__name__])
-
-
 def unit_key(
-    unit: Any, inputs: list, fmt: FloatFormat, products: FloatFormat | None, reference: np.ndarray
+    unit: Any, inputs: list, fmt: FloatFormat, products: FloatFormat | None, reference: np.ndarray, code: str
 ) -> str | None:
     """The key of `unit`'s typical tier on `inputs` (torch tensors in `fmt`) whose float64
-    evaluation is `reference`; None where some state of it cannot be described."""
+    evaluation is `reference`, computed by the code whose digest is `code` (its caller's: an edit
+    of opbench itself misses, whatever MODEL_VERSION says); None where some state of it cannot be
+    described."""
     import torch
 
     key = Key(f"unit-typical:{KEY_FORMAT}")
     try:
         if global_hooks():
             raise Uncacheable("a global forward hook")
-        key.put("versions", f"{torch.__version__}:{np.__version__}:{sys.version}:{_judge_code()}")
+        key.put("versions", f"{torch.__version__}:{np.__version__}:{sys.version}:{code}")
         key.put("default dtype", str(torch.get_default_dtype()))
         key.put(
             "tier",

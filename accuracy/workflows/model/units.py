@@ -13,6 +13,8 @@ value of that unit on those inputs:
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -23,11 +25,14 @@ from accuracy.catalog.module_ops import module_op
 from accuracy.catalog.registry import get_op
 from accuracy.catalog.runtime_limits import limits_of
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge import kernels
+from accuracy.judge import function_tier, kernels, typical
+from accuracy.judge.contracts import generic_contract
 from accuracy.judge.error_metrics import rounding_error
+from accuracy.judge.function_tier import Stages, function_evidence, judged_row
 from accuracy.judge.verdicts import RUNTIME_LIMIT, WITHIN, Evidence, ExactLookup, Judgement
 from accuracy.reference.exact import Exact
-from accuracy.workflows.check import Stages, function_evidence, generic_contract, judged_row
+from accuracy.workflows.model import state_key, trace, unit_cache
+from accuracy.workflows.model.state_key import source_digest
 from accuracy.workflows.model.trace import LayerCall, converted, float64_throughout, run_calls
 from accuracy.workflows.model.unit_cache import cached_function_evidence, unit_key
 
@@ -214,9 +219,22 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
         return function_evidence(fn, unit.key, "torch", named, fmt, own, reference, products, judged, stages)
 
     # a rerun with another port reads the typical tier judged before on these inputs (unit_cache)
-    key = unit_key(unit, inputs, fmt, products, reference)
+    key = unit_key(unit, inputs, fmt, products, reference, judge_code())
     evidence = cached_function_evidence(key, unit.key, named, fmt, Exact.from_float64(reference), judged, computed)
     return evidence, reference.shape, (TYPICAL_TIER, None, None), reference
+
+
+@functools.cache
+def judge_code() -> str:
+    """The digest of the code that derives a unit's typical tier (the tier, the torch emulation and
+    the kernels it models, the function tier, the unit's evaluation, the cache's key): the unit
+    cache's key holds it. kernels.key() names the approximations in force, not how they are
+    matched: aten.silu_ came to be matched as silu, and cached tiers had to miss."""
+    from accuracy.judge import torch_emulation  # torch, only where a unit is judged
+
+    return source_digest(
+        typical, torch_emulation, kernels, function_tier, trace, state_key, unit_cache, sys.modules[__name__]
+    )
 
 
 def _ratio_in_force(unit: Unit, inputs: list, fmt: FloatFormat, output, products) -> float | None:

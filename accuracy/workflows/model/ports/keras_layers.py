@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import OpbenchError
-from accuracy.workflows.check import load_function
+from accuracy.core.loading import load_function
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.units import Unit, port_inputs
