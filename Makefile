@@ -70,9 +70,10 @@ bench-self: setup
 PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q --dist loadgroup
 
 # one worker more than cores: the end-to-end tests wait on their subprocesses (asv's runs, Dask's
-# start, the Ctrl-C tests' pauses), and a third worker fills that time (297 s against 307 s here)
+# start, the Ctrl-C tests' pauses), and a third worker fills that time (297 s against 307 s here);
+# the 25 slowest tests are listed at the end, where the loop's time goes
 test: setup browser
-	$(PYTEST) -n $$(( $$(getconf _NPROCESSORS_ONLN) + 1 ))
+	$(PYTEST) -n $$(( $$(getconf _NPROCESSORS_ONLN) + 1 )) --durations=25
 
 # the unit tests without the end-to-end ones (asv runs, subprocesses), one worker per core, fewer
 # hypothesis examples (tests/conftest.py): the loop while editing
