@@ -90,7 +90,7 @@ BUILT_IN = (
     PortSpec("ort-int8-dynamic", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
     PortSpec("torchao-int8-weight", torchao_port.torchao_port),
     PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
-    PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True, deploy=True),
+    PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True),
 )
 
 
