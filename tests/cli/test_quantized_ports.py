@@ -242,3 +242,39 @@ def test_openvinos_fake_quantize_rounds_with_the_noise_its_error_model_predicts(
     assert noise["clipped"] == 0 and noise["points"][0]["scale"] == pytest.approx(step, rel=1e-6)
     x[0, 0] = 1000 * step  # past the range's 127.5 steps
     assert error_model(openvino, compiled, model, [x])["clipped"] == 1
+
+
+def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise():
+    """small_cnn quantized by NNCF, then conv2's per-channel weight step doubled (a wrong scale):
+    its output against the float64 model is beyond the noise its points predict; as NNCF gave
+    it, within."""
+    import openvino
+    import openvino.opset13 as ops
+    import torch
+
+    from accuracy.judge.verdicts import SUSPICIOUS
+    from accuracy.workflows.model.ports.deploy import first_output
+    from accuracy.workflows.model.ports.openvino_int8 import OpenVinoInt8Port, error_model
+    from accuracy.workflows.model.quantization import noise_figures, verdict_of
+
+    model = zoo.small_cnn().eval()
+    x = model_inputs("x=2x3x8x8")["x"].astype(np.float32)
+    port = OpenVinoInt8Port("openvino-int8", model, {"x": x}, None)
+    with torch.no_grad():
+        quantized = port._quantize(port._ov_model(first_output(model), (torch.from_numpy(x),)), [[x]])
+        reference = model.double()(torch.from_numpy(x).double()).numpy()
+    arrays = [x]
+
+    def judged(ov_model) -> str:
+        output = np.asarray(port._compile(ov_model)(arrays)[0])
+        noise = error_model(openvino, port._compile, ov_model, arrays)
+        return verdict_of(noise_figures(output, reference, noise, apart=False))[0]
+
+    assert judged(quantized) == WITHIN_NOISE
+    (conv2,) = [
+        n for n in quantized.get_ordered_ops() if n.get_friendly_name().endswith("conv2/aten::_convolution/Convolution")
+    ]
+    step = conv2.input_value(1).get_node()  # Multiply(Convert(int8 weights), per-channel step)
+    scale = step.input_value(1).get_node()
+    step.input(1).replace_source_output(ops.constant(2 * scale.get_data()).output(0))
+    assert judged(quantized) in (SUSPICIOUS, BEYOND)
