@@ -278,3 +278,10 @@ def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise()
     scale = step.input_value(1).get_node()
     step.input(1).replace_source_output(ops.constant(2 * scale.get_data()).output(0))
     assert judged(quantized) in (SUSPICIOUS, BEYOND)
+
+
+def test_executorchs_int8_port_is_absent_and_says_it_is_not_built(capsys):
+    args = ["--inputs", "x=2x3x8x8", "--port", "executorch-int8", "--json"]
+    _status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
+    (absent,) = json.loads(out)["absent_ports"]
+    assert absent["port"] == "executorch-int8" and absent["reason"].startswith("not built: ")

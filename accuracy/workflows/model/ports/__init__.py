@@ -91,6 +91,7 @@ BUILT_IN = (
     PortSpec("torchao-int8-weight", torchao_port.torchao_port),
     PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
     PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True),
+    PortSpec("executorch-int8", executorch_port.executorch_int8),
 )
 
 
