@@ -186,3 +186,102 @@ def test_the_closed_form_variance_of_a_linear_layer_is_that_of_rounding_its_weig
     predicted = linear_variance(x, weight, steps, dynamic)
     # 4000 draws: each variance to about 3% (the second-order term x-noise * w-noise is 1e-4 of it)
     np.testing.assert_allclose(measured, predicted, rtol=0.1)
+
+
+@pytest.mark.slow
+def test_openvinos_int8_port_through_nncf_flags_nothing_and_its_error_is_its_noise(capsys):
+    factory = "accuracy.workflows.model.zoo:small_cnn"
+    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x3x8x8", "--port", "openvino-int8", "--json")
+    assert status == 0
+    (port,) = json.loads(out)["ports"]
+    rows = {r["path"]: r for r in port["layers"]}
+    assert (port["flagged"], port["not_compared"]) == (0, 0)
+    for path in ("conv1", "conv2", "fc"):  # the layers NNCF quantizes: their input and their weights
+        figures = rows[path]["quantization"]
+        assert rows[path]["verdict"] == WITHIN_NOISE
+        assert 0.7 < figures["ratio"] < 1.4  # measured 1.10, 0.975, 1.08
+        assert {p["kind"] for p in figures["points"]} == {"activation", "weight"}
+    assert rows["relu"]["verdict"] == "within rounding"  # NNCF leaves a ReLU alone in float
+    end = port["end_to_end"]
+    assert end["verdict"] == WITHIN_NOISE and 0.7 < end["quantization"]["ratio"] < 1.4  # measured 1.03
+
+
+def _fake_quantized(step: float, levels: int, shape: tuple):
+    """x -> FakeQuantize on [-(levels - 1) / 2, (levels - 1) / 2] steps -> x times 1: an
+    OpenVINO model with one activation point."""
+    import openvino
+    import openvino.opset13 as ops
+
+    x = ops.parameter(list(shape), openvino.Type.f32)
+    low, high = np.float32(-(levels - 1) / 2 * step), np.float32((levels - 1) / 2 * step)
+    quantized = ops.fake_quantize(x, low, high, low, high, levels)
+    return openvino.Model([ops.multiply(quantized, np.float32(1.0))], [x])
+
+
+@pytest.mark.parametrize("step", [0.01, 0.25])
+def test_openvinos_fake_quantize_rounds_with_the_noise_its_error_model_predicts(step):
+    """OpenVINO's own FakeQuantize on 4096 values inside its range errs by step / sqrt(12) rms,
+    which the error model built from the node (its range and levels) predicts; a value outside
+    the range is counted as clipped."""
+    import openvino
+
+    from accuracy.workflows.model.ports.openvino_int8 import error_model
+
+    core = openvino.Core()
+
+    def compiled(model):
+        return core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+    rng = np.random.Generator(np.random.PCG64(1))
+    x = rng.uniform(-100 * step, 100 * step, (1, 4096)).astype(np.float32)
+    model = _fake_quantized(step, 256, x.shape)
+    actual = np.asarray(compiled(model)([x])[0], np.float64) - x
+    noise = error_model(openvino, compiled, model, [x])
+    assert np.sqrt(np.mean(actual**2)) == pytest.approx(step / np.sqrt(12), rel=0.05)
+    assert np.sqrt(np.mean(noise["variance"])) == pytest.approx(step / np.sqrt(12), rel=0.05)
+    assert noise["clipped"] == 0 and noise["points"][0]["scale"] == pytest.approx(step, rel=1e-6)
+    x[0, 0] = 1000 * step  # past the range's 127.5 steps
+    assert error_model(openvino, compiled, model, [x])["clipped"] == 1
+
+
+def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise():
+    """small_cnn quantized by NNCF, then conv2's per-channel weight step doubled (a wrong scale):
+    its output against the float64 model is beyond the noise its points predict; as NNCF gave
+    it, within."""
+    import openvino
+    import openvino.opset13 as ops
+    import torch
+
+    from accuracy.judge.verdicts import SUSPICIOUS
+    from accuracy.workflows.model.ports.deploy import first_output
+    from accuracy.workflows.model.ports.openvino_int8 import OpenVinoInt8Port, error_model
+    from accuracy.workflows.model.quantization import noise_figures, verdict_of
+
+    model = zoo.small_cnn().eval()
+    x = model_inputs("x=2x3x8x8")["x"].astype(np.float32)
+    port = OpenVinoInt8Port("openvino-int8", model, {"x": x}, None)
+    with torch.no_grad():
+        quantized = port._quantize(port._ov_model(first_output(model), (torch.from_numpy(x),)), [[x]])
+        reference = model.double()(torch.from_numpy(x).double()).numpy()
+    arrays = [x]
+
+    def judged(ov_model) -> str:
+        output = np.asarray(port._compile(ov_model)(arrays)[0])
+        noise = error_model(openvino, port._compile, ov_model, arrays)
+        return verdict_of(noise_figures(output, reference, noise, apart=False))[0]
+
+    assert judged(quantized) == WITHIN_NOISE
+    (conv2,) = [
+        n for n in quantized.get_ordered_ops() if n.get_friendly_name().endswith("conv2/aten::_convolution/Convolution")
+    ]
+    step = conv2.input_value(1).get_node()  # Multiply(Convert(int8 weights), per-channel step)
+    scale = step.input_value(1).get_node()
+    step.input(1).replace_source_output(ops.constant(2 * scale.get_data()).output(0))
+    assert judged(quantized) in (SUSPICIOUS, BEYOND)
+
+
+def test_executorchs_int8_port_is_absent_and_says_it_is_not_built(capsys):
+    args = ["--inputs", "x=2x3x8x8", "--port", "executorch-int8", "--json"]
+    _status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
+    (absent,) = json.loads(out)["absent_ports"]
+    assert absent["port"] == "executorch-int8" and absent["reason"].startswith("not built: ")

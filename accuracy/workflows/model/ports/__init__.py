@@ -21,6 +21,7 @@ from accuracy.workflows.model.ports import (
     litert_port,
     onnx_export,
     onnx_quantized,
+    openvino_int8,
     openvino_port,
     torch_variants,
     torchao_port,
@@ -89,6 +90,8 @@ BUILT_IN = (
     PortSpec("ort-int8-dynamic", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
     PortSpec("torchao-int8-weight", torchao_port.torchao_port),
     PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
+    PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True),
+    PortSpec("executorch-int8", executorch_port.executorch_int8),
 )
 
 
