@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
+
 from accuracy.backends.torchvision_import import import_transformers
-from accuracy.workflows.model.census_models import Family, tiny_config
+from accuracy.workflows.model.census_models import TOKENS, VOCAB, Family, tiny_config
 from accuracy.workflows.model.zoo import SEED
 
 # weights drawn 10x transformers' default spread (0.02): the tiny models' text then depends on
@@ -25,6 +27,47 @@ CAUSAL_LMS = {
     "qwen2": Family("Qwen2Config", "Qwen2ForCausalLM"),
     "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM"),
 }
+
+
+# the decoders the self-test of causes injects the families' conventions into (their base models,
+# as the census builds them): Llama 3 with its rope scaling, Gemma 2 with its soft-caps
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+SELFTEST = {
+    "transformers_llama3": Family("LlamaConfig", "LlamaModel", settings={"rope_scaling": LLAMA3_SCALING}),
+    "transformers_gemma2": Family("Gemma2Config", "Gemma2Model"),
+}
+# every family the families' causes are self-tested on, each entry on each class it applies to
+FAMILY_SELFTEST = {
+    **SELFTEST,
+    "transformers_gemma3": Family("Gemma3TextConfig", "Gemma3TextModel"),
+    "transformers_qwen2": Family("Qwen2Config", "Qwen2Model"),
+    "transformers_qwen3": Family("Qwen3Config", "Qwen3Model"),
+    "transformers_mistral": Family("MistralConfig", "MistralModel"),
+    "transformers_phi3": Family("Phi3Config", "Phi3Model"),
+}
+
+
+def base_model(name: str):
+    """The self-test decoder `name` (a key of FAMILY_SELFTEST), seeded, in eval mode."""
+    import torch
+
+    torch.manual_seed(SEED)
+    spec = FAMILY_SELFTEST[name]
+    config = tiny_config(spec)
+    config.initializer_range = INIT_STD
+    return getattr(import_transformers(), spec.model)(config).eval()
+
+
+def base_inputs(name: str) -> dict[str, np.ndarray]:
+    """Its token ids, from the seeded PCG64 generator as the census draws them."""
+    rng = np.random.default_rng(SEED)
+    return {"input_ids": rng.integers(3, VOCAB, (1, TOKENS)).astype(np.int64)}
 
 
 def causal_lm(family: str):

@@ -224,10 +224,44 @@ def run_generate(
         tiers[fmt] = step_evidence(model, text, length, steps, FORMATS[fmt], outputs)
     for port in built:
         result = port_summary(port, judged_steps(port, rows[port.name], reference, tiers[port.fmt.name]))
-        if sweep and result["first_beyond"] is not None:
-            result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + result["first_beyond"]])
+        first = result["first_beyond"]
+        if first is not None:
+            result["end_to_end_cause"] = final_cause(model, tiers[port.fmt.name].at(first), rows[port.name][first])
+        if sweep and first is not None:
+            result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + first])
         results.append(result)
     return GenerateReport(spec, prompt[0].tolist(), steps, reference.tolist(), results, absent)
+
+
+def final_cause(model: Any, evidence: Evidence, row: np.ndarray) -> dict | None:
+    """The cause of a step's logits in the model's own top-level forward, which no unit covers:
+    its final-logit soft-cap dropped or at another cap (fitted), where that puts the port's
+    logits within their typical thresholds; None where neither does."""
+    from scipy.optimize import minimize_scalar
+
+    tier = evidence.op.model
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if tier is None:
+        return None
+    exact, port = evidence.exact.hi, np.asarray(row, dtype=np.float64)
+    raw = cap * np.arctanh(np.clip(exact / cap, -1 + 1e-16, 1 - 1e-16)) if cap else exact
+
+    def capped(log_cap: float) -> np.ndarray:
+        return 10.0**log_cap * np.tanh(raw / 10.0**log_cap)
+
+    fit = minimize_scalar(lambda c: float(np.linalg.norm(capped(c) - port)), bounds=(0.0, 4.0), method="bounded")
+    fitted = float(f"{10.0**fit.x:.2g}")
+    candidates = [("final soft-cap", capped(float(np.log10(fitted))), {"cap": fitted})]
+    own = f"this model caps at {cap:g}" if cap else "this model has none"
+    words = [f"the final logits soft-capped at {fitted:.3g} (tanh(z/c) c); {own}"]
+    if cap:
+        candidates.insert(0, ("final soft-cap dropped", raw, {}))
+        words.insert(0, f"no final-logit soft-cap: the logits not capped at {cap:g} (tanh(z/c) c)")
+    for (name, changed, parameters), said in zip(candidates, words, strict=True):
+        ratio = tier.ratio(np.abs(port - changed))
+        if ratio <= 1:
+            return {"name": name, "words": said, "parameters": parameters, "ratio": ratio, "explains": True}
+    return None
 
 
 def port_summary(port: GenPort, judged: list[dict]) -> dict:
@@ -251,6 +285,7 @@ def port_summary(port: GenPort, judged: list[dict]) -> dict:
             (s["typical_ratio"] for s in compared if s["typical_ratio"] == s["typical_ratio"]), default=None
         ),
         "layer_sweep": None,
+        "end_to_end_cause": None,
     }
 
 
@@ -369,5 +404,7 @@ def where_line(p: dict) -> str:
     if "not_run" in sweep:
         return f"{head}; layer sweep not run: {sweep['not_run']}"
     if sweep["first_not_within"] is None:
-        return f"{head}; layer sweep: every layer within rounding; end to end {sweep['end_to_end']['verdict']}"
+        found = p.get("end_to_end_cause")
+        said = f": explained by {found['words']}" if found else ""
+        return f"{head}; every layer within rounding, its top-level forward not{said}"
     return f"{head}; first module: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"
