@@ -32,6 +32,7 @@ from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.activations_file import activations, save_activations
 from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flagged, number
+from accuracy.workflows.model.generation_cache import cache_cause
 from accuracy.workflows.model.generation_ports import GenPort, Logits, hand_port, logits_port, onnx_port, torch_port
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.units import Unit, _evidence
@@ -216,6 +217,16 @@ def run_generate(
                 raise OpbenchError(f"{port.name}: it failed on the text: {type(exc).__name__}: {exc}") from None
             absent.append({"port": port.name, "reason": f"the port failed: {type(exc).__name__}: {exc}"})
     built = [p for p in built if p.name in rows]
+    results = judge_ports(spec, model, text, length, [(p, rows[p.name]) for p in built], sweep)
+    return GenerateReport(spec, prompt[0].tolist(), steps, text[0, length:].tolist(), results, absent)
+
+
+def judge_ports(spec: str, model: Any, text: np.ndarray, length: int, runs: list, sweep: bool = True) -> list[dict]:
+    """Each port's result from its logits at every step (`runs`: (port, rows)): its steps judged,
+    the cause of its first step beyond rounding in the model's top-level forward or its cache,
+    and the layer sweep there."""
+    steps = text.shape[1] - length
+    built, rows = [p for p, _ in runs], {p.name: r for p, r in runs}
     reference = text[0, length:]
     results = []
     tiers: dict[str, StepEvidence] = {}
@@ -226,11 +237,15 @@ def run_generate(
         result = port_summary(port, judged_steps(port, rows[port.name], reference, tiers[port.fmt.name]))
         first = result["first_beyond"]
         if first is not None:
-            result["end_to_end_cause"] = final_cause(model, tiers[port.fmt.name].at(first), rows[port.name][first])
-        if sweep and first is not None:
+            tier = tiers[port.fmt.name]
+            flagged = [s["step"] for s in result["steps"] if is_flagged(s["verdict"])]
+            result["end_to_end_cause"] = final_cause(model, tier.at(first), rows[port.name][first]) or cache_cause(
+                model, rows[port.name], tier, flagged, text, length
+            )
+        if sweep and first is not None and not port.cached:  # a cached port's layers are the model's
             result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + first])
         results.append(result)
-    return GenerateReport(spec, prompt[0].tolist(), steps, reference.tolist(), results, absent)
+    return results
 
 
 def final_cause(model: Any, evidence: Evidence, row: np.ndarray) -> dict | None:
@@ -398,13 +413,12 @@ def where_line(p: dict) -> str:
         return "nothing to look into; --json gives every step"
     row = next(s for s in p["steps"] if s["step"] == step)
     head = f"first step not within rounding: {step} ({row['verdict']}, {number(row['typical_ratio'])}x)"
-    sweep = p.get("layer_sweep")
+    sweep, found = p.get("layer_sweep"), p.get("end_to_end_cause")
     if sweep is None:
-        return head
+        return f"{head}: explained by {found['words']}" if found else head
     if "not_run" in sweep:
         return f"{head}; layer sweep not run: {sweep['not_run']}"
     if sweep["first_not_within"] is None:
-        found = p.get("end_to_end_cause")
         said = f": explained by {found['words']}" if found else ""
         return f"{head}; every layer within rounding, its top-level forward not{said}"
     return f"{head}; first module: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError, first_line
 from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.check import load_function
+from accuracy.workflows.model.generation_cache import cached_rows, takes_cache
 from accuracy.workflows.model.trace import first_tensor
 
 TORCH_DTYPES = ("float32", "bfloat16", "float16")
@@ -67,7 +68,8 @@ class GenPort:
     tokens: np.ndarray | None = None  # a runtime's own tokens (--logits), where it wrote them
     rows: np.ndarray | None = None  # a runtime's logits (--logits)
     onnx: bool = False
-    notes: list[str] = field(default_factory=list)
+    cached: bool = False  # decodes with a KV cache (generation_cache), its `bug` injected where given
+    bug: str | None = None
 
     def step_logits(self, text: np.ndarray, prompt: int, steps: int) -> np.ndarray:
         """The logits [steps, vocab] at each step of `text` (the prompt and the reference's tokens)."""
@@ -75,6 +77,8 @@ class GenPort:
             return self.rows
         if self.onnx:
             return _onnx_rows(self.module, text[:, : prompt + steps - 1], prompt)
+        if self.cached:
+            return cached_rows(self.module.model, text, prompt, steps, self.bug)
         stack = get_backend("torch").thread_limit(self.threads) if self.threads else contextlib.nullcontext()
         rows = []
         with stack, torch.no_grad():
@@ -93,8 +97,23 @@ def _onnx_rows(session_and_names: Any, ids: np.ndarray, prompt: int) -> np.ndarr
     return np.asarray(out)[0, prompt - 1 :]
 
 
+def cache_port(model: Any, bug: str | None = None) -> GenPort:
+    """`cache`: the reference's own modules in float32, decoding with transformers' DynamicCache
+    (the prompt prefilled, then one token a step); `bug`: one of generation_cache.CACHE_BUGS."""
+    if not takes_cache(model):
+        raise OpbenchError(
+            "--port cache: the model's forward takes no past_key_values, position_ids and cache_position"
+        )
+    name = "cache" if bug is None else f"cache ({bug})"
+    description = "PyTorch float32 decoding with transformers' DynamicCache" + (f", {bug}" if bug else "")
+    port = Logits(copy.deepcopy(model).float())
+    return GenPort(name, description, FORMATS["float32"], None, port, cached=True, bug=bug)
+
+
 def torch_port(name: str, model: Any) -> GenPort:
     """`float32`, `bfloat16`, `float16` or `threads:N`: the reference's own modules in PyTorch."""
+    if name == "cache":
+        return cache_port(model)
     if name in TORCH_DTYPES:
         port = Logits(copy.deepcopy(model).to(getattr(torch, name)))
         sweep = name if name != "float32" else f"threads:{torch.get_num_threads()}"
@@ -102,7 +121,7 @@ def torch_port(name: str, model: Any) -> GenPort:
     count = name.partition(":")[2]
     if not (name.startswith("threads:") and count.isdigit() and int(count) > 0):
         raise OpbenchError(
-            f"--port {name}: opbench generate takes {', '.join(TORCH_DTYPES)}, threads:N and onnxruntime"
+            f"--port {name}: opbench generate takes {', '.join(TORCH_DTYPES)}, threads:N, cache and onnxruntime"
         )
     port = Logits(copy.deepcopy(model).float())
     return GenPort(name, f"PyTorch on {count} intra-op threads", FORMATS["float32"], name, port, int(count))
