@@ -70,6 +70,11 @@ def base_inputs(name: str) -> dict[str, np.ndarray]:
     return {"input_ids": rng.integers(3, VOCAB, (1, TOKENS)).astype(np.int64)}
 
 
+def llama3_base():
+    """Llama 3's base model with its rope scaling (tiny config): the factory of the error-by-position tests."""
+    return base_model("transformers_llama3")
+
+
 def causal_lm(family: str):
     """The family's tiny causal language model, seeded, in eval mode."""
     import torch

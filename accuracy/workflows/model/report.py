@@ -44,6 +44,7 @@ class UnitRow(TypedDict, total=False):
     worst: dict[str, Any]
     cause: dict[str, Any] | None  # {name, words, parameters, verdict, ratio, explains, alternatives}
     runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
+    error_by_position: list[float]  # a flagged unit fed token sequences: its error at each position (positions.py)
 
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
