@@ -50,6 +50,8 @@ def test_a_wrong_rope_base_is_not_rounding_at_its_step_and_module(llama_report):
     assert step["flip_words"].startswith(f"not rounding: margin {step['margin']:.2g} at step 4")
     sweep = port["layer_sweep"]
     assert (sweep["tokens"], sweep["first_not_within"]) == (4, "model.rotary_emb")
+    assert sweep["cause"]["name"] == "rope base" and sweep["cause"]["explains"]
+    assert abs(sweep["cause"]["parameters"]["theta"] - 5e5) <= 5e4  # the hand port's 500,000 for 10,000
 
 
 def test_the_answer_reads_in_three_lines_per_port(llama_report, capsys):
@@ -60,7 +62,11 @@ def test_the_answer_reads_in_three_lines_per_port(llama_report, capsys):
     lines = report.answers()
     assert lines[1].startswith("rope [float32]: NOT within rounding: 18 of 18 steps' logits flagged; another token at ")
     assert lines[2].startswith("  step 4: token ") and ": not rounding: margin 0.2" in lines[2]
-    assert "first module: model.rotary_emb (LlamaRotaryEmbedding)" in lines[3]
+    assert lines[3].startswith("  step 0 first not within rounding (")
+    assert (
+        "x): model.rotary_emb (LlamaRotaryEmbedding): explained by the rotary base theta = 5e+05 (Llama 3's)"
+        in lines[3]
+    )
     assert lines[4] == (
         "bfloat16 [bfloat16]: every step's logits within rounding (18 steps); "
         "another token at 1 of 18 steps, each a tie"

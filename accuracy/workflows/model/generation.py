@@ -413,7 +413,7 @@ def where_line(p: dict) -> str:
     if step is None:
         return "nothing to look into; --json gives every step"
     row = next(s for s in p["steps"] if s["step"] == step)
-    head = f"first step not within rounding: {step} ({row['verdict']}, {number(row['typical_ratio'])}x)"
+    head = f"step {step} first not within rounding ({number(row['typical_ratio'])}x)"
     sweep, found = p.get("layer_sweep"), p.get("end_to_end_cause")
     if sweep is None:
         return f"{head}: explained by {found['words']}" if found else head
@@ -422,4 +422,4 @@ def where_line(p: dict) -> str:
     if sweep["first_not_within"] is None:
         said = f": explained by {found['words']}" if found else ""
         return f"{head}; every layer within rounding, its top-level forward not{said}"
-    return f"{head}; first module: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"
+    return f"{head}: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"
