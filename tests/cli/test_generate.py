@@ -123,3 +123,11 @@ def test_the_json_answer_and_exit_0_on_a_correct_port(capsys):
     (port,) = report["ports"]
     assert (port["port"], port["compared"], port["flagged"], port["flips"]) == ("threads:1", 3, 0, 0)
     assert report["reference_tokens"] == [11, 98, 52] and 0 < port["worst_ratio"] < 1
+
+
+@pytest.mark.slow  # the dynamo exporter: tens of seconds for a tiny decoder
+def test_onnx_runtime_decodes_the_reference_text_within_rounding():
+    report = run_generate(LLAMA, PROMPT, 4, ["onnxruntime"]).as_dict()
+    (port,) = report["ports"]
+    assert report["absent_ports"] == [] and port["port"] == "onnxruntime" and port["dtype"] == "float32"
+    assert (port["compared"], port["flagged"], port["flips"]) == (4, 0, 0) and 0 < port["worst_ratio"] < 1
