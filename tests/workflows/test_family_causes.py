@@ -38,6 +38,10 @@ def test_each_convention_is_named_right_on_each_family_that_has_it(measured):
     assert {"transformers_llama3", "transformers_qwen2", "transformers_mistral", "transformers_gemma2"} <= named_on
     assert ("transformers_phi3", "grouped-query heads tiled") not in by  # its q, k, v fused: another layout
     assert {m for (m, c) in by if c == "norm weight offset"} >= {"transformers_gemma2", "transformers_qwen3"}
+    for model in ("transformers_mistral", "transformers_gemma2"):  # a window of 4 keys on 8 tokens
+        assert by[(model, "sliding window dropped")]["outcome"] == RIGHT
+        assert by[(model, "sliding window off by one")]["parameters"] == {"window": 3}
+        assert by[(model, "sliding window width")]["parameters"] == {"window": 1}
 
 
 def test_transformers_gelu_classes_are_told_by_what_they_compute():

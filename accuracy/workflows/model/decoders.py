@@ -40,7 +40,8 @@ LLAMA3_SCALING = {
 }
 SELFTEST = {
     "transformers_llama3": Family("LlamaConfig", "LlamaModel", settings={"rope_scaling": LLAMA3_SCALING}),
-    "transformers_gemma2": Family("Gemma2Config", "Gemma2Model"),
+    # a window of 4 keys on 8 tokens (its first layer slides): the window decides what the last queries see
+    "transformers_gemma2": Family("Gemma2Config", "Gemma2Model", settings={"sliding_window": 4}),
 }
 # every family the families' causes are self-tested on, each entry on each class it applies to
 FAMILY_SELFTEST = {
@@ -48,7 +49,8 @@ FAMILY_SELFTEST = {
     "transformers_gemma3": Family("Gemma3TextConfig", "Gemma3TextModel"),
     "transformers_qwen2": Family("Qwen2Config", "Qwen2Model"),
     "transformers_qwen3": Family("Qwen3Config", "Qwen3Model"),
-    "transformers_mistral": Family("MistralConfig", "MistralModel"),
+    # a window of 4 keys on 8 tokens: the window decides which keys the last queries see
+    "transformers_mistral": Family("MistralConfig", "MistralModel", settings={"sliding_window": 4}),
     "transformers_phi3": Family("Phi3Config", "Phi3Model"),
 }
 

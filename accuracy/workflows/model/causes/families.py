@@ -1,6 +1,7 @@
 """The conventions where today's decoder families differ from Llama, as causes: the rotary base
 (a fitted theta) and rope scaling ignored, the attention soft-cap (dropped, or a fitted cap) and
-the scale applied before it, grouped-query heads mapped tiled for interleaved, a norm's weight
+the scale applied before it, the sliding window (dropped, off by one, another width: the mask
+rebuilt under causes.attention's mode), grouped-query heads mapped tiled for interleaved, a norm's weight
 offset (Gemma's 1 + w against w, or applied twice), and transformers' own GELU classes told by
 what they compute (not torch.nn.GELU's class). Each change is made on a copy of the module
 through what transformers' own forward reads (an attribute, a buffer), or through hooks on its
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accuracy.workflows.model.causes.attention import geometry, is_attention
+from accuracy.workflows.model.causes.attention import AttentionChange, geometry, is_attention, with_change
 from accuracy.workflows.model.causes.cause import Cause, named, with_attribute
 from accuracy.workflows.model.causes.normalization import norm_kind
 from accuracy.workflows.model.trace import float64_throughout
@@ -73,6 +74,28 @@ def _scale_words(module: Any, factor: float) -> str:
     as_width = abs(factor - math.sqrt(own / width)) <= 0.1 * factor
     said = f" (1/sqrt(head_dim = {width}) for 1/sqrt(query_pre_attn_scalar = {own:g}))" if as_width else ""
     return f"the attention scores {factor:.3g} times the reference's before the soft-cap{said}"
+
+
+# --- the sliding window ---------------------------------------------------------------------
+
+
+def window_of(module: Any) -> int | None:
+    """The attention's sliding window: its own (Gemma 2's layers) or its config's (Mistral's)."""
+    own = getattr(module, "sliding_window", getattr(getattr(module, "config", None), "sliding_window", None))
+    return own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
+
+
+def _windowed(module: Any) -> bool:
+    return is_attention(module) and window_of(module) is not None
+
+
+def _other_widths(module: Any, context: Any) -> list[int]:
+    """Widths other than the module's and the two beside it (those are "off by one"), up to twice
+    it and below the keys the call sees (a wider window is no window)."""
+    own = window_of(module) or 0
+    inputs = getattr(getattr(context, "call", None), "inputs", None) or []
+    keys = int(inputs[0].shape[-2]) if inputs and inputs[0].ndim >= 2 else 2 * own
+    return [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1]
 
 
 # --- grouped-query heads -------------------------------------------------------------------
@@ -288,6 +311,33 @@ CAUSES: tuple[Cause, ...] = (
         parameter="factor",
         example=2.0,
         accepts=lambda m: _softcapped(m) and isinstance(getattr(m, "scaling", None), float),
+    ),
+    Cause(
+        "sliding window dropped",
+        (),
+        lambda m, v: with_change(m, AttentionChange(window="none")),
+        lambda m, v: f"no sliding window: each query sees every key before it, not the last {window_of(m)}",
+        accepts=_windowed,
+    ),
+    Cause(
+        "sliding window off by one",
+        (),
+        lambda m, width, context: with_change(m, AttentionChange(window=width)),
+        lambda m, v: f"a sliding window of {v} keys for {window_of(m)}: off by one",
+        parameter="window",
+        choices=lambda m, context: [w for w in (window_of(m) - 1, window_of(m) + 1) if w > 0],  # type: ignore[operator]
+        contextual=True,
+        accepts=_windowed,
+    ),
+    Cause(
+        "sliding window width",
+        (),
+        lambda m, width, context: with_change(m, AttentionChange(window=width)),
+        lambda m, v: f"a sliding window of {v} keys; this model's is {window_of(m)}",
+        parameter="window",
+        choices=_other_widths,
+        contextual=True,
+        accepts=_windowed,
     ),
     Cause(
         "grouped-query heads tiled",
