@@ -98,6 +98,20 @@ def _other_widths(module: Any, context: Any) -> list[int]:
     return [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1]
 
 
+def _window_cause(name: str, words: Any, choices: Any) -> Cause:
+    """A cause whose port's window is another width, chosen among `choices(module, context)`."""
+    return Cause(
+        name,
+        (),
+        lambda m, width, context: with_change(m, AttentionChange(window=width)),
+        words,
+        parameter="window",
+        choices=choices,
+        contextual=True,
+        accepts=_windowed,
+    )
+
+
 # --- grouped-query heads -------------------------------------------------------------------
 
 
@@ -319,25 +333,15 @@ CAUSES: tuple[Cause, ...] = (
         lambda m, v: f"no sliding window: each query sees every key before it, not the last {window_of(m)}",
         accepts=_windowed,
     ),
-    Cause(
+    _window_cause(
         "sliding window off by one",
-        (),
-        lambda m, width, context: with_change(m, AttentionChange(window=width)),
         lambda m, v: f"a sliding window of {v} keys for {window_of(m)}: off by one",
-        parameter="window",
-        choices=lambda m, context: [w for w in (window_of(m) - 1, window_of(m) + 1) if w > 0],  # type: ignore[operator]
-        contextual=True,
-        accepts=_windowed,
+        lambda m, context: [w for w in (window_of(m) - 1, window_of(m) + 1) if w > 0],  # type: ignore[operator]
     ),
-    Cause(
+    _window_cause(
         "sliding window width",
-        (),
-        lambda m, width, context: with_change(m, AttentionChange(window=width)),
         lambda m, v: f"a sliding window of {v} keys; this model's is {window_of(m)}",
-        parameter="window",
-        choices=_other_widths,
-        contextual=True,
-        accepts=_windowed,
+        _other_widths,
     ),
     Cause(
         "grouped-query heads tiled",
