@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "accuracy.cli.inputs_command",
     "accuracy.cli.check_command",
     "accuracy.cli.model_command",
+    "accuracy.cli.generate_command",
     "accuracy.cli.run_command",
     "accuracy.cli.compare_command",
     "accuracy.cli.report_command",

@@ -147,6 +147,27 @@ def layer_figure(port: dict) -> str | None:
     return to_png_base64(fig)
 
 
+def position_figure(port: dict) -> str | None:
+    """Each flagged unit's error against position in the sequence (base64 PNG): a bug that grows
+    with position (rotary frequencies, their scaling) or starts at a window shows where; None
+    where no flagged unit has positions (the model takes no token sequences)."""
+    rows = [r for r in port["layers"] if r.get("error_by_position")]
+    if not rows:
+        return None
+    fig = Figure(figsize=(WIDTH, 3.0))
+    ax = fig.add_subplot()
+    for row in rows[:8]:
+        errors = [max(e, TINY) for e in row["error_by_position"]]
+        ax.plot(range(len(errors)), errors, ".-", lw=1.2, label=_short(row["path"]))
+    ax.set_yscale("log")
+    ax.set_xlabel("position in the sequence", fontsize=8)
+    ax.set_ylabel("normwise relative error", fontsize=8)
+    ax.set_title(f"error by position, {min(len(rows), 8)} flagged units", fontsize=8, loc="right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return to_png_base64(fig)
+
+
 def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[int, str]]:
     """The flagged units to name on the figure: the innermost ones (no flagged unit inside), at
     most LABELLED, spread apart."""
@@ -249,6 +270,9 @@ def model_page(report: dict, notes: Sequence[str], derivations: Sequence[str] = 
         figure = layer_figure(port)
         if figure:
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
+        by_position = position_figure(port)
+        if by_position:
+            parts.append(f"<img alt='error by position' src='data:image/png;base64,{by_position}'>")
         head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", "reason", *COLUMNS, "cause"))
         parts.append(f"<table><tr>{head}</tr>{''.join(_row(i, r) for r in port['layers'])}</table>")
         noise = noise_rows(port["layers"], _cell)

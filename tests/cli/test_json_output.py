@@ -77,7 +77,7 @@ def test_a_reason_key_that_is_already_a_field_is_refused():
 
 # --- every command's --json, on a result with inf and NaN ---------------------------------------
 
-JSON_COMMANDS = {"list", "info", "explain", "check", "scan", "selftest", "compare", "model"}
+JSON_COMMANDS = {"list", "info", "explain", "check", "scan", "selftest", "compare", "model", "generate"}
 
 
 def test_these_are_all_the_commands_with_json():

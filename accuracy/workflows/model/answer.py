@@ -52,7 +52,11 @@ def cause_text(cause: dict | None) -> str:
         also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
         return f"explained by {cause['words']}{also}; "
     ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
-    return f"no known cause explains it (nearest: {cause['words']}, {ratio}x its tier's limit); "
+    # the nearest entry is no cause: it is named as what was tried, never worded as what happened
+    return (
+        f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause['name']}, "
+        f"leaves it at {ratio}x its tier's limit); "
+    )
 
 
 @dataclass(frozen=True)

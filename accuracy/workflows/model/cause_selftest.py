@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model import zoo
+from accuracy.workflows.model import decoders, zoo
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import causes, timed_explanations
 from accuracy.workflows.model.causes.cause import Cause, Context
@@ -39,6 +39,7 @@ MODELS = (
     "decoder",
     "small_mixed",
     "llama_padded",  # an attention's mask fill matters on padded rows only
+    *decoders.SELFTEST,  # transformers' own decoders: the conventions of their families
 )  # seconds each; the first holding a module of the kind wins
 CORRECT_PORTS = ("threads:1", "onnxruntime")  # correct ports beside the mutants: other kernels, other roundings
 # ONNX Runtime gives a padded query that sees no key the average of the values, where torch's SDPA
@@ -100,6 +101,8 @@ def _target(entry: Cause, model, given: dict, reference: dict, calls: list) -> t
     import torch
 
     if KIND in entry.kinds:
+        if not all(np.issubdtype(v.dtype, np.floating) for v in given.values()):
+            return None  # token ids: no preprocessing to get wrong
         changed = entry.change(ModelInput(), entry.example)
         with torch.no_grad():
             shifted = {k: changed(torch.from_numpy(v)).numpy() for k, v in given.items()}
@@ -155,6 +158,13 @@ def _naming_seconds(times: dict[tuple[str, str], float], port: str, path: str, g
     return sum(found) if found else None
 
 
+def _model(name: str) -> tuple[Any, dict]:
+    """A model of MODELS and its inputs: the zoo's, or a transformers decoder (decoders.SELFTEST)."""
+    if name in decoders.SELFTEST:
+        return decoders.base_model(name), decoders.base_inputs(name)
+    return getattr(zoo, name)().eval(), zoo.example_inputs(name)
+
+
 def model_selftest(progress=None) -> Iterator[dict]:
     """Per zoo model: its injections' rows and what the correct ports named (one dict per model
     holding entries, `{"model", "injections", "correct_ports", "named_on_correct", "seconds"}`),
@@ -166,8 +176,7 @@ def model_selftest(progress=None) -> Iterator[dict]:
         if not pending:
             break
         started = time.perf_counter()
-        model = getattr(zoo, name)().eval()
-        given = zoo.example_inputs(name)
+        model, given = _model(name)
         calls, out = run_reference(model, given, name)
         reference = activations(calls, out)
         ports, injections = [], []

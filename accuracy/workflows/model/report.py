@@ -46,6 +46,7 @@ class UnitRow(TypedDict, total=False):
     runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
     # a quantized port's unit: expected noise, ratio, rmse/scale, SQNR own and accumulated, its points
     quantization: dict[str, Any]
+    error_by_position: list[float]  # a flagged unit fed token sequences: its error at each position (positions.py)
 
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:

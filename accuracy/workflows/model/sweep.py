@@ -35,6 +35,7 @@ from accuracy.workflows.model.ports.child_process import Rebuild
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
 from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration
+from accuracy.workflows.model.positions import add_positions, sequence_length
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
@@ -551,6 +552,9 @@ def _results(
             run.facts, calls, reference64, own[fmt.name], judged, units, run.run, run.seconds, run.explained
         )
         row["inputs"] = run.inputs
+        length = sequence_length(given)
+        if length is not None:  # token sequences: each flagged unit's error at each position
+            add_positions(row["layers"], units, run.outputs, fmt, length)  # type: ignore[arg-type]
         results.append(row)
     return results, absent
 

@@ -26,7 +26,16 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.core.errors import first_line
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.model.causes import activations, attention, inputs, layout, normalization, parameters, precision
+from accuracy.workflows.model.causes import (
+    activations,
+    attention,
+    families,
+    inputs,
+    layout,
+    normalization,
+    parameters,
+    precision,
+)
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, nonfinite_mismatches, relative
 
@@ -36,7 +45,7 @@ EQUALLY_NEAR = 4.0
 MOST_JUDGED = 3
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention)
+CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention, families)
 # (port label, unit key) -> the seconds `explain` took there, while `timed_explanations` is open
 _timings: dict[tuple[str, str], float] | None = None
 

@@ -74,10 +74,11 @@ class AttentionChange:
     fill: float | None = None
     softmax_dtype: Any = None
     rotary: str | None = None  # "interleaved" or "rotate-half": the port's convention, the reference's the other
+    window: int | str | None = None  # a sliding window of that many keys, or "none": causal alone (causes/families.py)
 
     @property
     def masks(self) -> bool:
-        return self.causal is not None or self.fill is not None
+        return self.causal is not None or self.fill is not None or self.window is not None
 
     @property
     def computes(self) -> bool:
@@ -126,6 +127,12 @@ def _causal(rows: int, keys: int, shift: int) -> np.ndarray:
     return np.triu(np.ones((rows, keys), dtype=bool), 1 + shift + keys - rows)
 
 
+def _outside(rows: int, keys: int, change: AttentionChange) -> np.ndarray:
+    """The keys at least `change.window` positions before a query (aligned to the last key): out of its window."""
+    queries = np.arange(rows)[:, None] + keys - rows
+    return queries - np.arange(keys)[None, :] >= int(change.window)  # type: ignore[arg-type]
+
+
 def _rounded(x: Any, dtype: Any) -> Any:
     """`x` rounded to `dtype`, in x's dtype: past the float64 reference's mode, which keeps casts at float64."""
     import torch
@@ -162,6 +169,10 @@ def _attention_mode(change: AttentionChange):
                 disallowed = disallowed & ~_causal(rows, keys, 0)
                 if change.causal != "none":
                     disallowed = disallowed | _causal(rows, keys, int(change.causal))
+            if change.window is not None:  # the mask rebuilt: causal, and the window's where it has one
+                disallowed = _causal(rows, keys, 0) | (
+                    False if change.window == "none" else _outside(rows, keys, change)
+                )
             fill = change.fill if change.fill is not None else min(self.fills, default=-math.inf)
             self.disallowed, self.fills = [], []
             if disallowed.any():

@@ -1,0 +1,84 @@
+"""The conventions where today's decoder families differ from Llama, as causes (causes/families.py):
+each injected into transformers' own Gemma 2, Gemma 3, Qwen2, Qwen3, Mistral, Phi-3 and Llama 3
+classes (tiny configs) is named right, with its parameter, and the correct float32 run gets none.
+Before these entries a dropped soft-cap or tiled grouped-query heads got "nearest: the attention
+scores 1 times the reference's", transformers' GELU classes no cause at all."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accuracy.backends.torchvision_import import import_transformers
+from accuracy.workflows.model.answer import cause_text
+from accuracy.workflows.model.cause_selftest import RIGHT
+from accuracy.workflows.model.causes.families import ERF, TANH, gelu_kind, has_offset
+from accuracy.workflows.model.family_selftest import family_selftest
+from accuracy.workflows.model.generation import run_generate
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return family_selftest()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("family-selftest")
+def test_each_convention_is_named_right_on_each_family_that_has_it(measured):
+    rows = measured["rows"]
+    wrong = [(r["model"], r["cause"], r["outcome"], r.get("named"), r.get("parameters")) for r in rows]
+    assert measured["named_right_rate"] >= 0.95, [w for w in wrong if w[2] != RIGHT]
+    assert measured["correct_flagged"] == []
+    by = {(r["model"], r["cause"]): r for r in rows}
+    assert abs(by[("transformers_llama3", "rope base")]["parameters"]["theta"] - 5e5) <= 5e4
+    assert abs(by[("transformers_gemma2", "attention soft-cap")]["parameters"]["cap"] - 20.0) <= 2.0
+    assert by[("transformers_gemma2", "attention scale before the soft-cap")]["outcome"] == RIGHT
+    assert by[("transformers_llama3", "rope scaling ignored")]["outcome"] == RIGHT
+    named_on = {m for (m, c), r in by.items() if c == "grouped-query heads tiled" and r["outcome"] == RIGHT}
+    assert {"transformers_llama3", "transformers_qwen2", "transformers_mistral", "transformers_gemma2"} <= named_on
+    assert ("transformers_phi3", "grouped-query heads tiled") not in by  # its q, k, v fused: another layout
+    assert {m for (m, c) in by if c == "norm weight offset"} >= {"transformers_gemma2", "transformers_qwen3"}
+    for model in ("transformers_mistral", "transformers_gemma2"):  # a window of 4 keys on 8 tokens
+        assert by[(model, "sliding window dropped")]["outcome"] == RIGHT
+        assert by[(model, "sliding window off by one")]["parameters"] == {"window": 3}
+        assert by[(model, "sliding window width")]["parameters"] == {"window": 1}
+
+
+def test_transformers_gelu_classes_are_told_by_what_they_compute():
+    activations = import_transformers().activations
+    assert gelu_kind(activations.GELUActivation()) == ERF
+    assert gelu_kind(activations.NewGELUActivation()) == TANH
+    assert gelu_kind(activations.GELUTanh()) == TANH
+    assert gelu_kind(activations.SiLUActivation()) is None
+    assert gelu_kind(torch.nn.GELU()) is None  # the GELU entry's, by class
+
+
+def test_gemmas_norm_is_told_from_llamas_by_what_it_computes():
+    transformers = import_transformers()
+    gemma = transformers.models.gemma2.modeling_gemma2.Gemma2RMSNorm(16)
+    llama = transformers.models.llama.modeling_llama.LlamaRMSNorm(16)
+    assert has_offset(gemma) and not has_offset(llama) and not has_offset(torch.nn.Linear(16, 16))
+
+
+def test_the_nearest_entry_is_never_worded_as_a_cause():
+    nearest = {"name": "attention scale", "words": "the attention scores 1 times the reference's", "ratio": 3.53}
+    text = cause_text(nearest | {"explains": False, "parameters": {}, "alternatives": []})
+    assert text.startswith("no known cause explains it: nothing in the catalogue does (the nearest entry tried, ")
+    assert "attention scale" in text and "times the reference's" not in text
+
+
+def test_a_dropped_final_soft_cap_gets_its_cause_from_the_end_to_end_comparison():
+    """Gemma 2's tanh(z / 30) 30 on the logits is in the model's own forward: no layer holds it."""
+    report = run_generate(
+        "accuracy.workflows.model.decoders:gemma2",
+        "5,17,42,8",
+        2,
+        [],
+        {"nocap": "accuracy.workflows.model.decoders:no_final_softcap"},
+        sweep=False,
+    ).as_dict()
+    (port,) = report["ports"]
+    assert port["first_beyond"] == 0
+    cause = port["end_to_end_cause"]
+    assert cause["name"] == "final soft-cap dropped" and cause["explains"] and cause["ratio"] <= 1
+    assert cause["words"] == "no final-logit soft-cap: the logits not capped at 30 (tanh(z/c) c)"

@@ -1,0 +1,43 @@
+"""A port decoding with transformers' DynamicCache, judged step by step against the float64 full
+recompute: a correct one flags nothing, and each cache bug (position ids off by one, the cache not
+appended, rotary at the wrong position, a mask built for the wrong length) is named from the
+end-to-end comparison, on transformers' Llama (tiny config). Before, `opbench model` ran every
+forward with `use_cache=False`: a cache was never judged."""
+
+from __future__ import annotations
+
+import pytest
+
+from accuracy.workflows.model.decoders import llama
+from accuracy.workflows.model.generation import judge_ports, prompt_ids, reference_text
+from accuracy.workflows.model.generation_cache import CACHE_BUGS
+from accuracy.workflows.model.generation_ports import cache_port
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def judged():
+    model = llama()
+    text, _ = reference_text(model, prompt_ids("5,17,42,8"), STEPS)
+    ports = [cache_port(model)] + [cache_port(model, bug) for bug in CACHE_BUGS]
+    runs = [(port, port.step_logits(text, 4, STEPS)) for port in ports]
+    results = judge_ports("accuracy.workflows.model.decoders:llama", model, text, 4, runs, sweep=False)
+    return {r["port"]: r for r in results}
+
+
+def test_a_correct_cached_port_flags_nothing(judged):
+    port = judged["cache"]
+    assert (port["compared"], port["flagged"], port["flips"], port["end_to_end_cause"]) == (STEPS, 0, 0, None)
+    assert 0 < port["worst_ratio"] < 1
+
+
+@pytest.mark.parametrize("bug", list(CACHE_BUGS))
+def test_each_cache_bug_is_named(judged, bug):
+    port = judged[f"cache ({bug})"]
+    # the prefill is the full recompute's: the bug shows from the first step fed through the cache
+    assert port["steps"][0]["verdict"] == "within rounding"
+    assert port["first_beyond"] == (2 if bug == "cache not appended" else 1)
+    assert port["flagged"] == STEPS - port["first_beyond"]
+    cause = port["end_to_end_cause"]
+    assert cause["name"] == bug and cause["explains"] and cause["ratio"] <= 1
