@@ -59,11 +59,7 @@ class ConvertedPort(Port):
         units: list[Unit] = []
         convertible: list[LayerCall] = []
         for call in (c for c in calls if c.leaf):
-            if call.reason or not call.tensors_only:
-                why = (
-                    call.reason
-                    or f"{self.converter} converts a module called on tensors alone: it takes other arguments"
-                )
+            if why := self._not_convertible(call):
                 units.append(Unit([call], why))
                 continue
             units.append(Unit([call], "", {"part": len(convertible)}))
@@ -95,6 +91,12 @@ class ConvertedPort(Port):
     def _arrays(tensors) -> list[np.ndarray]:
         """What a program is fed: floats as float32 (values already rounded to the port's format)."""
         return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
+
+    def _not_convertible(self, call: LayerCall) -> str:
+        """Why the converter cannot take this leaf call alone, or ""."""
+        if call.reason or call.tensors_only:
+            return call.reason
+        return f"{self.converter} converts a module called on tensors alone: it takes other arguments"
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
         arrays = self._arrays(port_inputs(inputs, self.fmt))

@@ -91,6 +91,12 @@ class QuantizedGraph:
         arrays = [tensor_to_numpy(t) for t in port_inputs(inputs, self.fmt)]  # type: ignore[attr-defined]
         return {name: arrays[i] for name, i in zip(unit.detail["reads"], unit.detail["order"], strict=True)}
 
+    def isolated(self, unit, inputs):
+        """The unit's quantized output, its noise predicted on the same feeds beside it."""
+        out = super().isolated(unit, inputs)  # the port class this is mixed into
+        self._unit_noise(unit, self._feeds_of(unit, inputs))
+        return out
+
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
         from accuracy.backends import onnx_graph
         from accuracy.backends.onnx_noise import (
@@ -146,11 +152,6 @@ class QuantizedOnnxPort(QuantizedGraph, OnnxPort):
     def units(self, calls):
         return self._quantized_units(self.float_port.units(calls))
 
-    def isolated(self, unit, inputs):
-        out = super().isolated(unit, inputs)
-        self._unit_noise(unit, self._feeds_of(unit, inputs))
-        return out
-
     def end_to_end(self, inputs, units) -> EndToEnd:
         run = super().end_to_end(inputs, units)
         run.noise = self._whole_noise(self._feeds(inputs), self.graph.model.graph.output[0].name)
@@ -162,11 +163,6 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
 
     def units(self, calls):
         return self._quantized_units(super().units(calls))
-
-    def isolated(self, unit, inputs):
-        out = super().isolated(unit, inputs)
-        self._unit_noise(unit, self._feeds_of(unit, inputs))
-        return out
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         from accuracy.backends.onnx_noise import modelled

@@ -60,11 +60,7 @@ class OpenVinoInt8Port(OpenVinoPort):
         layer's inputs' own, whichever program holds it)."""
         units = []
         for call in (c for c in calls if c.leaf):
-            if call.reason or not call.tensors_only:
-                why = (
-                    call.reason
-                    or f"{self.converter} converts a module called on tensors alone: it takes other arguments"
-                )
+            if why := self._not_convertible(call):
                 units.append(Unit([call], why))
                 continue
             key = self._convert_alone(call)
