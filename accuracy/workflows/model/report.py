@@ -63,6 +63,7 @@ class EndToEndVerdict(TypedDict):
     reason: str
     first_departs: str | None  # the first unit whose propagated difference departs
     quantization: NotRequired[dict]  # a quantized port's output against its predicted noise
+    cause: NotRequired[dict]  # the quantize points whose clipping explains it (quantization_causes)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class QuantizedGraph:
         """The units with their output taken after its QuantizeLinear -> DequantizeLinear, their
         inputs before theirs."""
         self.noise: dict[str, dict] = {}
+        self.paths: dict[str, str] = {}  # a value's unit, by the value the unit gives
         for unit in units:
             if unit.reason or "gives" not in unit.detail:
                 continue
@@ -58,6 +59,7 @@ class QuantizedGraph:
                 unit.reason = f"the quantized graph has no value {gives}: the quantizer renamed or removed it"
                 continue
             unit.detail["gives"] = self._dequantized(gives)
+            self.paths[self._quantized_from(unit.detail["gives"])] = self.paths[gives] = unit.key
             unit.detail["reads"] = [self._quantized_from(name) for name in unit.detail["reads"]]
         return units
 
@@ -120,10 +122,29 @@ class QuantizedGraph:
         self.noise[unit.key] = facts
 
     def _whole_noise(self, feeds: dict[str, np.ndarray], output: str) -> dict:
-        from accuracy.backends.onnx_noise import expected_noise, quantize_points
+        """The output's predicted noise, and what the clipping causes read (run only where the
+        output is flagged): the output with some points clipping, and each value's unit."""
+        from accuracy.backends.onnx_noise import Clipping, expected_noise, quantize_points
 
-        noise = expected_noise(self.graph.model, feeds, [output])[output]
-        return _facts(noise, quantize_points(self.graph.model))
+        model = self.graph.model
+        noise = expected_noise(model, feeds, [output])[output]
+        paths = {v: self._unit_of(v) for n in model.graph.node if n.op_type == "QuantizeLinear" for v in n.input[:1]}
+        clipping = {"clipping_runs": Clipping(model, feeds, output), "paths": paths}
+        return _facts(noise, quantize_points(model)) | clipping
+
+    def _unit_of(self, value: str) -> str | None:
+        """The unit that gives `value`, or else the first unit its value reaches (a value inside a
+        unit, the model's input), following the graph forward."""
+        paths: dict[str, str] = getattr(self, "paths", {})
+        seen, frontier = {value}, [value]
+        while frontier:
+            name = frontier.pop(0)
+            if name in paths:
+                return paths[name]
+            for consumer in self.graph.consumers.get(name, []):
+                frontier += [o for o in consumer.output if o not in seen]
+                seen.update(consumer.output)
+        return None
 
 
 def _facts(noise, points: list) -> dict:
