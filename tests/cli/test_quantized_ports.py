@@ -10,6 +10,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+import torch
 from cli_runner import run_main
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,10 @@ from accuracy.workflows.model.trace import model_inputs
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+
+
+def _initializer(model, name: str):
+    return next(t for t in model.graph.initializer if t.name == name)
 
 
 def _ports(capsys, factory: str, shape: str, *extra: str) -> tuple[int, dict]:
@@ -77,6 +82,15 @@ def test_a_zero_point_stuck_at_0_leaves_every_unit_within_its_noise_and_the_outp
     assert end["verdict"] == BEYOND and "beyond its quantization noise" in end["reason"]
     assert end["quantization"]["ratio"] > 10  # measured 19.7
     assert end["first_departs"] == "proj"  # the unit whose clipping, counted apart there, changed most
+    # named, with the zero point the values' range gives it on these inputs and the fraction clipped
+    scale = float(onnx.numpy_helper.to_array(_initializer(quantized, "/proj/Add_output_0_scale")))
+    with torch.no_grad():
+        values = model.double().proj(torch.from_numpy(model_inputs("x=2x4x16")["x"]).double()).numpy()
+    cause = end["cause"]
+    assert (cause["name"], cause["path"], cause["explains"]) == ("asymmetric zero point stuck at 0", "proj", True)
+    assert abs(cause["parameters"]["zero_point"] - round(-min(values.min(), 0) / scale)) <= 2  # measured 148
+    assert cause["parameters"]["clipped_fraction"] == pytest.approx(np.mean(values < -scale / 2), abs=0.02)
+    assert cause["verdict"] == WITHIN_NOISE  # the output less its points' clipping: within its noise
 
 
 @pytest.mark.slow
@@ -120,6 +134,15 @@ def test_calibration_on_another_file_is_read_and_a_bad_one_is_one_line(capsys, t
     end = json.loads(out)["ports"][0]["end_to_end"]
     assert status == 1 and end["verdict"] == BEYOND
     assert "changed by clipping, counted as error" in end["reason"]
+    # named at fc's output point, the range fitted: what fc's values span on these inputs (0 included)
+    model = zoo.small_cnn().eval().double()
+    with torch.no_grad():
+        fc = model(torch.from_numpy(given).double()).numpy()
+    cause = end["cause"]
+    assert (cause["name"], cause["path"], end["first_departs"]) == ("range calibrated on other data", "fc", "fc")
+    width = max(fc.max(), 0) - min(fc.min(), 0)
+    assert abs(cause["parameters"]["low"] - min(fc.min(), 0)) < 0.05 * width
+    assert abs(cause["parameters"]["high"] - max(fc.max(), 0)) < 0.05 * width
     wrong = write_arrays(tmp_path / "wrong.npz", {"x": other[:, :2]})
     for path, words in ((wrong, "has shape (2, 2, 8, 8)"), (tmp_path / "missing.npz", "--calibration")):
         status, out, err = run_main(
