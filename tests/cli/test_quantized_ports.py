@@ -308,3 +308,38 @@ def test_executorchs_int8_port_is_absent_and_says_it_is_not_built(capsys):
     _status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
     (absent,) = json.loads(out)["absent_ports"]
     assert absent["port"] == "executorch-int8" and absent["reason"].startswith("not built: ")
+
+
+def _torchao_bug(weight, bug: str) -> float:
+    """A torchao Int8Tensor changed in place: its steps doubled, or its integers quantized again
+    with one step, the largest row's, under its per-row steps; the parameter injected."""
+    with torch.no_grad():
+        if bug == "wrong weight scale":
+            weight.scale.mul_(2)
+            return 2.0
+        steps = weight.scale
+        weight.qdata.copy_(torch.round(weight.qdata.float() * steps / steps.max()).to(torch.int8))
+        return float(steps.max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", ["wrong weight scale", "per-tensor integers under per-channel steps"])
+def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_that_cannot_apply_say_why(bug):
+    from accuracy.workflows.model.ports.torchao_port import TorchaoPort
+    from accuracy.workflows.model.quantization_causes import BIAS, OTHER_RANGE, SATURATES, STUCK_ZERO
+    from accuracy.workflows.model.sweep import evaluate_ports
+    from accuracy.workflows.model.trace import run_reference
+
+    model, given = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
+    calls, _ = run_reference(model, given, "small_transformer")
+    port = TorchaoPort("torchao-int8-weight", model)
+    injected = _torchao_bug(port.quantized.get_submodule("up").weight, bug)
+    results, _ = evaluate_ports([port], model, given, calls)
+    rows = {r["path"]: r for r in results[0]["layers"]}
+    assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
+    cause = rows["up"]["cause"]
+    assert cause["name"] == bug and cause["explains"]
+    (fitted,) = cause["parameters"].values()
+    assert fitted == pytest.approx(injected, rel=0.01)  # measured 1.9994; the largest row's step to 0.1%
+    skipped = {s["name"]: s["reason"] for s in cause["skipped"]}
+    assert set(skipped) == {BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE} and all(skipped.values())
