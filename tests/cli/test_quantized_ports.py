@@ -167,8 +167,8 @@ def test_the_text_and_the_page_give_each_units_noise_in_other_tools_figures(caps
     ]  # fmt: skip
     fc = next(line.split() for line in lines[at + 3 :] if line.startswith("fc "))
     ratio, own, accumulated = float(fc[3]), float(fc[6]), float(fc[7])
-    assert 0.5 < ratio < 1.3 and 35 < own < 60 and 35 < accumulated < 60  # measured 0.711, 46.3, 42.6 dB
-    assert "within quantization noise  0.711x noise" in text  # the fc row of the verdict table
+    assert 0.5 < ratio < 1.3 and 35 < own < 60 and 35 < accumulated < 60  # measured 0.715, 46.3, 42.6 dB
+    assert f"within quantization noise  {fc[3]}x noise" in text  # the fc row of the verdict table: the same ratio
     assert any(line.startswith("ort-int8-dynamic: output: rms ") for line in lines)
     html = page.read_text()
     assert "<h3>Each unit against its quantization noise</h3>" in html
