@@ -21,6 +21,7 @@ operations, as the typical tier carries rounding).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -416,7 +417,7 @@ class Clipping:
     points only: what each point's clipping changes at the output (a zero point stuck at 0, a
     range calibrated on other data). Plain data, so that a result can travel."""
 
-    model: object
+    model: Any  # an onnx.ModelProto
     feeds: dict
     output: str
 

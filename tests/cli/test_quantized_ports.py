@@ -5,6 +5,7 @@ at that unit, beyond its noise; a bad --calibration file is one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -303,11 +304,52 @@ def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise()
     assert judged(quantized) in (SUSPICIOUS, BEYOND)
 
 
-def test_executorchs_int8_port_is_absent_and_says_it_is_not_built(capsys):
+@pytest.mark.slow
+def test_executorchs_int8_port_through_the_xnnpack_quantizer_flags_nothing_and_its_error_is_its_noise(capsys):
     args = ["--inputs", "x=2x3x8x8", "--port", "executorch-int8", "--json"]
-    _status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
-    (absent,) = json.loads(out)["absent_ports"]
-    assert absent["port"] == "executorch-int8" and absent["reason"].startswith("not built: ")
+    status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
+    assert status == 0
+    (port,) = json.loads(out)["ports"]
+    rows = {r["path"]: r for r in port["layers"]}
+    assert (port["flagged"], port["not_compared"]) == (0, 0) and "XNNPACKQuantizer" in port["description"]
+    for path in ("conv1", "conv2", "fc"):  # the layers the quantizer annotates: their input, output and weights
+        figures = rows[path]["quantization"]
+        assert rows[path]["verdict"] == WITHIN_NOISE
+        assert 0.7 < figures["ratio"] < 1.4  # measured 0.99, 0.918, 1.13
+        assert {p["kind"] for p in figures["points"]} == {"activation", "weight"}
+        (weight,) = [p for p in figures["points"] if p["kind"] == "weight"]
+        assert weight["axis"] == 0 and weight["range"] == [-127, 127] and weight["channels"] > 1
+    assert rows["bn1"]["verdict"] == "within rounding"  # a BatchNorm alone: left in float by the quantizer
+    end = port["end_to_end"]
+    assert end["verdict"] == WITHIN_NOISE and 0.4 < end["quantization"]["ratio"] < 1.4  # measured 0.687
+
+
+@pytest.mark.slow
+def test_an_executorch_int8_program_with_a_doubled_weight_step_is_beyond_its_noise():
+    """small_cnn quantized by the XNNPACK quantizer, then conv2's per-channel weight steps doubled
+    in the converted graph before lowering: ExecuTorch's output against the float64 model is beyond
+    the noise its points predict; as converted, within."""
+    from accuracy.workflows.model.ports.deploy import first_output
+    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, _points, error_model
+    from accuracy.workflows.model.quantization import noise_figures, verdict_of
+
+    model = zoo.small_cnn().eval()
+    x = torch.from_numpy(model_inputs("x=2x3x8x8")["x"].astype(np.float32))
+    port = ExecuTorchInt8Port("executorch-int8", model, {"x": x.numpy()}, None)
+    quantized = port._quantized(first_output(model), [(x,)])
+    with torch.no_grad():  # a copy: the converted graph holds the model's own biases
+        reference = copy.deepcopy(model).double()(x.double()).numpy()
+
+    def judged() -> str:
+        output = port._program(quantized, (x,))([x.numpy()])[0]
+        return verdict_of(noise_figures(output, reference, error_model(quantized, (x,)), apart=False))[0]
+
+    assert judged() == WITHIN_NOISE
+    weights = [p for p in _points(quantized) if p[0] == "weight"]
+    assert len(weights) == 3  # conv1, conv2, fc: one per-channel point each
+    scales = weights[1][1].args[1]  # conv2's dequantize_per_channel: (integers, scales, zero points, axis, ...)
+    getattr(quantized, scales.target).mul_(2)
+    assert judged() == BEYOND
 
 
 def _torchao_bug(weight, bug: str) -> float:

@@ -275,7 +275,7 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         yield report
 
 
-def _judged_file(subject: tuple, graph, label: str) -> dict | None:
+def _judged_file(subject: tuple, graph, label: str) -> Any:
     """A quantized graph judged as a user's file: its result, or None where nothing was compared."""
     import onnx
 
@@ -295,7 +295,7 @@ def _value_layer(graph, value: str) -> str | None:
     return producer.name.strip("/").split("/")[0] if producer is not None else None
 
 
-def _end_outcome(result: dict | None, cause: str, close: Callable[[dict], bool]) -> tuple[str, dict | None, str]:
+def _end_outcome(result: Any, cause: str, close: Callable[[dict], bool]) -> tuple[str, dict | None, str]:
     """(outcome, the cause named end to end, why) for a bug that leaves each unit within its noise:
     named right where the cause explains the output, at the unit of the point it names, with its
     parameters `close`, and no unit is given a cause."""

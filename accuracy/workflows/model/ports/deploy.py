@@ -75,6 +75,19 @@ class ConvertedPort(Port):
                     unit.reason = self._failures.get(unit.detail["program"], "")
         return units
 
+    def units_alone(self, calls: list[LayerCall]) -> list[Unit]:
+        """One unit per leaf call, each converted alone: a quantized port's leaf calibrated on its
+        own inputs (its ranges are the leaf's inputs' own, whichever program holds it)."""
+        units = []
+        for call in (c for c in calls if c.leaf):
+            if why := self._not_convertible(call):
+                units.append(Unit([call], why))
+                continue
+            key = self._convert_alone(call)
+            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
+        self._together = None
+        return units
+
     def _convert_alone(self, call: LayerCall) -> tuple:
         import torch
 

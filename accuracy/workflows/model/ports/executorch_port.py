@@ -140,11 +140,3 @@ def executorch_port(name: str, model, inputs) -> ExecuTorchPort | str:
     if absent:
         return absent
     return ExecuTorchPort(name, model, inputs, delegate=name == "executorch")
-
-
-def executorch_int8(name: str, model, inputs) -> str:
-    """`executorch-int8` (ExecuTorch's XNNPACK quantizer, PT2E) is absent, with why: it is not built."""
-    return (
-        "not built: opbench does not yet read the quantize points of ExecuTorch's XNNPACK PT2E "
-        "quantizer, so its int8 program cannot be judged against its noise"
-    )

@@ -58,15 +58,7 @@ class OpenVinoInt8Port(OpenVinoPort):
     def units(self, calls):
         """One unit per leaf call, each converted and quantized alone (NNCF's ranges are a
         layer's inputs' own, whichever program holds it)."""
-        units = []
-        for call in (c for c in calls if c.leaf):
-            if why := self._not_convertible(call):
-                units.append(Unit([call], why))
-                continue
-            key = self._convert_alone(call)
-            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
-        self._together = None
-        return units
+        return self.units_alone(calls)
 
     def convert(self, module, example: tuple):
         quantized = self._quantize(self._ov_model(module, example), [self._arrays(example)])
