@@ -20,6 +20,7 @@ operations, as the typical tier carries rounding).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,10 +422,14 @@ class Clipping:
     feeds: dict
     output: str
 
+    @functools.cached_property
+    def shapes(self) -> dict[str, tuple]:
+        return _shapes(self.model, self.feeds)  # one probe run for every run after
+
     def _run(self, only: frozenset[str] | None, outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         from accuracy.backends import onnx_graph
 
-        builder = _Builder(self.model, _shapes(self.model, self.feeds), clip=True, only=only)
+        builder = _Builder(self.model, self.shapes, clip=True, only=only)
         graph = builder.build()
         zeros = {name: np.zeros(shape, np.float32) for name, shape in builder.noises}
         wanted = list(dict.fromkeys([self.output, *(outputs or [])]))
