@@ -386,3 +386,32 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
     assert fitted == pytest.approx(injected, rel=0.01)  # measured 1.9994; the largest row's step to 0.1%
     skipped = {s["name"]: s["reason"] for s in cause["skipped"]}
     assert set(skipped) == {BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE} and all(skipped.values())
+
+
+@pytest.mark.slow
+def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_factor():
+    """small_transformer's `up` quantized by the XNNPACK quantizer, its per-channel weight steps
+    doubled in the converted graph before lowering: that unit alone is flagged, and the weights
+    read from the graph name a wrong weight scale of factor 2."""
+    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, _points
+    from accuracy.workflows.model.sweep import evaluate_ports
+    from accuracy.workflows.model.trace import run_reference
+
+    class DoubledStep(ExecuTorchInt8Port):
+        def convert(self, module, example):
+            quantized = self._quantized(module, [example])
+            if isinstance(module, torch.nn.Linear) and module.out_features == 2 * module.in_features:  # `up`
+                (weight,) = [p for p in _points(quantized) if p[0] == "weight"]
+                getattr(quantized, weight[1].args[1].target).mul_(2)
+            program = self._program(quantized, example)
+            self._graphs[id(program)] = quantized
+            return program
+
+    model, given = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
+    calls, _ = run_reference(model, given, "small_transformer")
+    results, _ = evaluate_ports([DoubledStep("executorch-int8", model, given, None)], model, given, calls)
+    rows = {r["path"]: r for r in results[0]["layers"]}
+    assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
+    cause = rows["up"]["cause"]
+    assert cause["name"] == "wrong weight scale" and cause["explains"]
+    assert cause["parameters"]["factor"] == pytest.approx(2.0, rel=0.01)  # measured 1.9998
