@@ -31,8 +31,10 @@ def _ported_leaf(fn, original):
         def __init__(self):
             super().__init__()
             self.__dict__["fn"] = fn  # not a child: the stand-in stays a leaf with the same path
-            self._parameters.update(original._parameters)
-            self._buffers.update(original._buffers)
+            for name, parameter in original.named_parameters(recurse=False):
+                self.register_parameter(name, parameter)
+            for name, buffer in original.named_buffers(recurse=False):
+                self.register_buffer(name, buffer)
 
         def forward(self, *args, **kwargs):
             return self.fn(*args, **kwargs)
