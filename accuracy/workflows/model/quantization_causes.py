@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.workflows.model.units import Unit, float64_reference
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import float64_reference
 
 SCALE, ZERO_POINT, AXIS, BIAS, SATURATES = (
     "wrong weight scale",

@@ -15,7 +15,7 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.judge.precision import TF32
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall, converted, leaf_modules, record, run_calls, typed_inputs
-from accuracy.workflows.model.units import Unit, nested_units, port_inputs
+from accuracy.workflows.model.unit import Unit, nested_units, port_inputs
 
 SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
 SCRIPT_IN_PROCESS = "TorchScript in-process ({})"  # why C++ is not there: "no C++ compiler"

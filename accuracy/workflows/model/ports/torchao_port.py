@@ -25,7 +25,7 @@ from accuracy.judge.quantization import NOISE_SAMPLES, NOISE_SEED
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.trace import converted, record, run_calls, typed_inputs
-from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
+from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 
 SYMMETRIC_ROW = 127.5  # torchao's symmetric int8 per-row step: max |row| / ((127 - -128) / 2)
 
