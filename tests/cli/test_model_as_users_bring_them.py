@@ -464,7 +464,8 @@ def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(t
     from accuracy.core.dtypes import FORMATS
     from accuracy.judge.verdicts import WITHIN
     from accuracy.workflows.model.trace import run_reference
-    from accuracy.workflows.model.units import LOOKUP_TIER, Unit, judge_unit, port_inputs
+    from accuracy.workflows.model.unit import Unit, port_inputs
+    from accuracy.workflows.model.units import LOOKUP_TIER, judge_unit
     from accuracy.workflows.model.zoo import bert2
 
     model, fmt = bert2().eval(), FORMATS["float32"]

@@ -22,7 +22,8 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
 from accuracy.workflows.model.quantization_causes import explain_clipping, explain_quantized
-from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference, relative
+from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.units import float64_reference, relative
 
 QUANTIZATION_TIER = "quantization noise of its declared steps"
 

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.workflows.model.units import Unit, float64_reference
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import float64_reference
 
 SCALE, ZERO_POINT, AXIS, PER_TENSOR, BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE = (
     "wrong weight scale",
@@ -41,6 +42,19 @@ SCALE, ZERO_POINT, AXIS, PER_TENSOR, BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE = 
 )
 NAMES = (SCALE, ZERO_POINT, AXIS, PER_TENSOR, BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE)
 LEAST_FACTOR = 0.02  # a fitted factor this near 1 is no wrong scale: rounding moves it that much
+# the causes that cannot apply to a runtime's quantized modules, and why: a runtime's declared quantize
+# points name it (a torchao Linear: ports/torchao_port.py)
+CANNOT_APPLY = {
+    "torchao": (
+        (BIAS, "torchao keeps the Linear's bias in float: it has no step to compare with input x weight step"),
+        (SATURATES, "torchao runs PyTorch's kernels on its tensors: there is no graph to run unfused beside them"),
+        (
+            STUCK_ZERO,
+            "torchao's activations are float (weight-only) or quantized symmetric per row at run time: no zero point",
+        ),
+        (OTHER_RANGE, "torchao calibrates nothing: its activation steps come from each row's own range at run time"),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -156,7 +170,7 @@ def explain_quantized(
         "ratio": None,
         "explains": False,
     }
-    skipped = list(noise.get("skipped", []))
+    skipped = [{"name": name, "reason": why} for name, why in CANNOT_APPLY.get(noise.get("runtime", ""), ())]
     if not tried:
         return none | {"alternatives": [], "skipped": skipped}
     explaining = [t for t in tried if t["explains"]]

@@ -21,7 +21,7 @@ from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import first_line
 from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall, converted, first_tensor, typed_inputs
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 def missing(*modules: str) -> str | None:

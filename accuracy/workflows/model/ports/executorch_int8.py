@@ -29,7 +29,7 @@ from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort, _Method, _quiet
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration
 from accuracy.workflows.model.trace import first_tensor
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 def _ops():

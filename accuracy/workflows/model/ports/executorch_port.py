@@ -21,7 +21,7 @@ from accuracy.core.errors import quiet_stderr
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
 from accuracy.workflows.model.trace import call_key
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 # what importing and running the exporter logs that says nothing about the model: torchao's CUDA
 # kernels missing from a CPU build, torch's deprecation of registering Enum constants

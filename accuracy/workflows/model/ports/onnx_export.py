@@ -9,7 +9,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 class OnnxPort(Port):

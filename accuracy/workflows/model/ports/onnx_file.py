@@ -29,7 +29,7 @@ from accuracy.core.files import not_a_file
 from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 FLAG = "--onnx"
 NO_VALUE = "no value of the ONNX graph is its output: fused with the code after it, or folded away at export"

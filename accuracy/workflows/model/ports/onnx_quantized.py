@@ -33,7 +33,7 @@ from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.ports.onnx_file import OnnxFilePort
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 CALIBRATION = "--calibration"
 STATIC = {"ort-int8": True, "ort-int8-tensor": False}  # name -> per channel
@@ -86,7 +86,7 @@ class QuantizedGraph:
         """What the unit's sub-graph was fed: the reference's inputs as the port receives them, or
         (a unit fused with the code around it, `sources`) the reference's own values."""
         from accuracy.backends.pytorch import tensor_to_numpy
-        from accuracy.workflows.model.units import port_inputs
+        from accuracy.workflows.model.unit import port_inputs
 
         if "order" not in unit.detail:
             return dict(zip(unit.detail["reads"], unit.detail["sources"], strict=True))

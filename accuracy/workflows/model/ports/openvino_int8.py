@@ -32,7 +32,7 @@ from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration, reduced_range
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 SEVEN_BIT = ", 7-bit weights (no VNNI)"
 INTEGERS = ("i8", "u8")  # stored weights' element types

@@ -24,21 +24,10 @@ from accuracy.core.errors import quiet_stderr
 from accuracy.judge.quantization import NOISE_SAMPLES, NOISE_SEED
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.deploy import missing
-from accuracy.workflows.model.quantization_causes import BIAS, OTHER_RANGE, SATURATES, STUCK_ZERO
 from accuracy.workflows.model.trace import converted, record, run_calls, typed_inputs
-from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
+from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 
 SYMMETRIC_ROW = 127.5  # torchao's symmetric int8 per-row step: max |row| / ((127 - -128) / 2)
-# the quantization causes that cannot apply to a torchao Linear, and why (workflows.model.quantization_causes)
-SKIPPED = (
-    (BIAS, "torchao keeps the Linear's bias in float: it has no step to compare with input x weight step"),
-    (SATURATES, "torchao runs PyTorch's kernels on its tensors: there is no graph to run unfused beside them"),
-    (
-        STUCK_ZERO,
-        "torchao's activations are float (weight-only) or quantized symmetric per row at run time: no zero point",
-    ),
-    (OTHER_RANGE, "torchao calibrates nothing: its activation steps come from each row's own range at run time"),
-)
 
 
 def _config(name: str):
@@ -67,7 +56,8 @@ def linear_variance(x: np.ndarray, weight: np.ndarray, steps: np.ndarray, dynami
 def declared(path: str, module) -> dict:
     """A quantized Linear's weight as the quantization causes read it (accuracy.backends.onnx_noise's
     `declared_weights` form): dequantized from its integers, its per-row steps and zero points along
-    axis 0; and the causes that cannot apply to it, with why."""
+    axis 0; and its runtime, which names the causes that cannot apply to it
+    (quantization_causes.CANNOT_APPLY)."""
     weight = _quantized_weight(module)
     steps = to_numpy(weight.scale.float()).reshape(-1).astype(np.float64)
     zero = getattr(weight, "zero_point", None)
@@ -79,7 +69,7 @@ def declared(path: str, module) -> dict:
         "axis": 0 if steps.size > 1 else None,
         "transposed": False,
     }
-    return {"weights": [entry], "skipped": [{"name": name, "reason": why} for name, why in SKIPPED]}
+    return {"weights": [entry], "runtime": "torchao"}
 
 
 class TorchaoPort(Port):
