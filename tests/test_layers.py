@@ -201,9 +201,19 @@ MODEL = f"{PACKAGE}.workflows.model"
 MODEL_FLOORS = (
     (
         "calls and models",
-        ("trace", "activations_file", "state_key", "unit", "answer", "zoo", "census_models", "decoders"),
+        (
+            "trace",
+            "activations_file",
+            "state_key",
+            "unit",
+            "answer",
+            "zoo",
+            "torchvision_import",
+            "census_models",
+            "decoders",
+        ),
     ),
-    ("ports", ("ports", "export_cache", "generation_cache", "generation_ports")),
+    ("ports", ("ports", "onnx_graph", "onnx_noise", "export_cache", "generation_cache", "generation_ports")),
     ("judging", ("units", "unit_cache", "quantization", "quantization_causes", "positions")),
     ("causes", ("causes", "op_causes", "preprocessing")),
     ("sweep and rows", ("sweep", "report", "generation", "census")),

@@ -382,7 +382,7 @@ def test_the_float64_reference_keeps_a_models_own_float32_casts_in_float64(user)
 
 @pytest.mark.slow  # imports transformers
 def test_hf_llama_rms_norm_reference_is_its_float64_formula():
-    from accuracy.backends.torchvision_import import import_transformers
+    from accuracy.workflows.model.torchvision_import import import_transformers
 
     import_transformers()
     from transformers.models.llama.modeling_llama import LlamaRMSNorm

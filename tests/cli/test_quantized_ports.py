@@ -16,10 +16,9 @@ from cli_runner import run_main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accuracy.backends import onnx_graph
 from accuracy.judge.verdicts import BEYOND, WITHIN_NOISE
 from accuracy.workflows.array_files import write_arrays
-from accuracy.workflows.model import zoo
+from accuracy.workflows.model import onnx_graph, zoo
 from accuracy.workflows.model.ports.onnx_quantized import _quantized
 from accuracy.workflows.model.ports.torchao_port import SYMMETRIC_ROW, linear_variance
 from accuracy.workflows.model.trace import model_inputs

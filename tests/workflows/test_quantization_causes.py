@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accuracy.backends.onnx_noise import ActivationRange
+from accuracy.workflows.model.onnx_noise import ActivationRange
 from accuracy.workflows.model.quantization_causes import (
     OTHER_RANGE,
     PER_TENSOR,

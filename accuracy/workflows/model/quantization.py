@@ -1,5 +1,5 @@
 """A quantized port's units and output judged against the quantization noise the port declared
-(its scales, zero points and axes, read from its graph: accuracy.backends.onnx_noise), instead of
+(its scales, zero points and axes, read from its graph: accuracy.workflows.model.onnx_noise), instead of
 against rounding.
 
 Per unit: the rms of its error against the float64 reference unit, over the rms its quantize

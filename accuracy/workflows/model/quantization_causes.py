@@ -5,7 +5,7 @@ A cause *explains* the unit when the float64 reference unit with the bug applied
 scaled by a fitted factor, shifted by a fitted number of steps, its per-channel steps applied
 along another axis, its bias scaled) puts the port's output within its quantization noise. The
 parameter is fitted in closed form from the weights the port's graph dequantizes against the
-module's own (accuracy.backends.onnx_noise.declared_weights; a torchao Linear's Int8Tensor, read
+module's own (accuracy.workflows.model.onnx_noise.declared_weights; a torchao Linear's Int8Tensor, read
 the same way). One cause is no change of the reference: the port's int8 kernels give other values
 than its own graph run unfused (ONNX Runtime's u8s8 products, summed in pairs in int16 without
 VNNI, saturate).

@@ -52,7 +52,7 @@ OTHER_SEED, NARROWER = 1, 0.5  # the other calibration data: PCG64 draws of the 
 
 def _weight_nodes(graph) -> list:
     """The DequantizeLinear nodes of stored weights feeding a Conv, Gemm or MatMul, in order."""
-    from accuracy.backends.onnx_noise import LINEAR_OPS
+    from accuracy.workflows.model.onnx_noise import LINEAR_OPS
 
     producer = {o: n for n in graph.node for o in n.output}
     return [
@@ -201,7 +201,7 @@ def _first_flagging(
 
 def _own_weights(graph, node, module) -> bool:
     """Whether the weight `node` dequantizes is `module`'s own, to within a step."""
-    from accuracy.backends.onnx_noise import declared_weights
+    from accuracy.workflows.model.onnx_noise import declared_weights
 
     declared = next((d for d in declared_weights(graph) if node.output[0] in _inputs(graph, d["node"])), None)
     weight = getattr(module, "weight", None)
@@ -220,7 +220,7 @@ def _inputs(graph, name: str) -> list[str]:
 def quantization_selftest(progress=None) -> Iterator[dict]:
     """Per zoo model: the quantization causes' injections and what the correct quantized ports named,
     in the form of cause_selftest.model_selftest's reports."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.ports import build_port
     from accuracy.workflows.model.ports.onnx_quantized import QuantizedOnnxPort, _quantized, reduced_range
     from accuracy.workflows.model.sweep import evaluate_ports
@@ -348,7 +348,7 @@ def _stuck_zero(subject: tuple, graph) -> Injection:
 def _other_range(subject: tuple, exported, graph) -> Injection:
     """The export calibrated on another draw of the inputs (or one at half their size), the first
     that flags the output; the range fitted against what calibration on the inputs gives."""
-    from accuracy.backends.onnx_noise import Clipping
+    from accuracy.workflows.model.onnx_noise import Clipping
     from accuracy.workflows.model.ports.onnx_quantized import _quantized
 
     name, _model, given, _calls, _folder = subject

@@ -11,7 +11,7 @@ integer range, arguments of the nodes) and each `dequantize_per_channel` of stor
 replaced by its input clipped to the point's range plus uniform noise of one step, and each stored
 weight by its dequantized value plus noise of its step, run by PyTorch with the noise at 0, with
 the clipping off, and with draws of PCG64 noise (seed 0), as the ONNX ports' model
-(accuracy.backends.onnx_noise). Each leaf is quantized alone, calibrated on the reference's
+(accuracy.workflows.model.onnx_noise). Each leaf is quantized alone, calibrated on the reference's
 inputs to it; the whole model, quantized once, end to end.
 """
 

@@ -1,4 +1,4 @@
-"""A Keras model with a mapping {Keras layer name: torch layer key} (accuracy.backends.keras_port)."""
+"""A Keras model with a mapping {Keras layer name: torch layer key} (accuracy.workflows.model.ports.keras_port)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class KerasPort(Port):
     brought = True
 
     def __init__(self, name: str, model, mapping: dict[str, str], calls: list[LayerCall], source: str):
-        from accuracy.backends import keras_port
+        from accuracy.workflows.model.ports import keras_port
 
         keras_port.check_mapping(model, mapping, {c.key for c in calls}, source)
         self.name, self.model, self.keras = name, model, keras_port

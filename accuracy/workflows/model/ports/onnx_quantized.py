@@ -17,7 +17,7 @@ fill) is left in float, the nodes giving and reading it excluded.
 A unit of a quantized graph reads the float values its module's inputs are (before their
 QuantizeLinear) and gives its output after its own QuantizeLinear -> DequantizeLinear: its quantize
 points are the ones it meets from its inputs to its output, each judged by the error model of
-accuracy.backends.onnx_noise, on the same inputs it ran on.
+accuracy.workflows.model.onnx_noise, on the same inputs it ran on.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class QuantizedGraph:
     """What the quantized ports share: units given their quantize points, and each unit's and the
     whole graph's predicted noise, kept as plain data for the judge (`noise`, by unit key)."""
 
-    graph: Any  # accuracy.backends.onnx_graph.Graph
+    graph: Any  # accuracy.workflows.model.onnx_graph.Graph
     values: dict
 
     def _quantized_units(self, units: list[Unit]) -> list[Unit]:
@@ -100,8 +100,8 @@ class QuantizedGraph:
         return out
 
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
-        from accuracy.backends import onnx_graph
-        from accuracy.backends.onnx_noise import (
+        from accuracy.workflows.model import onnx_graph
+        from accuracy.workflows.model.onnx_noise import (
             declared_weights,
             expected_noise,
             is_quantized,
@@ -124,7 +124,7 @@ class QuantizedGraph:
     def _whole_noise(self, feeds: dict[str, np.ndarray], output: str) -> dict:
         """The output's predicted noise, and what the clipping causes read (run only where the
         output is flagged): the output with some points clipping, and each value's unit."""
-        from accuracy.backends.onnx_noise import Clipping, expected_noise, quantize_points
+        from accuracy.workflows.model.onnx_noise import Clipping, expected_noise, quantize_points
 
         model = self.graph.model
         noise = expected_noise(model, feeds, [output])[output]
@@ -186,7 +186,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
         return self._quantized_units(super().units(calls))
 
     def end_to_end(self, inputs, units) -> EndToEnd:
-        from accuracy.backends.onnx_noise import modelled
+        from accuracy.workflows.model.onnx_noise import modelled
 
         run = super().end_to_end(inputs, units)
         if modelled(self.graph.model):
@@ -196,7 +196,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
 
 def onnx_file_port(label: str, path, mapping: dict[str, str], model, inputs: dict[str, np.ndarray]) -> OnnxFilePort:
     """The port of a user's ONNX file: quantized where its graph holds quantize nodes."""
-    from accuracy.backends.onnx_noise import is_quantized
+    from accuracy.workflows.model.onnx_noise import is_quantized
     from accuracy.workflows.model.ports.onnx_file import read_onnx
 
     if is_quantized(read_onnx(label, path)):
@@ -271,7 +271,7 @@ def _unquantizable(float_export, batches: list[dict[str, np.ndarray]]) -> list[s
     """The nodes that give or read a value holding inf or NaN on the calibration inputs (an
     attention mask's -inf fill, the Softmax after it): no step covers its range, so they are left
     in float, as a user would leave them."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     graph = onnx_graph.Graph.of(float_export)
     names = set()
@@ -322,7 +322,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], re
 def ort_int8(name: str, model, inputs: dict[str, np.ndarray], calibration: str | None = None) -> QuantizedOnnxPort:
     """`ort-int8`, `ort-int8-tensor` and `ort-int8-dynamic`, calibrated on `calibration`'s
     batches where given, else on the model's inputs."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     float_export = cached_export(onnx_graph.export, model, inputs)
     batches = read_calibration(calibration, inputs) if calibration else [inputs]

@@ -12,7 +12,7 @@ weight stored as integers (`Convert` of an int8 constant, then its zero point an
 step). The error model is the quantized model with each FakeQuantize replaced by its input clipped
 to its range plus uniform noise of one step, and each stored weight by its integers plus noise of
 one integer: run by OpenVINO with the noise at 0, with the clipping off, and with draws of PCG64
-noise (seed 0), as the ONNX ports' model (accuracy.backends.onnx_noise). Each leaf is converted and
+noise (seed 0), as the ONNX ports' model (accuracy.workflows.model.onnx_noise). Each leaf is converted and
 quantized alone, calibrated on the reference's inputs to it (the values the whole model's
 calibration sees there), and judged on them; the whole model, quantized once, end to end.
 """

@@ -54,7 +54,7 @@ def linear_variance(x: np.ndarray, weight: np.ndarray, steps: np.ndarray, dynami
 
 
 def declared(path: str, module) -> dict:
-    """A quantized Linear's weight as the quantization causes read it (accuracy.backends.onnx_noise's
+    """A quantized Linear's weight as the quantization causes read it (accuracy.workflows.model.onnx_noise's
     `declared_weights` form): dequantized from its integers, its per-row steps and zero points along
     axis 0; and its runtime, which names the causes that cannot apply to it
     (quantization_causes.CANNOT_APPLY)."""

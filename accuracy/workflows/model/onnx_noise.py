@@ -333,7 +333,7 @@ def _shapes(model, feeds: dict[str, np.ndarray]) -> dict[str, tuple]:
     """The shape of every value a dynamic or static point quantizes, from one run that gives them."""
     import onnx
 
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     wanted = [n.input[0] for n in model.graph.node if n.op_type in (QUANTIZE, DYNAMIC) and n.input[0] not in feeds]
     probe = onnx.ModelProto()
@@ -347,7 +347,7 @@ def _shapes(model, feeds: dict[str, np.ndarray]) -> dict[str, tuple]:
 
 def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict:
     """Each of `outputs`' Noise when `model` (a quantized graph) runs on `feeds`."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     shapes = _shapes(model, feeds)
     builders = {clip: _Builder(model, shapes, clip=clip) for clip in (True, False)}
@@ -427,7 +427,7 @@ class Clipping:
         return _shapes(self.model, self.feeds)  # one probe run for every run after
 
     def _run(self, only: frozenset[str] | None, outputs: list[str] | None = None) -> dict[str, np.ndarray]:
-        from accuracy.backends import onnx_graph
+        from accuracy.workflows.model import onnx_graph
 
         builder = _Builder(self.model, self.shapes, clip=True, only=only)
         graph = builder.build()
