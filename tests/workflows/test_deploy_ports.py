@@ -62,7 +62,7 @@ def _require(port: str, needs: tuple[str, ...] = ()) -> None:
     needs = needs or CPU_NEEDS.get(port, ())
     capabilities = openvino_port.cpu_capabilities() if needs else []
     if needs and not set(needs) & set(capabilities):
-        found = openvino_port.precision(port)
+        found = openvino_port.precision(reduced=port != "openvino")
         if isinstance(found, str):
             assert build_port(port, load_model(SMALL_CNN), example_inputs("small_cnn")) == found
             assert ", ".join(capabilities) in found
@@ -348,6 +348,6 @@ def test_building_the_port_table_imports_no_runtime(monkeypatch):
     hide(monkeypatch, modules=("openvino", "executorch"))
     for name in ("openvino", "executorch"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    assert isinstance(openvino_port.openvino_port("openvino", None, {}), str)
-    assert isinstance(executorch_port.executorch_port("executorch", None, {}), str)
+    assert isinstance(openvino_port.openvino_port("openvino", None, {}, reduced=False), str)
+    assert isinstance(executorch_port.executorch_port("executorch", None, {}, delegate=True), str)
     assert "openvino" not in sys.modules and "executorch" not in sys.modules

@@ -213,15 +213,15 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
                 if isinstance(port, str):
                     absent.append({"port": job.name, "reason": port})
                     continue
-                run = run_or_why(port, given, calls)
+                with port:
+                    run = run_or_why(port, given, calls)
+                gc.collect()  # an exported graph and its sessions hold cycles
+                release_freed_memory()
                 if isinstance(run, str):
                     absent.append({"port": job.name, "reason": run})
                     continue
                 names.append(port.name)
                 runs.append(run)
-                del port
-                gc.collect()  # an exported graph and its sessions hold cycles
-                release_freed_memory()
             results, failed = judge_runs(names, runs, model, given, calls)
             return results, absent + failed
     finally:
@@ -306,7 +306,10 @@ def port_task(
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
         port = job.build_or_why(model, own_copies(given), calls)
-        return port if isinstance(port, str) else run_or_why(port, given, calls)
+        if isinstance(port, str):
+            return port
+        with port:
+            return run_or_why(port, given, calls)
 
 
 def judge_task(judging: Judging) -> dict[str, UnitJudgement] | str:

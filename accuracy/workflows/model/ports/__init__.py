@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.plugins import load_plugins
@@ -40,7 +41,9 @@ class PortSpec:
     them), whether `opbench model` runs it by default, whether it needs a GPU, whether it is a
     deploy runtime, and `build`:
     (the name as given, the model, its inputs by name) -> the Port, or a sentence saying why it
-    is absent on this machine (never an error). `rebuilds`: a port in another process, whose
+    is absent on this machine (never an error). A variant of a kind of port is its builder with
+    the variant's arguments bound (`partial(onnxruntime, optimized=False)`): this table is the one
+    place where a name meets its variant. `rebuilds`: a port in another process, whose
     `build` also takes a `Rebuild` (the factory, the mode and the reference's calls)."""
 
     name: str
@@ -63,8 +66,8 @@ class PortSpec:
 
 
 BUILT_IN = (
-    PortSpec("onnxruntime", onnx_export.onnxruntime, ("onnxruntime",), default=True),
-    PortSpec("onnxruntime-noopt", onnx_export.onnxruntime, ("onnxruntime",), default=True),
+    PortSpec("onnxruntime", partial(onnx_export.onnxruntime, optimized=True), ("onnxruntime",), default=True),
+    PortSpec("onnxruntime-noopt", partial(onnx_export.onnxruntime, optimized=False), ("onnxruntime",), default=True),
     PortSpec("torchscript", torch_variants.torchscript, ("libtorch",), default=True),
     PortSpec("compile", torch_variants.compiled),
     PortSpec("bfloat16", torch_variants.low_precision),
@@ -77,14 +80,14 @@ BUILT_IN = (
     # PyTorch in an environment of its own that uv builds from pins: any set, or torch moved
     PortSpec("env:PINS", environments.environment_port, rebuilds=True),
     PortSpec("torch==VERSION", environments.environment_port, rebuilds=True),
-    PortSpec("cuda", torch_variants.cuda, default=True, needs_gpu=True),
-    PortSpec("cuda-tf32", torch_variants.cuda, default=True, needs_gpu=True),
+    PortSpec("cuda", partial(torch_variants.cuda, tf32=False), default=True, needs_gpu=True),
+    PortSpec("cuda-tf32", partial(torch_variants.cuda, tf32=True), default=True, needs_gpu=True),
     # the deploy runtimes (the `deploy` extra); each absent with a reason where it is not installed
-    PortSpec("executorch", executorch_port.executorch_port, deploy=True),
-    PortSpec("executorch-portable", executorch_port.executorch_port, deploy=True),
+    PortSpec("executorch", partial(executorch_port.executorch_port, delegate=True), deploy=True),
+    PortSpec("executorch-portable", partial(executorch_port.executorch_port, delegate=False), deploy=True),
     PortSpec("litert", litert_port.litert_port, rebuilds=True, deploy=True),
-    PortSpec("openvino", openvino_port.openvino_port, deploy=True),
-    PortSpec("openvino-f16", openvino_port.openvino_port, deploy=True),
+    PortSpec("openvino", partial(openvino_port.openvino_port, reduced=False), deploy=True),
+    PortSpec("openvino-f16", partial(openvino_port.openvino_port, reduced=True), deploy=True),
     # quantized: judged against the quantization noise they declare (workflows.model.quantization)
     PortSpec("ort-int8", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
     PortSpec("ort-int8-tensor", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),

@@ -54,6 +54,16 @@ class Port:
     brought = False  # the user brought it (a file, a Keras factory): its problems are bad input
     built_seconds = 0.0  # the time its build ran the port (a child process), counted in the port's time
 
+    def __enter__(self) -> Port:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let go of what the port built (sessions, programs, copies of the model): the sweep holds
+        one port at a time, and an exported BERT-base with its sessions is gigabytes."""
+
     def units(self, calls: list[LayerCall]) -> list[Unit]:
         return leaf_units(calls)
 

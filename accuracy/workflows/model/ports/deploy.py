@@ -32,6 +32,11 @@ def missing(*modules: str) -> str | None:
     return None
 
 
+def program_feed(tensors) -> list[np.ndarray]:
+    """What a converted program is fed: floats as float32 (values already rounded to the port's format)."""
+    return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
+
+
 class ConvertedPort(Port):
     """A model as a deploy runtime runs it: `convert(module, example)` gives a program (a callable
     from float32/integer numpy arrays to its outputs, a list of numpy arrays). A runtime that shows
@@ -47,6 +52,9 @@ class ConvertedPort(Port):
 
     def convert(self, module, example: tuple):
         raise NotImplementedError
+
+    def close(self) -> None:
+        self._programs, self._together = {}, None
 
     def _key(self, call: LayerCall) -> tuple:
         return (call.path, tuple((tuple(t.shape), t.dtype) for t in call.inputs))
@@ -100,11 +108,6 @@ class ConvertedPort(Port):
                 self._failures[key] = f"{self.converter} cannot convert it alone: {first_line(exc, typed=True)}"
         return key
 
-    @staticmethod
-    def _arrays(tensors) -> list[np.ndarray]:
-        """What a program is fed: floats as float32 (values already rounded to the port's format)."""
-        return [to_numpy(t.float() if t.is_floating_point() else t) for t in tensors]
-
     def _not_convertible(self, call: LayerCall) -> str:
         """Why the converter cannot take this leaf call alone, or ""."""
         if call.reason or call.tensors_only:
@@ -112,7 +115,7 @@ class ConvertedPort(Port):
         return f"{self.converter} converts a module called on tensors alone: it takes other arguments"
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
-        arrays = self._arrays(port_inputs(inputs, self.fmt))
+        arrays = program_feed(port_inputs(inputs, self.fmt))
         if self._together is not None:
             out = self._together.output(unit.detail["part"], arrays)
         else:
@@ -135,7 +138,7 @@ class ConvertedPort(Port):
         model, tensors = self.whole(inputs)
         with torch.no_grad():
             program = self.convert(model, tensors)
-        return EndToEnd({}, np.asarray(program(self._arrays(tensors))[0]))
+        return EndToEnd({}, np.asarray(program(program_feed(tensors))[0]))
 
 
 class _Together:
@@ -159,7 +162,7 @@ class _Together:
                 return tuple(outputs)
 
         self.sizes = [len(c.inputs) for c in calls]
-        self.feeds = [port._arrays(port_inputs(c.inputs, port.fmt)) for c in calls]
+        self.feeds = [program_feed(port_inputs(c.inputs, port.fmt)) for c in calls]
         parts = Parts([_out_of_place(c.module) for c in calls], self.sizes)
         self.program = port.convert(parts, tuple(t for c in calls for t in c.inputs))
         self.outputs: list | None = None

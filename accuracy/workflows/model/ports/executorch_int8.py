@@ -25,7 +25,7 @@ import numpy as np
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.judge.quantization import NOISE_SEED, samples
 from accuracy.workflows.model.ports.base import EndToEnd
-from accuracy.workflows.model.ports.deploy import missing
+from accuracy.workflows.model.ports.deploy import missing, program_feed
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort, _Method, _quiet
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration
 from accuracy.workflows.model.trace import first_tensor
@@ -231,7 +231,7 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         quantized = self._graphs[id(program)]
         if _points(quantized):
             self.noise[unit.key] = error_model(quantized, tensors)
-        return np.asarray(program(self._arrays(tensors))[0]).astype(self.fmt.np_dtype)
+        return np.asarray(program(program_feed(tensors))[0]).astype(self.fmt.np_dtype)
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         import torch
@@ -243,7 +243,7 @@ class ExecuTorchInt8Port(ExecuTorchPort):
                              zip(self.input_names, tensors, strict=True)) for b in self.batches]  # fmt: skip
         quantized = self._quantized(model, batches)
         program = self._program(quantized, tensors)
-        run = EndToEnd({}, np.asarray(program(self._arrays(tensors))[0]))
+        run = EndToEnd({}, np.asarray(program(program_feed(tensors))[0]))
         run.noise = error_model(quantized, tensors)
         return run
 

@@ -135,8 +135,8 @@ class _Method:
         return [out.numpy() for out in self.method.execute([torch.from_numpy(a) for a in arrays])]
 
 
-def executorch_port(name: str, model, inputs) -> ExecuTorchPort | str:
+def executorch_port(name: str, model, inputs, delegate: bool) -> ExecuTorchPort | str:
     absent = missing("executorch")
     if absent:
         return absent
-    return ExecuTorchPort(name, model, inputs, delegate=name == "executorch")
+    return ExecuTorchPort(name, model, inputs, delegate=delegate)

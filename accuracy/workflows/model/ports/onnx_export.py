@@ -36,6 +36,9 @@ class OnnxPort(Port):
         self.values = self._feeds(inputs) | self.graph.probe(self._feeds(inputs))
         self.dtypes = {k: v.dtype for k, v in self.values.items()}
 
+    def close(self) -> None:
+        self.graph, self.values = None, {}  # type: ignore[assignment]
+
     def _feeds(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [k for k in self.input_names if k not in inputs]
         if missing:
@@ -186,5 +189,5 @@ def _distance(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.nan_to_num(np.where(a == b, 0.0, np.abs(a - b)), nan=np.inf).sum())
 
 
-def onnxruntime(name: str, model, inputs) -> OnnxPort:
-    return OnnxPort(name, model, inputs, optimized=name == "onnxruntime")
+def onnxruntime(name: str, model, inputs, optimized: bool) -> OnnxPort:
+    return OnnxPort(name, model, inputs, optimized=optimized)

@@ -29,7 +29,7 @@ import numpy as np
 from accuracy.core.errors import quiet_stderr
 from accuracy.judge.quantization import NOISE_SEED, samples
 from accuracy.workflows.model.ports.base import EndToEnd
-from accuracy.workflows.model.ports.deploy import missing
+from accuracy.workflows.model.ports.deploy import missing, program_feed
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration, reduced_range
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
 from accuracy.workflows.model.unit import Unit, port_inputs
@@ -61,13 +61,13 @@ class OpenVinoInt8Port(OpenVinoPort):
         return self.units_alone(calls)
 
     def convert(self, module, example: tuple):
-        quantized = self._quantize(self._ov_model(module, example), [self._arrays(example)])
+        quantized = self._quantize(self._ov_model(module, example), [program_feed(example)])
         compiled = self._compile(quantized)
         self._leaves[id(compiled)] = quantized
         return compiled
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
-        arrays = self._arrays(port_inputs(inputs, self.fmt))
+        arrays = program_feed(port_inputs(inputs, self.fmt))
         compiled = self._programs[unit.detail["program"]]
         quantized = self._leaves[id(compiled)]
         if _points(quantized):
@@ -98,7 +98,7 @@ class OpenVinoInt8Port(OpenVinoPort):
         from accuracy.workflows.model.ports.openvino_port import _is_output, _layer_nodes
 
         model, tensors = self.whole(inputs)
-        arrays = self._arrays(tensors)
+        arrays = program_feed(tensors)
         batches = [arrays]
         if self.batches is not None:
             batches = [[np.asarray(b[k], a.dtype) for k, a in zip(self.input_names, arrays, strict=True)]

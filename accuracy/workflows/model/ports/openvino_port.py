@@ -12,7 +12,7 @@ import numpy as np
 
 from accuracy.core.dtypes import FORMATS
 from accuracy.workflows.model.ports.base import EndToEnd
-from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
+from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing, program_feed
 from accuracy.workflows.model.unit import Unit
 
 MODULE = "__module."  # the PyTorch frontend names a node made for module PATH "__module.PATH/aten::..."
@@ -54,7 +54,7 @@ class OpenVinoPort(ConvertedPort):
         model, tensors = self.whole(inputs)
         with torch.no_grad():
             ov_model = self._ov_model(model, tensors)
-        arrays = self._arrays(tensors)
+        arrays = program_feed(tensors)
         output = np.asarray(self._compile(ov_model)(arrays)[0])
         nodes = _layer_nodes(ov_model, units)
         outputs = {key: output for key, node in nodes.items() if _is_output(node)}
@@ -101,9 +101,10 @@ def cpu_capabilities() -> list[str]:
     return list(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
-def precision(name: str) -> tuple[str, str] | str:
-    """(the CPU plugin's precision hint, the format it is judged in) for `name`, or why it is absent."""
-    if name == "openvino":
+def precision(reduced: bool) -> tuple[str, str] | str:
+    """(the CPU plugin's precision hint, the format it is judged in), or why it is absent: float32,
+    or the `reduced` precision this CPU computes natively."""
+    if not reduced:
         return "f32", "float32"
     capabilities = cpu_capabilities()
     for capability, hint in HINTS.items():
@@ -115,11 +116,11 @@ def precision(name: str) -> tuple[str, str] | str:
     )
 
 
-def openvino_port(name: str, model, inputs) -> OpenVinoPort | str:
+def openvino_port(name: str, model, inputs, reduced: bool) -> OpenVinoPort | str:
     absent = missing("openvino")
     if absent:
         return absent
-    found = precision(name)
+    found = precision(reduced)
     if isinstance(found, str):
         return found
     return OpenVinoPort(name, model, inputs, *found)

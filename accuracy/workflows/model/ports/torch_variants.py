@@ -174,7 +174,6 @@ def threads(name: str, model, inputs) -> TorchPort:
     return TorchPort(name, model, f"PyTorch on {count} intra-op threads", threads=int(count))
 
 
-def cuda(name: str, model, inputs) -> TorchPort:
-    tf32 = name == "cuda-tf32"
+def cuda(name: str, model, inputs, tf32: bool) -> TorchPort:
     described = "on: matmuls and convolutions judged at TF32 precision" if tf32 else "off"
     return TorchPort(name, model, f"PyTorch on CUDA, TF32 {described}", device="cuda", tf32=tf32)
