@@ -1,0 +1,213 @@
+"""`opbench model` on activations and layers written by hand, as users write them (issue 57: a
+module is matched by what it computes and holds, not by its class name alone): a SiLU written as
+`x * torch.sigmoid(x)`, a GELU written with tanh, a LeakyReLU whose slope sits in a config dict,
+a Linear-like module holding its own `w` and `b`, a softmax written out. The catalogue matched
+torch's class names, so a bug injected into any of these was flagged and never named."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.trace import record
+
+USER_MODEL = '''
+import math
+
+import torch
+from torch import nn
+
+CONFIG = {"hidden": 32, "slope": 0.1}
+
+
+class Dense(nn.Module):
+    """A Linear by hand: its own weight and bias, under its own names."""
+
+    def __init__(self, inputs, outputs):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(outputs, inputs) / math.sqrt(inputs))
+        self.b = nn.Parameter(torch.randn(outputs) / 4)
+
+    def forward(self, x):
+        return x @ self.w.t() + self.b
+
+
+class Swish(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class TanhGELU(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Leaky(nn.Module):
+    """Its slope in the model's config dict."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, x):
+        return torch.where(x > 0, x, self.config["slope"] * x)
+
+
+class Scores(nn.Module):
+    def forward(self, x):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+
+class Net(nn.Module):
+    def __init__(self, config=CONFIG, swish=Swish):
+        super().__init__()
+        self.up = Dense(16, config["hidden"])
+        self.act1 = swish()
+        self.mid = Dense(config["hidden"], config["hidden"])
+        self.act2 = TanhGELU()
+        self.square = Dense(config["hidden"], config["hidden"])
+        self.act3 = Leaky(config)
+        self.head = Dense(config["hidden"], 8)
+        self.scores = Scores()
+
+    def forward(self, x):
+        h = self.act1(self.up(x))
+        h = self.act2(self.mid(h))
+        h = self.act3(self.square(h))
+        return self.scores(self.head(h))
+
+
+def net():
+    torch.manual_seed(0)
+    return Net().eval()
+'''
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    (tmp_path / "handlayers.py").write_text(textwrap.dedent(USER_MODEL))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("handlayers", None)
+
+
+def _port_of(user, build) -> dict:
+    """The layers `opbench model handlayers:net` reports for the port `build(reference)` makes."""
+    import handlayers
+
+    torch = pytest.importorskip("torch")
+    port = build(handlayers)
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
+    with torch.no_grad():
+        calls, out = record(port, {"x": x})
+    file = write_arrays(user / "port.safetensors", activations(calls, out))
+    inputs = str(write_arrays(user / "x.npz", {"x": x}))
+    (judged,) = run_model("handlayers:net", inputs, activations_files={"p": str(file)}).ports
+    return {r["path"]: r for r in judged["layers"]}
+
+
+def test_bugs_injected_into_hand_written_layers_are_named(user):
+    """Five bugs, each in a hand-written module of one port: each unit flagged and its bug named."""
+    torch = pytest.importorskip("torch")
+
+    def build(handlayers):
+        port = handlayers.Net(dict(handlayers.CONFIG, slope=0.2), swish=torch.nn.GELU).eval()
+        port.load_state_dict(handlayers.net().state_dict())
+        with torch.no_grad():
+            port.up.b.zero_()
+            port.mid.w.copy_(port.mid.w.to(torch.bfloat16).float())
+            port.square.w.copy_(port.square.w.t().clone())
+        return port
+
+    rows = _port_of(user, build)
+    expected = {
+        "up": ("missing bias", "its bias missing (zero)"),
+        "act1": ("another activation", "GELU for Swish (a SiLU)"),
+        "mid": ("weights in bfloat16", "its weights stored in bfloat16"),
+        "square": ("transposed weight", "its 32x32 weight transposed"),
+        "act3": ("LeakyReLU slope", "LeakyReLU slope = 0.2 (TensorFlow's default); this model has 0.1"),
+    }
+    for path, (name, words) in expected.items():
+        cause = rows[path]["cause"]
+        assert rows[path]["verdict"] == "beyond rounding" and cause and cause["explains"], (path, cause)
+        assert (cause["name"], cause["words"]) == (name, words), path
+    assert rows["act2"]["verdict"] == "within rounding" and rows["scores"]["verdict"] == "within rounding"
+
+
+def test_a_hand_written_softmax_over_another_axis_and_a_rounded_input_are_named(user):
+    """A softmax written out, taken over the batch axis by the port; a hand Linear whose input the
+    port rounds to bfloat16."""
+    torch = pytest.importorskip("torch")
+
+    class OverBatch(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, 0)
+
+    class RoundedInput(torch.nn.Module):
+        def __init__(self, dense):
+            super().__init__()
+            self.w, self.b = dense.w, dense.b
+
+        def forward(self, x):
+            return x.to(torch.bfloat16).float() @ self.w.t() + self.b
+
+    def build(handlayers):
+        port = handlayers.net()
+        port.scores = OverBatch()
+        port.square = RoundedInput(port.square)
+        return port
+
+    rows = _port_of(user, build)
+    assert rows["scores"]["cause"]["name"] == "softmax axis" and rows["scores"]["cause"]["parameters"] == {"dim": 0}
+    assert rows["scores"]["cause"]["words"] == "Scores (a Softmax) over axis 0, not this model's dim=-1"
+    assert rows["square"]["cause"]["name"] == "inputs in bfloat16" and rows["square"]["cause"]["explains"]
+
+
+def test_a_module_is_probed_once_whatever_the_number_of_causes_asking(user):
+    """The probe of what a module computes runs its forward once per module object (kind and norm
+    probes), not once per catalogue entry: models have hundreds of modules."""
+    import handlayers
+
+    from accuracy.workflows.model.causes.kinds import kind_of
+
+    runs = []
+
+    class Counted(handlayers.Swish):
+        def forward(self, x):
+            runs.append(1)
+            return super().forward(x)
+
+    module = Counted()
+    assert kind_of(module).name == "SiLU"
+    first = len(runs)
+    assert 1 <= first <= 2  # the norm probe, then the activation probe
+    for _ in range(50):
+        kind_of(module)
+    assert len(runs) == first
+
+
+def test_a_class_named_like_torchs_is_matched_by_what_it_computes(user):
+    """A user's `GELU` that scales its input by a learned factor is no GELU: no activation entry
+    applies to it (the GELU entry read `approximate`, which it lacks, and crashed the entry)."""
+    torch = pytest.importorskip("torch")
+
+    from accuracy.workflows.model.causes import causes
+
+    class GELU(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Parameter(torch.full((4,), 2.0))
+
+        def forward(self, x):
+            return x * self.a
+
+    applying = {c.name for c in causes() if c.applies(GELU())}
+    assert not applying & {"GELU approximation", "another activation", "inputs in bfloat16"}
