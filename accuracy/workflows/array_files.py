@@ -216,10 +216,10 @@ def byte_size(n: int) -> str:
 
 def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     suffix = path.suffix.lower()
+    if not path.is_file():  # first: a directory has no suffix, and was "unknown file type (none)"
+        raise OpbenchError(f"{path}: {not_a_file(path)}")
     if suffix not in READABLE:
         raise OpbenchError(f"{path}: unknown file type {suffix or '(none)'}; use {', '.join(READABLE)}")
-    if not path.is_file():
-        raise OpbenchError(f"{path}: {not_a_file(path)}")
     try:
         if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
             raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")

@@ -201,7 +201,14 @@ CASES = [
         "cannot read it as .npz",
     ),
     (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/garbage.npy"], "not a .npy file"),
-    (["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"], "unknown file type"),
+    (
+        ["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"],
+        "mine: a directory, not a file",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/mine/notes.txt", "--output", "a={root}/case/exp_out.npy"],
+        "unknown file type .txt",
+    ),
     (
         ["check", "exp", "--inputs", "{root}/case/one_array.npy", "--output", "a={root}/case/exp_out.npy"],
         "inputs need names",

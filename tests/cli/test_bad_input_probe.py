@@ -1,0 +1,76 @@
+"""What the bad-input probe (scripts/probe_bad_input.py, issue 57) found, each at its cause, and a
+few of its cases run as it runs them: subprocesses, each outcome classified (the whole probe,
+150 cases, takes minutes: it is a script, not a test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_runner import run_main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("probe_bad_input", ROOT / "scripts" / "probe_bad_input.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["probe_bad_input"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _linear_files(tmp_path, output: np.ndarray) -> tuple[str, str]:
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.normal(size=s).astype("f4") for s in ((4, 8), (3, 8), (3,)))
+    np.savez(tmp_path / "lin.npz", x=x, W=w, b=b)
+    np.save(tmp_path / "out.npy", output)
+    return str(tmp_path / "lin.npz"), str(tmp_path / "out.npy")
+
+
+def test_a_non_finite_output_is_never_said_to_be_left_at_0x_its_limit(tmp_path, capsys):
+    """An all-NaN output: the nearest catalogue entry was said to leave it "at 0x its tier's limit",
+    which reads as within rounding, beside the verdict beyond rounding."""
+    inputs, output = _linear_files(tmp_path, np.full((4, 3), np.nan, "f4"))
+    result = run_main(capsys, "check", "linear", "--inputs", inputs, "--output", f"a={output}")
+    assert result.returncode == 1 and "beyond rounding" in result.stdout
+    assert "0x its tier's limit" not in result.stdout
+    assert "does not bring it within rounding" in result.stdout
+
+
+def test_a_directory_given_as_a_file_is_called_a_directory_whatever_its_name(tmp_path, capsys):
+    """A directory without a suffix was "unknown file type (none)"."""
+    inputs, _ = _linear_files(tmp_path, np.zeros((4, 3), "f4"))
+    (tmp_path / "dir").mkdir()
+    result = run_main(capsys, "check", "linear", "--inputs", inputs, "--output", f"a={tmp_path / 'dir'}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"opbench: error: {tmp_path / 'dir'}: a directory, not a file"
+
+
+@pytest.mark.slow
+def test_the_probe_classifies_a_few_cases_as_a_user_would_meet_them(tmp_path):
+    """Five cases of the probe, run as it runs them: a good check, refusals and a pickle that
+    would run code; each ends CLEAN or RIGHT, and a file changed under the run would be LOSS."""
+    probe = _probe()
+    wanted = {
+        "check/good": "CLEAN",
+        "check/output missing": "RIGHT",
+        "check/output pickled object .npy": "RIGHT",
+        "inputs/existing file": "RIGHT",
+        "explain/size 0": "RIGHT",
+    }
+    cases = [c for c in probe.cases() if c.name in wanted]
+    assert len(cases) == len(wanted)
+    outcomes = {c.name: probe.run_case(c, tmp_path).outcome for c in cases}
+    assert outcomes == wanted
+    assert len(probe.cases()) >= 80
+    before = {"keep.txt": "a"}
+    assert probe.classify(0, b"ok\n", b"", before, {}, False)[0] == "LOSS"
+    assert probe.classify(1, b"x\x1b[31m\n", b"", {}, {}, False)[0] == "SECURITY"
+    assert probe.classify(2, b"", b"Traceback (most recent call last):\n  x\nKeyError: 1\n", {}, {}, False)[0] == (
+        "TRACEBACK"
+    )
