@@ -303,12 +303,41 @@ def _module(name: str, text: str) -> Callable[[Path], None]:
     return lambda d: (d / f"{name}.py").write_text(textwrap.dedent(text))
 
 
-def _results(d: Path, body: str = "{") -> None:
-    """A results directory holding one damaged results file."""
-    machine = d / "results" / "box"
-    machine.mkdir(parents=True)
-    (machine / "machine.json").write_text('{"machine": "box", "version": 1}')
-    (machine / "abc-env.json").write_text(body)
+def _results(d: Path) -> None:
+    """A results directory as asv writes it (two machines, two commits each), through opbench's
+    synthetic results (asv's own writer)."""
+    import datetime
+
+    from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+
+    bench = SyntheticBenchmark("bench_x.Exp.track_max_ulp", "track", "ulp", ("dtype",), (("'float32'",),))
+    results = d / "results"
+    write_benchmarks(results, [bench])
+    for machine in ("box", "other"):
+        write_machine(results, machine)
+        for day, commit in enumerate(("a" * 40, "b" * 40)):
+            date = datetime.datetime(2026, 1, 1 + day, tzinfo=datetime.UTC)
+            write_result_file(results, machine, "env", commit, date, [bench], lambda b, p, day=day: 0.5 + day)
+
+
+def _damaged_results(how: str) -> Callable[[Path], None]:
+    """Good results with one results file damaged: cut off, a FIFO, a link to /dev/zero, deep nesting."""
+
+    def setup(d: Path) -> None:
+        _results(d)
+        victim = d / "results" / "box" / f"{'b' * 8}-env.json"
+        data = victim.read_bytes()
+        victim.unlink()
+        if how == "cut off":
+            victim.write_bytes(data[: len(data) // 2])
+        elif how == "fifo":
+            os.mkfifo(victim)
+        elif how == "zero":
+            os.symlink("/dev/zero", victim)
+        else:
+            victim.write_bytes(b"[" * 200_000)
+
+    return setup
 
 
 def _open_to_all(name: str) -> Callable[[Path], None]:
@@ -317,13 +346,6 @@ def _open_to_all(name: str) -> Callable[[Path], None]:
         os.chmod(d / name, 0o777)
 
     return setup
-
-
-def _fifo_results(d: Path) -> None:
-    """A results directory whose one results file is a FIFO."""
-    _results(d)
-    os.remove(d / "results/box/abc-env.json")
-    os.mkfifo(d / "results/box/f.json")
 
 
 def _steps(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
@@ -439,6 +461,8 @@ def cases() -> list[Case]:
     add("inputs/parent is a file", ["inputs", "exp", "--size", "64", "--save", "keep.txt/x.npz"])
     add("inputs/into /proc", ["inputs", "exp", "--size", "64", "--save", "/proc/opbench-probe.npz"])
     add("inputs/symlink", ["inputs", "exp", "--size", "64", "--save", "l.npz"], _symlink("l.npz", "keep.txt"))
+    add("inputs/symlink --force", ["inputs", "exp", "--size", "64", "--save", "l.npz", "--force"],
+        _symlink("l.npz", "keep.txt"))  # fmt: skip
     add("inputs/dangling symlink", ["inputs", "exp", "--size", "64", "--save", "d.npz"], _symlink("d.npz", "gone"))
     add("inputs/a directory", ["inputs", "exp", "--size", "64", "--save", "dir"], _directory("dir"))
     add("inputs/.txt", ["inputs", "exp", "--size", "64", "--save", "x.txt"])
@@ -447,19 +471,27 @@ def cases() -> list[Case]:
     add("report/missing results", ["report", "--results", "nope", "--out", "rep"])
     add("report/results a file", ["report", "--results", "keep.txt", "--out", "rep"])
     add("report/empty results", ["report", "--results", "empty", "--out", "rep"], _directory("empty"))
-    add("report/cut-off results file", ["report", "--results", "results", "--out", "rep"], _results)
-    add("report/results file a FIFO", ["report", "--results", "results", "--out", "rep"],
-        _fifo_results, timeout=60)  # fmt: skip
+    add("report/good", ["report", "--results", "results", "--out", "rep"], _results)
+    for how in ("cut off", "fifo", "zero", "nested"):
+        add(f"report/results file {how}", ["report", "--results", "results", "--out", "rep"], _damaged_results(how),
+            timeout=60)  # fmt: skip
+        add(f"compare/results file {how}", ["compare", "--results", "results", "box", "other"], _damaged_results(how),
+            timeout=60)  # fmt: skip
     add("report/out under a file", ["report", "--results", "results", "--out", "keep.txt/rep"], _results)
     add("report/out into /proc", ["report", "--results", "results", "--out", "/proc/opbench-probe"], _results)
     add("report/out a user directory", ["report", "--results", "results", "--out", ".", "--name", "mine"],
         _steps(_results, _directory("mine"), lambda d: (d / "mine/notes.txt").write_text("mine\n")))  # fmt: skip
+    add("report/out the results", ["report", "--results", "results", "--out", "results"], _results)
     add("report/max-plots negative", ["report", "--results", "results", "--max-plots", "-5"], _results)
     add("report/threshold nan", ["report", "--results", "results", "--threshold", "nan"], _results)
+    add("compare/good", ["compare", "--results", "results", "box", "other"], _results)
     add("compare/missing sets", ["compare", "--results", "results", "a", "b"], _results)
     add("compare/same set", ["compare", "--results", "results", "box", "box"], _results)
     add("compare/csv a symlink", ["compare", "--results", "results", "box", "other", "--csv", "l.csv"],
         _steps(_results, _symlink("l.csv", "keep.txt")))  # fmt: skip
+    add("compare/csv existing", ["compare", "--results", "results", "box", "other", "--csv", "keep.txt"], _results)
+    add("compare/csv under a file", ["compare", "--results", "results", "box", "other", "--csv", "keep.txt/c.csv"],
+        _results)  # fmt: skip
     add("compare/results missing", ["compare", "--results", "nope", "a", "b"])
     # model: factories, inputs, ports, files
     add("model/good", [*MODEL, "--inputs", "x=2x16"])
@@ -568,6 +600,8 @@ def classify(rc: int | None, out: bytes, err: bytes, before: dict, after: dict, 
     last = lines[-1][:200] if lines else ""
     if rc == 2 and len(lines) == 1 and lines[0].startswith("opbench: error: "):
         return "RIGHT", last
+    if rc == 2 and lines and lines[0].startswith("usage: ") and re.match(r"opbench \w+: error: ", last):
+        return "RIGHT", last  # argparse's own refusal: its usage, then one line
     if rc in (0, 1) and out.strip():
         return "CLEAN", (out.decode("utf-8", "replace").strip().splitlines() or [""])[-1][:200]
     return "WRONG", f"exit {rc}; {len(lines)} lines on stderr; last: {last}"

@@ -74,3 +74,49 @@ def test_the_probe_classifies_a_few_cases_as_a_user_would_meet_them(tmp_path):
     assert probe.classify(2, b"", b"Traceback (most recent call last):\n  x\nKeyError: 1\n", {}, {}, False)[0] == (
         "TRACEBACK"
     )
+
+
+def _two_machines(tmp_path) -> Path:
+    import datetime
+
+    from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
+
+    bench = SyntheticBenchmark("bench_x.Exp.track_max_ulp", "track", "ulp", ("dtype",), (("'float32'",),))
+    results = tmp_path / "results"
+    write_benchmarks(results, [bench])
+    date = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    for machine in ("box", "other"):
+        write_machine(results, machine)
+        write_result_file(results, machine, "env", "a" * 40, date, [bench], lambda b, p: 0.5)
+    return results
+
+
+def test_compare_csv_keeps_a_file_that_is_not_a_comparison_and_replaces_its_own(tmp_path, capsys):
+    """`compare --csv notes.txt` replaced the user's file without a word; a comparison it wrote
+    before is still replaced, as a rerun expects."""
+    results = _two_machines(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    refused = run_main(capsys, "compare", "--results", results, "box", "other", "--csv", notes)
+    assert refused.returncode == 2 and notes.read_text() == "my notes\n"
+    assert refused.stderr.strip() == (
+        f"opbench: error: --csv {notes} exists and is not a comparison opbench wrote; it is kept: "
+        "choose another name or remove it"
+    )
+    table = tmp_path / "cmp.csv"
+    assert run_main(capsys, "compare", "--results", results, "box", "other", "--csv", table).returncode == 0
+    first = table.read_text()
+    assert first.startswith("op,benchmark_class,")
+    table.write_text(first.replace("0.5", "0.25"))
+    assert run_main(capsys, "compare", "--results", results, "box", "other", "--csv", table).returncode == 0
+    assert table.read_text() == first
+
+
+def test_compare_csv_under_a_file_says_it_is_no_directory(tmp_path, capsys):
+    """`--csv notes.txt/c.csv` said "File exists" (mkdir's words)."""
+    results = _two_machines(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    target = tmp_path / "notes.txt" / "c.csv"
+    done = run_main(capsys, "compare", "--results", results, "box", "other", "--csv", target)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"opbench: error: cannot write {target}: {tmp_path / 'notes.txt'} is not a directory"
