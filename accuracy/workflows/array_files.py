@@ -18,7 +18,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.core.files import not_a_file, write_atomic
+from accuracy.core.files import no_parent, not_a_file, write_atomic
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
@@ -269,8 +269,8 @@ def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool
         raise OpbenchError(f"{path}: cannot save {suffix or 'a file without extension'}; use {', '.join(WRITABLE)}")
     if path.exists() and not force:
         raise OpbenchError(f"{path}: already exists; pass --force to overwrite it")
-    if not path.parent.is_dir():
-        raise OpbenchError(f"{path}: directory {path.parent} does not exist")
+    if no_parent(path):
+        raise OpbenchError(f"{path}: {no_parent(path)}")
     if suffix == ".npz":
         if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
             raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")

@@ -120,3 +120,27 @@ def test_compare_csv_under_a_file_says_it_is_no_directory(tmp_path, capsys):
     done = run_main(capsys, "compare", "--results", results, "box", "other", "--csv", target)
     assert done.returncode == 2
     assert done.stderr.strip() == f"opbench: error: cannot write {target}: {tmp_path / 'notes.txt'} is not a directory"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inputs", "exp", "--size", "64", "--save", "{notes}/x.npz"],
+        ["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=1x3x8x8", "--html", "{notes}/p.html"],
+        [
+            "model",
+            "accuracy.workflows.model.zoo:small_cnn",
+            "--inputs",
+            "x=1x3x8x8",
+            "--save-activations",
+            "{notes}/a.npz",
+        ],
+    ],
+)
+def test_a_file_under_a_file_is_said_to_be_under_no_directory(tmp_path, capsys, command):
+    """`--save notes.txt/x.npz` said "directory notes.txt does not exist": it does, as a file."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    done = run_main(capsys, *(part.format(notes=notes) for part in command))
+    assert done.returncode == 2 and done.stderr.strip().endswith(f": {notes} is not a directory")
+    assert len(done.stderr.strip().splitlines()) == 1 and notes.read_text() == "my notes\n"

@@ -21,6 +21,7 @@ import numpy as np
 from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat, is_floating
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.files import no_parent
 from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import byte_size, check_memory
@@ -64,8 +65,8 @@ def _check_save_path(path: Path | str | None) -> None:
         raise OpbenchError(f"--save-activations {path}: use a .safetensors or .npz file")
     if path.exists():
         raise OpbenchError(f"--save-activations {path}: already exists")
-    if not path.parent.is_dir():
-        raise OpbenchError(f"--save-activations {path}: directory {path.parent} does not exist")
+    if no_parent(path):
+        raise OpbenchError(f"--save-activations {path}: {no_parent(path)}")
 
 
 def run_model(
