@@ -172,7 +172,8 @@ class Case:
     argv: list[str]
     setup: Callable[[Path], None] | None = None
     timeout: float = 90.0
-    signal_after: float | None = None  # send SIGINT this many seconds after the start
+    signal_after: float | None = None  # send `signal` this many seconds after the start
+    signal: int = signal.SIGINT
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -552,6 +553,13 @@ def cases() -> list[Case]:
     add("model/save-activations missing dir", [*MODEL, "--inputs", "x=2x16", "--save-activations", "no/a.npz"])
     add("model/save-activations .txt", [*MODEL, "--inputs", "x=2x16", "--save-activations", "a.txt"])
     add("model/interrupted", ["model", "models:sleeps", "--inputs", "x=2x16"], signal_after=8.0, timeout=60)
+    add("model/interrupted while running", [*MODEL, "--inputs", "x=64x16"], signal_after=5.0, timeout=60)
+    add("model/terminated", ["model", "models:sleeps", "--inputs", "x=2x16"], signal_after=8.0, timeout=60,
+        signal=signal.SIGTERM)  # fmt: skip
+    add("model/hung up", ["model", "models:sleeps", "--inputs", "x=2x16"], signal_after=8.0, timeout=60,
+        signal=signal.SIGHUP)  # fmt: skip
+    add("explain/interrupted", ["explain", "matmul", "--size", "512"], signal_after=4.0, timeout=60)
+    add("check/interrupted", [*CHECK, "--output", "a=out.npy"], signal_after=2.0, timeout=60)
     add("model/deleted working directory", [*MODEL, "--inputs", "x=2x16"],
         lambda d: (d / "gone").mkdir(), env={"PROBE_CWD": "gone"})  # fmt: skip
     # generate (owned by the generation helper: listed, not fixed here)
@@ -607,6 +615,12 @@ def classify(rc: int | None, out: bytes, err: bytes, before: dict, after: dict, 
     return "WRONG", f"exit {rc}; {len(lines)} lines on stderr; last: {last}"
 
 
+def _as_in_a_terminal() -> None:
+    """SIGINT handled as in a terminal: a probe started in the background (`cmd &`) has it ignored,
+    which its children inherit, and Python then never sees Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_case(case: Case, base: Path) -> Result:
     d = Path(tempfile.mkdtemp(prefix="case-", dir=base))
     good_files(d)
@@ -620,14 +634,14 @@ def run_case(case: Case, base: Path) -> Result:
         command = ["sh", "-c", f'rmdir "{cwd}" && exec "$0" "$@"', *command]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                               stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_as_in_a_terminal)  # fmt: skip
     rc: int | None
     try:
         if case.signal_after:
             try:
                 out, err = process.communicate(timeout=case.signal_after)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole group
+                os.killpg(process.pid, case.signal)  # as Ctrl-C or a job scheduler: the whole group
         out, err = process.communicate(timeout=case.timeout)
         rc = process.returncode
     except subprocess.TimeoutExpired:

@@ -144,3 +144,30 @@ def test_a_file_under_a_file_is_said_to_be_under_no_directory(tmp_path, capsys, 
     done = run_main(capsys, *(part.format(notes=notes) for part in command))
     assert done.returncode == 2 and done.stderr.strip().endswith(f": {notes} is not a directory")
     assert len(done.stderr.strip().splitlines()) == 1 and notes.read_text() == "my notes\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_model_run_killed_by_sigterm_or_sighup_ends_in_one_line(tmp_path, stop):
+    """`kill` (a job scheduler) or a closed terminal while the factory runs: `opbench model` died
+    silently with exit status -15 (-1); it ends as Ctrl-C does, one line naming the signal."""
+    import signal
+    import time
+
+    from tests.cli_runner import start_opbench
+
+    (tmp_path / "slow.py").write_text(
+        "import pathlib\nimport time\n\n\ndef model():\n    pathlib.Path('started').touch()\n    time.sleep(600)\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    process = start_opbench("model", "slow:model", "--inputs", "x=2x16", cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "started").exists():
+            time.sleep(0.2)
+        process.send_signal(getattr(signal, stop))
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 2 and err.strip().splitlines()[-1] == f"opbench: error: interrupted by {stop}"
+    assert "Traceback" not in err
