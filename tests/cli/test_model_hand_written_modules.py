@@ -6,6 +6,7 @@ torch's class names, so a bug injected into any of these was flagged and never n
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
 
@@ -211,3 +212,76 @@ def test_a_class_named_like_torchs_is_matched_by_what_it_computes(user):
 
     applying = {c.name for c in causes() if c.applies(GELU())}
     assert not applying & {"GELU approximation", "another activation", "inputs in bfloat16"}
+
+
+USER_ATTENTION = '''
+import math
+
+import torch
+from torch import nn
+
+CONFIG = {"n_head": 4, "n_embd": 32}
+
+
+class SelfAttention(nn.Module):
+    """nanoGPT's attention written out: its geometry as n_head and n_embd, from a config dict."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.n_head, self.n_embd = config["n_head"], config["n_embd"]
+        self.qkv = nn.Linear(self.n_embd, 3 * self.n_embd)
+        self.proj = nn.Linear(self.n_embd, self.n_embd)
+        self.scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+        return self.proj(y)
+
+
+class Tiny(nn.Module):
+    def __init__(self, config=CONFIG):
+        super().__init__()
+        self.embed = nn.Linear(8, config["n_embd"])
+        self.attn = SelfAttention(config)
+        self.head = nn.Linear(config["n_embd"], 4)
+
+    def forward(self, x):
+        h = self.embed(x)
+        return self.head(h + self.attn(h))
+
+
+def tiny():
+    torch.manual_seed(0)
+    return Tiny().eval()
+'''
+
+
+def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug_named(tmp_path, monkeypatch):
+    """An attention told by n_head and n_embd (nanoGPT's names, set from a config dict): the
+    attention causes knew num_heads, num_attention_heads and heads only, so its port's scale of
+    1/sqrt(n_embd) was flagged and never named."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "handattention.py").write_text(textwrap.dedent(USER_ATTENTION))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import handattention
+
+        port = handattention.tiny()
+        port.attn.scale = 1.0 / math.sqrt(port.attn.n_embd)
+        x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype(np.float32)
+        with torch.no_grad():
+            calls, out = record(port, {"x": x})
+        file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
+        inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
+        (judged,) = run_model("handattention:tiny", inputs, activations_files={"p": str(file)}).ports
+    finally:
+        sys.modules.pop("handattention", None)
+    cause = {r["path"]: r for r in judged["layers"]}["attn"]["cause"]
+    assert cause["name"] == "attention scale" and cause["explains"], cause
+    assert cause["words"].startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause["words"]
+    assert abs(cause["parameters"]["factor"] - 0.5) <= 0.01, cause
