@@ -161,6 +161,28 @@ def huge_output():
 
 def not_callable():
     return 42
+
+
+def page_appears():
+    # the user's page appears while the model is built (after opbench checked that it was not there)
+    with open("page.html", "w") as page:
+        page.write("a user file\\n")
+    return tiny()
+
+
+class Named(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.output = nn.Linear(16, 4)
+        self.add_module("a#b", nn.GELU())
+
+    def forward(self, x):
+        return getattr(self, "a#b")(self.output(x))
+
+
+def named_output():
+    torch.manual_seed(0)
+    return Named().eval()
 """
 
 
@@ -175,6 +197,8 @@ class Case:
     signal_after: float | None = None  # send `signal` this many seconds after the start
     signal: int = signal.SIGINT
     env: dict[str, str] = field(default_factory=dict)
+    address_space: int | None = None  # ulimit -v, in bytes
+    kept: tuple[str, ...] = ()  # files a user makes during the run: they must hold what the user wrote
 
 
 @dataclass
@@ -562,6 +586,23 @@ def cases() -> list[Case]:
     add("check/interrupted", [*CHECK, "--output", "a=out.npy"], signal_after=2.0, timeout=60)
     add("model/deleted working directory", [*MODEL, "--inputs", "x=2x16"],
         lambda d: (d / "gone").mkdir(), env={"PROBE_CWD": "gone"})  # fmt: skip
+    # issue 57's own cases
+    add("model/a page appears during the run", ["model", "models:page_appears", "--port", "threads:1", "--inputs",
+        "x=2x16", "--html", "page.html"], kept=("page.html",))  # fmt: skip
+    add("model/module named output and a#b", ["model", "models:named_output", "--port", "threads:1", "--inputs",
+        "x=2x16"])  # fmt: skip
+    add("model/forward changes its input, two ports", ["model", "models:in_place", "--port", "threads:1", "--port",
+        "onnxruntime", "--inputs", "x=2x16"], timeout=180)  # fmt: skip
+    add("model/activations mixing float16 and float32", [*MODEL, "--inputs", "x=2x16", "--activations", "p=m.npz"],
+        _npz("m.npz", up=np.zeros((2, 8), "f2"), act=np.zeros((2, 8), "f4"), head=np.zeros((2, 4), "f4"),
+             output=np.zeros((2, 4), "f4")))  # fmt: skip
+    add("model/large inputs under ulimit -v", [*MODEL, "--inputs", "x=40000000x16"], address_space=6 << 30)
+    add("check/large output under ulimit -v", [*CHECK, "--output", "a=big.npy"],
+        _npy("big.npy", np.zeros((4, 3), "f4")), address_space=6 << 30)  # fmt: skip
+    add("model/dask service closes at once", [*MODEL, "--inputs", "x=2x16", "--dask", "tcp://127.0.0.1:{closer}"])
+    add("model/dask nobody listening", [*MODEL, "--inputs", "x=2x16", "--dask", "tcp://127.0.0.1:9"])
+    add("model/dask tls", [*MODEL, "--inputs", "x=2x16", "--dask", "tls://127.0.0.1:9"])
+    add("model/dask local:0", [*MODEL, "--inputs", "x=2x16", "--dask", "local:0"])
     # generate (owned by the generation helper: listed, not fixed here)
     add("generate/missing module", ["generate", "nosuch:f", "--inputs", "1,2,3", "--steps", "2"])
     add("generate/steps 0", ["generate", "models:tiny", "--inputs", "1,2,3", "--steps", "0"])
@@ -615,10 +656,35 @@ def classify(rc: int | None, out: bytes, err: bytes, before: dict, after: dict, 
     return "WRONG", f"exit {rc}; {len(lines)} lines on stderr; last: {last}"
 
 
-def _as_in_a_terminal() -> None:
+_closer: list[int] = []
+
+
+def closing_server() -> int:
+    """The port of a TCP service here that closes every connection at once (started once)."""
+    import socket
+    import threading
+
+    if not _closer:
+        server = socket.create_server(("127.0.0.1", 0))
+        _closer.append(server.getsockname()[1])
+
+        def serve() -> None:
+            while True:
+                connection, _ = server.accept()
+                connection.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+    return _closer[0]
+
+
+def _as_in_a_terminal(address_space: int | None) -> None:
     """SIGINT handled as in a terminal: a probe started in the background (`cmd &`) has it ignored,
-    which its children inherit, and Python then never sees Ctrl-C."""
+    which its children inherit, and Python then never sees Ctrl-C. `address_space`: ulimit -v."""
+    import resource
+
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if address_space:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
 
 def run_case(case: Case, base: Path) -> Result:
@@ -629,12 +695,14 @@ def run_case(case: Case, base: Path) -> Result:
     before = _snapshot(d)
     env = {**os.environ, "PYTHONPATH": str(d), "COLUMNS": "120", **case.env}
     cwd = d / env.pop("PROBE_CWD") if "PROBE_CWD" in env else d
-    command = [sys.executable, "-m", "accuracy", *case.argv]
+    argv = [part.replace("{closer}", str(closing_server())) if "{closer}" in part else part for part in case.argv]
+    command = [sys.executable, "-m", "accuracy", *argv]
     if "PROBE_CWD" in case.env:  # the working directory removed before the command starts
         command = ["sh", "-c", f'rmdir "{cwd}" && exec "$0" "$@"', *command]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_as_in_a_terminal)  # fmt: skip
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=lambda: _as_in_a_terminal(case.address_space))  # fmt: skip
     rc: int | None
     try:
         if case.signal_after:
@@ -652,6 +720,9 @@ def run_case(case: Case, base: Path) -> Result:
     marker = (d / MARKER).exists() or (cwd / MARKER).exists()
     after = _snapshot(d) if d.exists() else {}
     outcome, detail = classify(rc, out, err, before, after, marker)
+    overwritten = [name for name in case.kept if (d / name).read_text(errors="replace") != "a user file\n"]
+    if overwritten and outcome not in ("SECURITY", "LOSS"):
+        outcome, detail = "LOSS", f"a file made during the run was overwritten: {', '.join(overwritten)}"
     return Result(case.name, outcome, rc, seconds, detail)
 
 
