@@ -208,6 +208,7 @@ class Result:
     rc: int | None
     seconds: float
     detail: str
+    output: str = ""  # the last of stdout and stderr, for a reader to judge a CLEAN answer
 
 
 # --- files to break -------------------------------------------------------------------------------
@@ -723,7 +724,8 @@ def run_case(case: Case, base: Path) -> Result:
     overwritten = [name for name in case.kept if (d / name).read_text(errors="replace") != "a user file\n"]
     if overwritten and outcome not in ("SECURITY", "LOSS"):
         outcome, detail = "LOSS", f"a file made during the run was overwritten: {', '.join(overwritten)}"
-    return Result(case.name, outcome, rc, seconds, detail)
+    tail = (out[-3000:] + b"\n--- stderr ---\n" + err[-2000:]).decode("utf-8", "backslashreplace")
+    return Result(case.name, outcome, rc, seconds, detail, tail)
 
 
 def main() -> int:

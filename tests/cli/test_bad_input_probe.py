@@ -171,3 +171,22 @@ def test_a_model_run_killed_by_sigterm_or_sighup_ends_in_one_line(tmp_path, stop
         process.kill()
     assert process.returncode == 2 and err.strip().splitlines()[-1] == f"opbench: error: interrupted by {stop}"
     assert "Traceback" not in err
+
+
+def test_inf_weights_are_said_as_inf_inputs_are(tmp_path, capsys, monkeypatch):
+    """A model holding an inf weight: the answer said every layer within rounding and its output
+    "0 from float64", never that the weights (and so the output) hold inf or NaN."""
+    (tmp_path / "infmodel.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.up = nn.Linear(16, 8)\n\n    def forward(self, x):\n"
+        "        return self.up(x)\n\n\ndef model():\n    torch.manual_seed(0)\n    m = M().eval()\n"
+        "    with torch.no_grad():\n        m.up.weight[0, 0] = float('inf')\n    return m\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        done = run_main(capsys, "model", "infmodel:model", "--port", "threads:1", "--inputs", "x=2x16")
+    finally:
+        sys.modules.pop("infmodel", None)
+    assert done.returncode == 0
+    assert "inf or NaN in the weights (up.weight: 1), 2 in the reference's output: judged as data" in done.stdout

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -138,13 +139,25 @@ def run_model(
             not_saved = f"--save-activations {save_path}: {why}"
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    counts = {k: int(np.count_nonzero(~np.isfinite(v.astype(np.float64)))) for k, v in given.items() if is_floating(v)}
-    nonfinite = (
-        {"inputs": {k: n for k, n in counts.items() if n}, "output": int((~torch.isfinite(out)).sum())}
-        if any(counts.values())
-        else {}
-    )
+    nonfinite = _nonfinite(given, model, out)
     return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
+
+
+def _nonfinite(given: dict, model: Any, out: Any) -> dict:
+    """The inf and NaN the inputs and the model's weights hold, by name, and the reference's
+    output: {} where neither holds any (inf weights gave an answer that never said so)."""
+    import torch
+
+    counts = {k: int(np.count_nonzero(~np.isfinite(v.astype(np.float64)))) for k, v in given.items() if is_floating(v)}
+    held = [*model.named_parameters(), *model.named_buffers()]
+    weights = {k: int((~torch.isfinite(t.detach())).sum()) for k, t in held if t.is_floating_point()}
+    if not any(counts.values()) and not any(weights.values()):
+        return {}
+    return {
+        "inputs": {k: n for k, n in counts.items() if n},
+        "weights": {k: n for k, n in weights.items() if n},
+        "output": int((~torch.isfinite(out)).sum()),
+    }
 
 
 @dataclass(frozen=True)
