@@ -285,3 +285,67 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
     assert cause["name"] == "attention scale" and cause["explains"], cause
     assert cause["words"].startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause["words"]
     assert abs(cause["parameters"]["factor"] - 0.5) <= 0.01, cause
+
+
+USER_CNN = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Conv(nn.Module):
+    """A convolution by hand: its kernel and shift under its own names, "same" padding in forward."""
+
+    def __init__(self, inputs, outputs):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(outputs, inputs, 3, 3) / 3)
+        self.shift = nn.Parameter(torch.randn(outputs) / 4)
+
+    def forward(self, x):
+        return F.conv2d(x, self.kernel, self.shift, padding=1)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = Conv(3, 8)
+        self.second = Conv(8, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.second(torch.relu(self.first(x))))
+        return self.head(h.mean((2, 3)))
+
+
+def cnn():
+    torch.manual_seed(0)
+    return CNN().eval()
+'''
+
+
+def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
+    """A convolution written with F.conv2d and its own parameter names: a port that drops its bias,
+    or stores its kernel in bfloat16, was flagged and never named (the entries matched Conv2d)."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "handcnn.py").write_text(textwrap.dedent(USER_CNN))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import handcnn
+
+        port = handcnn.cnn()
+        with torch.no_grad():
+            port.first.shift.zero_()
+            port.second.kernel.copy_(port.second.kernel.to(torch.bfloat16).float())
+        x = np.random.default_rng(0).normal(size=(2, 3, 8, 8)).astype(np.float32)
+        with torch.no_grad():
+            calls, out = record(port, {"x": x})
+        file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
+        inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
+        (judged,) = run_model("handcnn:cnn", inputs, activations_files={"p": str(file)}).ports
+    finally:
+        sys.modules.pop("handcnn", None)
+    rows = {r["path"]: r for r in judged["layers"]}
+    assert rows["first"]["cause"]["name"] == "missing bias" and rows["first"]["cause"]["explains"]
+    assert rows["second"]["cause"]["name"] == "weights in bfloat16" and rows["second"]["cause"]["explains"]
+    assert rows["second"]["cause"]["words"] == "its weights stored in bfloat16"

@@ -2,8 +2,9 @@
 (the fast path), any other leaf module by a float64 probe of its forward and the shapes of what
 it holds. A user's hand-written module is matched by what it computes, not by its class name:
 an activation written as `x * torch.sigmoid(x)` is a SiLU, a GELU written with tanh a GELU, a
-module holding a (out, in) weight and a (out,) bias whose forward is `x @ w.T + b` a Linear, a
-module dividing each row by its RMS or standard deviation a norm (whatever its epsilon's place).
+module holding a (out, in) weight and a (out,) bias whose forward is `x @ w.T + b` a Linear (its
+(out, in, kh, kw) weight convolved: a Conv2d), a module dividing each row by its RMS or standard
+deviation a norm (whatever its epsilon's place).
 
 Each probe runs once per module object (a weak cache): a model of hundreds of modules is probed
 once, and only the leaf modules a flagged unit or the self-test asks about."""
@@ -60,7 +61,7 @@ class Kind:
 # where it computes it (a user's `GELU` that scales by a learned factor is not torch's)
 TOLD = frozenset(
     {*ACTIVATIONS, "GELU", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Linear", "Embedding", "LayerNorm",
-     "RMSNorm", "LlamaRMSNorm"}
+     "RMSNorm", "LlamaRMSNorm", "Conv2d"}
 )  # fmt: skip
 _kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _norms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -195,20 +196,46 @@ def _activation(module: Any) -> Kind | None:
     return None
 
 
+def _conv2d(module: Any, w: Any, b: Any) -> bool:
+    """Whether the module computes a 2-D convolution by its (out, in / groups, kh, kw) weight: its
+    stride, padding, dilation and groups its own attributes where it keeps them, else torch's
+    defaults, or the padding that keeps the size (kernel // 2) written in its forward."""
+    groups = getattr(module, "groups", 1)
+    if not isinstance(groups, int) or groups < 1 or w.shape[0] % groups:
+        return False
+    x = torch.randn(1, w.shape[1] * groups, 9, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = _run64(module, x)
+    if not isinstance(y, torch.Tensor):
+        return False
+    options = {name: getattr(module, name, default) for name, default in (("stride", 1), ("dilation", 1))}
+    own = getattr(module, "padding", None)
+    paddings: list[Any] = [own] if own is not None else [0, (w.shape[2] // 2, w.shape[3] // 2)]
+    for padding in paddings:
+        try:
+            wanted = F.conv2d(x, w, b, padding=padding, groups=groups, **options)
+        except (RuntimeError, TypeError, ValueError):  # attributes that are no convolution's
+            return False
+        if _agrees(y, wanted):
+            return True
+    return False
+
+
 def _weighted(module: Any) -> Kind | None:
-    """A Linear (forward x W^T + b of the (out, in) weight and (out,) bias it holds) or an Embedding
-    (forward: the weight's rows at integer ids)."""
+    """A Linear (forward x W^T + b of the (out, in) weight and (out,) bias it holds), a Conv2d
+    (a (out, in, kh, kw) weight) or an Embedding (forward: the weight's rows at integer ids)."""
     parameters = dict(module.named_parameters())
-    matrices = [n for n, p in parameters.items() if p.ndim == 2 and p.is_floating_point()]
+    matrices = [n for n, p in parameters.items() if p.ndim in (2, 4) and p.is_floating_point()]
     if len(matrices) != 1 or len(parameters) > 2:
         return None
     weight = matrices[0]
-    rows, columns = parameters[weight].shape
+    rows, columns = parameters[weight].shape[:2]
     bias = next((n for n, p in parameters.items() if n != weight and p.shape == (rows,)), None)
     if len(parameters) == 2 and bias is None:
         return None
     w = parameters[weight].detach().double()
     b = parameters[bias].detach().double() if bias else None
+    if w.ndim == 4:
+        return Kind("Conv2d", weight=weight, bias=bias) if _conv2d(module, w, b) else None
     x = torch.randn(3, columns, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     if _agrees(_run64(module, x), F.linear(x, w, b)):
         return Kind("Linear", weight=weight, bias=bias)

@@ -89,6 +89,8 @@ class SamePadded(nn.Module):
 
     def __init__(self, module: Any):
         super().__init__()
+        if type(module).__module__.split(".")[0] != "torch":  # a user's: its geometry unknown
+            raise ValueError(f"not torch's {type(module).__name__}: its kernel, stride and padding are not known")
         if isinstance(module.padding, str) or getattr(module, "padding_mode", "zeros") != "zeros":
             raise ValueError("not zero padding by numbers")
         if getattr(module, "ceil_mode", False):
