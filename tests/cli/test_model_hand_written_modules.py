@@ -349,3 +349,28 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
     assert rows["first"]["cause"]["name"] == "missing bias" and rows["first"]["cause"]["explains"]
     assert rows["second"]["cause"]["name"] == "weights in bfloat16" and rows["second"]["cause"]["explains"]
     assert rows["second"]["cause"]["words"] == "its weights stored in bfloat16"
+
+
+def test_probing_a_module_leaves_its_state_as_it_was(user):
+    """A forward that keeps state (a step count, a running buffer): the probe runs it on a copy
+    sharing the parameters, so the user's module is as it was."""
+    torch = pytest.importorskip("torch")
+
+    from accuracy.workflows.model.causes.kinds import kind_of
+
+    class Stateful(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 3))
+            self.register_buffer("seen", torch.zeros(()))
+            self.steps = 0
+
+        def forward(self, x):
+            self.steps += 1
+            self.seen += 1
+            return x @ self.w.t()
+
+    module = Stateful()
+    weight = module.w.detach().clone()
+    assert kind_of(module).name == "Linear" and kind_of(module).weight == "w"
+    assert module.steps == 0 and float(module.seen) == 0.0 and torch.equal(module.w, weight)

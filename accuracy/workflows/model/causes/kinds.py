@@ -157,15 +157,16 @@ def _agrees(y: Any, wanted: Any) -> bool:
 
 
 def _run64(module: Any, x: Any) -> Any:
-    """The module's forward on `x` in float64 (its floating parameters and buffers widened, on the
-    side: the module itself is left as it is); None where it raises."""
-    held = {
-        n: t.double() if t.is_floating_point() else t for n, t in [*module.named_parameters(), *module.named_buffers()]
-    }
+    """The module's forward on `x` in float64 (its floating parameters and buffers widened), run on
+    a copy that shares its parameters: a forward that keeps state (a step count, a cache buffer)
+    leaves the user's module as it was; None where it raises."""
     try:
+        probe = copy.deepcopy(module, {id(p): p for p in module.parameters()})
+        stored = [*probe.named_parameters(), *probe.named_buffers()]
+        held = {n: t.double() if t.is_floating_point() else t for n, t in stored}
         with torch.no_grad(), float64_throughout():
-            return torch.func.functional_call(module, held, (x,))
-    except Exception:  # a forward that takes something else: not this kind
+            return torch.func.functional_call(probe, held, (x,))
+    except Exception:  # a forward that takes something else, a module that does not copy: not this kind
         return None
 
 
