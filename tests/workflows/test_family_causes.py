@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accuracy.backends.torchvision_import import import_transformers
 from accuracy.workflows.model.answer import cause_text
 from accuracy.workflows.model.cause_selftest import RIGHT
 from accuracy.workflows.model.causes.families import ERF, TANH, gelu_kind, has_offset
 from accuracy.workflows.model.family_selftest import family_selftest
 from accuracy.workflows.model.generation import run_generate
+from accuracy.workflows.model.torchvision_import import import_transformers
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,8 @@ from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flag
 from accuracy.workflows.model.generation_cache import cache_cause
 from accuracy.workflows.model.generation_ports import GenPort, Logits, hand_port, logits_port, onnx_port, torch_port
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
-from accuracy.workflows.model.units import Unit, _evidence
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import _evidence
 
 # ONNX Runtime on request: exporting a decoder takes longer than judging every step (45 s of 190 at load 9)
 DEFAULT_PORTS = ("float32", "bfloat16")

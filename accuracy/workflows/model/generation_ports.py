@@ -90,7 +90,7 @@ class GenPort:
 
 
 def _onnx_rows(session_and_names: Any, ids: np.ndarray, prompt: int) -> np.ndarray:
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     session, name = session_and_names
     (out,) = onnx_graph.run(session, {name: ids}).values()
@@ -130,7 +130,7 @@ def torch_port(name: str, model: Any) -> GenPort:
 def onnx_port(model: Any, text: np.ndarray, prompt: int, steps: int) -> GenPort | str:
     """ONNX Runtime (graph optimizations on) on the model exported at the teacher-forced text's
     length; or why it is absent (a decoder that does not export)."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.export_cache import cached_export
 
     ids = np.ascontiguousarray(text[:, : prompt + steps - 1])
