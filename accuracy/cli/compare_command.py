@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from accuracy.cli.arguments import add_command, add_json, add_results
 from accuracy.cli.text.compare import render
 from accuracy.core.errors import OpbenchError, warn
-from accuracy.core.files import os_error_line, write_atomic
+from accuracy.core.files import not_a_file, os_error_line, write_atomic
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import dumps
 from accuracy.report.changes import DEFAULT_THRESHOLD as DEFAULT_TIME_THRESHOLD
@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         check_output_file("--csv", args.csv, args.results)
         existed = args.csv.exists()  # a file that was not there now is never replaced at the end
+        if existed:
+            _refuse_foreign_csv(args.csv)
     comparison = compare_results(args.results, args.base, args.new, args.time_threshold)
     if args.confirm and comparison.doubtful_classes():
         confirm(args, comparison)
@@ -148,6 +150,25 @@ def _rerun(args: argparse.Namespace, machine: str, pattern: str, commit: str) ->
     )
 
 
+CSV_HEAD = b"op,benchmark_class,"  # how every comparison opbench writes begins
+
+
+def _refuse_foreign_csv(path: Path) -> None:
+    """An existing --csv is replaced only where it is a comparison opbench wrote (its header): a
+    user's other file, named by mistake, is kept (it was replaced without a word)."""
+    if not path.is_file():
+        raise OpbenchError(f"--csv {path}: {not_a_file(path)}")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(CSV_HEAD))
+    except OSError as exc:
+        raise OpbenchError(os_error_line("read", path, exc)) from None
+    if head != CSV_HEAD:
+        raise OpbenchError(
+            f"--csv {path} exists and is not a comparison opbench wrote; it is kept: choose another name or remove it"
+        )
+
+
 def write_csv(comparison: Comparison, path: Path, replace: bool = True) -> None:
     import pandas as pd
 
@@ -156,6 +177,8 @@ def write_csv(comparison: Comparison, path: Path, replace: bool = True) -> None:
         frame[column] = frame[column].map(";".join)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a directory of the path should be: mkdir says "File exists"
+        raise OpbenchError(f"cannot write {path}: {path.parent} is not a directory") from None
     except OSError as exc:
         raise OpbenchError(os_error_line("write", path, exc)) from None
     write_atomic(path, frame.to_csv(index=False), replace=replace)

@@ -8,7 +8,9 @@ import importlib
 import io
 import logging
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from accuracy import __version__
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError:  # torch's MKL then failed to load libtorch_cpu.so, naming nothing the user did
         print("opbench: error: the current directory no longer exists (deleted); cd to one that does", file=sys.stderr)
         return 2
+    received: list[str] = []
+    previous = _terminate_as_interrupt(received)
     try:
         args = build_parser().parse_args(argv)
         status = int(args.func(args) or 0)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opbench: error: {printable(exc)}", file=sys.stderr)  # one line, whatever a path or label holds
         return 2
     except KeyboardInterrupt:  # `run` says what it saved; other commands write nothing half-way
-        print("opbench: error: interrupted", file=sys.stderr)
+        print("opbench: error: interrupted" + (f" by {received[0]}" if received else ""), file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `opbench list --json | head`: the reader has all it wanted
         _silence_stdout()
@@ -94,6 +98,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         _forget_handled_interrupts()
+        for sig, handler in previous.items():  # main called in a process of its own (a test) keeps its handlers
+            signal.signal(sig, handler)
+
+
+def _terminate_as_interrupt(received: list[str]) -> dict:
+    """SIGTERM and SIGHUP (`kill`, a job scheduler, a closed terminal) end any command as Ctrl-C
+    does, one line and exit status 2 (`opbench model` died silently with -15); `received` gets the
+    signal's name. A signal ignored at start (`nohup`) stays ignored; a process forked from this
+    one dies of it as it would have (a Dask worker, a fork server). Returns the handlers replaced."""
+    main = os.getpid()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != main:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        return {}
+    stops = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_DFL]
+    return {sig: signal.signal(sig, interrupt) for sig in stops}
 
 
 def _forget_handled_interrupts() -> None:

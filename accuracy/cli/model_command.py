@@ -9,7 +9,7 @@ from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.core.files import refuse_symlink
+from accuracy.core.files import no_parent, refuse_symlink
 from accuracy.core.json_output import dumps
 from accuracy.workflows.model.answer import FOLD
 from accuracy.workflows.model.ports import BUILT_IN, default_ports
@@ -135,8 +135,8 @@ def run(args) -> int:
         refuse_symlink(html)
         if html.exists():
             raise OpbenchError(f"--html {args.html}: already exists")
-        if not html.parent.is_dir():
-            raise OpbenchError(f"--html {args.html}: directory {html.parent} does not exist")
+        if no_parent(html):
+            raise OpbenchError(f"--html {args.html}: {no_parent(html)}")
         if not os.access(html.parent, os.W_OK):
             raise OpbenchError(f"--html {args.html}: directory {html.parent} is not writable")
     if args.html and args.save_activations and Path(args.html).resolve() == Path(args.save_activations).resolve():

@@ -83,6 +83,15 @@ def check_private_directory(path: Path, what: str) -> None:
         )
 
 
+def no_parent(path: Path | str) -> str | None:
+    """Why a new file cannot go at `path`, its directory in words ("directory out does not exist",
+    "notes.txt is not a directory": a file there was called missing); None where it can."""
+    parent = Path(path).parent
+    if parent.is_dir():
+        return None
+    return f"{parent} is not a directory" if parent.exists() else f"directory {parent} does not exist"
+
+
 def not_a_file(path: Path | str) -> str:
     """Why `path` is no regular file to read, in words: "no such file", "a directory, not a file",
     "a FIFO, not a regular file", ... (a directory or a FIFO was called "no such file")."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.core.files import not_a_file, write_atomic
+from accuracy.core.files import no_parent, not_a_file, write_atomic
 
 READABLE = (".npy", ".npz", ".safetensors", ".pt")
 WRITABLE = (".npz", ".safetensors")  # keyed files: one array per input name
@@ -216,10 +216,10 @@ def byte_size(n: int) -> str:
 
 def _load(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     suffix = path.suffix.lower()
+    if not path.is_file():  # first: a directory has no suffix, and was "unknown file type (none)"
+        raise OpbenchError(f"{path}: {not_a_file(path)}")
     if suffix not in READABLE:
         raise OpbenchError(f"{path}: unknown file type {suffix or '(none)'}; use {', '.join(READABLE)}")
-    if not path.is_file():
-        raise OpbenchError(f"{path}: {not_a_file(path)}")
     try:
         if suffix == ".npy" and _first_bytes(path) != NPY_MAGIC:  # np.load would guess "pickled data"
             raise OpbenchError(f"{path}: not a .npy file (it does not start with numpy's magic bytes)")
@@ -269,8 +269,8 @@ def write_arrays(path: Path | str, arrays: dict[str, np.ndarray], *, force: bool
         raise OpbenchError(f"{path}: cannot save {suffix or 'a file without extension'}; use {', '.join(WRITABLE)}")
     if path.exists() and not force:
         raise OpbenchError(f"{path}: already exists; pass --force to overwrite it")
-    if not path.parent.is_dir():
-        raise OpbenchError(f"{path}: directory {path.parent} does not exist")
+    if no_parent(path):
+        raise OpbenchError(f"{path}: {no_parent(path)}")
     if suffix == ".npz":
         if any(a.dtype == ml_dtypes.bfloat16 for a in arrays.values()):
             raise OpbenchError(f"{path}: the .npy format has no bfloat16; save to a .safetensors file")

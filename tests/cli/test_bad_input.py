@@ -201,7 +201,14 @@ CASES = [
         "cannot read it as .npz",
     ),
     (["check", "exp", "--inputs", "{root}/case/exp.npz", "--output", "a={root}/case/garbage.npy"], "not a .npy file"),
-    (["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"], "unknown file type"),
+    (
+        ["check", "exp", "--inputs", "{root}/mine", "--output", "a={root}/case/exp_out.npy"],
+        "mine: a directory, not a file",
+    ),
+    (
+        ["check", "exp", "--inputs", "{root}/mine/notes.txt", "--output", "a={root}/case/exp_out.npy"],
+        "unknown file type .txt",
+    ),
     (
         ["check", "exp", "--inputs", "{root}/case/one_array.npy", "--output", "a={root}/case/exp_out.npy"],
         "inputs need names",
@@ -670,7 +677,7 @@ def test_compare_csv_onto_a_full_disk_keeps_the_previous_file(tmp_path, capsys, 
         write_machine(results, machine)
         write_result_file(results, machine, "py3.11", COMMIT, DATE, [BENCH], lambda b, c: [1e-4, 1.1e-4], {})
     previous = tmp_path / "cmp.csv"
-    previous.write_text("the previous comparison\n")
+    previous.write_text("op,benchmark_class,the previous comparison\n")
 
     def full_disk(_fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -681,7 +688,7 @@ def test_compare_csv_onto_a_full_disk_keeps_the_previous_file(tmp_path, capsys, 
         done.returncode == 2
         and done.stderr.strip() == f"opbench: error: cannot write {previous}: No space left on device"
     )
-    assert previous.read_text() == "the previous comparison\n"
+    assert previous.read_text() == "op,benchmark_class,the previous comparison\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "results"]
 
 

@@ -51,11 +51,17 @@ def cause_text(cause: dict | None) -> str:
     if cause["explains"]:
         also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
         return f"explained by {cause['words']}{also}; "
-    ratio = "-" if cause["ratio"] is None or cause["ratio"] != cause["ratio"] else f"{cause['ratio']:.3g}"
+    ratio = cause["ratio"]
+    # a ratio within the limit where the entry still does not explain (non-finite results, which
+    # the ratio leaves out) is no distance to quote: "leaves it at 0x its tier's limit" read as within
+    far = (
+        f"leaves it at {ratio:.3g}x its tier's limit"
+        if ratio is not None and ratio == ratio and ratio > 1
+        else "does not bring it within rounding"
+    )
     # the nearest entry is no cause: it is named as what was tried, never worded as what happened
     return (
-        f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause['name']}, "
-        f"leaves it at {ratio}x its tier's limit); "
+        f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause['name']}, {far}); "
     )
 
 

@@ -148,10 +148,14 @@ class ModelReport:
         if self.interrupted:
             lines.append(f"partial: {self.interrupted}; not run: {', '.join(self.not_run)}")
         if self.nonfinite:
-            inputs = ", ".join(f"{k}: {n}" for k, n in self.nonfinite["inputs"].items())
+            held = [
+                f"the {what} ({', '.join(f'{printable(k)}: {n}' for k, n in self.nonfinite.get(what, {}).items())})"
+                for what in ("inputs", "weights")
+                if self.nonfinite.get(what)
+            ]
             lines.append(
                 clip(
-                    f"inf or NaN in the inputs ({inputs}), {self.nonfinite['output']} in the reference's output: "
+                    f"inf or NaN in {' and '.join(held)}, {self.nonfinite['output']} in the reference's output: "
                     "judged as data (--explain-verdicts says how)"
                 )
             )
@@ -170,8 +174,8 @@ class ModelReport:
         lines = []
         if self.nonfinite:
             lines.append(
-                "inf or NaN in the inputs are judged as data: each unit's finite elements for rounding, its others "
-                "must carry the reference's inf and NaN"
+                "inf or NaN in the inputs or weights are judged as data: each unit's finite elements for rounding, "
+                "its others must carry the reference's inf and NaN"
             )
         for p in self.ports:
             label = f"{printable(p['port'])} [{p['dtype']}]"

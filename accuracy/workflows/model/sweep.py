@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat, is_floating
 from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.files import no_parent
 from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import byte_size, check_memory
@@ -65,8 +67,8 @@ def _check_save_path(path: Path | str | None) -> None:
         raise OpbenchError(f"--save-activations {path}: use a .safetensors or .npz file")
     if path.exists():
         raise OpbenchError(f"--save-activations {path}: already exists")
-    if not path.parent.is_dir():
-        raise OpbenchError(f"--save-activations {path}: directory {path.parent} does not exist")
+    if no_parent(path):
+        raise OpbenchError(f"--save-activations {path}: {no_parent(path)}")
 
 
 def run_model(
@@ -138,13 +140,25 @@ def run_model(
             not_saved = f"--save-activations {save_path}: {why}"
     shapes = {k: list(v.shape) for k, v in given.items()}
     mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    counts = {k: int(np.count_nonzero(~np.isfinite(v.astype(np.float64)))) for k, v in given.items() if is_floating(v)}
-    nonfinite = (
-        {"inputs": {k: n for k, n in counts.items() if n}, "output": int((~torch.isfinite(out)).sum())}
-        if any(counts.values())
-        else {}
-    )
+    nonfinite = _nonfinite(given, model, out)
     return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
+
+
+def _nonfinite(given: dict, model: Any, out: Any) -> dict:
+    """The inf and NaN the inputs and the model's weights hold, by name, and the reference's
+    output: {} where neither holds any (inf weights gave an answer that never said so)."""
+    import torch
+
+    counts = {k: int(np.count_nonzero(~np.isfinite(v.astype(np.float64)))) for k, v in given.items() if is_floating(v)}
+    held = [*model.named_parameters(), *model.named_buffers()]
+    weights = {k: int((~torch.isfinite(t.detach())).sum()) for k, t in held if t.is_floating_point()}
+    if not any(counts.values()) and not any(weights.values()):
+        return {}
+    return {
+        "inputs": {k: n for k, n in counts.items() if n},
+        "weights": {k: n for k, n in weights.items() if n},
+        "output": int((~torch.isfinite(out)).sum()),
+    }
 
 
 @dataclass(frozen=True)

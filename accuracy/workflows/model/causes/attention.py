@@ -37,19 +37,31 @@ def _first_int(*values: Any) -> int | None:
     return next((int(v) for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
 
 
+# the names an attention's head count, head width and model width go by, as implementations keep them
+HEADS = ("num_heads", "num_attention_heads", "heads", "n_heads", "n_head", "n_local_heads")
+HEAD_WIDTHS = ("head_dim", "head_width", "attention_head_size", "head_size")
+MODEL_WIDTHS = ("n_embd", "embed_dim", "hidden_size", "d_model")
+
+
+def _field(held: Any, names: tuple[str, ...]) -> int | None:
+    """The first positive int among `held`'s `names`: attributes, or keys of a dict config."""
+    values = (held.get(n) for n in names) if isinstance(held, dict) else (getattr(held, n, None) for n in names)
+    return _first_int(*values)
+
+
 def geometry(module: Any) -> tuple[int, int] | None:
-    """(heads, head width) of an attention module, from the attributes its implementation keeps:
-    the zoo's decoder (heads, head_width), transformers' Llama family (config.num_attention_heads,
-    head_dim), GPT-2 (num_heads, head_dim), BERT (num_attention_heads, attention_head_size); None
-    for any other module."""
+    """(heads, head width) of an attention module, from what its implementation keeps: its own
+    attributes (the zoo's decoder: heads, head_width; GPT-2: num_heads, head_dim; BERT:
+    num_attention_heads, attention_head_size; Meta's Llama: n_local_heads, head_dim; nanoGPT:
+    n_head and n_embd, the width n_embd / n_head), or the heads in its config (an object, as
+    transformers' Llama family keeps it, or a dict) beside a head width of its own; None for any
+    other module (a decoder layer keeps a config and a model width, but no head width)."""
     config = getattr(module, "config", None)
-    heads = _first_int(
-        getattr(module, "num_heads", None),
-        getattr(module, "num_attention_heads", None),
-        getattr(module, "heads", None),
-        getattr(config, "num_attention_heads", None) if hasattr(module, "head_dim") else None,
-    )
-    width = _first_int(*(getattr(module, name, None) for name in ("head_dim", "head_width", "attention_head_size")))
+    width = _field(module, HEAD_WIDTHS)
+    heads = _field(module, HEADS) or (_field(config, HEADS) if width else None)
+    if heads and not width:
+        model_width = _field(module, MODEL_WIDTHS)
+        width = model_width // heads if model_width and model_width % heads == 0 else None
     return (heads, width) if heads and width else None
 
 

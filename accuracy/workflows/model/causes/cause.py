@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accuracy.workflows.model.causes.kinds import kind_name
+
 
 @dataclass(frozen=True)
 class Context:
@@ -33,7 +35,9 @@ class Cause:
     axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too.
     `fit(module, inputs, output)`, where given, finds the parameter in closed form instead of the
     1-D search (a mean and std per channel: more numbers than a 1-D search fits).
-    `accepts`: a test of the module itself, for a kind no class name tells (an attention)."""
+    `kinds` are matched by what a module computes (`kinds.kind_name`: torch's own modules by class,
+    any other by a probe of its forward and what it holds), `accepts`: a test of the module itself,
+    for a kind no class name tells (an attention)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -48,7 +52,7 @@ class Cause:
     accepts: Callable[[Any], bool] | None = None
 
     def applies(self, module: Any) -> bool:
-        return type(module).__name__ in self.kinds or (self.accepts is not None and self.accepts(module))
+        return kind_name(module) in self.kinds or (self.accepts is not None and self.accepts(module))
 
     def changed(self, module: Any, value: Any, context: Context) -> Any:
         return self.change(module, value, context) if self.contextual else self.change(module, value)

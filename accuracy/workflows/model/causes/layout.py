@@ -1,6 +1,11 @@
 """Layout and shape causes: a channels-last flatten before a Linear, TensorFlow's "same" padding,
 AvgPool's count_include_pad, a pool's ceil_mode, the other interpolation convention (align_corners, half-pixel), a
-softmax over another axis, a square Linear's weight transposed."""
+softmax over another axis, a square Linear's weight transposed.
+
+A flatten, a Linear and a softmax are known by what they compute (`kinds.kind_of`: a user's
+`x.view(x.size(0), -1)`, a module holding its own weight and bias, a softmax written out); the
+pools, paddings and resizes by torch's classes, whose attributes (kernel, stride, mode) the
+changes read."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, Context
+from accuracy.workflows.model.causes.kinds import described, held, kind_of
 
 POOLS = ("AvgPool1d", "AvgPool2d", "AvgPool3d")
 CEIL_POOLS = ("MaxPool1d", "MaxPool2d", "MaxPool3d", *POOLS)
@@ -31,15 +37,27 @@ class ChannelsLastFlatten(nn.Module):
 
 
 def _channels_last_flatten(module: Any, value: Any) -> Any:
-    if (module.start_dim, module.end_dim) != (1, -1):
+    if (getattr(kind_of(module), "start_dim", None), getattr(module, "end_dim", -1)) != (1, -1):
         raise ValueError("a partial flatten")
     return ChannelsLastFlatten()
+
+
+def _weight(module: Any) -> Any:
+    """A Linear's (out, in) weight, wherever it keeps it."""
+    weight = held(module, "weight")
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        raise ValueError("no (out, in) weight")
+    return weight
+
+
+def _in_features(module: Any) -> int:
+    return int(_weight(module).shape[1])
 
 
 def _flatten_grids(module: Any, context: Context) -> list[int]:
     """The (rows, columns) grids a Linear's input features may have been flattened from, as the
     row count: the (C, H*W) of the flatten before it where the model shows it, else every split."""
-    call, n = context.call, module.in_features
+    call, n = context.call, _in_features(module)
     if call is None or not call.inputs or call.inputs[0].ndim != 2:
         return []  # a Linear on a flattened vector only
     producer = context.producer()
@@ -52,10 +70,10 @@ def _flatten_grids(module: Any, context: Context) -> list[int]:
 
 def _regridded(module: Any, rows: int) -> Any:
     """The Linear as it acts on a flatten of the other order: weight columns (rows, n / rows) transposed."""
-    changed = copy.deepcopy(module)
-    out, n = module.weight.shape
+    changed, weight = copy.deepcopy(module), _weight(module)
+    out, n = weight.shape
     with torch.no_grad():
-        changed.weight.copy_(module.weight.view(out, n // rows, rows).transpose(1, 2).reshape(out, n))
+        _weight(changed).copy_(weight.view(out, n // rows, rows).transpose(1, 2).reshape(out, n))
     return changed
 
 
@@ -71,6 +89,8 @@ class SamePadded(nn.Module):
 
     def __init__(self, module: Any):
         super().__init__()
+        if type(module).__module__.split(".")[0] != "torch":  # a user's: its geometry unknown
+            raise ValueError(f"not torch's {type(module).__name__}: its kernel, stride and padding are not known")
         if isinstance(module.padding, str) or getattr(module, "padding_mode", "zeros") != "zeros":
             raise ValueError("not zero padding by numbers")
         if getattr(module, "ceil_mode", False):
@@ -151,28 +171,32 @@ class AsymmetricResize(nn.Module):
         return x
 
 
+def _dim(module: Any) -> int | None:
+    return getattr(kind_of(module), "dim", None)
+
+
 def _axes(module: Any, context: Context) -> list[int]:
     """The other axes of a softmax's input (the unit's call shows its rank)."""
-    call = context.call
-    if call is None or not call.inputs or module.dim is None:
+    call, dim = context.call, _dim(module)
+    if call is None or not call.inputs or dim is None:
         return []
     rank = call.inputs[0].ndim
-    own = module.dim % rank
+    own = dim % rank
     return [axis for axis in range(rank) if axis != own]
 
 
 def _other_axis(module: Any, axis: int) -> Any:
-    changed = copy.deepcopy(module)
-    changed.dim = axis
-    return changed
+    """torch's softmax (or log-softmax) of the module's kind over `axis`."""
+    return getattr(nn, kind_of(module).name)(dim=axis)  # type: ignore[union-attr]
 
 
 def _transposed(module: Any, value: Any) -> Any:
-    if module.weight.shape[0] != module.weight.shape[1]:
+    weight = _weight(module)
+    if weight.shape[0] != weight.shape[1]:
         raise ValueError("not square")
     changed = copy.deepcopy(module)
     with torch.no_grad():
-        changed.weight.copy_(module.weight.T)
+        _weight(changed).copy_(weight.T)
     return changed
 
 
@@ -188,8 +212,8 @@ CAUSES: tuple[Cause, ...] = (
         ("Linear",),
         lambda m, v: _regridded(m, v),
         lambda m, v: (
-            f"its {m.in_features} input features flattened in the other order (NHWC vs NCHW): "
-            f"a ({v}, {m.in_features // v}) grid read transposed"
+            f"its {_in_features(m)} input features flattened in the other order (NHWC vs NCHW): "
+            f"a ({v}, {_in_features(m) // v}) grid read transposed"
         ),
         parameter="grid_rows",
         example=4,
@@ -243,7 +267,7 @@ CAUSES: tuple[Cause, ...] = (
         "softmax axis",
         ("Softmax", "LogSoftmax"),
         _other_axis,
-        lambda m, v: f"{type(m).__name__} over axis {v}, not this model's dim={m.dim}",
+        lambda m, v: f"{described(m)} over axis {v}, not this model's dim={_dim(m)}",
         parameter="dim",
         example=1,
         choices=_axes,
@@ -252,6 +276,6 @@ CAUSES: tuple[Cause, ...] = (
         "transposed weight",
         ("Linear",),
         _transposed,
-        lambda m, v: f"its {m.in_features}x{m.out_features} weight transposed",
+        lambda m, v: f"its {_in_features(m)}x{_in_features(m)} weight transposed",
     ),
 )

@@ -11,14 +11,13 @@ norm written out)."""
 from __future__ import annotations
 
 import copy
-import weakref
 from typing import Any
 
 import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, named
-from accuracy.workflows.model.trace import float64_throughout
+from accuracy.workflows.model.causes.kinds import affine, norm_kind, probed
 
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
 # where a value is some framework's default, the words say whose
@@ -26,10 +25,6 @@ EPS_DEFAULTS = {1e-3: "Keras' and TensorFlow's default", 1e-5: "torch's default"
                 1e-12: "HF BERT's LayerNorm default"}  # fmt: skip
 # the names an epsilon goes by, on the module or in a config it holds (first found wins)
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "norm_eps", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
-WEIGHTS, BIASES = ("weight", "scale", "gamma"), ("bias", "beta", "shift")
-# a probed norm's rows: normalized by one factor each to this relative spread, in float64
-SAME_FACTOR = 1e-9
-_probed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _eps_path(module: Any) -> tuple[str, ...] | None:
@@ -55,81 +50,6 @@ def _eps_path(module: Any) -> tuple[str, ...] | None:
 def _at(module: Any, path: tuple[str, ...]) -> Any:
     held = getattr(module, path[0])
     return held if len(path) == 1 else held[path[1]] if isinstance(held, dict) else getattr(held, path[1])
-
-
-def _affine(norm: Any) -> tuple[Any, Any]:
-    """The norm's weight and bias (None where it has none), by the names they go by."""
-    weight = next((w for name in WEIGHTS if isinstance(w := getattr(norm, name, None), torch.Tensor)), None)
-    bias = next((b for name in BIASES if isinstance(b := getattr(norm, name, None), torch.Tensor)), None)
-    return weight, bias
-
-
-def _probe(module: Any) -> tuple[str, float] | None:
-    """("rms" or "layer", its epsilon) of a module that normalizes its last dimension, found from
-    what it computes in float64 on rows of four scales (the epsilon in closed form from each row's
-    one factor); None for any other module."""
-    parameters = list(module.parameters())
-    weight, bias = _affine(module)
-    if list(module.children()) or len(parameters) != (weight is not None) + (bias is not None):
-        return None
-    if any(p.ndim != 1 for p in parameters):
-        return None
-    shape = getattr(module, "normalized_shape", None)
-    width = parameters[0].shape[0] if parameters else int(shape[-1]) if shape else 16
-    scales = torch.tensor([[1e-3], [1e-2], [1e-1], [1.0]], dtype=torch.float64)
-    x = torch.randn(4, width, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * scales
-    try:
-        probe = copy.deepcopy(module).double()
-        with torch.no_grad(), float64_throughout():
-            y = probe(x)
-            scale, shift = _affine(probe)
-            normalized = (y - (0 if shift is None else shift)) / (1 if scale is None else scale)
-    except Exception:  # a forward that takes something else: not a norm
-        return None
-    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-        return None
-    return _factor_of_rows(x, normalized)
-
-
-def _factor_of_rows(x: Any, normalized: Any) -> tuple[str, float] | None:
-    """("rms" or "layer", eps) where each row of `normalized` is its row of `x` (centred for
-    "layer") over one factor, sqrt(moment + eps), with the same eps in every row."""
-    keep = torch.isfinite(normalized).all(0) & (normalized != 0).all(0)
-    for kind, centred in (("rms", x), ("layer", x - x.mean(-1, keepdim=True))):
-        squared = (centred[:, keep] / normalized[:, keep]).square()  # per row: its moment + eps
-        factor = squared.mean(-1)
-        if not bool(keep.any()) or not bool((squared.std(-1) <= SAME_FACTOR * factor).all()):
-            continue
-        eps = factor - centred.square().mean(-1)
-        if bool(((eps - eps[0]).abs() <= SAME_FACTOR * factor).all()) and float(eps[0]) >= 0:
-            return kind, float(eps[0])
-    return None
-
-
-def probed(module: Any) -> tuple[str, float] | None:
-    """`_probe`, once per module object."""
-    try:
-        if module not in _probed:
-            _probed[module] = _probe(module)
-        return _probed[module]
-    except TypeError:  # not weakly referable
-        return _probe(module)
-
-
-def norm_kind(module: Any) -> str | None:
-    """ "batch", "group", "layer" or "rms": torch's own norms by class, any other module by what
-    it computes; None: not a norm."""
-    name = type(module).__name__
-    if name.startswith("BatchNorm") and isinstance(module, nn.modules.batchnorm._BatchNorm):
-        return "batch"
-    if isinstance(module, nn.GroupNorm):
-        return "group"
-    if isinstance(module, nn.LayerNorm):
-        return "layer"
-    if isinstance(module, getattr(nn, "RMSNorm", ())):
-        return "rms"
-    found = probed(module)
-    return found[0] if found else None
 
 
 def is_norm(module: Any) -> bool:
@@ -207,7 +127,7 @@ class NormWritten(nn.Module):
     def forward(self, x: Any) -> Any:
         norm, correction = self.norm, int(self.unbiased)
         channels = (1, -1) + (1,) * (x.ndim - 2)
-        weight, bias = _affine(norm)
+        weight, bias = affine(norm)
         if self.kind == "batch":
             y = self._scaled(x, norm.running_var.view(channels), x - norm.running_mean.view(channels))
         elif self.kind == "group":

@@ -1,6 +1,9 @@
 """Precision causes: weights stored in a lower-precision format; inputs rounded to one inside a
 float32 layer; a matmul or convolution whose products are rounded (autocast, TF32); a softmax or
-norm computed in bfloat16 or float16."""
+norm computed in bfloat16 or float16.
+
+The layers are known by what they compute (`kinds.kind_of`): a user's Linear-like module or
+hand-written activation is one of them, its weight wherever it keeps it."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.judge.precision import TF32
 from accuracy.workflows.model.causes.activations import SWAPPED
 from accuracy.workflows.model.causes.cause import Cause
+from accuracy.workflows.model.causes.kinds import described, held, kind_of
 from accuracy.workflows.model.causes.normalization import NORMS
 
 CONTRACTIONS = ("Linear", "Conv1d", "Conv2d", "Conv3d")
@@ -37,8 +41,8 @@ def _stored_in(dtype_name: str):
     def change(module: Any, value: Any) -> Any:
         changed = copy.deepcopy(module)
         with torch.no_grad():
-            weight = getattr(changed, "weight", None)
-            if weight is None:
+            weight = held(changed, "weight")
+            if not isinstance(weight, torch.Tensor):
                 raise ValueError("no weight")
             weight.copy_(weight.to(getattr(torch, dtype_name)).to(weight.dtype))
         return changed
@@ -54,8 +58,10 @@ class RoundedAround(nn.Module):
         super().__init__()
         self.module, self.fmt, self.output = copy.deepcopy(module), fmt, output
         stored = [*self.module.named_parameters(), *self.module.named_buffers()]
+        kind = kind_of(module)
+        own = kind.weight if kind else None  # where the module keeps its weight
         for name, tensor in stored if weight or output else []:
-            if tensor.is_floating_point() and (output or name == "weight"):
+            if tensor.is_floating_point() and (output or name == own):
                 tensor.data = rounded(tensor.data, fmt)
 
     def forward(self, x: Any, *rest: Any, **named: Any) -> Any:
@@ -69,7 +75,7 @@ def _rounding(fmt: FloatFormat, weight: bool = False, output: bool = False) -> C
 
 def _said(text: str) -> Callable[[Any, Any], str]:
     """Words with the module's kind put in for {kind}."""
-    return lambda module, value: text.format(kind=type(module).__name__)
+    return lambda module, value: text.format(kind=described(module))
 
 
 CAUSES: tuple[Cause, ...] = (
