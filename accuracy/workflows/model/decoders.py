@@ -77,6 +77,11 @@ def llama3_base():
     return base_model("transformers_llama3")
 
 
+def mistral_base():
+    """Mistral's base model, a window of 4 keys on 8 tokens: the factory of the window's error-by-position test."""
+    return base_model("transformers_mistral")
+
+
 def causal_lm(family: str):
     """The family's tiny causal language model, seeded, in eval mode."""
     import torch

@@ -7,6 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# the positional shapes of a port's error a bug gives (causes/positional.py): rotary frequencies
+# and their scaling leave position 0 exact and grow with it; a window changes nothing before it
+GROWS, WINDOW = "grows with position", "starts at the window"
+
 
 @dataclass(frozen=True)
 class Context:
@@ -16,6 +20,19 @@ class Context:
     modules: dict[str, Any] = field(default_factory=dict)
     calls: list = field(default_factory=list)  # LayerCall, in the order the reference ran them
     call: Any = None  # the unit's LayerCall
+    positions: Any = None  # the shape of the port's error along the sequence (positional.Shape), where seen
+
+    @property
+    def length(self) -> int | None:
+        """The model's token sequences' length: the one length of the integer [batch, length]
+        tensors its layers were called with (input ids, position ids); None for any other model."""
+        lengths = {
+            int(t.shape[1])
+            for c in self.calls
+            for t in c.inputs
+            if getattr(t, "ndim", 0) == 2 and not t.is_floating_point() and not t.is_complex() and t.shape[1] > 1
+        }
+        return lengths.pop() if len(lengths) == 1 else None
 
     def producer(self, index: int = 0) -> Any:
         """The leaf call whose output is the unit's input `index`, or None."""
@@ -33,7 +50,9 @@ class Cause:
     axis), the nearest tried; `contextual`: `change(module, value, context)` reads the model too.
     `fit(module, inputs, output)`, where given, finds the parameter in closed form instead of the
     1-D search (a mean and std per channel: more numbers than a 1-D search fits).
-    `accepts`: a test of the module itself, for a kind no class name tells (an attention)."""
+    `accepts`: a test of the module itself, for a kind no class name tells (an attention).
+    `positions`: the shape along the token sequence of the error the bug gives (GROWS, WINDOW):
+    the cause search tries first the entries whose shape the port's error has."""
 
     name: str
     kinds: tuple[str, ...]
@@ -46,6 +65,7 @@ class Cause:
     contextual: bool = False
     fit: Callable[[Any, list, Any], Any] | None = None
     accepts: Callable[[Any], bool] | None = None
+    positions: str | None = None
 
     def applies(self, module: Any) -> bool:
         return type(module).__name__ in self.kinds or (self.accepts is not None and self.accepts(module))

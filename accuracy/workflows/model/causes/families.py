@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.attention import AttentionChange, geometry, is_attention, with_change
-from accuracy.workflows.model.causes.cause import Cause, named, with_attribute
+from accuracy.workflows.model.causes.cause import GROWS, WINDOW, Cause, named, with_attribute
 from accuracy.workflows.model.causes.normalization import norm_kind
 from accuracy.workflows.model.trace import float64_throughout
 
@@ -95,7 +95,22 @@ def _other_widths(module: Any, context: Any) -> list[int]:
     own = window_of(module) or 0
     inputs = getattr(getattr(context, "call", None), "inputs", None) or []
     keys = int(inputs[0].shape[-2]) if inputs and inputs[0].ndim >= 2 else 2 * own
-    return [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1]
+    return _onset_allows(module, context, [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1])
+
+
+def _beside(module: Any, context: Any) -> list[int]:
+    own = window_of(module) or 0
+    return _onset_allows(module, context, [w for w in (own - 1, own + 1) if w > 0])
+
+
+def _onset_allows(module: Any, context: Any, widths: list[int]) -> list[int]:
+    """The widths whose error starts where the port's does: a window of w' keys for w changes the
+    queries from position min(w, w') on (causes/positional.py); all of them where no onset was seen."""
+    shape = getattr(context, "positions", None)
+    if shape is None or shape.kind != WINDOW:
+        return widths
+    own = window_of(module) or 0
+    return [w for w in widths if min(w, own) == shape.onset]
 
 
 def _window_cause(name: str, words: Any, choices: Any) -> Cause:
@@ -109,6 +124,7 @@ def _window_cause(name: str, words: Any, choices: Any) -> Cause:
         choices=choices,
         contextual=True,
         accepts=_windowed,
+        positions=WINDOW,
     )
 
 
@@ -280,6 +296,14 @@ CAUSES: tuple[Cause, ...] = (
         accepts=_weighted_rms,
     ),
     Cause(
+        "rope scaling ignored",
+        (),
+        _scaling_ignored,
+        lambda m, v: f"its rope scaling ({m.rope_type}) ignored: the default frequencies of theta {_theta(m):g}",
+        accepts=lambda m: is_rotary(m) and getattr(m, "rope_type", "default") != "default",
+        positions=GROWS,
+    ),
+    Cause(
         "rope base",
         (),
         _with_theta,
@@ -288,13 +312,7 @@ CAUSES: tuple[Cause, ...] = (
         parameter="theta",
         example=5e5,
         accepts=is_rotary,
-    ),
-    Cause(
-        "rope scaling ignored",
-        (),
-        _scaling_ignored,
-        lambda m, v: f"its rope scaling ({m.rope_type}) ignored: the default frequencies of theta {_theta(m):g}",
-        accepts=lambda m: is_rotary(m) and getattr(m, "rope_type", "default") != "default",
+        positions=GROWS,
     ),
     Cause(
         "attention soft-cap dropped",
@@ -332,11 +350,12 @@ CAUSES: tuple[Cause, ...] = (
         lambda m, v: with_change(m, AttentionChange(window="none")),
         lambda m, v: f"no sliding window: each query sees every key before it, not the last {window_of(m)}",
         accepts=_windowed,
+        positions=WINDOW,
     ),
     _window_cause(
         "sliding window off by one",
         lambda m, v: f"a sliding window of {v} keys for {window_of(m)}: off by one",
-        lambda m, context: [w for w in (window_of(m) - 1, window_of(m) + 1) if w > 0],  # type: ignore[operator]
+        _beside,
     ),
     _window_cause(
         "sliding window width",
