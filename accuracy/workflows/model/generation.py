@@ -33,7 +33,16 @@ from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.activations_file import activations, save_activations
 from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flagged, number
 from accuracy.workflows.model.generation_cache import cache_cause
-from accuracy.workflows.model.generation_ports import GenPort, Logits, hand_port, logits_port, onnx_port, torch_port
+from accuracy.workflows.model.generation_ports import (
+    ONNX_CACHE,
+    GenPort,
+    Logits,
+    hand_port,
+    logits_port,
+    onnx_cache_port,
+    onnx_port,
+    torch_port,
+)
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.units import Unit, _evidence
 
@@ -180,8 +189,8 @@ def _ports(
     ports += [hand_port(label, spec, model) for label, spec in port_models.items()]
     absent = []
     for name in dict.fromkeys(names):
-        if name == "onnxruntime":
-            built = onnx_port(model, text, prompt, steps)
+        if name in ("onnxruntime", ONNX_CACHE):
+            built = onnx_port(model, text, prompt, steps) if name == "onnxruntime" else onnx_cache_port(model)
             if isinstance(built, str):
                 absent.append({"port": name, "reason": built})
                 continue
