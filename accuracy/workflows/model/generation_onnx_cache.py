@@ -77,7 +77,7 @@ def export_cached(model: Any, inputs: dict | None = None) -> Any:
     past = tuple(torch.zeros(1, kv, 3, head_dim) for _ in range(2 * layers))
     tokens, held = Dim("tokens", min=1, max=MOST_TOKENS), Dim("past", min=0, max=MOST_TOKENS)
     shapes = ({1: tokens}, {1: tokens}, tuple({2: held} for _ in past))
-    inputs, outputs = names(layers)
+    feeds, outputs = names(layers)
     with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
@@ -85,10 +85,12 @@ def export_cached(model: Any, inputs: dict | None = None) -> Any:
             (ids, positions, past),
             dynamo=True,
             dynamic_shapes=shapes,
-            input_names=inputs,
+            input_names=feeds,
             output_names=outputs,
             verbose=False,
         )
+    if program is None:
+        raise RuntimeError("the dynamo exporter gave no program")
     return program.model_proto
 
 
