@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.json_output import json_ready
@@ -43,6 +44,7 @@ from accuracy.workflows.model.generation_ports import (
     onnx_port,
     torch_port,
 )
+from accuracy.workflows.model.sweep import JUDGE_THREADS
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.units import Unit, _evidence
 
@@ -214,7 +216,8 @@ def run_generate(
         raise OpbenchError(f"--steps {steps}: give 1 to {MOST_STEPS}")
     model = load_model(spec)
     prompt = prompt_ids(inputs)
-    text, vocab = reference_text(model, prompt, steps)
+    with get_backend("torch").thread_limit(JUDGE_THREADS):  # as the layer sweep judges (sweep.py)
+        text, vocab = reference_text(model, prompt, steps)
     length = prompt.shape[1]
     names = list(ports or ([] if port_models or logits_files else DEFAULT_PORTS))
     built, absent = _ports(model, names, port_models or {}, logits_files or {}, text, length, steps, vocab)
@@ -240,18 +243,22 @@ def judge_ports(spec: str, model: Any, text: np.ndarray, length: int, runs: list
     reference = text[0, length:]
     results = []
     tiers: dict[str, StepEvidence] = {}
-    for fmt in dict.fromkeys(p.fmt.name for p in built):
-        outputs = [rows[p.name] for p in built if p.fmt.name == fmt]
-        tiers[fmt] = step_evidence(model, text, length, steps, FORMATS[fmt], outputs)
+    # one intra-op thread, as the layer sweep judges: a tiny model's forward on two threads of a
+    # loaded machine took 20 times as long (0.41 s against 0.024 s at load 8)
+    with get_backend("torch").thread_limit(JUDGE_THREADS):
+        for fmt in dict.fromkeys(p.fmt.name for p in built):
+            outputs = [rows[p.name] for p in built if p.fmt.name == fmt]
+            tiers[fmt] = step_evidence(model, text, length, steps, FORMATS[fmt], outputs)
     for port in built:
         result = port_summary(port, judged_steps(port, rows[port.name], reference, tiers[port.fmt.name]))
         first = result["first_beyond"]
         if first is not None:
             tier = tiers[port.fmt.name]
             flagged = [s["step"] for s in result["steps"] if is_flagged(s["verdict"])]
-            result["end_to_end_cause"] = final_cause(model, tier.at(first), rows[port.name][first]) or cache_cause(
-                model, rows[port.name], tier, flagged, text, length
-            )
+            with get_backend("torch").thread_limit(JUDGE_THREADS):
+                result["end_to_end_cause"] = final_cause(model, tier.at(first), rows[port.name][first]) or cache_cause(
+                    model, rows[port.name], tier, flagged, text, length
+                )
         if sweep and first is not None and not port.cached:  # a cached port's layers are the model's
             result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + first])
         results.append(result)
