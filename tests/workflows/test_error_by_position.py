@@ -9,6 +9,7 @@ import copy
 
 import numpy as np
 
+from accuracy.core.dtypes import FORMATS
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.answer import cause_words
@@ -16,7 +17,7 @@ from accuracy.workflows.model.causes import explain, families
 from accuracy.workflows.model.causes.attention import AttentionChange, with_change
 from accuracy.workflows.model.causes.cause import GROWS, WINDOW
 from accuracy.workflows.model.causes.families import _scaling_ignored
-from accuracy.workflows.model.causes.positional import FIRST
+from accuracy.workflows.model.causes.positional import FIRST, positional_shape
 from accuracy.workflows.model.decoders import base_inputs, base_model, llama3_base
 from accuracy.workflows.model.family_selftest import FLOAT32, _first_applicable
 from accuracy.workflows.model.positions import error_by_position, sequence_length
@@ -108,3 +109,27 @@ def test_an_error_there_from_position_0_is_no_windows():
     windows = {"sliding window dropped", "sliding window off by one", "sliding window width"}
     assert windows <= set(skipped)
     assert skipped["sliding window width"].startswith("its error is there from position 0")
+
+
+def _shape(errors: list[float], window: int | None = None, fmt: str = "float32"):
+    """The shape `positional_shape` sees for an output off by `errors` (normwise) at each position."""
+    reference = np.ones((1, len(errors), 4))
+    module = type("Attention", (), {"sliding_window": window})()
+    return positional_shape(
+        reference * (1 + np.asarray(errors))[None, :, None], reference, len(errors), FORMATS[fmt], module
+    )
+
+
+def test_only_an_error_far_off_at_position_0_rules_the_window_out():
+    windowed = next(c for c in families.CAUSES if c.name == "sliding window dropped")
+    # tiled heads: far off from position 0
+    assert _shape([0.82, 1.6, 1.2, 1.0, 0.95, 0.9, 1.1, 0.95], 4).excludes(windowed)
+    # a barely flagged unit: its rounding at position 0 near its largest error, in bfloat16
+    barely = _shape([0.04, 0.04, 0.05, 0.04, 0.09, 0.08, 0.09, 0.08], 4, "bfloat16")
+    assert barely.kind == FIRST and barely.excludes(windowed) is None
+    # a long window dropped: exact before it, then rising slowly (one more key at a time)
+    rising = _shape([0.0] * 16 + [0.001 * k for k in range(1, 17)], 16)
+    assert rising.kind == GROWS and rising.excludes(windowed) is None
+    # its words say what was seen, not the rotary frequencies, where the window explains
+    assert rising.as_dict(windowed)["words"] == "its error grows with position (0 at position 0, 0.016 at 31)"
+    assert rising.as_dict()["words"].endswith(": the rotary frequencies or their scaling")

@@ -218,7 +218,6 @@ def explain(
     # the error's shape along a token sequence: the entries whose bug gives it are tried first
     shape = positional_shape(output, reference, context.length, fmt, module)
     context = dataclasses.replace(context, positions=shape)
-    seen = {"positions": shape.as_dict()} if shape else {}
     candidates, skipped = _candidates(unit, tensors, fmt, output, context)
     candidates.sort(key=lambda c: (not _fits(shape, c[2]), c[0], c[1]))
     nearer = [c for c in candidates if c[0] < unchanged] or candidates[:1]  # none nearer: the nearest, judged
@@ -238,7 +237,7 @@ def explain(
         if tried[-1]["explains"] and first_explaining is None:
             first_explaining = distance
     if not tried:
-        return none | {"alternatives": [], "skipped": skipped} | seen
+        return none | {"alternatives": [], "skipped": skipped} | ({"positions": shape.as_dict()} if shape else {})
     # equal explanations, those the error's shape points to first, then in the catalogue's order (cheapest first)
     catalogue = causes()
     explaining = sorted(
@@ -249,6 +248,7 @@ def explain(
         if explaining
         else min(tried, key=lambda t: float(t["ratio"] if t["ratio"] is not None else np.inf))
     )
+    seen = {"positions": shape.as_dict(catalogue[best["index"]] if best["explains"] else None)} if shape else {}
     best = {k: v for k, v in best.items() if k != "index"}
     alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
     return best | {"alternatives": alternatives, "skipped": skipped} | seen

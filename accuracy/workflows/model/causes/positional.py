@@ -29,6 +29,8 @@ FLOOR_FRACTION, FLOOR_ROUNDOFFS = 0.05, 8.0
 GROWING = 0.7
 # a window's error jumps at its onset (the first query that sees other keys); a frequency's grows
 JUMP = 0.25
+# an error at position 0 beyond any rounding: this normwise, and this many unit roundoffs
+FAR, FAR_ROUNDOFFS = 0.01, 64.0
 FEWEST_POSITIONS = 4
 
 
@@ -40,10 +42,19 @@ class Shape:
     kind: str
     onset: int
     window: int | None
-    words: str
+    seen: str  # what the error does along the sequence
+    points_to: str = ""  # what that points to, where it points anywhere
+    far_at_start: bool = False  # position 0 far off, beyond any rounding: no window's error
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"shape": self.kind, "onset": self.onset, "window": self.window, "words": self.words}
+    @property
+    def words(self) -> str:
+        return f"{self.seen}: {self.points_to}" if self.points_to else self.seen
+
+    def as_dict(self, named: Cause | None = None) -> dict[str, Any]:
+        """The shape for --json and the answer; where `named` (the cause that explains) gives
+        another shape, what was seen without the pointer, which would contradict it."""
+        said = self.seen if named is not None and self.points_to and not self.fits(named) else self.words
+        return {"shape": self.kind, "onset": self.onset, "window": self.window, "words": said}
 
     def fits(self, cause: Cause) -> bool:
         """Whether the cause's bug gives an error of this shape."""
@@ -51,10 +62,12 @@ class Shape:
 
     def excludes(self, cause: Cause) -> str | None:
         """Why the cause cannot give this error, or None: a window changes no position before the
-        narrower of its widths, so an error from position 0 (or past the unit's window) is no window's."""
-        if cause.positions != WINDOW or self.kind == WINDOW:
+        narrower of its widths, so an error far off at position 0 is no window's. Only there: a
+        barely flagged unit's rounding at position 0 can be near its largest error, and a long
+        window's error can rise slowly past its onset."""
+        if cause.positions != WINDOW or not self.far_at_start:
             return None
-        return f"its error {self.words.partition('its error ')[2] or self.kind}: no sliding window gives that"
+        return f"{self.seen}: no sliding window gives that"
 
 
 def positional_shape(
@@ -77,12 +90,13 @@ def positional_shape(
     onset, window = int(beyond[0]), window_of(module)
     worst = int(np.argmax(error))
     if onset == 0:
-        return Shape(FIRST, 0, window, f"its error is there from position 0 ({error[0]:.2g})")
+        far = bool(error[0] >= max(JUMP * error[worst], FAR, FAR_ROUNDOFFS * fmt.u))
+        return Shape(FIRST, 0, window, f"its error is there from position 0 ({error[0]:.2g})", "", far)
     rho = float(spearmanr(np.arange(length), error).statistic)
     if window is not None and onset <= window and error[onset] >= JUMP * error[worst]:
         where = "the sliding window's width" if onset == window else f"inside the sliding window of {window} keys"
-        return Shape(WINDOW, onset, window, f"its error starts at position {onset}, {where}: the window")
+        return Shape(WINDOW, onset, window, f"its error starts at position {onset}, {where}", "the window")
     if rho >= GROWING:
-        said = f"its error grows with position ({error[0]:.2g} at position 0, {error[worst]:.2g} at {worst}): "
-        return Shape(GROWS, onset, window, said + "the rotary frequencies or their scaling")
+        said = f"its error grows with position ({error[0]:.2g} at position 0, {error[worst]:.2g} at {worst})"
+        return Shape(GROWS, onset, window, said, "the rotary frequencies or their scaling")
     return Shape(STARTS, onset, window, f"its error starts at position {onset}")
