@@ -126,3 +126,26 @@ def test_the_embedding_scale_and_its_format_are_told_on_gemma3():
     assert fmt.words(embedding, "bfloat16") == (
         "the embedding scale 5.65685 (sqrt(hidden)) computed in bfloat16: 5.65625"
     )
+
+
+def test_gemma2s_normalizer_in_bfloat16_gets_its_cause_from_the_end_to_end_comparison():
+    """Gemma 2 multiplies its embeddings by sqrt(hidden) in the model's own forward (no module holds
+    it); a float32 port computing it in bfloat16 (5.65625 for sqrt(32) = 5.65685) is named there."""
+    report = run_generate(
+        "accuracy.workflows.model.decoders:gemma2",
+        "5,17,42,8",
+        2,
+        [],
+        {"norm": "accuracy.workflows.model.decoders:normalizer_bfloat16"},
+        sweep=False,
+    ).as_dict()
+    (port,) = report["ports"]
+    assert port["first_beyond"] == 0
+    cause = port["end_to_end_cause"]
+    assert (cause["name"], cause["parameters"], cause["explains"]) == (
+        "embedding scale format",
+        {"format": "bfloat16"},
+        True,
+    )
+    assert cause["ratio"] <= 1
+    assert cause["words"] == "the embedding scale 5.65685 (sqrt(hidden)) computed in bfloat16: 5.65625"

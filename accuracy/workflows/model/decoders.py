@@ -132,3 +132,15 @@ def no_final_softcap(model: Any) -> Any:
 def same(model: Any) -> Any:
     """A correct hand port: the reference's own modules, as a rewrite that computes the same."""
     return copy.deepcopy(model)
+
+
+def normalizer_bfloat16(model: Any) -> Any:
+    """The reference with Gemma 2's normalizer sqrt(hidden) computed in bfloat16 in a float32 port
+    (transformers PR #29402: 55.5 for sqrt(3072)): the first layer's input rescaled by a hook."""
+    import torch
+
+    port = copy.deepcopy(model)
+    scale = port.config.hidden_size**0.5
+    factor = float(torch.tensor(scale).to(torch.bfloat16)) / scale
+    port.model.layers[0].register_forward_pre_hook(lambda m, args: (args[0] * factor, *args[1:]))
+    return port

@@ -256,8 +256,11 @@ def judge_ports(spec: str, model: Any, text: np.ndarray, length: int, runs: list
             tier = tiers[port.fmt.name]
             flagged = [s["step"] for s in result["steps"] if is_flagged(s["verdict"])]
             with get_backend("torch").thread_limit(JUDGE_THREADS):
-                result["end_to_end_cause"] = final_cause(model, tier.at(first), rows[port.name][first]) or cache_cause(
-                    model, rows[port.name], tier, flagged, text, length
+                at, row = tier.at(first), rows[port.name][first]
+                result["end_to_end_cause"] = (
+                    final_cause(model, at, row)
+                    or scale_cause(model, at, row, text[:, : length + first])
+                    or cache_cause(model, rows[port.name], tier, flagged, text, length)
                 )
         if sweep and first is not None and not port.cached:  # a cached port's layers are the model's
             result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + first])
@@ -293,6 +296,64 @@ def final_cause(model: Any, evidence: Evidence, row: np.ndarray) -> dict | None:
         ratio = tier.ratio(np.abs(port - changed))
         if ratio <= 1:
             return {"name": name, "words": said, "parameters": parameters, "ratio": ratio, "explains": True}
+    return None
+
+
+SCALE_FORMATS = ("bfloat16", "float16")
+
+
+def _first_layer(model: Any) -> Any:
+    """The first decoder layer of a transformers causal LM (or base model), or None."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    return layers[0] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+
+
+def _scaled_logits(model64: Any, ids: np.ndarray, factor: float | None) -> tuple[np.ndarray, float]:
+    """The float64 model's last logits with the first layer's input times `factor` (None: as it
+    is), and the scale the forward put between the embedding's output and that input."""
+    seen: dict[str, Any] = {}
+
+    def scaled(_: Any, args: tuple) -> tuple:
+        seen["input"] = args[0]
+        return args if factor is None else (args[0] * factor, *args[1:])
+
+    handles = [
+        model64.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.__setitem__("embedded", out)),
+        _first_layer(model64).register_forward_pre_hook(scaled),
+    ]
+    try:
+        logits = _forward64(Logits(model64), ids)[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    return logits, (seen["input"].norm() / seen["embedded"].norm()).item()
+
+
+def scale_cause(model: Any, evidence: Evidence, row: np.ndarray, ids: np.ndarray) -> dict | None:
+    """The cause of a step's logits in the embedding scale a model's own forward applies (Gemma 2's
+    normalizer sqrt(hidden), which no module holds): dropped, or computed in bfloat16 or float16
+    (transformers PR #29402: 55.5 for sqrt(3072)), where that puts the port's logits within their
+    typical thresholds; None where neither does or the forward scales by no sqrt(hidden)."""
+    tier = evidence.op.model
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    if tier is None or hidden is None or _first_layer(model) is None or not hasattr(model, "get_input_embeddings"):
+        return None
+    model64 = copy.deepcopy(model).double()
+    _, scale = _scaled_logits(model64, ids, None)
+    if abs(scale - hidden**0.5) > 1e-6 * scale:
+        return None
+    candidates: list[tuple[str, float, dict, str]] = [
+        ("embedding scale dropped", 1 / scale, {}, f"no embedding scale: not multiplied by {scale:.6g}")
+    ]
+    for dtype in SCALE_FORMATS:
+        rounded = float(torch.tensor(scale, dtype=torch.float64).to(getattr(torch, dtype)))
+        words = f"the embedding scale {scale:.6g} (sqrt(hidden)) computed in {dtype}: {rounded:.6g}"
+        candidates.append(("embedding scale format", rounded / scale, {"format": dtype}, words))
+    for name, factor, parameters, words in candidates:
+        ratio = tier.ratio(np.abs(np.asarray(row, dtype=np.float64) - _scaled_logits(model64, ids, factor)[0]))
+        if ratio <= 1:
+            return {"name": name, "words": words, "parameters": parameters, "ratio": ratio, "explains": True}
     return None
 
 
@@ -438,4 +499,7 @@ def where_line(p: dict) -> str:
     if sweep["first_not_within"] is None:
         said = f": explained by {found['words']}" if found else ""
         return f"{head}; every layer within rounding, its top-level forward not{said}"
-    return f"{head}: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"
+    where = f"{head}: {sweep['first_not_within']} ({sweep['op']})"
+    if found and not (sweep["cause"] or {}).get("explains"):  # in a forward's own code, which no unit covers
+        return f"{where}, in its own forward: explained end to end by {found['words']}"
+    return f"{where}: {cause_words(sweep['cause'])}"
