@@ -80,19 +80,25 @@ def test_the_nearest_entry_is_never_worded_as_a_cause():
     assert "attention scale" in text and "times the reference's" not in text
 
 
-def test_a_dropped_final_soft_cap_gets_its_cause_from_the_end_to_end_comparison():
-    """Gemma 2's tanh(z / 30) 30 on the logits is in the model's own forward: no layer holds it."""
+def _end_to_end_cause(hand_port: str) -> dict:
+    """The end-to-end cause `generate` gives tiny Gemma 2's hand port `decoders:<hand_port>`, which
+    is beyond rounding from the first step."""
     report = run_generate(
         "accuracy.workflows.model.decoders:gemma2",
         "5,17,42,8",
         2,
         [],
-        {"nocap": "accuracy.workflows.model.decoders:no_final_softcap"},
+        {"port": f"accuracy.workflows.model.decoders:{hand_port}"},
         sweep=False,
     ).as_dict()
     (port,) = report["ports"]
     assert port["first_beyond"] == 0
-    cause = port["end_to_end_cause"]
+    return port["end_to_end_cause"]
+
+
+def test_a_dropped_final_soft_cap_gets_its_cause_from_the_end_to_end_comparison():
+    """Gemma 2's tanh(z / 30) 30 on the logits is in the model's own forward: no layer holds it."""
+    cause = _end_to_end_cause("no_final_softcap")
     assert cause["name"] == "final soft-cap dropped" and cause["explains"] and cause["ratio"] <= 1
     assert cause["words"] == "no final-logit soft-cap: the logits not capped at 30 (tanh(z/c) c)"
 
@@ -131,17 +137,7 @@ def test_the_embedding_scale_and_its_format_are_told_on_gemma3():
 def test_gemma2s_normalizer_in_bfloat16_gets_its_cause_from_the_end_to_end_comparison():
     """Gemma 2 multiplies its embeddings by sqrt(hidden) in the model's own forward (no module holds
     it); a float32 port computing it in bfloat16 (5.65625 for sqrt(32) = 5.65685) is named there."""
-    report = run_generate(
-        "accuracy.workflows.model.decoders:gemma2",
-        "5,17,42,8",
-        2,
-        [],
-        {"norm": "accuracy.workflows.model.decoders:normalizer_bfloat16"},
-        sweep=False,
-    ).as_dict()
-    (port,) = report["ports"]
-    assert port["first_beyond"] == 0
-    cause = port["end_to_end_cause"]
+    cause = _end_to_end_cause("normalizer_bfloat16")
     assert (cause["name"], cause["parameters"], cause["explains"]) == (
         "embedding scale format",
         {"format": "bfloat16"},

@@ -16,14 +16,19 @@ from accuracy.workflows.model.generation_ports import ONNX_CACHE, cache_port, on
 STEPS = 6
 
 
-@pytest.fixture(scope="module")
-def judged():
+def _judged(build, bugs: list[str]) -> dict[str, dict]:
+    """The correct cached port `build(model)` and one per bug `build(model, bug)`, judged, by name."""
     model = llama()
     text, _ = reference_text(model, prompt_ids("5,17,42,8"), STEPS)
-    ports = [cache_port(model)] + [cache_port(model, bug) for bug in CACHE_BUGS]
+    ports = [build(model)] + [build(model, bug) for bug in bugs]
     runs = [(port, port.step_logits(text, 4, STEPS)) for port in ports]
     results = judge_ports("accuracy.workflows.model.decoders:llama", model, text, 4, runs, sweep=False)
     return {r["port"]: r for r in results}
+
+
+@pytest.fixture(scope="module")
+def judged():
+    return _judged(cache_port, list(CACHE_BUGS))
 
 
 def test_a_correct_cached_port_flags_nothing(judged):
@@ -48,12 +53,7 @@ ORT_BUGS = [bug for bug in CACHE_BUGS if bug != "mask built for the wrong length
 
 @pytest.fixture(scope="module")
 def judged_onnx():
-    model = llama()
-    text, _ = reference_text(model, prompt_ids("5,17,42,8"), STEPS)
-    ports = [onnx_cache_port(model)] + [onnx_cache_port(model, bug) for bug in ORT_BUGS]
-    runs = [(port, port.step_logits(text, 4, STEPS)) for port in ports]
-    results = judge_ports("accuracy.workflows.model.decoders:llama", model, text, 4, runs, sweep=False)
-    return {r["port"]: r for r in results}
+    return _judged(onnx_cache_port, ORT_BUGS)
 
 
 def test_onnx_runtime_decoding_with_past_key_values_flags_nothing(judged_onnx):
