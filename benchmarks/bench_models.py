@@ -99,7 +99,7 @@ if current_profile().name == "full":
         def setup(self, judged: dict, port: str) -> None:
             from accuracy.workflows.model.ports import build_port
             from accuracy.workflows.model.trace import load_model, record
-            from accuracy.workflows.model.units import leaf_units
+            from accuracy.workflows.model.unit import leaf_units
             from accuracy.workflows.model.zoo import example_inputs
 
             if port not in judged:

@@ -192,3 +192,122 @@ def test_a_module_outside_every_layer_is_found(tmp_path):
     assert layer_violations(package) == [
         f"{package / 'helpers.py'}: module accuracy.helpers is in no layer (add it to one)"
     ]
+
+
+# The model workflow's floors, lowest first: a module imports its own floor and those below, never
+# one above. Ports see what a unit is, not how it is judged; the causes are tried on judged units;
+# the sweep runs ports, judge and causes and makes the report's rows; the self-tests drive sweeps.
+MODEL = f"{PACKAGE}.workflows.model"
+MODEL_FLOORS = (
+    (
+        "calls and models",
+        (
+            "trace",
+            "activations_file",
+            "state_key",
+            "unit",
+            "answer",
+            "zoo",
+            "torchvision_import",
+            "census_models",
+            "decoders",
+        ),
+    ),
+    (
+        "ports",
+        (
+            "ports",
+            "onnx_graph",
+            "onnx_noise",
+            "export_cache",
+            "generation_cache",
+            "generation_onnx_cache",
+            "generation_ports",
+        ),
+    ),
+    ("judging", ("units", "unit_cache", "quantization", "quantization_causes", "positions")),
+    ("causes", ("causes", "op_causes", "preprocessing")),
+    ("sweep and rows", ("sweep", "report", "generation", "census")),
+    ("self-tests", ("cause_selftest", "family_selftest", "quantization_selftest")),
+)
+
+
+def _model_floor(module: str) -> int | None:
+    """The floor of a module of the model workflow (its package itself is the lowest); None outside."""
+    if module == MODEL:
+        return 0
+    if not module.startswith(f"{MODEL}."):
+        return None
+    first = module[len(MODEL) + 1 :].split(".")[0]
+    return next((i for i, (_, names) in enumerate(MODEL_FLOORS) if first in names), len(MODEL_FLOORS))
+
+
+def _names_imported(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """`from package import module`: the module, not only the package."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+
+
+def _module_of(dotted: str, package_dir: Path) -> str:
+    """The module a dotted name lies in: a function or class imported from it names its module."""
+    parts = dotted.split(".")
+    while len(parts) > 1:
+        path = package_dir.parent.joinpath(*parts)
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            break
+        parts.pop()
+    return ".".join(parts)
+
+
+def model_floor_violations(package_dir: Path) -> list[str]:
+    """Every import by which a model module reaches a floor above its own, function-level imports
+    included; a module on no floor is named, so that a new one is given its place."""
+    found = []
+    for path in sorted((package_dir / "workflows" / "model").rglob("*.py")):
+        relative = path.relative_to(package_dir.parent).with_suffix("")
+        is_package = relative.name == "__init__"
+        module = ".".join(relative.parts[:-1] if is_package else relative.parts)
+        own = _model_floor(module)
+        assert own is not None
+        if own == len(MODEL_FLOORS):
+            found.append(f"{path}: module {module} is on no floor of the model workflow (add it to one)")
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        imported = [*_imported_modules(tree, module, is_package), *_names_imported(tree)]
+        for line, target in imported:
+            name = _module_of(target, package_dir)
+            floor = _model_floor(name)
+            if floor is not None and own < floor < len(MODEL_FLOORS):
+                found.append(
+                    f"{path}:{line}: {module} ({MODEL_FLOORS[own][0]}) imports {name} ({MODEL_FLOORS[floor][0]})"
+                )
+    return sorted(set(found))
+
+
+def test_the_model_workflows_floors_hold():
+    assert model_floor_violations(ROOT / PACKAGE) == []
+
+
+def test_a_port_that_imports_the_judge_of_units_is_found(tmp_path):
+    """The floor test sees a port reaching `units` (how a unit is judged), at module level or in a
+    function, and a module given no floor."""
+    model = tmp_path / PACKAGE / "workflows" / "model"
+    files = {
+        "__init__.py": "",
+        "unit.py": "",
+        "units.py": "from accuracy.workflows.model.unit import Unit\n",
+        "ports/__init__.py": "",
+        "ports/base.py": "def f():\n    from accuracy.workflows.model.units import judge_unit\n",
+        "ports/onnx.py": "from accuracy.workflows.model import units\n",
+        "helpers.py": "",
+    }
+    for name, source in files.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_text(source)
+    found = model_floor_violations(tmp_path / PACKAGE)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        f"module {MODEL}.helpers is on no floor of the model workflow (add it to one)",
+        f"{MODEL}.ports.base (ports) imports {MODEL}.units (judging)",
+        f"{MODEL}.ports.onnx (ports) imports {MODEL}.units (judging)",
+    ]

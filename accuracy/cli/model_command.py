@@ -48,6 +48,15 @@ def register(sub) -> None:
         f"(default: {', '.join(default_ports(gpu=False))}, "
         "plus cuda and cuda-tf32 where a GPU is; a CUDA port without a GPU is reported absent, never an error)",
     )
+    _add_runtimes_of_their_own(p)
+    _add_outputs(p)
+    add_dask(p)
+    add_json(p)
+
+
+def _add_runtimes_of_their_own(p) -> None:
+    """The ports opbench does not build: another runtime's activations or ONNX file, a Keras port,
+    and the data the quantized ports calibrate on."""
     p.add_argument(
         "--activations",
         action="append",
@@ -86,6 +95,10 @@ def register(sub) -> None:
         metavar="MODULE:FUNCTION",
         help="a Keras port: a function returning (keras model, {Keras layer name: torch module path})",
     )
+
+
+def _add_outputs(p) -> None:
+    """What the run writes and shows, and the model's mode."""
     p.add_argument("--html", metavar="FILE", help="also write a page with a per-layer plot of the errors through depth")
     p.add_argument("--train", action="store_true", help="keep the model in train mode (default: eval mode)")
     p.add_argument(
@@ -104,8 +117,6 @@ def register(sub) -> None:
         action="store_true",
         help="how each verdict's threshold is derived: the answer in full and each flagged unit's reason",
     )
-    add_dask(p)
-    add_json(p)
 
 
 def run(args) -> int:

@@ -9,6 +9,7 @@ function, its inputs and its float64 evaluation, and it gives the evidence to ju
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,41 @@ def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> boo
 Stages = dict[int, tuple[TypicalModel, str]]
 
 
+def _how(
+    fmt: FloatFormat, runs: str, deterministic: str, sampled: str = f"RMS error of {RANDOM_RUNS} Monte Carlo runs"
+) -> str:
+    return (
+        f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max({sampled}, "
+        f"{deterministic}'s error) against its float64 evaluation, flagged above {TYPICAL_Z:g}x scale + 1 ulp"
+    )
+
+
+@dataclass(frozen=True)
+class _TorchDerivation:
+    """What each stage of a torch function's tier is derived against, and where it is kept."""
+
+    exact: Exact
+    fmt: FloatFormat
+    products: FloatFormat | None
+    stages: Stages | None
+
+    def finished(
+        self, stage: int, model: TypicalModel, sampled: str, unmodelled: set[str], contracted: set[str], roundings: int
+    ) -> tuple[TypicalModel, str]:
+        """The stage's tier, with its worst case and the basis that says how it was derived."""
+        rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
+        inputs_rounded = (
+            f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {self.products.name}"
+            if self.products is not None and contracted
+            else ""
+        )
+        basis = _how(self.fmt, "its torch ops with sampled roundings", f"its own {self.fmt.name} result", sampled)
+        tier = (model.with_worst_case(roundings, self.exact, self.fmt), basis + inputs_rounded + rounded_once)
+        if self.stages is not None:  # kept only where asked: each stage's arrays are the output's size
+            self.stages[stage] = tier
+        return tier
+
+
 def function_model(
     fn: Callable[..., Any],
     backend_name: str,
@@ -90,54 +126,41 @@ def function_model(
     products' inputs to, TF32 for CUDA with TF32 on). None where the formula cannot be followed.
     `stages`, where given, receives a torch function's tier at each stage derived: what a cache
     keeps to give other outputs the tier this would give them (accuracy/workflows/model/unit_cache.py)."""
-
-    def how(runs: str, deterministic: str, sampled: str = f"RMS error of {RANDOM_RUNS} Monte Carlo runs") -> str:
-        return (
-            f"typical tier, derived as for registry ops: {runs} in {fmt.name}; scale = max({sampled}, "
-            f"{deterministic}'s error) against its float64 evaluation, flagged above {TYPICAL_Z:g}x scale + 1 ulp"
-        )
-
     if backend_name == "numpy":
         try:
             model = typical_model(fn, inputs64, exact, fmt, fmt)
         except Exception:
             model = None
         return model, (
-            how("its formula emulated", "a round-to-nearest recursive run")
+            _how(fmt, "its formula emulated", "a round-to-nearest recursive run")
             if model
             else "the emulation cannot follow this numpy formula (it leaves numpy's ufuncs)"
         )
+    return _torch_model(fn, inputs64, own, judged, _TorchDerivation(exact, fmt, products, stages))
+
+
+def _torch_model(
+    fn: Callable[..., Any],
+    inputs64: dict[str, np.ndarray],
+    own: np.ndarray,
+    judged: Sequence[np.ndarray],
+    derive: _TorchDerivation,
+) -> tuple[TypicalModel | None, str]:
+    """A torch function's tier: the first-order spread where every rounding reaches the output
+    along one linear path, else Monte Carlo runs in stages until the outputs to judge settle."""
     from accuracy.judge.torch_emulation import MonteCarloRuns, first_order_spread  # torch only where needed
 
-    def finished(
-        stage: int, model: TypicalModel, sampled: str, unmodelled: set[str], contracted: set[str], roundings: int
-    ) -> tuple[TypicalModel, str]:
-        rounded_once = f"; modelled as one rounding each: {', '.join(sorted(unmodelled))}" if unmodelled else ""
-        inputs_rounded = (
-            f"; the products of {', '.join(sorted(contracted))} from inputs rounded to {products.name}"
-            if products is not None and contracted
-            else ""
-        )
-        tier = (
-            model.with_worst_case(roundings, exact, fmt),
-            how("its torch ops with sampled roundings", f"its own {fmt.name} result", sampled)
-            + inputs_rounded
-            + rounded_once,
-        )
-        if stages is not None:  # kept only where asked: each stage's arrays are the output's size
-            stages[stage] = tier
-        return tier
-
+    exact, fmt = derive.exact, derive.fmt
     failed = "torch's Monte Carlo mode cannot run this function"
     try:  # exact where each rounding reaches the output along one linear path: no runs needed
-        rms, unmodelled, contracted, roundings = first_order_spread(fn, inputs64, fmt, products)
+        rms, unmodelled, contracted, roundings = first_order_spread(fn, inputs64, fmt, derive.products)
         model = model_from_rms(rms, own, exact, fmt, fmt.name) if np.shape(rms) == exact.shape else None
     except Exception:  # NotFirstOrder, or an op the propagation cannot follow: the runs can
         model = None
     if model is not None:
         sampled = f"first-order RMS error of its sampled roundings (what {RANDOM_RUNS} Monte Carlo runs estimate)"
-        return finished(0, model, sampled, unmodelled, contracted, roundings)
-    runs = MonteCarloRuns(fn, inputs64, fmt, products)
+        return derive.finished(0, model, sampled, unmodelled, contracted, roundings)
+    runs = MonteCarloRuns(fn, inputs64, fmt, derive.products)
     errors = judged_errors(judged, exact, fmt)
     done = 0
     for stage in run_stages(judged):
@@ -150,7 +173,7 @@ def function_model(
             return None, failed
         model = model_from_runs(runs.results, own, exact, fmt, fmt.name)
         sampled = f"RMS error of {done} Monte Carlo runs"
-        result = finished(stage, model, sampled, set(runs.unmodelled), set(runs.contracted), runs.roundings)
+        result = derive.finished(stage, model, sampled, set(runs.unmodelled), set(runs.contracted), runs.roundings)
         if settled(model, errors, stage):
             break  # settled: every output within rounding, as the 64 runs would judge it
     return result

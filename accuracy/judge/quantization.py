@@ -3,7 +3,7 @@
 A quantize point of step s rounds to a grid: its error is uniform on [-s/2, s/2], of variance
 s^2/12 (rms s/sqrt(12), the 0.289 TensorFlow Lite's debugger calls well quantized), plus the
 clipping of values outside its integer range, which is deterministic and counted apart. The
-points' noise carried through a unit (accuracy.backends.onnx_noise) predicts the rms error of a
+points' noise carried through a unit (accuracy.workflows.model.onnx_noise) predicts the rms error of a
 correct port's output; the port's measured rms error over that prediction is the unit's ratio.
 
 A correct port's ratio is about 1 on many elements; on few it is one draw of a sum of squares of

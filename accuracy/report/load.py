@@ -24,6 +24,7 @@ from asv.results import Results
 
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import check_regular
+from accuracy.core.private_apis import raw_result
 from accuracy.report.fingerprint import FINGERPRINT_COLUMNS, read_fingerprint
 from accuracy.report.measures import metric_column, with_gflops
 
@@ -177,7 +178,7 @@ class _RowBuilder:
         params = result.get_result_params(name) or []
         count = math.prod(len(values) for values in params)
         # asv pads a short value list with None; a mismatch means the file was cut short.
-        raw = result._results[name]
+        raw = raw_result(result, name)
         if count > MAX_COMBINATIONS:
             self._warnings.append(
                 f"{path}: skipped {name}, {count:.3g} parameter combinations (at most {MAX_COMBINATIONS:,} are read)"

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from accuracy.core.errors import OpbenchError
@@ -302,6 +302,192 @@ class RunOutcome:
     warnings: list[str]  # files that could not be read, pages that still need the internet, ...
 
 
+@dataclass
+class _SuiteRun:
+    """One `run_suite` call's state, carried from batch to batch: asv's arguments and environment,
+    the stack's label and fingerprints, and the steps saved so far (what a Ctrl-C keeps)."""
+
+    config: Path
+    results: Path
+    html: Path
+    machine: str
+    bench: str | None
+    commits: str | None
+    knobs: dict[str, str]
+    append_samples: bool
+    tmp: Path
+    plan: list[Step] = field(default_factory=list)
+    saved: list[Step] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    written: dict[Path, None] = field(default_factory=dict)
+    status: int = 0  # asv's exit status, the worst of the calls
+    fresh: FingerprintJob | None = None  # this environment's, taken beside the first read pass
+    jobs: dict[str, FingerprintJob] = field(default_factory=dict)  # a history run's, beside its first read pass
+    env_fingerprints: dict[str, str] = field(default_factory=dict)
+    here: str | None = None  # this environment's fingerprint, once taken
+    label: str | None = None
+    key: str = ""
+
+    @property
+    def staging(self) -> Path:
+        return self.tmp / "results"
+
+    def prepare(self, repo: Path, profile: str | None, quick: bool, verbose: bool) -> None:
+        """The staging copy, the private config, the stack's label and asv's arguments."""
+        check_no_links(self.results, self.machine)
+        self.warnings += recover_interrupted_saves(self.results, self.tmp)
+        # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
+        self.env = dict(
+            os.environ,
+            **{PROFILE_VAR: profile or (QUICK.name if quick else DEFAULT.name)},
+            PYTHONIOENCODING="utf-8",
+            **self.knobs,
+        )
+        if not self.commits:  # this environment: its last fingerprint names it now, a fresh one is filed
+            self.key = stack_key(self.env)
+            last = last_fingerprint(self.key)
+            if last is None:
+                last = take_fingerprint(sys.executable, self.env)
+                save_fingerprint(self.key, last)
+                self.here = json.dumps(last, indent=2)
+            self.label = environment_label(last, self.knobs)
+        _stage(self.results, self.staging, self.machine)
+        self.private = write_private_config(self.config, self.staging, self.html, self.tmp)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        self.log = AsvLog(self.results / LOG_DIR / f"{stamp}-{self.machine}.log", verbose)
+        register_machine(self.machine)
+        # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
+        self.args = ["run", "--machine", self.machine, "--show-stderr", "--record-samples"]
+        if not self.commits:
+            assert self.label is not None  # a run in this environment has its fingerprint
+            python = environment_python(self.config, self.label)
+            self.args += [f"--environment=existing:{python}", "--set-commit-hash", head_commit(repo)]
+            self.args += ["--launch-method", "forkserver"]
+        self.args += ["--quick"] if quick else []
+        self.args += ["--append-samples"] if self.append_samples else []
+
+    def discover(self) -> None:
+        """asv's discovery, then the plan: each batch at each commit, and the progress to show."""
+        commits = [self.commits] if self.commits else []
+        # a history run discovers as asv does over the range: in the newest commit that installs
+        discover = [*self.args, *commits, "--config", str(self.private), "--bench", "just-discover"]
+        if self.commits:  # asv builds or updates a virtualenv per environment first: minutes, silent
+            print(
+                f"opbench: asv sets up the run's environments first (minutes for each new one); log: {self.log.path}",
+                flush=True,
+            )
+        if self.log.call(discover, self.env, progress=ClassProgress([])) != 0:
+            raise OpbenchError(f"asv could not discover the benchmarks; see {self.log.path}")
+        chosen = PROFILES[self.env[PROFILE_VAR]]
+        batches = plan_batches(self.private, self.bench, chosen.history_batches if self.commits else chosen.batches)
+        at_commits = history_commits(self.private, self.commits)
+        self.plan = [Step(commit, batch) for commit in at_commits for batch in batches]
+        self.suite = [name for name in json.loads((self.staging / "benchmarks.json").read_text()) if name != "version"]
+        self.modules = {name.split(".", 1)[0] for name in self.suite}
+        classes = [owner for batch in batches for owner in batch.classes]
+        costs = measured_costs(self.staging / self.machine, classes)
+        self.progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits), costs=costs)
+        self.measurements = self.tmp / "measurements"  # what the measure pass leaves for the read pass
+        self.measurements.mkdir()
+        self.pythons = environment_pythons(self.private) if self.commits else {}
+        self.busiest = os.getloadavg()[0]
+        self.benchmark_dir = Path(load_asv_config(self.private)["benchmark_dir"])
+        self.batch_configs: dict[Batch, Path] = {}  # each batch's, made once: a history run runs it at every commit
+
+    def run_step(self, index: int, step: Step) -> None:
+        """One batch at one commit: its passes, then its results saved with their fingerprints."""
+        if step.batch not in self.batch_configs:
+            workdir = self.tmp / f"batch-{len(self.batch_configs)}"
+            folder = batch_benchmark_dir(self.benchmark_dir, step.batch, self.modules, workdir)
+            self.batch_configs[step.batch] = write_private_config(
+                self.config, self.staging, self.html, workdir, benchmark_dir=folder
+            )
+        before = _result_files(self.staging, self.machine)
+        discovered = self._passes(index, step)
+        write_atomic(self.staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
+        self.busiest = max(self.busiest, os.getloadavg()[0])
+        changed = [p for p, mtime in _result_files(self.staging, self.machine).items() if before.get(p) != mtime]
+        fingerprints = self._fingerprints(changed, discovered)
+        if self.append_samples:  # the samples of both runs are compared: so is the busier one's load
+            saved = self.results / self.machine
+            fingerprints = {p: _with_saved_load(f, saved / p.name) for p, f in fingerprints.items()}
+        with _stop_deferred():
+            try:
+                files, batch_warnings = _commit(
+                    self.staging, self.results, self.machine, list(fingerprints), fingerprints
+                )
+            except OpbenchError as exc:
+                raise OpbenchError(f"{exc}; {_kept(self.results, self.machine, self.plan, self.saved)}") from None
+            self.written.update(dict.fromkeys(files))
+            self.warnings += batch_warnings
+            self.saved.append(step)
+
+    def _passes(self, index: int, step: Step) -> dict:
+        """asv's calls for one batch, pass by pass; the benchmarks they discovered (asv rewrites
+        benchmarks.json with each pass's benchmarks only)."""
+        batch = step.batch
+        discovered: dict = {}
+        preload = {} if batch.backends is None else {PRELOAD_VAR: ",".join(sorted(batch.backends))}
+        at_commit = [f"{step.commit}^!"] if step.commit else []
+        bench = ["--bench", self.bench] if self.bench else []
+        for suite_pass in PASSES:
+            if suite_pass == READ and _ran_whole(self.suite, batch, discovered):
+                self.progress.skip(batch.classes)  # a suite without passes ran whole in the first
+                break
+            self.progress.stage = f"{suite_pass} pass, "
+            running = batch.classes if suite_pass == MEASURE else _left_to_read(self.suite, batch, discovered)
+            self.progress.skip(tuple(c for c in batch.classes if c not in running))
+            self.progress.expect(running)
+            command = [*self.args, *at_commit, "--config", str(self.batch_configs[batch]), *bench]
+            env = self.env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(self.measurements), **preload}
+            self.status = max(self.status, self.log.call(command, env, progress=self.progress))
+            discovered |= read_benchmarks_json(self.staging / "benchmarks.json") or {}
+            if index == 0 and suite_pass == MEASURE:  # beside the read pass, which times nothing
+                if self.commits:
+                    self.jobs = _fingerprint_jobs(self.pythons, self.env)
+                elif self.here is None:
+                    self.fresh = FingerprintJob(self.env)
+        return discovered
+
+    def _fingerprints(self, changed: list[Path], discovered: dict) -> dict[Path, str]:
+        """Each changed results file's stack fingerprint, with the run's busiest load. A fresh
+        fingerprint that names another stack refiles this environment's results under its label."""
+        if self.commits:
+            return {
+                p: _with_load(_env_fingerprint(p, self.jobs, self.env_fingerprints, self.warnings), self.busiest)
+                for p in changed
+            }
+        assert self.label is not None  # named by the stack's last fingerprint
+        if self.here is None:  # the fresh one, which names the stack this batch measured
+            assert self.fresh is not None
+            fingerprint, self.fresh = self.fresh.result(), None
+            save_fingerprint(self.key, fingerprint)
+            self.here, now = json.dumps(fingerprint, indent=2), environment_label(fingerprint, self.knobs)
+            if now != self.label:
+                changed = [refile(path, self.label, now, discovered) for path in changed]
+                self.warnings.append(_relabelled(self.label, now))
+                self.label, python = now, environment_python(self.config, now)
+                self.args = [
+                    f"--environment=existing:{python}" if a.startswith("--environment=") else a for a in self.args
+                ]
+        for path in changed:
+            relabel_python(path, self.label)
+        return dict.fromkeys(changed, _with_load(self.here, self.busiest))
+
+    def cancel_fingerprints(self) -> None:
+        for job in [self.fresh, *self.jobs.values()]:
+            if job is not None:
+                job.cancel()
+
+    def publish(self) -> None:
+        """asv's pages from every result saved, the run's beside the older ones."""
+        publish_config = write_private_config(
+            self.config, self.results, self.html, self.tmp / "publish", branches=graph_branches(self.config)
+        )
+        if self.log.call(["publish", "--config", str(publish_config)], self.env) != 0:
+            raise OpbenchError(f"`asv publish` failed; the results are saved, see {self.log.path}")
+
+
 def run_suite(
     *,
     config: Path,
@@ -327,168 +513,27 @@ def run_suite(
     `append_samples` adds the timing samples beside those already saved for the same commit and
     environment (`opbench compare --confirm`), and `publish=False` leaves the HTML as it is.
     """
-
     repo = project_repo(config)  # reads and checks the config before anything is locked or written
     if commits:
         check_commit_range(repo, commits)
-    plan: list[Step] = []
-    saved: list[Step] = []
     signals: list[str] = []
-    warnings: list[str] = []
-    fresh: FingerprintJob | None = None  # this environment's, taken beside the first read pass
-    jobs: dict[str, FingerprintJob] = {}  # a history run's environments', beside its first read pass
     with results_lock(results), _terminate_as_interrupt(signals), _staging_dir(results) as tmp:
+        run = _SuiteRun(config, results, html, machine, bench, commits, knobs, append_samples, tmp)
         try:
-            check_no_links(results, machine)
-            warnings += recover_interrupted_saves(results, tmp)
-            # the paired accuracy tracks share one measurement through asv's setup_cache (benchmarks/common.py)
-            env = dict(
-                os.environ,
-                **{PROFILE_VAR: profile or (QUICK.name if quick else DEFAULT.name)},
-                PYTHONIOENCODING="utf-8",
-                **knobs,
-            )
-            here, label = None, None
-            if not commits:  # this environment: its last fingerprint names it now, a fresh one is filed
-                key = stack_key(env)
-                last = last_fingerprint(key)
-                if last is None:
-                    last = take_fingerprint(sys.executable, env)
-                    save_fingerprint(key, last)
-                    here = json.dumps(last, indent=2)
-                label = environment_label(last, knobs)
-            staging = tmp / "results"
-            _stage(results, staging, machine)
-            private = write_private_config(config, staging, html, tmp)
-            log = AsvLog(results / LOG_DIR / f"{time.strftime('%Y%m%dT%H%M%S')}-{machine}.log", verbose)
-            register_machine(machine)
-            # raw timing samples let `opbench compare` apply asv's Mann-Whitney test
-            args = ["run", "--machine", machine, "--show-stderr", "--record-samples"]
-            if not commits:
-                assert label is not None  # a run in this environment has its fingerprint
-                python = environment_python(config, label)
-                args += [f"--environment=existing:{python}", "--set-commit-hash", head_commit(repo)]
-                args += ["--launch-method", "forkserver"]
-            if quick:
-                args.append("--quick")
-            if append_samples:
-                args.append("--append-samples")
-            # a history run discovers as asv does over the range: in the newest commit that installs
-            discover = [*args, *([commits] if commits else []), "--config", str(private), "--bench", "just-discover"]
-            if commits:  # asv builds or updates a virtualenv per environment first: minutes, silent
-                print(
-                    f"opbench: asv sets up the run's environments first (minutes for each new one); log: {log.path}",
-                    flush=True,
-                )
-            if log.call(discover, env, progress=ClassProgress([])) != 0:
-                raise OpbenchError(f"asv could not discover the benchmarks; see {log.path}")
-            chosen = PROFILES[env[PROFILE_VAR]]
-            batches = plan_batches(private, bench, chosen.history_batches if commits else chosen.batches)
-            at_commits = history_commits(private, commits)
-            plan = [Step(commit, batch) for commit in at_commits for batch in batches]
-            suite = [name for name in json.loads((staging / "benchmarks.json").read_text()) if name != "version"]
-            modules = {name.split(".", 1)[0] for name in suite}
-            classes = [owner for batch in batches for owner in batch.classes]
-            costs = measured_costs(staging / machine, classes)
-            progress = ClassProgress(classes, passes=PASSES, commits=len(at_commits), costs=costs)
-            measurements = tmp / "measurements"  # what the measure pass leaves for the read pass
-            measurements.mkdir()
-            pythons = environment_pythons(private) if commits else {}
-            env_fingerprints: dict[str, str] = {}
-            written: dict[Path, None] = {}
-            status = 0
-            busiest = os.getloadavg()[0]
-            benchmark_dir = Path(load_asv_config(private)["benchmark_dir"])
-            batch_configs: dict[Batch, Path] = {}  # each batch's, made once: a history run runs it at every commit
-            for index, step in enumerate(plan):
-                commit, batch = step.commit, step.batch
-                if batch not in batch_configs:
-                    workdir = tmp / f"batch-{len(batch_configs)}"
-                    folder = batch_benchmark_dir(benchmark_dir, batch, modules, workdir)
-                    batch_configs[batch] = write_private_config(config, staging, html, workdir, benchmark_dir=folder)
-                batch_config = batch_configs[batch]
-                before = _result_files(staging, machine)
-                discovered: dict = {}  # asv rewrites benchmarks.json with each pass's benchmarks only
-                preload = {} if batch.backends is None else {PRELOAD_VAR: ",".join(sorted(batch.backends))}
-                for suite_pass in PASSES:
-                    if suite_pass == READ and _ran_whole(suite, batch, discovered):
-                        progress.skip(batch.classes)  # a suite without passes ran whole in the first
-                        break
-                    progress.stage = f"{suite_pass} pass, "
-                    running = batch.classes if suite_pass == MEASURE else _left_to_read(suite, batch, discovered)
-                    progress.skip(tuple(c for c in batch.classes if c not in running))
-                    progress.expect(running)
-                    status = max(
-                        status,
-                        log.call(
-                            [
-                                *args,
-                                *([f"{commit}^!"] if commit else []),
-                                "--config",
-                                str(batch_config),
-                                *(["--bench", bench] if bench else []),
-                            ],
-                            env | {PASS_VAR: suite_pass, MEASUREMENTS_VAR: str(measurements), **preload},
-                            progress=progress,
-                        ),
-                    )
-                    discovered |= read_benchmarks_json(staging / "benchmarks.json") or {}
-                    if index == 0 and suite_pass == MEASURE:  # beside the read pass, which times nothing
-                        if commits:
-                            jobs = _fingerprint_jobs(pythons, env)
-                        elif here is None:
-                            fresh = FingerprintJob(env)
-                write_atomic(staging / "benchmarks.json", json.dumps(discovered, indent=4, sort_keys=True))
-                busiest = max(busiest, os.getloadavg()[0])
-                changed = [p for p, mtime in _result_files(staging, machine).items() if before.get(p) != mtime]
-                if commits:
-                    fingerprints = {
-                        p: _with_load(_env_fingerprint(p, jobs, env_fingerprints, warnings), busiest) for p in changed
-                    }
-                else:
-                    assert label is not None  # named by the stack's last fingerprint
-                    if here is None:  # the fresh one, which names the stack this batch measured
-                        assert fresh is not None
-                        fingerprint, fresh = fresh.result(), None
-                        save_fingerprint(key, fingerprint)
-                        here, now = json.dumps(fingerprint, indent=2), environment_label(fingerprint, knobs)
-                        if now != label:
-                            changed = [refile(path, label, now, discovered) for path in changed]
-                            warnings.append(_relabelled(label, now))
-                            label, python = now, environment_python(config, now)
-                            args = [
-                                f"--environment=existing:{python}" if a.startswith("--environment=") else a
-                                for a in args
-                            ]
-                    for path in changed:
-                        relabel_python(path, label)
-                    fingerprints = dict.fromkeys(changed, _with_load(here, busiest))
-                if append_samples:  # the samples of both runs are compared: so is the busier one's load
-                    fingerprints = {p: _with_saved_load(f, results / machine / p.name) for p, f in fingerprints.items()}
-                with _stop_deferred():
-                    try:
-                        files, batch_warnings = _commit(staging, results, machine, changed, fingerprints)
-                    except OpbenchError as exc:
-                        raise OpbenchError(f"{exc}; {_kept(results, machine, plan, saved)}") from None
-                    written.update(dict.fromkeys(files))
-                    warnings += batch_warnings
-                    saved.append(step)
+            run.prepare(repo, profile, quick, verbose)
+            run.discover()
+            for index, step in enumerate(run.plan):
+                run.run_step(index, step)
         except KeyboardInterrupt:
             by = f" by {signals[0]}" if signals else ""
-            raise OpbenchError(_interrupted(results, machine, plan, saved, by)) from None
+            raise OpbenchError(_interrupted(results, machine, run.plan, run.saved, by)) from None
         finally:
-            for job in [fresh, *jobs.values()]:
-                if job is not None:
-                    job.cancel()
-        if written and publish:
-            publish_config = write_private_config(
-                config, results, html, tmp / "publish", branches=graph_branches(config)
-            )
-            if log.call(["publish", "--config", str(publish_config)], env) != 0:
-                raise OpbenchError(f"`asv publish` failed; the results are saved, see {log.path}")
-    if written and publish:
-        warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
-    return RunOutcome(status, machine, label, list(written), log.path, warnings)
+            run.cancel_fingerprints()
+        if run.written and publish:
+            run.publish()
+    if run.written and publish:
+        run.warnings += finish_pages(html)  # again: a config without the plugin (accuracy.run.asv_pages)
+    return RunOutcome(run.status, machine, run.label, list(run.written), run.log.path, run.warnings)
 
 
 def _left_to_read(suite: list[str], batch: Batch, discovered: dict) -> tuple[str, ...]:

@@ -230,17 +230,6 @@ def _difference(a, b, where: str = "report") -> str | None:
     return None if a == b else f"{where}: {a!r} != {b!r}"
 
 
-def _ports_own(report: dict) -> dict:
-    """The report less PyTorch's own float32 run in this process (`reference_relative_error`, and
-    the end-to-end reason that quotes it): in a test worker it moves with the worker's history,
-    thread count matched (small_cnn: 7.38e-8 against a fresh process's 6.39e-8 in full runs on the
-    AMD host; issue 60, not yet found). The ports' own numbers and verdicts are compared."""
-    for port in report["ports"]:
-        port["output"].pop("reference_relative_error", None)
-        port["end_to_end"].pop("reason", None)
-    return report
-
-
 def _model_fresh(*args: str) -> tuple[int, dict, str]:
     """`_model` in a fresh `opbench` process, at this process's torch thread count: PyTorch's own
     float32 run (the report's `reference_relative_error`) is this process's, at its count, and a
@@ -269,7 +258,7 @@ def test_a_model_sweep_on_a_local_cluster_is_the_in_process_one(capsys, tmp_path
     # progress is for the cluster's work items (LibTorch's one-time build may speak, in a fresh clone)
     assert [line for line in here[2].splitlines() if BUILDING not in line] == []
     status, report, err = _model(capsys, *args, *LOCAL)
-    assert status == here[0] and _difference(_ports_own(report), _ports_own(here[1])) is None
+    assert status == here[0] and _difference(report, here[1]) is None
     names = [p["port"] for p in report["ports"]] + [a["port"] for a in report["absent_ports"]]
     lines = err.splitlines()
     assert len(lines) == len(names) and lines[-1].startswith(f"model: [{len(names)}/{len(names)}] ")
@@ -303,7 +292,7 @@ def test_a_model_sweep_spreads_its_units_over_the_workers_with_the_in_process_re
     args += ["--port", "torchscript", "--port", "onnxruntime", "--port", "bfloat16"]
     here = _model_fresh(*args)
     status, report, err = _model(capsys, *args, *LOCAL)
-    assert status == here[0] and _difference(_ports_own(report), _ports_own(here[1])) is None
+    assert status == here[0] and _difference(report, here[1]) is None
     assert max(row["depth"] for port in report["ports"] for row in port["layers"]) == 2  # nested units
     judged = {
         (tuple(row["covers"]), port["dtype"])

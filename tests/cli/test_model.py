@@ -310,7 +310,7 @@ def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
 
 
 def test_onnx_node_names_map_to_module_calls():
-    from accuracy.backends.onnx_graph import module_call_of, module_calls_of
+    from accuracy.workflows.model.onnx_graph import module_call_of, module_calls_of
 
     modules = {"layer1", "layer1.0", "layer1.0.conv1", "layer1.0.relu", "layer2", "layer2.0", "layer2.0.downsample"}
     modules |= {"layer2.0.downsample.0", "encoder", "encoder.layer", "encoder.layer.0", "encoder.layer.0.attention"}
@@ -342,7 +342,7 @@ def test_onnx_node_names_map_to_module_calls():
 
 def testdynamo_exported_nodes_map_to_module_calls_at_every_level():
     """The dynamo exporter records scopes, not calls: a module's calls are its separate runs of nodes."""
-    from accuracy.backends.onnx_graph import Graph, dynamo_export
+    from accuracy.workflows.model.onnx_graph import Graph, dynamo_export
 
     class Twice(nn.Module):
         def __init__(self):
@@ -405,7 +405,7 @@ def test_a_layer_whose_onnx_nodes_are_not_found_is_not_compared_rather_than_judg
     reference then ran one layer further than its ONNX output: stock MobileNetV2 and EfficientNet
     were flagged beyond rounding at 5e7 and 4e8 times the threshold against ONNX Runtime. A layer
     joins the unit before it only where the unit's ONNX output is its output."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     torch.manual_seed(0)
     model = nn.Sequential(

@@ -382,7 +382,7 @@ def test_the_float64_reference_keeps_a_models_own_float32_casts_in_float64(user)
 
 @pytest.mark.slow  # imports transformers
 def test_hf_llama_rms_norm_reference_is_its_float64_formula():
-    from accuracy.backends.torchvision_import import import_transformers
+    from accuracy.workflows.model.torchvision_import import import_transformers
 
     import_transformers()
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
@@ -464,7 +464,8 @@ def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(t
     from accuracy.core.dtypes import FORMATS
     from accuracy.judge.verdicts import WITHIN
     from accuracy.workflows.model.trace import run_reference
-    from accuracy.workflows.model.units import LOOKUP_TIER, Unit, judge_unit, port_inputs
+    from accuracy.workflows.model.unit import Unit, port_inputs
+    from accuracy.workflows.model.units import LOOKUP_TIER, judge_unit
     from accuracy.workflows.model.zoo import bert2
 
     model, fmt = bert2().eval(), FORMATS["float32"]

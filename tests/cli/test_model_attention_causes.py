@@ -16,13 +16,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accuracy.backends.torchvision_import import import_transformers
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import _distance, causes
 from accuracy.workflows.model.causes.attention import AttentionChange, is_attention, with_change
 from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.trace import float64_throughout, record
 from accuracy.workflows.model.zoo import DecoderAttention, bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
 

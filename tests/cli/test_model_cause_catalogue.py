@@ -28,7 +28,7 @@ from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import evaluate_ports, run_model
 from accuracy.workflows.model.trace import record, run_reference
-from accuracy.workflows.model.units import leaf_units
+from accuracy.workflows.model.unit import leaf_units
 from accuracy.workflows.model.zoo import SEED, decoder, example_inputs, small_cnn, small_mixed, small_transformer
 
 LAYERED = "tests.cli.test_model_cause_catalogue:layered"

@@ -147,7 +147,7 @@ def _flagged(report) -> set[str]:
 
 @pytest.fixture(scope="module")
 def bert_optimized(tmp_path_factory):
-    from accuracy.backends.onnx_graph import export
+    from accuracy.workflows.model.onnx_graph import export
     from accuracy.workflows.model.zoo import bert2
 
     tmp = tmp_path_factory.mktemp("bert")

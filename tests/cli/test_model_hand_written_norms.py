@@ -126,7 +126,7 @@ def test_a_cause_that_cannot_apply_to_a_module_is_skipped_with_the_reason(user, 
     from accuracy.core.dtypes import FORMATS
     from accuracy.workflows.model import causes
     from accuracy.workflows.model.causes.cause import Cause
-    from accuracy.workflows.model.units import Unit
+    from accuracy.workflows.model.unit import Unit
 
     broken = Cause("reads an attribute", ("RMSNorm",), lambda m, v: m, lambda m, v: f"{m.variance_epsilon}")
     monkeypatch.setattr(causes, "causes", lambda: (broken, *causes.CATALOGUE[0].CAUSES))

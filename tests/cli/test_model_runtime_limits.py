@@ -19,10 +19,10 @@ import pytest
 from cli_runner import run_main
 from user_modules import user_module
 
-from accuracy.backends import onnx_graph
-from accuracy.backends.torchvision_import import import_transformers
 from accuracy.judge.verdicts import BEYOND, RUNTIME_LIMIT, SUSPICIOUS, WITHIN
 from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model import onnx_graph
+from accuracy.workflows.model.torchvision_import import import_transformers
 
 FACTORIES = '''
 import torch

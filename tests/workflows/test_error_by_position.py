@@ -23,7 +23,7 @@ from accuracy.workflows.model.family_selftest import FLOAT32, _first_applicable
 from accuracy.workflows.model.positions import error_by_position, sequence_length
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.trace import record, run_reference
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 def test_ignored_rope_scaling_is_exact_at_position_0_and_grows_with_position(tmp_path):

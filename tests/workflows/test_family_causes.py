@@ -11,7 +11,6 @@ import copy
 import pytest
 import torch
 
-from accuracy.backends.torchvision_import import import_transformers
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.answer import cause_text
@@ -22,6 +21,7 @@ from accuracy.workflows.model.decoders import base_model, llama
 from accuracy.workflows.model.family_selftest import family_selftest
 from accuracy.workflows.model.generation import prompt_ids, run_generate
 from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.trace import record
 
 

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from accuracy.backends import onnx_graph
-from accuracy.workflows.model import export_cache
+from accuracy.workflows.model import export_cache, onnx_graph
 from accuracy.workflows.model.export_cache import cached_export, export_key
 from accuracy.workflows.model.sweep import run_model
 from accuracy.workflows.model.zoo import example_inputs, small_cnn

@@ -338,7 +338,8 @@ KEY_IN_A_PROCESS = """
 from accuracy.core.dtypes import get_format
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
-from accuracy.workflows.model.units import Unit, float64_reference, judge_code, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
+from accuracy.workflows.model.units import float64_reference, judge_code
 from accuracy.workflows.model.zoo import example_inputs
 
 print(hash("opbench"))

@@ -8,7 +8,16 @@ import pytest
 
 from accuracy.workflows.model.cause_selftest import RIGHT, model_summary
 from accuracy.workflows.model.ports.onnx_quantized import reduced_range
-from accuracy.workflows.model.quantization_causes import AXIS, BIAS, SATURATES, SCALE, ZERO_POINT
+from accuracy.workflows.model.quantization_causes import (
+    AXIS,
+    BIAS,
+    OTHER_RANGE,
+    PER_TENSOR,
+    SATURATES,
+    SCALE,
+    STUCK_ZERO,
+    ZERO_POINT,
+)
 from accuracy.workflows.model.quantization_selftest import quantization_selftest
 
 
@@ -29,6 +38,19 @@ def test_every_injected_quantization_bug_is_named_right_with_its_parameter(measu
     assert rows[(cnn, AXIS)]["parameters"] == {"axis": 0}
     assert rows[(cnn, BIAS)]["parameters"]["factor"] == pytest.approx(1.5, rel=1e-3)
     assert rows[(transformer, AXIS)]["path"] == "proj" and rows[(transformer, AXIS)]["parameters"] == {"axis": 1}
+    for model in (cnn, transformer):  # integers quantized per tensor under per-channel steps: the step fitted
+        row = rows[(model, PER_TENSOR)]
+        assert row["parameters"]["tensor_step"] == pytest.approx(row["injected"], rel=0.01)
+        # a zero point stuck at 0 and a range calibrated on other data: each unit within its noise, named
+        # end to end at the unit of the point whose clipping moves the output most, with what it should be
+        assert rows[(model, STUCK_ZERO)]["outcome"] == RIGHT
+        assert rows[(model, STUCK_ZERO)]["parameters"]["zero_point"] == pytest.approx(
+            rows[(model, STUCK_ZERO)]["injected"], abs=2
+        )
+        assert 0.1 < rows[(model, STUCK_ZERO)]["parameters"]["clipped_fraction"] < 0.9
+        assert rows[(model, OTHER_RANGE)]["outcome"] == RIGHT
+        assert set(rows[(model, OTHER_RANGE)]["parameters"]) == {"low", "high"}
+    assert rows[(cnn, STUCK_ZERO)]["path"] == "fc" and rows[(transformer, STUCK_ZERO)]["path"] == "proj"
     injected = [i for i in rows.values() if i["outcome"] != "not injected"]
     assert all(i["outcome"] == RIGHT for i in injected), [i for i in injected if i["outcome"] != RIGHT]
     # the int32 bias cause has no int32 bias in small_transformer (its Linear is MatMul + Add)

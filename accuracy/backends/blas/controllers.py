@@ -23,6 +23,8 @@ from threadpoolctl import (
     register,
 )
 
+from accuracy.core.private_apis import blas_symbol
+
 VENDOR_NAMES = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS", "flexiblas": "FlexiBLAS", "atlas": "ATLAS"}
 # Environment variables that steer kernel choice; recorded so a result can be explained.
 KERNEL_ENV_VARS = (
@@ -54,7 +56,7 @@ class _MKLVersion(ctypes.Structure):
 
 
 def _openblas_config(library: LibController) -> str | None:
-    get_config = library._get_symbol("openblas_get_config")
+    get_config = blas_symbol(library, "openblas_get_config")
     if get_config is None:
         return None
     get_config.restype, get_config.argtypes = ctypes.c_char_p, []

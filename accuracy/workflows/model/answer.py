@@ -222,6 +222,10 @@ def port_answer(port: Row) -> PortAnswer:
         return PortAnswer(label, verdict, clip(where, INDENTED), why, first["path"])
     if port["end_to_end"]["verdict"] == BEYOND and "quantization" in port["end_to_end"]:
         departs = port["end_to_end"]["first_departs"]
+        cause = port["end_to_end"].get("cause")
+        if cause is not None:  # the points whose clipping, counted apart at each unit, moves the output
+            where = f"each unit within its quantization noise; the output's clipping at {departs or cause['value']}"
+            return PortAnswer(label, verdict, clip(where, INDENTED), _why(cause, RERUN), departs)
         where = f"most clipping counted apart at {departs}" if departs else "no unit clips"
         why = f"cause: not one unit: each is within its quantization noise, not its clipping; look closer: {RERUN}"
         return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)

@@ -196,38 +196,9 @@ def model_selftest(progress=None) -> Iterator[dict]:
             results, failed = evaluate_ports(ports, model, given, calls)
         by_name = {r["port"]: r for r in results}
         for entry, injection, port in injections:
-            result = by_name.get(port.name)
-            if result is None:
-                injection.outcome, injection.why = (
-                    NOT_NAMED,
-                    "the port failed: " + "; ".join(f["reason"] for f in failed if f["port"] == port.name),
-                )
-                continue
-            cause = _named_at(result, injection.path or "")
-            injection.outcome = _outcome(entry, cause, injection.injected)
-            if cause:
-                injection.named = cause["name"] if cause["explains"] else None
-                injection.parameters = cause["parameters"]
-                injection.why = "" if cause["explains"] else f"nearest: {cause['words']} ({cause['ratio']})"
-            else:
-                injection.why = "the unit was not flagged"
-            elsewhere = [
-                row["path"]
-                for row in result["layers"]
-                # a module called twice (relu, relu#2) is injected in every call
-                if row["path"].split("#")[0] != injection.path and (row.get("cause") or {}).get("explains")
-            ]
-            if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
-                injection.outcome = WRONG
-                injection.why += f"; a cause named elsewhere too: {', '.join(elsewhere)}"
+            _judge_injection(entry, injection, by_name.get(port.name), [f for f in failed if f["port"] == port.name])
             injection.seconds = _naming_seconds(times, port.name, injection.path or "", given)
-        named_on_correct = [
-            f"{r['port']}: {row['path']}: {row['cause']['name']}"
-            for r in results
-            if r["port"] in {p.name for p in correct}
-            for row in [*r["layers"], *({"path": i["input"], **i} for i in r.get("inputs", []))]
-            if row.get("cause") and row["cause"]["explains"]
-        ]
+        named_on_correct = _named_on_correct(results, {p.name for p in correct})
         report = {
             "model": name,
             "injections": [i.as_dict() for _, i, _ in injections],
@@ -249,6 +220,43 @@ def model_selftest(progress=None) -> Iterator[dict]:
             "named_on_correct": [],
             "seconds": 0.0,
         }
+
+
+def _judge_injection(entry: Cause, injection: Injection, result: PortResult | None, failures: list[dict]) -> None:
+    """The injection's outcome from its port's result (or its port's failures): the cause named
+    at its unit, and none named on a unit it was not injected into."""
+    if result is None:
+        injection.outcome = NOT_NAMED
+        injection.why = "the port failed: " + "; ".join(f["reason"] for f in failures)
+        return
+    cause = _named_at(result, injection.path or "")
+    injection.outcome = _outcome(entry, cause, injection.injected)
+    if cause:
+        injection.named = cause["name"] if cause["explains"] else None
+        injection.parameters = cause["parameters"]
+        injection.why = "" if cause["explains"] else f"nearest: {cause['words']} ({cause['ratio']})"
+    else:
+        injection.why = "the unit was not flagged"
+    elsewhere = [
+        row["path"]
+        for row in result["layers"]
+        # a module called twice (relu, relu#2) is injected in every call
+        if row["path"].split("#")[0] != injection.path and (row.get("cause") or {}).get("explains")
+    ]
+    if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
+        injection.outcome = WRONG
+        injection.why += f"; a cause named elsewhere too: {', '.join(elsewhere)}"
+
+
+def _named_on_correct(results: list[PortResult], correct: set[str]) -> list[str]:
+    """The causes named on correct ports, on a unit or on an input: each a false cause."""
+    return [
+        f"{r['port']}: {row['path']}: {row['cause']['name']}"
+        for r in results
+        if r["port"] in correct
+        for row in [*r["layers"], *({"path": i["input"], **i} for i in r.get("inputs", []))]
+        if row.get("cause") and row["cause"]["explains"]
+    ]
 
 
 def model_summary(reports: list[dict]) -> dict:

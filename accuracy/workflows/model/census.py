@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from accuracy.backends import get_backend
 from accuracy.core.errors import OpbenchError, first_line
-from accuracy.judge.verdicts import BEYOND, SUSPICIOUS
+from accuracy.judge.verdicts import BEYOND, RUNTIME_LIMIT, SUSPICIOUS
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool
 from accuracy.workflows.model.census_models import MODULE, build, census_names, inputs_for
 from accuracy.workflows.model.ports import census_ports, spec_for
@@ -25,7 +25,6 @@ from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import run_model
 
 FLAGGED = (SUSPICIOUS, BEYOND)  # a unit's verdict that says the port is wrong
-RUNTIME_LIMIT = "runtime limit"  # a unit whose excess a runtime's declared finding explains
 REASON_CHARS = 200
 
 

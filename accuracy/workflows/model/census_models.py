@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from accuracy.backends.torchvision_import import import_torchvision, import_transformers
 from accuracy.core.errors import OpbenchError
+from accuracy.workflows.model.torchvision_import import import_torchvision, import_transformers
 from accuracy.workflows.model.zoo import SEED, seeded_batch_norm
 
 MODULE = __name__

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from accuracy.backends.torchvision_import import import_transformers
 from accuracy.workflows.model.census_models import TOKENS, VOCAB, Family, tiny_config
+from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.zoo import SEED
 
 # weights drawn 10x transformers' default spread (0.02): the tiny models' text then depends on

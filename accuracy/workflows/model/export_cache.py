@@ -39,7 +39,7 @@ LIMIT_BYTES = 256 * 2**20  # resnet18 (45 MB) is kept, a BERT-base (440 MB) is e
 
 @functools.cache
 def _versions() -> str:
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     found = []
     for package in ("torch", "onnx", "onnxscript", "numpy"):

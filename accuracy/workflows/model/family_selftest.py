@@ -23,7 +23,8 @@ from accuracy.workflows.model.cause_selftest import NOT_NAMED, RIGHT, WRONG, par
 from accuracy.workflows.model.causes import explain, families
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.trace import run_reference
-from accuracy.workflows.model.units import Unit, judge_unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
+from accuracy.workflows.model.units import judge_unit
 
 FLOAT32 = FORMATS["float32"]
 LABEL = "port"

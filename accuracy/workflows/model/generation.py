@@ -46,7 +46,8 @@ from accuracy.workflows.model.generation_ports import (
 )
 from accuracy.workflows.model.sweep import JUDGE_THREADS
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
-from accuracy.workflows.model.units import Unit, _evidence
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import _evidence
 
 # ONNX Runtime on request: exporting a decoder takes longer than judging every step (45 s of 190 at load 9)
 DEFAULT_PORTS = ("float32", "bfloat16")

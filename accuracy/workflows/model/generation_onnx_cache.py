@@ -101,7 +101,7 @@ def onnx_cached_rows(
     prefilled on an empty cache, then one token a step on the cache the step before returned; with
     `bug` (position ids off by one, rotary at the wrong position, cache not appended), the runtime's
     bookkeeping wrong so."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     layers, kv, head_dim = kv_geometry(model)
     inputs, outputs = names(layers)

@@ -96,7 +96,7 @@ class GenPort:
 
 
 def _onnx_rows(session_and_names: Any, ids: np.ndarray, prompt: int) -> np.ndarray:
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     session, name = session_and_names
     (out,) = onnx_graph.run(session, {name: ids}).values()
@@ -137,7 +137,7 @@ def torch_port(name: str, model: Any) -> GenPort:
 def onnx_port(model: Any, text: np.ndarray, prompt: int, steps: int) -> GenPort | str:
     """ONNX Runtime (graph optimizations on) on the model exported at the teacher-forced text's
     length; or why it is absent (a decoder that does not export)."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.export_cache import cached_export
 
     ids = np.ascontiguousarray(text[:, : prompt + steps - 1])
@@ -157,7 +157,7 @@ def onnx_cache_port(model: Any, bug: str | None = None) -> GenPort | str:
     """`onnxruntime-cache`: ONNX Runtime (graph optimizations on) decoding with past key/values,
     the graph exported once (generation_onnx_cache), `bug` its runtime's bookkeeping wrong so
     (generation_cache.CACHE_BUGS but the mask: the graph takes none); or why it is absent."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.export_cache import cached_export
 
     if not takes_cache(model):

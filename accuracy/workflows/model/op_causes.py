@@ -17,7 +17,7 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 BATCH_NORMS = {3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}  # by the input's rank: (B, C, ...)
 

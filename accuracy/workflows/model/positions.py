@@ -13,7 +13,8 @@ import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.workflows.model.answer import is_flagged
-from accuracy.workflows.model.units import Unit, float64_reference
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import float64_reference
 
 
 def sequence_length(given: dict[str, np.ndarray]) -> int | None:

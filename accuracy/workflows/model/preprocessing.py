@@ -20,7 +20,8 @@ from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.inputs import ModelInput
 from accuracy.workflows.model.ports.base import Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, judge_unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
+from accuracy.workflows.model.units import judge_unit
 
 
 def _first_calls(calls: list[LayerCall], given: dict[str, np.ndarray]) -> list[tuple[str, LayerCall, int]]:

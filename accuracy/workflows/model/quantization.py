@@ -1,5 +1,5 @@
 """A quantized port's units and output judged against the quantization noise the port declared
-(its scales, zero points and axes, read from its graph: accuracy.backends.onnx_noise), instead of
+(its scales, zero points and axes, read from its graph: accuracy.workflows.model.onnx_noise), instead of
 against rounding.
 
 Per unit: the rms of its error against the float64 reference unit, over the rms its quantize
@@ -21,8 +21,9 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
-from accuracy.workflows.model.quantization_causes import explain_quantized
-from accuracy.workflows.model.units import Unit, UnitJudgement, float64_reference, relative
+from accuracy.workflows.model.quantization_causes import explain_clipping, explain_quantized
+from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.units import float64_reference, relative
 
 QUANTIZATION_TIER = "quantization noise of its declared steps"
 
@@ -111,7 +112,7 @@ def most_clipped(end: Any, layers: list) -> Any:
     """A quantized port's output beyond its noise while each unit is within its own: the unit
     whose clipping, counted apart, changed its output most against its noise, as where it departs
     (a zero point stuck at 0, a range calibrated on other data)."""
-    if end.get("quantization") is None or end["verdict"] != BEYOND:
+    if end.get("quantization") is None or end["verdict"] != BEYOND or end["first_departs"] is not None:
         return end
     clipped = [r for r in layers if (r.get("quantization") or {}).get("clip_affected")]
     if not clipped:
@@ -137,7 +138,16 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
     verdict, reason = verdict_of(figures)
     if verdict == WITHIN_NOISE:
         return {"verdict": WITHIN_NOISE, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
-    return {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+
+    def judged(changed: np.ndarray) -> tuple[dict, str]:  # the output less some points' clipping
+        found = noise_figures(changed, reference, noise, apart=False)
+        return found, verdict_of(found)[0]
+
+    cause = explain_clipping(output, noise, judged)
+    end = {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+    if cause is not None and cause["explains"]:
+        end |= {"cause": cause, "first_departs": cause["path"]}
+    return end
 
 
 NOISE_HEADER = [

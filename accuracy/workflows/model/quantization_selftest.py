@@ -7,10 +7,18 @@ Per model, each cause is injected at the first layer whose output it changes bey
 - a weight scale doubled (the step declared 2x the one quantized with), factor 2;
 - a weight zero point shifted by 3 steps;
 - per-channel steps dequantized along the other axis of a square weight (axis: the one quantized along);
+- per-channel steps over integers quantized with one step for the tensor (tensor_step: the
+  largest channel step, what a per-tensor symmetric quantizer takes);
 - an int32 bias's step 1.5x input step x weight step, factor 1.5;
 - where the CPU lacks VNNI: 8-bit weights, whose int8 kernels saturate (the graph run unfused does not).
 Named right: that cause explains the injected layer, its parameter within 10%, and no cause is named
-on another layer; on the correct ports no cause may be named.
+on another layer. Two bugs leave every unit within its noise (their clipping counted apart) and are
+named end to end, at the point whose clipping changes the output most, and its unit:
+- an activation's uint8 zero point set to 0, at the first point where that flags the output
+  (zero_point: the one calibrated);
+- the graph calibrated on other data: another draw of the inputs, or one at half their size, the
+  first that flags the output (low, high: the range calibration on the inputs gives that point).
+On the correct ports no cause may be named, at a unit or end to end.
 """
 
 from __future__ import annotations
@@ -25,16 +33,26 @@ import numpy as np
 
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.cause_selftest import NOT_INJECTED, NOT_NAMED, RIGHT, WRONG, Injection, parameter_close
-from accuracy.workflows.model.quantization_causes import AXIS, BIAS, SATURATES, SCALE, ZERO_POINT
+from accuracy.workflows.model.quantization_causes import (
+    AXIS,
+    BIAS,
+    OTHER_RANGE,
+    PER_TENSOR,
+    SATURATES,
+    SCALE,
+    STUCK_ZERO,
+    ZERO_POINT,
+)
 
 MODELS = ("small_cnn", "small_transformer")
 CORRECT_PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
 SCALE_FACTOR, SHIFT, BIAS_FACTOR = 2.0, 3, 1.5
+OTHER_SEED, NARROWER = 1, 0.5  # the other calibration data: PCG64 draws of the inputs' shape
 
 
 def _weight_nodes(graph) -> list:
     """The DequantizeLinear nodes of stored weights feeding a Conv, Gemm or MatMul, in order."""
-    from accuracy.backends.onnx_noise import LINEAR_OPS
+    from accuracy.workflows.model.onnx_noise import LINEAR_OPS
 
     producer = {o: n for n in graph.node for o in n.output}
     return [
@@ -84,12 +102,38 @@ def _injections(graph) -> dict[str, list[tuple[object, Callable, object]]]:
         stored = next((t for t in graph.initializer if t.name == node.input[0]), None)
         if axis in (0, 1) and stored is not None and len(stored.dims) >= 2 and stored.dims[0] == stored.dims[1]:
             found.setdefault(AXIS, []).append((axis, lambda g, n=node.name: _flipped(g, n), node))
+        scales = next((t for t in graph.initializer if t.name == scale), None)
+        if axis is not None and stored is not None and scales is not None and len(scales.dims) == 1:
+            change = lambda g, n=node: _per_tensor(g, n)  # noqa: E731
+            found.setdefault(PER_TENSOR, []).append((_tensor_step(graph, scale), change, node))
         consumer = next(n for n in graph.node if node.output[0] in n.input)
         bias = next((n for n in graph.node if len(consumer.input) > 2 and consumer.input[2] in n.output), None)
         if bias is not None and bias.op_type == "DequantizeLinear" and _is_int32(graph, bias.input[0]):
             change = lambda g, s=bias.input[1]: _scaled(g, s, BIAS_FACTOR)  # noqa: E731
             found.setdefault(BIAS, []).append((BIAS_FACTOR, change, node))
     return found
+
+
+def _tensor_step(graph, scale: str) -> float:
+    from onnx import numpy_helper
+
+    return float(np.max(numpy_helper.to_array(_initializer(graph, scale))))
+
+
+def _per_tensor(graph, node) -> None:
+    """A per-channel weight's integers quantized again with one step, the largest channel's, its
+    per-channel steps kept: the integers a per-tensor quantizer gives, under per-channel steps."""
+    from onnx import numpy_helper
+
+    stored, scale = _initializer(graph, node.input[0]), numpy_helper.to_array(_initializer(graph, node.input[1]))
+    integers = numpy_helper.to_array(stored)
+    axis = next(a.i for a in node.attribute if a.name == "axis") % integers.ndim
+    shape = [1] * integers.ndim
+    shape[axis] = scale.size
+    requantized = np.rint(integers * (scale.reshape(shape) / scale.max()))
+    info = np.iinfo(integers.dtype)
+    integers = np.clip(requantized, info.min, info.max).astype(integers.dtype)
+    stored.CopyFrom(numpy_helper.from_array(integers, stored.name))
 
 
 def _is_int32(graph, name: str) -> bool:
@@ -157,7 +201,7 @@ def _first_flagging(
 
 def _own_weights(graph, node, module) -> bool:
     """Whether the weight `node` dequantizes is `module`'s own, to within a step."""
-    from accuracy.backends.onnx_noise import declared_weights
+    from accuracy.workflows.model.onnx_noise import declared_weights
 
     declared = next((d for d in declared_weights(graph) if node.output[0] in _inputs(graph, d["node"])), None)
     weight = getattr(module, "weight", None)
@@ -176,7 +220,7 @@ def _inputs(graph, name: str) -> list[str]:
 def quantization_selftest(progress=None) -> Iterator[dict]:
     """Per zoo model: the quantization causes' injections and what the correct quantized ports named,
     in the form of cause_selftest.model_selftest's reports."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.ports import build_port
     from accuracy.workflows.model.ports.onnx_quantized import QuantizedOnnxPort, _quantized, reduced_range
     from accuracy.workflows.model.sweep import evaluate_ports
@@ -192,7 +236,7 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         injections = []
         by_cause = _injections(graph.graph)
         with tempfile.TemporaryDirectory() as folder:
-            for cause in (SCALE, ZERO_POINT, AXIS, BIAS):
+            for cause in (SCALE, ZERO_POINT, AXIS, PER_TENSOR, BIAS):
                 if cause not in by_cause:
                     why = "no weight of this model takes it"
                     injections.append(Injection(cause, name, outcome=NOT_INJECTED, why=why))
@@ -204,6 +248,9 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
                 result, value, layer = found
                 outcome, named, why = _outcome(result, cause, value, layer)
                 injections.append(_injection(cause, name, layer, outcome, named, value, why))
+            subject = (name, model, given, calls, Path(folder))
+            injections.append(_stuck_zero(subject, graph))
+            injections.append(_other_range(subject, exported, graph))
         if reduced_range():
             full = _quantized(exported, "ort-int8", [given], reduce=False)
             port = QuantizedOnnxPort("mutant:saturates", model, given, full, exported, "8-bit weights without VNNI")
@@ -214,6 +261,8 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         results, _ = evaluate_ports(correct, model, given, calls)
         causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
         named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
+        ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
+        named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
         report = {
             "model": f"{name} (quantized)",
             "injections": [i.as_dict() for i in injections],
@@ -224,6 +273,104 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         if progress:
             progress(report["model"], report["seconds"])
         yield report
+
+
+def _judged_file(subject: tuple, graph, label: str) -> Any:
+    """A quantized graph judged as a user's file: its result, or None where nothing was compared."""
+    import onnx
+
+    from accuracy.workflows.model.ports.onnx_quantized import QuantizedOnnxFilePort
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    name, model, given, calls, folder = subject
+    path = folder / f"{name}_{label.replace(' ', '_')}.onnx"
+    onnx.save(graph, path)
+    results, _ = evaluate_ports([QuantizedOnnxFilePort(f"mutant:{label}", path, {}, model, given)], model, given, calls)
+    return results[0] if results else None
+
+
+def _value_layer(graph, value: str) -> str | None:
+    """The module whose node gives `value` (the exporter's scope), or None for a model input."""
+    producer = next((n for n in graph.node if value in n.output), None)
+    return producer.name.strip("/").split("/")[0] if producer is not None else None
+
+
+def _end_outcome(result: Any, cause: str, close: Callable[[dict], bool]) -> tuple[str, dict | None, str]:
+    """(outcome, the cause named end to end, why) for a bug that leaves each unit within its noise:
+    named right where the cause explains the output, at the unit of the point it names, with its
+    parameters `close`, and no unit is given a cause."""
+    if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+        return NOT_NAMED, None, "the output was not flagged"
+    found = result["end_to_end"].get("cause")
+    if not found or not found["explains"]:
+        return NOT_NAMED, found, "no clipping explains the output"
+    elsewhere = [r["path"] for r in result["layers"] if (r.get("cause") or {}).get("explains")]
+    if found["name"] != cause or elsewhere or not close(found):
+        return WRONG, found, f"a cause named at {', '.join(elsewhere)} too" if elsewhere else ""
+    return RIGHT, found, ""
+
+
+def _stuck_zero(subject: tuple, graph) -> Injection:
+    """Each uint8 activation zero point above 0 set to 0 in turn, until the output is flagged."""
+    import onnx
+    from onnx import numpy_helper
+
+    name = subject[0]
+    producer = {o: n for n in graph.graph.node for o in n.output}
+    tried: set[str] = set()
+    for node in graph.graph.node:
+        source = producer.get(node.input[0]) if node.input else None
+        if node.op_type != "DequantizeLinear" or source is None or source.op_type != "QuantizeLinear":
+            continue
+        zero = next((t for t in graph.graph.initializer if len(node.input) > 2 and t.name == node.input[2]), None)
+        layer = _value_layer(graph.graph, source.input[0])
+        if zero is None or zero.name in tried or layer is None or zero.data_type != onnx.TensorProto.UINT8:
+            continue
+        tried.add(zero.name)
+        value = int(numpy_helper.to_array(zero).item())
+        if value == 0:
+            continue
+        copy = onnx.ModelProto()
+        copy.CopyFrom(graph)
+        _initializer(copy.graph, zero.name).CopyFrom(numpy_helper.from_array(np.zeros((), np.uint8), zero.name))
+        result = _judged_file(subject, copy, STUCK_ZERO)
+        if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+            continue
+
+        def close(found: dict, layer=layer, value=value) -> bool:
+            return found["path"] == layer and parameter_close(found["parameters"]["zero_point"], value)
+
+        outcome, named, why = _end_outcome(result, STUCK_ZERO, close)
+        return _injection(STUCK_ZERO, name, layer, outcome, named, value, why)
+    return Injection(STUCK_ZERO, name, outcome=NOT_NAMED, why="no zero point set to 0 flagged the output")
+
+
+def _other_range(subject: tuple, exported, graph) -> Injection:
+    """The export calibrated on another draw of the inputs (or one at half their size), the first
+    that flags the output; the range fitted against what calibration on the inputs gives."""
+    from accuracy.workflows.model.onnx_noise import Clipping
+    from accuracy.workflows.model.ports.onnx_quantized import _quantized
+
+    name, _model, given, _calls, _folder = subject
+    declared = {r.value: (r.low, r.high) for r in Clipping(graph, given, graph.graph.output[0].name).ranges()}
+    rng = np.random.Generator(np.random.PCG64(OTHER_SEED))
+    for size in (1.0, NARROWER):
+        other = {k: (size * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in given.items()}
+        result = _judged_file(subject, _quantized(exported, "ort-int8", [other]), f"{OTHER_RANGE} {size}")
+        if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+            continue
+
+        def close(found: dict) -> bool:
+            low, high = declared.get(found["value"], (np.nan, np.nan))
+            fitted = found["parameters"]
+            width = high - low
+            right_place = found["path"] == _value_layer(graph.graph, found["value"])
+            return right_place and abs(fitted["low"] - low) <= 0.1 * width and abs(fitted["high"] - high) <= 0.1 * width
+
+        outcome, named, why = _end_outcome(result, OTHER_RANGE, close)
+        where = (named or {}).get("path") or "its output"
+        return _injection(OTHER_RANGE, name, where, outcome, named, f"calibrated on a draw x {size}", why)
+    return Injection(OTHER_RANGE, name, outcome=NOT_NAMED, why="calibrating on other draws flagged no output")
 
 
 def _injection(cause: str, model: str, path, outcome: str, named: dict | None, value, why: str) -> Injection:

@@ -21,7 +21,8 @@ from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.answer import cause_text, clip, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, UnitJudgement, nonfinite_mismatches, relative
+from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.units import nonfinite_mismatches, relative
 
 
 class UnitRow(TypedDict, total=False):
@@ -63,6 +64,7 @@ class EndToEndVerdict(TypedDict):
     reason: str
     first_departs: str | None  # the first unit whose propagated difference departs
     quantization: NotRequired[dict]  # a quantized port's output against its predicted noise
+    cause: NotRequired[dict]  # the quantize points whose clipping explains it (quantization_causes)
 
 
 @dataclass(frozen=True)

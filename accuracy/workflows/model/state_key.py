@@ -19,17 +19,14 @@ from typing import Any
 
 import numpy as np
 
-DEPTH = 8  # nesting of attribute objects followed before a unit is judged afresh
-# attributes of nn.Module that hold no state of the forward (hooks are checked on their own)
-_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules"})
-_FORWARD_HOOKS = (
-    "_forward_hooks",
-    "_forward_pre_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_pre_hooks_with_kwargs",
-    "_forward_hooks_always_called",
+from accuracy.core.private_apis import (
+    TORCH_BACKWARD_OR_STATE,
+    TORCH_FORWARD_HOOKS,
+    TORCH_MODULE_INTERNALS,
+    own_tensors,
 )
-_BACKWARD_OR_STATE = ("_backward", "_state_dict", "_load_state_dict", "_is_full_backward_hook")
+
+DEPTH = 8  # nesting of attribute objects followed before a unit is judged afresh
 
 
 _EMPTY_CELL = "<an empty closure cell>"
@@ -215,14 +212,18 @@ def put_module(key: Key, module: Any, seen: frozenset[int] = frozenset()) -> Non
         _class(key, type(m))
         key.put("extra_repr", m.extra_repr())
         state = vars(m)
-        if any(state.get(name) for name in _FORWARD_HOOKS):
+        if any(state.get(name) for name in TORCH_FORWARD_HOOKS):
             raise Uncacheable(f"a forward hook on {path or type(m).__qualname__}")
-        for group in ("_parameters", "_buffers"):
-            for name, tensor in state[group].items():
+        for group, tensors in zip(("_parameters", "_buffers"), own_tensors(m), strict=True):
+            for name, tensor in tensors.items():
                 key.put(group, name)
                 put_value(key, tensor, 0, seen)
         for name, value in state.items():
-            if name in _MODULE_INTERNALS or name in _FORWARD_HOOKS or name.startswith(_BACKWARD_OR_STATE):
+            if (
+                name in TORCH_MODULE_INTERNALS
+                or name in TORCH_FORWARD_HOOKS
+                or name.startswith(TORCH_BACKWARD_OR_STATE)
+            ):
                 continue
             key.put("attribute", name)
             put_value(key, value, 0, seen | {id(m)})

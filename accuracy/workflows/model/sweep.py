@@ -40,7 +40,8 @@ from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
-from accuracy.workflows.model.units import Unit, UnitJudgement, as_runtime_limit, judge_unit
+from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.units import as_runtime_limit, judge_unit
 
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
 # and many small float64 kernels run far faster alone than fighting over shared cores.

@@ -330,7 +330,7 @@ def load_model(spec: str, train: bool = False):
     """The module the factory MODULE:FUNCTION returns, in eval mode unless `train`."""
     import torch
 
-    from accuracy.backends.torchvision_import import prepare_plain_imports
+    from accuracy.workflows.model.torchvision_import import prepare_plain_imports
 
     prepare_plain_imports()
     with said_while_waiting(f"importing the model's module: {spec.partition(':')[0]}"):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accuracy.backends.torchvision_import import import_torchvision, import_transformers
+from accuracy.workflows.model.torchvision_import import import_torchvision, import_transformers
 
 SEED = 0
 BERT_TOKENS = 8

@@ -38,7 +38,8 @@ from accuracy.workflows.model.causes import (
 )
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.causes.positional import Shape, positional_shape
-from accuracy.workflows.model.units import Unit, float64_reference, judge_unit, nonfinite_mismatches, relative
+from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.units import float64_reference, judge_unit, nonfinite_mismatches, relative
 
 # explanations this much farther (float64) than the first that explains are not judged; the few
 # judged where none explains, to name the nearest

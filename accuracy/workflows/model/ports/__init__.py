@@ -17,6 +17,7 @@ from accuracy.core.plugins import load_plugins
 from accuracy.workflows.model.ports import (
     child_process,
     environments,
+    executorch_int8,
     executorch_port,
     litert_port,
     onnx_export,
@@ -91,7 +92,7 @@ BUILT_IN = (
     PortSpec("torchao-int8-weight", torchao_port.torchao_port),
     PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
     PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True),
-    PortSpec("executorch-int8", executorch_port.executorch_int8),
+    PortSpec("executorch-int8", executorch_int8.executorch_int8, calibrates=True),
 )
 
 

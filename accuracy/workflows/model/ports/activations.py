@@ -8,7 +8,7 @@ from accuracy.core.dtypes import format_of, is_floating
 from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key
 from accuracy.workflows.model.ports.base import EndToEnd, Feed, Port
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 
 class FilePort(Port):

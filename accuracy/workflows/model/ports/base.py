@@ -16,7 +16,7 @@ import numpy as np
 
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
+from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 
 FLOAT32 = FORMATS["float32"]
 # Whose activations a unit's inputs are: the reference model's (shared by every port of the same

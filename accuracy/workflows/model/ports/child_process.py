@@ -33,7 +33,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import END_TO_END, OUTPUT_KEY, input_key, read_activations
 from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
+from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 
 RUNNER = Path(__file__).with_name("child_runner.py")
 PACKAGE = Path(__file__).parents[3]  # the `accuracy` package this process imports

@@ -39,7 +39,7 @@ def _model(request: dict, weights: dict):
     import os
 
     if request.get("same_environment"):
-        from accuracy.backends.torchvision_import import prepare_plain_imports
+        from accuracy.workflows.model.torchvision_import import prepare_plain_imports
 
         prepare_plain_imports()
     if os.getcwd() not in sys.path:

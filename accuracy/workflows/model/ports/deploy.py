@@ -21,7 +21,7 @@ from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import first_line
 from accuracy.workflows.model.ports.base import FLOAT32, EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall, converted, first_tensor, typed_inputs
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 def missing(*modules: str) -> str | None:
@@ -73,6 +73,19 @@ class ConvertedPort(Port):
                 if not unit.reason:
                     unit.detail = {"program": self._convert_alone(unit.calls[0])}
                     unit.reason = self._failures.get(unit.detail["program"], "")
+        return units
+
+    def units_alone(self, calls: list[LayerCall]) -> list[Unit]:
+        """One unit per leaf call, each converted alone: a quantized port's leaf calibrated on its
+        own inputs (its ranges are the leaf's inputs' own, whichever program holds it)."""
+        units = []
+        for call in (c for c in calls if c.leaf):
+            if why := self._not_convertible(call):
+                units.append(Unit([call], why))
+                continue
+            key = self._convert_alone(call)
+            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
+        self._together = None
         return units
 
     def _convert_alone(self, call: LayerCall) -> tuple:

@@ -21,7 +21,7 @@ from accuracy.core.errors import quiet_stderr
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
 from accuracy.workflows.model.trace import call_key
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 # what importing and running the exporter logs that says nothing about the model: torchao's CUDA
 # kernels missing from a CPU build, torch's deprecation of registering Enum constants
@@ -140,11 +140,3 @@ def executorch_port(name: str, model, inputs) -> ExecuTorchPort | str:
     if absent:
         return absent
     return ExecuTorchPort(name, model, inputs, delegate=name == "executorch")
-
-
-def executorch_int8(name: str, model, inputs) -> str:
-    """`executorch-int8` (ExecuTorch's XNNPACK quantizer, PT2E) is absent, with why: it is not built."""
-    return (
-        "not built: opbench does not yet read the quantize points of ExecuTorch's XNNPACK PT2E "
-        "quantizer, so its int8 program cannot be judged against its noise"
-    )

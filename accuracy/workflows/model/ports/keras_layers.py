@@ -1,4 +1,4 @@
-"""A Keras model with a mapping {Keras layer name: torch layer key} (accuracy.backends.keras_port)."""
+"""A Keras model with a mapping {Keras layer name: torch layer key} (accuracy.workflows.model.ports.keras_port)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from accuracy.core.errors import OpbenchError
 from accuracy.core.loading import load_function
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 class KerasPort(Port):
@@ -19,7 +19,7 @@ class KerasPort(Port):
     brought = True
 
     def __init__(self, name: str, model, mapping: dict[str, str], calls: list[LayerCall], source: str):
-        from accuracy.backends import keras_port
+        from accuracy.workflows.model.ports import keras_port
 
         keras_port.check_mapping(model, mapping, {c.key for c in calls}, source)
         self.name, self.model, self.keras = name, model, keras_port

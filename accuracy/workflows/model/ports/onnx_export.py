@@ -9,12 +9,12 @@ from accuracy.core.errors import OpbenchError
 from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 
 class OnnxPort(Port):
     """Units follow the exported graph: one per module call, parents as well as leaves, with the
-    nodes traced inside it (accuracy.backends.onnx_graph). A leaf with no node of its own (a
+    nodes traced inside it (accuracy.workflows.model.onnx_graph). A leaf with no node of its own (a
     BatchNorm folded into the Conv before it, a Dropout) joins the unit of the leaf call whose
     output it takes, so the fused node is judged as one unit covering both layers."""
 
@@ -24,7 +24,7 @@ class OnnxPort(Port):
         """`exported`: the ONNX model to run (default: `model` exported here)."""
         import onnx
 
-        from accuracy.backends import onnx_graph
+        from accuracy.workflows.model import onnx_graph
 
         self.name, self.optimized, self.onnx_graph = name, optimized, onnx_graph
         self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"

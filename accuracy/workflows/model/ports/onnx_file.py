@@ -29,7 +29,7 @@ from accuracy.core.files import not_a_file
 from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 FLAG = "--onnx"
 NO_VALUE = "no value of the ONNX graph is its output: fused with the code after it, or folded away at export"
@@ -106,7 +106,7 @@ class OnnxFilePort(OnnxPort):
 
     def _paired(self, calls: list[LayerCall]) -> dict[str, str]:
         """Each module call's output value in this graph, by call key: the exporter's names, then the mapping."""
-        from accuracy.backends import onnx_graph
+        from accuracy.workflows.model import onnx_graph
 
         def named(export) -> tuple[dict[str, str], dict[str, list[str]]]:
             """(call key -> value, the calls one exported node covers: a BatchNorm in its Conv)."""
@@ -205,7 +205,7 @@ class OnnxFilePort(OnnxPort):
                 key = by_key[key].parent
             return False
 
-        from accuracy.backends.onnx_graph import node_scopes
+        from accuracy.workflows.model.onnx_graph import node_scopes
 
         reads: list[str] = []
         nodes: list = []
@@ -240,7 +240,7 @@ class OnnxFilePort(OnnxPort):
         while key is not None:
             around.add(by_key[key].path)
             key = by_key[key].parent
-        from accuracy.backends.onnx_graph import node_scopes
+        from accuracy.workflows.model.onnx_graph import node_scopes
 
         for node in nodes:
             scopes = node_scopes(node, self.modules)

@@ -17,7 +17,7 @@ fill) is left in float, the nodes giving and reading it excluded.
 A unit of a quantized graph reads the float values its module's inputs are (before their
 QuantizeLinear) and gives its output after its own QuantizeLinear -> DequantizeLinear: its quantize
 points are the ones it meets from its inputs to its output, each judged by the error model of
-accuracy.backends.onnx_noise, on the same inputs it ran on.
+accuracy.workflows.model.onnx_noise, on the same inputs it ran on.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from accuracy.workflows.model.export_cache import cached_export
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.onnx_export import OnnxPort
 from accuracy.workflows.model.ports.onnx_file import OnnxFilePort
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 CALIBRATION = "--calibration"
 STATIC = {"ort-int8": True, "ort-int8-tensor": False}  # name -> per channel
@@ -43,13 +43,14 @@ class QuantizedGraph:
     """What the quantized ports share: units given their quantize points, and each unit's and the
     whole graph's predicted noise, kept as plain data for the judge (`noise`, by unit key)."""
 
-    graph: Any  # accuracy.backends.onnx_graph.Graph
+    graph: Any  # accuracy.workflows.model.onnx_graph.Graph
     values: dict
 
     def _quantized_units(self, units: list[Unit]) -> list[Unit]:
         """The units with their output taken after its QuantizeLinear -> DequantizeLinear, their
         inputs before theirs."""
         self.noise: dict[str, dict] = {}
+        self.paths: dict[str, str] = {}  # a value's unit, by the value the unit gives
         for unit in units:
             if unit.reason or "gives" not in unit.detail:
                 continue
@@ -58,6 +59,7 @@ class QuantizedGraph:
                 unit.reason = f"the quantized graph has no value {gives}: the quantizer renamed or removed it"
                 continue
             unit.detail["gives"] = self._dequantized(gives)
+            self.paths[self._quantized_from(unit.detail["gives"])] = self.paths[gives] = unit.key
             unit.detail["reads"] = [self._quantized_from(name) for name in unit.detail["reads"]]
         return units
 
@@ -84,7 +86,7 @@ class QuantizedGraph:
         """What the unit's sub-graph was fed: the reference's inputs as the port receives them, or
         (a unit fused with the code around it, `sources`) the reference's own values."""
         from accuracy.backends.pytorch import tensor_to_numpy
-        from accuracy.workflows.model.units import port_inputs
+        from accuracy.workflows.model.unit import port_inputs
 
         if "order" not in unit.detail:
             return dict(zip(unit.detail["reads"], unit.detail["sources"], strict=True))
@@ -98,8 +100,8 @@ class QuantizedGraph:
         return out
 
     def _unit_noise(self, unit: Unit, feeds: dict[str, np.ndarray]) -> None:
-        from accuracy.backends import onnx_graph
-        from accuracy.backends.onnx_noise import (
+        from accuracy.workflows.model import onnx_graph
+        from accuracy.workflows.model.onnx_noise import (
             declared_weights,
             expected_noise,
             is_quantized,
@@ -120,10 +122,29 @@ class QuantizedGraph:
         self.noise[unit.key] = facts
 
     def _whole_noise(self, feeds: dict[str, np.ndarray], output: str) -> dict:
-        from accuracy.backends.onnx_noise import expected_noise, quantize_points
+        """The output's predicted noise, and what the clipping causes read (run only where the
+        output is flagged): the output with some points clipping, and each value's unit."""
+        from accuracy.workflows.model.onnx_noise import Clipping, expected_noise, quantize_points
 
-        noise = expected_noise(self.graph.model, feeds, [output])[output]
-        return _facts(noise, quantize_points(self.graph.model))
+        model = self.graph.model
+        noise = expected_noise(model, feeds, [output])[output]
+        paths = {v: self._unit_of(v) for n in model.graph.node if n.op_type == "QuantizeLinear" for v in n.input[:1]}
+        clipping = {"clipping_runs": Clipping(model, feeds, output), "paths": paths}
+        return _facts(noise, quantize_points(model)) | clipping
+
+    def _unit_of(self, value: str) -> str | None:
+        """The unit that gives `value`, or else the first unit its value reaches (a value inside a
+        unit, the model's input), following the graph forward."""
+        paths: dict[str, str] = getattr(self, "paths", {})
+        seen, frontier = {value}, [value]
+        while frontier:
+            name = frontier.pop(0)
+            if name in paths:
+                return paths[name]
+            for consumer in self.graph.consumers.get(name, []):
+                frontier += [o for o in consumer.output if o not in seen]
+                seen.update(consumer.output)
+        return None
 
 
 def _facts(noise, points: list) -> dict:
@@ -165,7 +186,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
         return self._quantized_units(super().units(calls))
 
     def end_to_end(self, inputs, units) -> EndToEnd:
-        from accuracy.backends.onnx_noise import modelled
+        from accuracy.workflows.model.onnx_noise import modelled
 
         run = super().end_to_end(inputs, units)
         if modelled(self.graph.model):
@@ -175,7 +196,7 @@ class QuantizedOnnxFilePort(QuantizedGraph, OnnxFilePort):
 
 def onnx_file_port(label: str, path, mapping: dict[str, str], model, inputs: dict[str, np.ndarray]) -> OnnxFilePort:
     """The port of a user's ONNX file: quantized where its graph holds quantize nodes."""
-    from accuracy.backends.onnx_noise import is_quantized
+    from accuracy.workflows.model.onnx_noise import is_quantized
     from accuracy.workflows.model.ports.onnx_file import read_onnx
 
     if is_quantized(read_onnx(label, path)):
@@ -250,7 +271,7 @@ def _unquantizable(float_export, batches: list[dict[str, np.ndarray]]) -> list[s
     """The nodes that give or read a value holding inf or NaN on the calibration inputs (an
     attention mask's -inf fill, the Softmax after it): no step covers its range, so they are left
     in float, as a user would leave them."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     graph = onnx_graph.Graph.of(float_export)
     names = set()
@@ -301,7 +322,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], re
 def ort_int8(name: str, model, inputs: dict[str, np.ndarray], calibration: str | None = None) -> QuantizedOnnxPort:
     """`ort-int8`, `ort-int8-tensor` and `ort-int8-dynamic`, calibrated on `calibration`'s
     batches where given, else on the model's inputs."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     float_export = cached_export(onnx_graph.export, model, inputs)
     batches = read_calibration(calibration, inputs) if calibration else [inputs]

@@ -12,7 +12,7 @@ weight stored as integers (`Convert` of an int8 constant, then its zero point an
 step). The error model is the quantized model with each FakeQuantize replaced by its input clipped
 to its range plus uniform noise of one step, and each stored weight by its integers plus noise of
 one integer: run by OpenVINO with the noise at 0, with the clipping off, and with draws of PCG64
-noise (seed 0), as the ONNX ports' model (accuracy.backends.onnx_noise). Each leaf is converted and
+noise (seed 0), as the ONNX ports' model (accuracy.workflows.model.onnx_noise). Each leaf is converted and
 quantized alone, calibrated on the reference's inputs to it (the values the whole model's
 calibration sees there), and judged on them; the whole model, quantized once, end to end.
 """
@@ -32,7 +32,7 @@ from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration, reduced_range
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
-from accuracy.workflows.model.units import Unit, port_inputs
+from accuracy.workflows.model.unit import Unit, port_inputs
 
 SEVEN_BIT = ", 7-bit weights (no VNNI)"
 INTEGERS = ("i8", "u8")  # stored weights' element types
@@ -58,15 +58,7 @@ class OpenVinoInt8Port(OpenVinoPort):
     def units(self, calls):
         """One unit per leaf call, each converted and quantized alone (NNCF's ranges are a
         layer's inputs' own, whichever program holds it)."""
-        units = []
-        for call in (c for c in calls if c.leaf):
-            if why := self._not_convertible(call):
-                units.append(Unit([call], why))
-                continue
-            key = self._convert_alone(call)
-            units.append(Unit([call], self._failures.get(key, ""), {"program": key}))
-        self._together = None
-        return units
+        return self.units_alone(calls)
 
     def convert(self, module, example: tuple):
         quantized = self._quantize(self._ov_model(module, example), [self._arrays(example)])

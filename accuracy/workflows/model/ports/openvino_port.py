@@ -13,7 +13,7 @@ import numpy as np
 from accuracy.core.dtypes import FORMATS
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
-from accuracy.workflows.model.units import Unit
+from accuracy.workflows.model.unit import Unit
 
 MODULE = "__module."  # the PyTorch frontend names a node made for module PATH "__module.PATH/aten::..."
 HINTS = {"FP16": ("f16", "float16"), "BF16": ("bf16", "bfloat16")}  # CPU capability -> (hint, format judged)

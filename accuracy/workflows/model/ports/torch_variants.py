@@ -15,7 +15,7 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.judge.precision import TF32
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall, converted, leaf_modules, record, run_calls, typed_inputs
-from accuracy.workflows.model.units import Unit, nested_units, port_inputs
+from accuracy.workflows.model.unit import Unit, nested_units, port_inputs
 
 SCRIPT_FROM_CPP = "TorchScript from C++ (LibTorch)"
 SCRIPT_IN_PROCESS = "TorchScript in-process ({})"  # why C++ is not there: "no C++ compiler"
@@ -31,8 +31,10 @@ def _ported_leaf(fn, original):
         def __init__(self):
             super().__init__()
             self.__dict__["fn"] = fn  # not a child: the stand-in stays a leaf with the same path
-            self._parameters.update(original._parameters)
-            self._buffers.update(original._buffers)
+            for name, parameter in original.named_parameters(recurse=False):
+                self.register_parameter(name, parameter)
+            for name, buffer in original.named_buffers(recurse=False):
+                self.register_buffer(name, buffer)
 
         def forward(self, *args, **kwargs):
             return self.fn(*args, **kwargs)

@@ -25,7 +25,7 @@ from accuracy.judge.quantization import NOISE_SAMPLES, NOISE_SEED
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.trace import converted, record, run_calls, typed_inputs
-from accuracy.workflows.model.units import Unit, leaf_units, port_inputs
+from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 
 SYMMETRIC_ROW = 127.5  # torchao's symmetric int8 per-row step: max |row| / ((127 - -128) / 2)
 
@@ -51,6 +51,25 @@ def linear_variance(x: np.ndarray, weight: np.ndarray, steps: np.ndarray, dynami
         row_steps = np.max(np.abs(x), axis=-1, keepdims=True) / SYMMETRIC_ROW
         variance = variance + row_steps**2 / 12.0 * np.sum(np.asarray(weight, np.float64) ** 2, axis=-1)
     return variance
+
+
+def declared(path: str, module) -> dict:
+    """A quantized Linear's weight as the quantization causes read it (accuracy.workflows.model.onnx_noise's
+    `declared_weights` form): dequantized from its integers, its per-row steps and zero points along
+    axis 0; and its runtime, which names the causes that cannot apply to it
+    (quantization_causes.CANNOT_APPLY)."""
+    weight = _quantized_weight(module)
+    steps = to_numpy(weight.scale.float()).reshape(-1).astype(np.float64)
+    zero = getattr(weight, "zero_point", None)
+    entry = {
+        "node": path,
+        "weight": to_numpy(weight.dequantize().float()).astype(np.float64),
+        "scale": steps,
+        "zero_point": np.zeros(steps.shape) if zero is None else to_numpy(zero).reshape(-1),
+        "axis": 0 if steps.size > 1 else None,
+        "transposed": False,
+    }
+    return {"weights": [entry], "runtime": "torchao"}
 
 
 class TorchaoPort(Port):
@@ -104,7 +123,7 @@ class TorchaoPort(Port):
         variance = self._variance(modules[0], args[0]) if len(modules) == 1 and args else None
         if variance is not None and variance.shape == out.shape:
             facts = {"variance": variance, "clipping": np.zeros(out.shape), "clipped": 0, "output_scale": None}
-            self.noise[unit.key] = facts | self._point(modules[0])
+            self.noise[unit.key] = facts | self._point(modules[0]) | declared(unit.key, modules[0])
         return out
 
     def end_to_end(self, inputs, units) -> EndToEnd:

@@ -1,4 +1,4 @@
-"""accuracy.backends.torchvision_import beside a torchvision whose import guards every registration
+"""accuracy.workflows.model.torchvision_import beside a torchvision whose import guards every registration
 (#56: 0.29.2 beside torch 2.15.0 in a port's own environment). Its C++ library does not load by
 torch.ops.load_library, yet it imports plainly and registers `torchvision::nms` itself: defining
 that schema first made the import a duplicate registration (in C++, an abort of the process). A
@@ -23,7 +23,10 @@ GUARDED = textwrap.dedent(
     __version__ = "guarded"
     """
 )
-IMPORT = "from accuracy.backends.torchvision_import import import_torchvision; print(import_torchvision().__version__)"
+IMPORT = (
+    "from accuracy.workflows.model.torchvision_import import import_torchvision; "
+    "print(import_torchvision().__version__)"
+)
 
 
 @pytest.mark.slow  # a Python of its own with torch: seconds

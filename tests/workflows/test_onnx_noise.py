@@ -1,6 +1,6 @@
 """A quantize point's noise: ONNX Runtime's own QuantizeLinear -> DequantizeLinear leaves an rms
 error of s / sqrt(12) on data spread over its range, and the error model of the same graph
-(accuracy.backends.onnx_noise) predicts it; the spread allowed a correct port's rms falls to 1
+(accuracy.workflows.model.onnx_noise) predicts it; the spread allowed a correct port's rms falls to 1
 with the number of elements."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from accuracy.backends import onnx_graph
-from accuracy.backends.onnx_noise import expected_noise, quantize_points
 from accuracy.judge.quantization import spread, sqnr_db
+from accuracy.workflows.model import onnx_graph
+from accuracy.workflows.model.onnx_noise import expected_noise, quantize_points
 
 WELL_QUANTIZED = 1 / math.sqrt(12)  # TensorFlow Lite's rmse / scale of pure rounding
 SIZE = 20000

@@ -20,7 +20,9 @@ operations, as the typical tier carries rounding).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -185,10 +187,10 @@ def declared_weights(model) -> list[dict]:
 class _Builder:
     """The error model's graph, made node by node from the quantized one."""
 
-    def __init__(self, model, shapes: dict[str, tuple], clip: bool):
+    def __init__(self, model, shapes: dict[str, tuple], clip: bool, only: frozenset[str] | None = None):
         import onnx
 
-        self.onnx, self.shapes, self.clip = onnx, shapes, clip
+        self.onnx, self.shapes, self.clip, self.only = onnx, shapes, clip, only
         self.constants = _constants(model)
         self.model = onnx.ModelProto()
         self.model.CopyFrom(model)
@@ -236,7 +238,9 @@ class _Builder:
         nodes = []
         lo_name, hi_name = self.constant(lo), self.constant(hi)
         value = x
-        if self.clip:  # counted where past its range by more than the half step rounding takes to its end
+        if self.clip and (
+            self.only is None or x in self.only
+        ):  # counted where past its range by more than the half step rounding takes to its end
             under, n1 = self.node("Less", [x, self.constant(lo - s / 2)])
             over, n2 = self.node("Greater", [x, self.constant(hi + s / 2)])
             either, n3 = self.node("Or", [under, over])
@@ -329,7 +333,7 @@ def _shapes(model, feeds: dict[str, np.ndarray]) -> dict[str, tuple]:
     """The shape of every value a dynamic or static point quantizes, from one run that gives them."""
     import onnx
 
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     wanted = [n.input[0] for n in model.graph.node if n.op_type in (QUANTIZE, DYNAMIC) and n.input[0] not in feeds]
     probe = onnx.ModelProto()
@@ -343,7 +347,7 @@ def _shapes(model, feeds: dict[str, np.ndarray]) -> dict[str, tuple]:
 
 def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict:
     """Each of `outputs`' Noise when `model` (a quantized graph) runs on `feeds`."""
-    from accuracy.backends import onnx_graph
+    from accuracy.workflows.model import onnx_graph
 
     shapes = _shapes(model, feeds)
     builders = {clip: _Builder(model, shapes, clip=clip) for clip in (True, False)}
@@ -363,7 +367,8 @@ def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> d
     squares = {name: np.zeros(np.shape(base[name])) for name in outputs}
     draws_made = samples(min(int(np.size(base[name])) for name in outputs))
     for _ in range(draws_made):
-        draws = [rng.uniform(-0.5, 0.5, shape).astype(np.float32) for _, shape in builders[True].noises]
+        # drawn in float32 directly: resnet18's weights' draws in float64, then cast, took 8 of its 40 s
+        draws = [np.asarray(rng.random(shape, np.float32) - np.float32(0.5)) for _, shape in builders[True].noises]
         drawn = run(True, draws, list(outputs))
         for name in outputs:
             squares[name] += _squares(drawn[name], base[name])
@@ -385,3 +390,80 @@ def _squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         return np.where(same, 0.0, (a - b) ** 2)
+
+
+@dataclass(frozen=True)
+class ActivationRange:
+    """An activation point's declared range beside the values it quantizes with no point clipping
+    (what calibration on these inputs would have given it: MinMax, 0 included), and how many of
+    them fall below or above its range by more than the half step rounding takes to its end."""
+
+    value: str
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    low: float  # the range declared, in the model's units
+    high: float
+    seen_low: float  # the values' own range, 0 included
+    seen_high: float
+    below: int
+    above: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """The graph's error model with its rounding off, run with its clipping at some activation
+    points only: what each point's clipping changes at the output (a zero point stuck at 0, a
+    range calibrated on other data). Plain data, so that a result can travel."""
+
+    model: Any  # an onnx.ModelProto
+    feeds: dict
+    output: str
+
+    @functools.cached_property
+    def shapes(self) -> dict[str, tuple]:
+        return _shapes(self.model, self.feeds)  # one probe run for every run after
+
+    def _run(self, only: frozenset[str] | None, outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        from accuracy.workflows.model import onnx_graph
+
+        builder = _Builder(self.model, self.shapes, clip=True, only=only)
+        graph = builder.build()
+        zeros = {name: np.zeros(shape, np.float32) for name, shape in builder.noises}
+        wanted = list(dict.fromkeys([self.output, *(outputs or [])]))
+        if outputs:
+            graph = onnx_graph.Graph.of(graph).with_outputs(wanted, dict.fromkeys(wanted, np.dtype(np.float32)))
+        return onnx_graph.run(onnx_graph.session(graph, optimized=False), self.feeds | zeros, wanted)
+
+    def __call__(self, only: list[str]) -> np.ndarray:
+        """The output with only the points quantizing `only` clipping."""
+        return np.asarray(self._run(frozenset(only))[self.output], np.float64)
+
+    def ranges(self) -> list[ActivationRange]:
+        """Each per-tensor activation point with the values it quantizes when no point clips."""
+        constants = _constants(self.model)
+        producer = {o: n for n in self.model.graph.node for o in n.output}
+        pairs = []
+        for node in self.model.graph.node:
+            source = producer.get(node.input[0]) if node.input else None
+            if node.op_type != DEQUANTIZE or source is None or source.op_type != QUANTIZE:
+                continue
+            scale = constants.get(node.input[1])
+            zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+            if scale is not None and zero is not None and np.size(scale) == 1 and source.input[0] not in constants:
+                pairs.append((source.input[0], float(np.asarray(scale).item()), zero))
+        wanted = [name for name, _, _ in pairs if name not in self.feeds]
+        values = self.feeds | (self._run(frozenset(), wanted) if pairs else {})
+        return [_range(name, np.asarray(values[name], np.float64), scale, zero) for name, scale, zero in pairs]
+
+
+def _range(name: str, x: np.ndarray, scale: float, zero: np.ndarray) -> ActivationRange:
+    x = x[np.isfinite(x)]
+    low, high = integer_range(zero.dtype)
+    zp = int(np.asarray(zero).item())
+    lo, hi = (low - zp) * scale, (high - zp) * scale
+    seen = (min(float(x.min()), 0.0), max(float(x.max()), 0.0)) if x.size else (0.0, 0.0)
+    below, above = int(np.sum(x < lo - scale / 2)), int(np.sum(x > hi + scale / 2))
+    return ActivationRange(name, scale, zp, low, high, lo, hi, *seen, below, above, int(x.size))

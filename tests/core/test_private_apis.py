@@ -1,0 +1,74 @@
+"""Each private attribute opbench reaches in a library, checked against the installed library: an
+upgrade that moves one fails here, not in a user's run (accuracy/core/private_apis.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import numpy as np
+import pytest
+import torch
+from asv.results import Results
+from threadpoolctl import ThreadpoolController
+
+from accuracy.core import private_apis
+from accuracy.workflows.model.state_key import Key, Uncacheable, put_module
+
+
+def test_the_blas_symbol_of_numpys_scipy_openblas_is_found_through_its_affixes():
+    """numpy's OpenBLAS names its functions `scipy_openblas64_...`: the plain name is not in the
+    library, the affixed one is, and it answers with the build's configuration."""
+    np.ones(2) @ np.ones(2)  # numpy's BLAS is loaded
+    (openblas,) = [c for c in ThreadpoolController().lib_controllers if c.internal_api == "openblas"]
+    assert getattr(openblas.dynlib, "openblas_get_config", None) is None  # the public handle misses it
+    get_config = private_apis.blas_symbol(openblas, "openblas_get_config")
+    get_config.restype, get_config.argtypes = ctypes.c_char_p, []
+    assert get_config().decode().startswith("OpenBLAS ")
+    assert private_apis.blas_symbol(openblas, "no_such_function") is None
+
+
+def test_asvs_raw_results_keep_the_count_that_tells_a_file_cut_short(tmp_path):
+    """A benchmark of 3 parameter values whose file holds 2: the raw list has 2 values, where asv's
+    public `get_result_value` pads to the grid's 3 with None."""
+    path = tmp_path / "machine" / "results.json"
+    path.parent.mkdir()
+    results = {"bench.track": [[1.0, 2.0], [["'a'", "'b'", "'c'"]]]}
+    data = {"commit_hash": "a" * 40, "env_name": "e", "date": 1, "params": {"machine": "machine"}, "python": "3.11"}
+    data |= {"requirements": {}, "env_vars": {}, "result_columns": ["result", "params"], "results": results}
+    data |= {"durations": {}, "version": 2}
+    path.write_text(json.dumps(data))
+    loaded = Results.load(str(path))
+    assert private_apis.raw_result(loaded, "bench.track") == [1.0, 2.0]
+    assert loaded.get_result_value("bench.track", [["'a'", "'b'", "'c'"]]) == [1.0, 2.0, None]
+
+
+def test_a_modules_own_tensors_include_the_none_ones_named_parameters_skips():
+    linear = torch.nn.Linear(3, 2, bias=False)
+    parameters, _ = private_apis.own_tensors(linear)
+    assert list(parameters) == ["weight", "bias"] and parameters["bias"] is None
+    assert [name for name, _ in linear.named_parameters()] == ["weight"]
+    norm = torch.nn.BatchNorm1d(3)
+    assert list(private_apis.own_tensors(norm)[1]) == ["running_mean", "running_var", "num_batches_tracked"]
+
+
+@pytest.mark.parametrize("hook", private_apis.TORCH_FORWARD_HOOKS)
+def test_every_forward_hook_torch_keeps_is_one_the_cache_key_refuses(hook):
+    """Each attribute named as a forward hook exists on a module; one registered there makes the
+    module uncacheable (a hook changes what its forward computes)."""
+    linear = torch.nn.Linear(3, 2)
+    assert hook in vars(linear)
+    put_module(Key("test"), linear)
+    if "pre" in hook:
+        linear.register_forward_pre_hook(lambda m, args, kwargs: None, with_kwargs="kwargs" in hook)
+    else:
+        linear.register_forward_hook(lambda m, *a: None, with_kwargs="kwargs" in hook, always_call="always" in hook)
+    assert vars(linear)[hook]
+    with pytest.raises(Uncacheable, match="a forward hook"):
+        put_module(Key("test"), linear)
+
+
+def test_the_internals_the_cache_key_describes_apart_are_all_a_modules_attributes():
+    names = set(vars(torch.nn.Linear(3, 2)))
+    assert names >= private_apis.TORCH_MODULE_INTERNALS
+    assert any(name.startswith(private_apis.TORCH_BACKWARD_OR_STATE) for name in names)
