@@ -33,8 +33,8 @@ def register(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="a port (repeatable): float32, bfloat16, float16, threads:N, cache (a DynamicCache), onnxruntime "
-        "(default: float32, bfloat16)",
+        help="a port (repeatable): float32, bfloat16, float16, threads:N, cache (a DynamicCache), onnxruntime, "
+        "onnxruntime-cache (past key/values) (default: float32, bfloat16)",
     )
     p.add_argument(
         "--port-model",

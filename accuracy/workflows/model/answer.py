@@ -47,10 +47,10 @@ def cause_text(cause: dict | None) -> str:
     if not cause:
         return ""
     if cause["words"] is None:
-        return "no known cause explains it (none in the catalogue applies to it); "
+        return f"no known cause explains it (none in the catalogue applies to it); {positional(cause)}"
     if cause["explains"]:
         also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
-        return f"explained by {cause['words']}{also}; "
+        return f"explained by {cause['words']}{also}; {positional(cause)}"
     ratio = cause["ratio"]
     # a ratio within the limit where the entry still does not explain (non-finite results, which
     # the ratio leaves out) is no distance to quote: "leaves it at 0x its tier's limit" read as within
@@ -62,7 +62,14 @@ def cause_text(cause: dict | None) -> str:
     # the nearest entry is no cause: it is named as what was tried, never worded as what happened
     return (
         f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause['name']}, {far}); "
+        f"{positional(cause)}"
     )
+
+
+def positional(cause: dict) -> str:
+    """The shape of the error along the token sequence the cause search saw, where it saw one."""
+    seen = cause.get("positions")
+    return f"{seen['words']}; " if seen else ""
 
 
 @dataclass(frozen=True)
@@ -135,9 +142,10 @@ def short_reason(row: Row) -> str:
 
 def cause_words(cause: dict | None) -> str:
     """The answer's cause in plain words: what explains the unit, or that no known cause does."""
+    tail = f"; {cause['positions']['words']}" if cause and cause.get("positions") else ""
     if not cause or not cause["explains"]:
-        return "no known cause"
-    return f"explained by {cause['words']}"
+        return "no known cause" + tail
+    return f"explained by {cause['words']}{tail}"
 
 
 def look_closer(row: Row, dtype: str) -> str:

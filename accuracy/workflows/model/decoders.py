@@ -30,7 +30,7 @@ CAUSAL_LMS = {
 
 
 # the decoders the self-test of causes injects the families' conventions into (their base models,
-# as the census builds them): Llama 3 with its rope scaling, Gemma 2 with its soft-caps
+# as the census builds them): Llama 3 with its rope scaling, Gemma 2 with its soft-caps, Gemma 3
 LLAMA3_SCALING = {
     "rope_type": "llama3",
     "factor": 8.0,
@@ -42,16 +42,18 @@ SELFTEST = {
     "transformers_llama3": Family("LlamaConfig", "LlamaModel", settings={"rope_scaling": LLAMA3_SCALING}),
     # a window of 4 keys on 8 tokens (its first layer slides): the window decides what the last queries see
     "transformers_gemma2": Family("Gemma2Config", "Gemma2Model", settings={"sliding_window": 4}),
+    # its embedding a module scaling by sqrt(hidden) (Gemma 2's scale is in the model's own forward)
+    "transformers_gemma3": Family("Gemma3TextConfig", "Gemma3TextModel"),
 }
 # every family the families' causes are self-tested on, each entry on each class it applies to
 FAMILY_SELFTEST = {
     **SELFTEST,
-    "transformers_gemma3": Family("Gemma3TextConfig", "Gemma3TextModel"),
     "transformers_qwen2": Family("Qwen2Config", "Qwen2Model"),
     "transformers_qwen3": Family("Qwen3Config", "Qwen3Model"),
     # a window of 4 keys on 8 tokens: the window decides which keys the last queries see
     "transformers_mistral": Family("MistralConfig", "MistralModel", settings={"sliding_window": 4}),
-    "transformers_phi3": Family("Phi3Config", "Phi3Model"),
+    # rotary on half of each head (Phi-4-mini's 0.75, Phi-2's 0.4): the partial rotary entry both ways
+    "transformers_phi3": Family("Phi3Config", "Phi3Model", settings={"partial_rotary_factor": 0.5}),
 }
 
 
@@ -75,6 +77,11 @@ def base_inputs(name: str) -> dict[str, np.ndarray]:
 def llama3_base():
     """Llama 3's base model with its rope scaling (tiny config): the factory of the error-by-position tests."""
     return base_model("transformers_llama3")
+
+
+def mistral_base():
+    """Mistral's base model, a window of 4 keys on 8 tokens: the factory of the window's error-by-position test."""
+    return base_model("transformers_mistral")
 
 
 def causal_lm(family: str):
@@ -125,3 +132,15 @@ def no_final_softcap(model: Any) -> Any:
 def same(model: Any) -> Any:
     """A correct hand port: the reference's own modules, as a rewrite that computes the same."""
     return copy.deepcopy(model)
+
+
+def normalizer_bfloat16(model: Any) -> Any:
+    """The reference with Gemma 2's normalizer sqrt(hidden) computed in bfloat16 in a float32 port
+    (transformers PR #29402: 55.5 for sqrt(3072)): the first layer's input rescaled by a hook."""
+    import torch
+
+    port = copy.deepcopy(model)
+    scale = port.config.hidden_size**0.5
+    factor = float(torch.tensor(scale).to(torch.bfloat16)) / scale
+    port.model.layers[0].register_forward_pre_hook(lambda m, args: (args[0] * factor, *args[1:]))
+    return port

@@ -80,10 +80,13 @@ def inject(model_name: str, entries: tuple[Cause, ...] = families.CAUSES) -> lis
         unit, tensors = Unit([call]), port_inputs(call.inputs, FLOAT32)
         with torch.no_grad():
             correct = tensor_to_numpy(call.run(_float32(call.module), tensors))
-        judged = judge_unit(unit, tensors, FLOAT32, {LABEL: output, "correct": correct})
+        # another shape (a partial rotary's cos and sin) is flagged by it, as the sweep's mismatched units
+        mismatched = output.shape != correct.shape
+        outputs = {"correct": correct} if mismatched else {LABEL: output, "correct": correct}
+        judged = judge_unit(unit, tensors, FLOAT32, outputs)
         row = {"model": model_name, "cause": entry.name, "path": call.key, "injected": value}
         row["correct_within"] = judged["correct"].judgement.verdict == WITHIN
-        if judged[LABEL].judgement.verdict == WITHIN:
+        if not mismatched and judged[LABEL].judgement.verdict == WITHIN:
             rows.append(row | {"outcome": NOT_NAMED, "why": "the injected unit was not flagged"})
             continue
         cause = explain(unit, tensors, FLOAT32, LABEL, output, None, context)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.json_output import json_ready
@@ -33,7 +34,17 @@ from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.activations_file import activations, save_activations
 from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flagged, number
 from accuracy.workflows.model.generation_cache import cache_cause
-from accuracy.workflows.model.generation_ports import GenPort, Logits, hand_port, logits_port, onnx_port, torch_port
+from accuracy.workflows.model.generation_ports import (
+    ONNX_CACHE,
+    GenPort,
+    Logits,
+    hand_port,
+    logits_port,
+    onnx_cache_port,
+    onnx_port,
+    torch_port,
+)
+from accuracy.workflows.model.sweep import JUDGE_THREADS
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.unit import Unit
 from accuracy.workflows.model.units import _evidence
@@ -181,8 +192,8 @@ def _ports(
     ports += [hand_port(label, spec, model) for label, spec in port_models.items()]
     absent = []
     for name in dict.fromkeys(names):
-        if name == "onnxruntime":
-            built = onnx_port(model, text, prompt, steps)
+        if name in ("onnxruntime", ONNX_CACHE):
+            built = onnx_port(model, text, prompt, steps) if name == "onnxruntime" else onnx_cache_port(model)
             if isinstance(built, str):
                 absent.append({"port": name, "reason": built})
                 continue
@@ -206,7 +217,8 @@ def run_generate(
         raise OpbenchError(f"--steps {steps}: give 1 to {MOST_STEPS}")
     model = load_model(spec)
     prompt = prompt_ids(inputs)
-    text, vocab = reference_text(model, prompt, steps)
+    with get_backend("torch").thread_limit(JUDGE_THREADS):  # as the layer sweep judges (sweep.py)
+        text, vocab = reference_text(model, prompt, steps)
     length = prompt.shape[1]
     names = list(ports or ([] if port_models or logits_files else DEFAULT_PORTS))
     built, absent = _ports(model, names, port_models or {}, logits_files or {}, text, length, steps, vocab)
@@ -232,18 +244,25 @@ def judge_ports(spec: str, model: Any, text: np.ndarray, length: int, runs: list
     reference = text[0, length:]
     results = []
     tiers: dict[str, StepEvidence] = {}
-    for fmt in dict.fromkeys(p.fmt.name for p in built):
-        outputs = [rows[p.name] for p in built if p.fmt.name == fmt]
-        tiers[fmt] = step_evidence(model, text, length, steps, FORMATS[fmt], outputs)
+    # one intra-op thread, as the layer sweep judges: a tiny model's forward on two threads of a
+    # loaded machine took 20 times as long (0.41 s against 0.024 s at load 8)
+    with get_backend("torch").thread_limit(JUDGE_THREADS):
+        for fmt in dict.fromkeys(p.fmt.name for p in built):
+            outputs = [rows[p.name] for p in built if p.fmt.name == fmt]
+            tiers[fmt] = step_evidence(model, text, length, steps, FORMATS[fmt], outputs)
     for port in built:
         result = port_summary(port, judged_steps(port, rows[port.name], reference, tiers[port.fmt.name]))
         first = result["first_beyond"]
         if first is not None:
             tier = tiers[port.fmt.name]
             flagged = [s["step"] for s in result["steps"] if is_flagged(s["verdict"])]
-            result["end_to_end_cause"] = final_cause(model, tier.at(first), rows[port.name][first]) or cache_cause(
-                model, rows[port.name], tier, flagged, text, length
-            )
+            with get_backend("torch").thread_limit(JUDGE_THREADS):
+                at, row = tier.at(first), rows[port.name][first]
+                result["end_to_end_cause"] = (
+                    final_cause(model, at, row)
+                    or scale_cause(model, at, row, text[:, : length + first])
+                    or cache_cause(model, rows[port.name], tier, flagged, text, length)
+                )
         if sweep and first is not None and not port.cached:  # a cached port's layers are the model's
             result["layer_sweep"] = layer_sweep(spec, port, text[:, : length + first])
         results.append(result)
@@ -278,6 +297,64 @@ def final_cause(model: Any, evidence: Evidence, row: np.ndarray) -> dict | None:
         ratio = tier.ratio(np.abs(port - changed))
         if ratio <= 1:
             return {"name": name, "words": said, "parameters": parameters, "ratio": ratio, "explains": True}
+    return None
+
+
+SCALE_FORMATS = ("bfloat16", "float16")
+
+
+def _first_layer(model: Any) -> Any:
+    """The first decoder layer of a transformers causal LM (or base model), or None."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    return layers[0] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+
+
+def _scaled_logits(model64: Any, ids: np.ndarray, factor: float | None) -> tuple[np.ndarray, float]:
+    """The float64 model's last logits with the first layer's input times `factor` (None: as it
+    is), and the scale the forward put between the embedding's output and that input."""
+    seen: dict[str, Any] = {}
+
+    def scaled(_: Any, args: tuple) -> tuple:
+        seen["input"] = args[0]
+        return args if factor is None else (args[0] * factor, *args[1:])
+
+    handles = [
+        model64.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.__setitem__("embedded", out)),
+        _first_layer(model64).register_forward_pre_hook(scaled),
+    ]
+    try:
+        logits = _forward64(Logits(model64), ids)[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    return logits, (seen["input"].norm() / seen["embedded"].norm()).item()
+
+
+def scale_cause(model: Any, evidence: Evidence, row: np.ndarray, ids: np.ndarray) -> dict | None:
+    """The cause of a step's logits in the embedding scale a model's own forward applies (Gemma 2's
+    normalizer sqrt(hidden), which no module holds): dropped, or computed in bfloat16 or float16
+    (transformers PR #29402: 55.5 for sqrt(3072)), where that puts the port's logits within their
+    typical thresholds; None where neither does or the forward scales by no sqrt(hidden)."""
+    tier = evidence.op.model
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    if tier is None or hidden is None or _first_layer(model) is None or not hasattr(model, "get_input_embeddings"):
+        return None
+    model64 = copy.deepcopy(model).double()
+    _, scale = _scaled_logits(model64, ids, None)
+    if abs(scale - hidden**0.5) > 1e-6 * scale:
+        return None
+    candidates: list[tuple[str, float, dict, str]] = [
+        ("embedding scale dropped", 1 / scale, {}, f"no embedding scale: not multiplied by {scale:.6g}")
+    ]
+    for dtype in SCALE_FORMATS:
+        rounded = float(torch.tensor(scale, dtype=torch.float64).to(getattr(torch, dtype)))
+        words = f"the embedding scale {scale:.6g} (sqrt(hidden)) computed in {dtype}: {rounded:.6g}"
+        candidates.append(("embedding scale format", rounded / scale, {"format": dtype}, words))
+    for name, factor, parameters, words in candidates:
+        ratio = tier.ratio(np.abs(np.asarray(row, dtype=np.float64) - _scaled_logits(model64, ids, factor)[0]))
+        if ratio <= 1:
+            return {"name": name, "words": words, "parameters": parameters, "ratio": ratio, "explains": True}
     return None
 
 
@@ -423,4 +500,7 @@ def where_line(p: dict) -> str:
     if sweep["first_not_within"] is None:
         said = f": explained by {found['words']}" if found else ""
         return f"{head}; every layer within rounding, its top-level forward not{said}"
-    return f"{head}: {sweep['first_not_within']} ({sweep['op']}): {cause_words(sweep['cause'])}"
+    where = f"{head}: {sweep['first_not_within']} ({sweep['op']})"
+    if found and not (sweep["cause"] or {}).get("explains"):  # in a forward's own code, which no unit covers
+        return f"{where}, in its own forward: explained end to end by {found['words']}"
+    return f"{where}: {cause_words(sweep['cause'])}"

@@ -46,7 +46,7 @@ def cached_rows(model: Any, text: np.ndarray, prompt: int, steps: int, bug: str 
             past = copy.deepcopy(prefilled) if prefilled is not None else cache
             length = past.get_seq_length()  # keys before the fed token
             kwargs: dict = {"cache_position": torch.tensor([length])}
-            kwargs["position_ids"] = torch.tensor([[_position(bug, position)]])
+            kwargs["position_ids"] = torch.tensor([[cache_position(bug, position)]])
             if bug == "mask built for the wrong length":
                 mask = torch.ones((1, length + 1), dtype=torch.long)
                 mask[0, 0] = 0
@@ -56,7 +56,8 @@ def cached_rows(model: Any, text: np.ndarray, prompt: int, steps: int, bug: str 
     return np.stack(rows)
 
 
-def _position(bug: str | None, position: int) -> int:
+def cache_position(bug: str | None, position: int) -> int:
+    """The position id a decode with `bug` gives the token fed at `position` through the cache."""
     if bug == "position ids off by one":
         return position + 1
     if bug == "rotary at the wrong position":

@@ -6,7 +6,8 @@ steps after it).
   forward per step on the tokens so far, the last position's logits, as a decoder without a
   cache computes them;
 - ONNX Runtime: the model exported once on the whole teacher-forced text (a fixed length) and run
-  once: the causal mask makes row t its logits on the first t tokens;
+  once: the causal mask makes row t its logits on the first t tokens; or, `onnxruntime-cache`,
+  exported with past key/values and decoding one token a step (generation_onnx_cache);
 - a runtime's file (`--logits`): the logits and tokens it wrote, compared up to the step after its
   own text leaves the reference's (later rows are logits on another text).
 """
@@ -30,9 +31,11 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.loading import load_function
 from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.generation_cache import cached_rows, takes_cache
+from accuracy.workflows.model.generation_onnx_cache import export_cached, onnx_cached_rows, why_not
 from accuracy.workflows.model.trace import first_tensor
 
 TORCH_DTYPES = ("float32", "bfloat16", "float16")
+ONNX_CACHE = "onnxruntime-cache"
 LOGITS_KEYS = ("logits", "tokens")
 LOGITS_FORMAT = (
     "a .npz or .safetensors file holding `logits` [steps, vocab] (float32, float16 or bfloat16: the logits at "
@@ -75,6 +78,9 @@ class GenPort:
         """The logits [steps, vocab] at each step of `text` (the prompt and the reference's tokens)."""
         if self.rows is not None:
             return self.rows
+        if self.onnx and self.cached:
+            session, model = self.module
+            return onnx_cached_rows(session, model, text, prompt, steps, self.bug)
         if self.onnx:
             return _onnx_rows(self.module, text[:, : prompt + steps - 1], prompt)
         if self.cached:
@@ -121,7 +127,8 @@ def torch_port(name: str, model: Any) -> GenPort:
     count = name.partition(":")[2]
     if not (name.startswith("threads:") and count.isdigit() and int(count) > 0):
         raise OpbenchError(
-            f"--port {name}: opbench generate takes {', '.join(TORCH_DTYPES)}, threads:N, cache and onnxruntime"
+            f"--port {name}: opbench generate takes {', '.join(TORCH_DTYPES)}, threads:N, cache, onnxruntime "
+            f"and {ONNX_CACHE}"
         )
     port = Logits(copy.deepcopy(model).float())
     return GenPort(name, f"PyTorch on {count} intra-op threads", FORMATS["float32"], name, port, int(count))
@@ -144,6 +151,25 @@ def onnx_port(model: Any, text: np.ndarray, prompt: int, steps: int) -> GenPort 
     name = session.get_inputs()[0].name
     description = "ONNX Runtime (torch.onnx.export at the text's length), graph optimizations on"
     return GenPort("onnxruntime", description, FORMATS["float32"], "onnxruntime", (session, name), onnx=True)
+
+
+def onnx_cache_port(model: Any, bug: str | None = None) -> GenPort | str:
+    """`onnxruntime-cache`: ONNX Runtime (graph optimizations on) decoding with past key/values,
+    the graph exported once (generation_onnx_cache), `bug` its runtime's bookkeeping wrong so
+    (generation_cache.CACHE_BUGS but the mask: the graph takes none); or why it is absent."""
+    from accuracy.workflows.model import onnx_graph
+    from accuracy.workflows.model.export_cache import cached_export
+
+    if not takes_cache(model):
+        return "the model's forward takes no past_key_values, position_ids and cache_position"
+    try:
+        exported = cached_export(export_cached, model, {"input_ids": np.zeros((1, 1), np.int64)})
+        session = onnx_graph.session(exported, True)
+    except Exception as exc:
+        return why_not(exc)
+    description = "ONNX Runtime decoding with past key/values (the dynamo exporter), graph optimizations on"
+    name = ONNX_CACHE if bug is None else f"{ONNX_CACHE} ({bug})"
+    return GenPort(name, description, FORMATS["float32"], None, (session, model), onnx=True, cached=True, bug=bug)
 
 
 def hand_port(label: str, spec: str, model: Any) -> GenPort:

@@ -37,6 +37,7 @@ from accuracy.workflows.model.causes import (
     precision,
 )
 from accuracy.workflows.model.causes.cause import Cause, Context
+from accuracy.workflows.model.causes.positional import Shape, positional_shape
 from accuracy.workflows.model.unit import Unit
 from accuracy.workflows.model.units import float64_reference, judge_unit, nonfinite_mismatches, relative
 
@@ -138,6 +139,46 @@ def _changed(unit: Unit, cause: Cause, value: Any, context: Context) -> Unit:
     return Unit([dataclasses.replace(call, module=cause.changed(call.module, value, context))])
 
 
+Candidate = tuple[Distance, int, Cause, Any, Unit]
+
+
+def _candidates(
+    unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, context: Context
+) -> tuple[list[Candidate], list[dict[str, str]]]:
+    """Each applicable cause's changed reference, fitted, and its float64 distance from the port's
+    output; and the causes skipped, with why (a change the module cannot take, or an error whose
+    shape along the sequence the cause does not give)."""
+    module, shape = unit.calls[0].module, context.positions
+    candidates: list[Candidate] = []
+    skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
+    for index, cause in enumerate(causes()):
+        try:
+            if not cause.applies(module):
+                continue
+            excluded = shape.excludes(cause) if shape else None
+            if excluded:
+                skipped.append({"name": cause.name, "reason": excluded})
+                continue
+            if cause.fit:
+                value = cause.fit(module, tensors, output)
+            elif cause.values:
+                value = _fitted(cause, unit, tensors, fmt, output, context)
+            elif cause.choices:
+                value = _chosen(cause, unit, tensors, fmt, output, context)
+                if value is None:
+                    continue
+            else:
+                value = None
+            changed = _changed(unit, cause, value, context)
+            distance = _distance(output, float64_reference(changed, tensors, fmt))
+            cause.words(module, value)  # words this module cannot take: not this cause either
+        except Exception as error:  # a change this module cannot take: not this cause
+            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
+            continue
+        candidates.append((distance, index, cause, value, changed))
+    return candidates, skipped
+
+
 @_timed
 def explain(
     unit: Unit,
@@ -168,36 +209,18 @@ def explain(
     # each applicable cause's changed reference, fitted, in float64 (cheap); judged (costly) only
     # where it is nearer the port's output than the unchanged reference, nearest first
     try:
-        unchanged = _distance(output, float64_reference(unit, tensors, fmt))
+        reference = float64_reference(unit, tensors, fmt)
+        unchanged = _distance(output, reference)
     except Exception as error:  # the unit itself the float64 reference cannot take: no cause tried
         return none | {
             "alternatives": [],
             "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}],
         }
-    candidates: list[tuple[Distance, int, Cause, Any, Unit]] = []
-    skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
-    for index, cause in enumerate(causes()):
-        try:
-            if not cause.applies(module):
-                continue
-            if cause.fit:
-                value = cause.fit(module, tensors, output)
-            elif cause.values:
-                value = _fitted(cause, unit, tensors, fmt, output, context)
-            elif cause.choices:
-                value = _chosen(cause, unit, tensors, fmt, output, context)
-                if value is None:
-                    continue
-            else:
-                value = None
-            changed = _changed(unit, cause, value, context)
-            distance = _distance(output, float64_reference(changed, tensors, fmt))
-            cause.words(module, value)  # words this module cannot take: not this cause either
-        except Exception as error:  # a change this module cannot take: not this cause
-            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
-            continue
-        candidates.append((distance, index, cause, value, changed))
-    candidates.sort(key=lambda c: (c[0], c[1]))
+    # the error's shape along a token sequence: the entries whose bug gives it are tried first
+    shape = positional_shape(output, reference, context.length, fmt, module)
+    context = dataclasses.replace(context, positions=shape)
+    candidates, skipped = _candidates(unit, tensors, fmt, output, context)
+    candidates.sort(key=lambda c: (not _fits(shape, c[2]), c[0], c[1]))
     nearer = [c for c in candidates if c[0] < unchanged] or candidates[:1]  # none nearer: the nearest, judged
     tried: list[dict[str, Any]] = []
     first_explaining: Distance | None = None
@@ -211,33 +234,41 @@ def explain(
         except Exception as error:  # a changed reference the judge cannot take: not this cause
             skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
             continue
-        numbers = judged.numbers
-        ratio = next(
-            (numbers.get(k) for k in ("typical_ratio", "bound_ratio") if numbers.get(k) == numbers.get(k)), None
-        )
-        explains = judged.judgement.verdict == WITHIN
-        if explains and first_explaining is None:
+        tried.append(_tried(index, cause, module, value, judged))
+        if tried[-1]["explains"] and first_explaining is None:
             first_explaining = distance
-        tried.append(
-            {
-                "index": index,
-                "name": cause.name,
-                "words": cause.words(module, value),
-                "parameters": {cause.parameter: value} if cause.parameter else {},
-                "verdict": judged.judgement.verdict,
-                "ratio": ratio,
-                "explains": explains,
-            }
-        )
     if not tried:
-        return none | {"alternatives": [], "skipped": skipped}
-    # equal explanations in the catalogue's order (cheapest first)
-    explaining = sorted((t for t in tried if t["explains"]), key=lambda t: t["index"])
+        return none | {"alternatives": [], "skipped": skipped} | ({"positions": shape.as_dict()} if shape else {})
+    # equal explanations, those the error's shape points to first, then in the catalogue's order (cheapest first)
+    catalogue = causes()
+    explaining = sorted(
+        (t for t in tried if t["explains"]), key=lambda t: (not _fits(shape, catalogue[t["index"]]), t["index"])
+    )
     best = (
         explaining[0]
         if explaining
         else min(tried, key=lambda t: float(t["ratio"] if t["ratio"] is not None else np.inf))
     )
+    seen = {"positions": shape.as_dict(catalogue[best["index"]] if best["explains"] else None)} if shape else {}
     best = {k: v for k, v in best.items() if k != "index"}
     alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
-    return best | {"alternatives": alternatives, "skipped": skipped}
+    return best | {"alternatives": alternatives, "skipped": skipped} | seen
+
+
+def _tried(index: int, cause: Cause, module: Any, value: Any, judged: Any) -> dict[str, Any]:
+    """A cause judged: its words, fitted parameter, verdict and ratio to its tier's limit."""
+    numbers = judged.numbers
+    ratio = next((numbers.get(k) for k in ("typical_ratio", "bound_ratio") if numbers.get(k) == numbers.get(k)), None)
+    return {
+        "index": index,
+        "name": cause.name,
+        "words": cause.words(module, value),
+        "parameters": {cause.parameter: value} if cause.parameter else {},
+        "verdict": judged.judgement.verdict,
+        "ratio": ratio,
+        "explains": judged.judgement.verdict == WITHIN,
+    }
+
+
+def _fits(shape: Shape | None, cause: Cause) -> bool:
+    return shape is not None and shape.fits(cause)

@@ -9,6 +9,10 @@ from typing import Any
 
 from accuracy.workflows.model.causes.kinds import kind_name
 
+# the positional shapes of a port's error a bug gives (causes/positional.py): rotary frequencies
+# and their scaling leave position 0 exact and grow with it; a window changes nothing before it
+GROWS, WINDOW = "grows with position", "starts at the window"
+
 
 @dataclass(frozen=True)
 class Context:
@@ -18,6 +22,19 @@ class Context:
     modules: dict[str, Any] = field(default_factory=dict)
     calls: list = field(default_factory=list)  # LayerCall, in the order the reference ran them
     call: Any = None  # the unit's LayerCall
+    positions: Any = None  # the shape of the port's error along the sequence (positional.Shape), where seen
+
+    @property
+    def length(self) -> int | None:
+        """The model's token sequences' length: the one length of the integer [batch, length]
+        tensors its layers were called with (input ids, position ids); None for any other model."""
+        lengths = {
+            int(t.shape[1])
+            for c in self.calls
+            for t in c.inputs
+            if getattr(t, "ndim", 0) == 2 and not t.is_floating_point() and not t.is_complex() and t.shape[1] > 1
+        }
+        return lengths.pop() if len(lengths) == 1 else None
 
     def producer(self, index: int = 0) -> Any:
         """The leaf call whose output is the unit's input `index`, or None."""
@@ -37,7 +54,9 @@ class Cause:
     1-D search (a mean and std per channel: more numbers than a 1-D search fits).
     `kinds` are matched by what a module computes (`kinds.kind_name`: torch's own modules by class,
     any other by a probe of its forward and what it holds), `accepts`: a test of the module itself,
-    for a kind no class name tells (an attention)."""
+    for a kind no class name tells (an attention).
+    `positions`: the shape along the token sequence of the error the bug gives (GROWS, WINDOW):
+    the cause search tries first the entries whose shape the port's error has."""
 
     name: str
     kinds: tuple[str, ...]
@@ -50,6 +69,7 @@ class Cause:
     contextual: bool = False
     fit: Callable[[Any, list, Any], Any] | None = None
     accepts: Callable[[Any], bool] | None = None
+    positions: str | None = None
 
     def applies(self, module: Any) -> bool:
         return kind_name(module) in self.kinds or (self.accepts is not None and self.accepts(module))

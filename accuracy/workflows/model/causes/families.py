@@ -18,12 +18,13 @@ import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.attention import AttentionChange, geometry, is_attention, with_change
-from accuracy.workflows.model.causes.cause import Cause, named, with_attribute
+from accuracy.workflows.model.causes.cause import GROWS, WINDOW, Cause, named, with_attribute
 from accuracy.workflows.model.causes.normalization import norm_kind
 from accuracy.workflows.model.trace import float64_throughout
 
 THETAS = {1e4: "Llama 2's, Mistral's", 5e5: "Llama 3's", 1e6: "Qwen2's, Qwen3's, Gemma 3's"}
 ERF, TANH = "erf", "tanh"
+SCALE_FORMATS = ("bfloat16", "float16")
 
 # --- the rotary frequencies ----------------------------------------------------------------
 
@@ -53,6 +54,73 @@ def _scaling_ignored(module: Any, value: Any) -> Any:
     changed.attention_scaling = 1.0
     changed.rope_type = "default"
     return changed
+
+
+def _head_dim(module: Any) -> int:
+    config = module.config
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def _fractions(module: Any, context: Any) -> list[float]:
+    """The fractions of head_dim a port may rotate instead of the module's (an even number of
+    channels): the whole head first for a partial module (its factor ignored), half for a whole one."""
+    own, head = 2 * module.inv_freq.numel(), _head_dim(module)
+    widths = sorted(
+        (w for w in range(2, head + 1, 2) if w != own), key=lambda w: (w != (head if own < head else head // 2), w)
+    )
+    return [w / head for w in widths]
+
+
+def _partial(module: Any, fraction: float) -> Any:
+    """The rotary module rotating `fraction` of head_dim: the default frequencies of its theta over
+    that width, cos and sin that wide (transformers' partial_rotary_factor)."""
+    changed = _with_theta(module, _theta(module))
+    width = round(fraction * _head_dim(module))
+    changed.inv_freq = 1.0 / _theta(module) ** (torch.arange(0, width, 2, dtype=torch.float64) / width)
+    changed.original_inv_freq = changed.inv_freq
+    return changed
+
+
+def _partial_words(module: Any, fraction: float) -> str:
+    head, own = _head_dim(module), 2 * module.inv_freq.numel()
+    return (
+        f"rotary applied to {round(fraction * head)} of {head} channels (partial_rotary_factor {fraction:g}); "
+        f"this model rotates {own}"
+    )
+
+
+# --- the embedding scale sqrt(hidden) ------------------------------------------------------
+
+
+def _scale_of(module: Any) -> float | None:
+    """The scale an embedding multiplies its rows by (Gemma 3's sqrt(hidden), BART's), or None."""
+    scale = getattr(module, "embed_scale", None)
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+        scale = float(scale)
+    return scale if isinstance(scale, float) and scale != 1.0 else None
+
+
+def _with_scale(module: Any, scale: float) -> Any:
+    changed = copy.deepcopy(module)
+    own = module.embed_scale
+    changed.embed_scale = torch.tensor(scale, dtype=torch.float64) if isinstance(own, torch.Tensor) else scale
+    return changed
+
+
+def _scale_in(module: Any, dtype: str) -> Any:
+    """The embedding whose scale is computed in `dtype` (Gemma's normalizer in bfloat16: 55.5 for sqrt(3072))."""
+    return _with_scale(module, float(torch.tensor(_scale_of(module), dtype=torch.float64).to(getattr(torch, dtype))))
+
+
+def _scale_formats(module: Any, context: Any) -> list[str]:
+    """The formats whose rounding changes the module's scale."""
+    own = _scale_of(module)
+    return [d for d in SCALE_FORMATS if float(torch.tensor(own, dtype=torch.float64).to(getattr(torch, d))) != own]
+
+
+def _scale_format_words(module: Any, dtype: str) -> str:
+    rounded = float(torch.tensor(_scale_of(module), dtype=torch.float64).to(getattr(torch, dtype)))
+    return f"the embedding scale {_scale_of(module):.6g} (sqrt(hidden)) computed in {dtype}: {rounded:.6g}"
 
 
 # --- the attention soft-cap and the scale before it ----------------------------------------
@@ -95,7 +163,22 @@ def _other_widths(module: Any, context: Any) -> list[int]:
     own = window_of(module) or 0
     inputs = getattr(getattr(context, "call", None), "inputs", None) or []
     keys = int(inputs[0].shape[-2]) if inputs and inputs[0].ndim >= 2 else 2 * own
-    return [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1]
+    return _onset_allows(module, context, [w for w in range(1, min(2 * own, keys) + 1) if abs(w - own) > 1])
+
+
+def _beside(module: Any, context: Any) -> list[int]:
+    own = window_of(module) or 0
+    return _onset_allows(module, context, [w for w in (own - 1, own + 1) if w > 0])
+
+
+def _onset_allows(module: Any, context: Any, widths: list[int]) -> list[int]:
+    """The widths whose error starts where the port's does: a window of w' keys for w changes the
+    queries from position min(w, w') on (causes/positional.py); all of them where no onset was seen."""
+    shape = getattr(context, "positions", None)
+    if shape is None or shape.kind != WINDOW:
+        return widths
+    own = window_of(module) or 0
+    return [w for w in widths if min(w, own) == shape.onset]
 
 
 def _window_cause(name: str, words: Any, choices: Any) -> Cause:
@@ -109,6 +192,7 @@ def _window_cause(name: str, words: Any, choices: Any) -> Cause:
         choices=choices,
         contextual=True,
         accepts=_windowed,
+        positions=WINDOW,
     )
 
 
@@ -280,6 +364,14 @@ CAUSES: tuple[Cause, ...] = (
         accepts=_weighted_rms,
     ),
     Cause(
+        "rope scaling ignored",
+        (),
+        _scaling_ignored,
+        lambda m, v: f"its rope scaling ({m.rope_type}) ignored: the default frequencies of theta {_theta(m):g}",
+        accepts=lambda m: is_rotary(m) and getattr(m, "rope_type", "default") != "default",
+        positions=GROWS,
+    ),
+    Cause(
         "rope base",
         (),
         _with_theta,
@@ -288,13 +380,35 @@ CAUSES: tuple[Cause, ...] = (
         parameter="theta",
         example=5e5,
         accepts=is_rotary,
+        positions=GROWS,
     ),
     Cause(
-        "rope scaling ignored",
+        "partial rotary",
         (),
-        _scaling_ignored,
-        lambda m, v: f"its rope scaling ({m.rope_type}) ignored: the default frequencies of theta {_theta(m):g}",
-        accepts=lambda m: is_rotary(m) and getattr(m, "rope_type", "default") != "default",
+        lambda m, fraction, context: _partial(m, fraction),
+        _partial_words,
+        parameter="fraction",
+        choices=_fractions,
+        contextual=True,
+        accepts=is_rotary,
+        positions=GROWS,
+    ),
+    Cause(
+        "embedding scale dropped",
+        (),
+        lambda m, v: _with_scale(m, 1.0),
+        lambda m, v: f"no embedding scale: its rows not multiplied by {_scale_of(m):.6g} (sqrt(hidden))",
+        accepts=lambda m: isinstance(m, nn.Embedding) and _scale_of(m) is not None,
+    ),
+    Cause(
+        "embedding scale format",
+        (),
+        lambda m, dtype, context: _scale_in(m, dtype),
+        _scale_format_words,
+        parameter="format",
+        choices=_scale_formats,
+        contextual=True,
+        accepts=lambda m: isinstance(m, nn.Embedding) and _scale_of(m) is not None,
     ),
     Cause(
         "attention soft-cap dropped",
@@ -332,11 +446,12 @@ CAUSES: tuple[Cause, ...] = (
         lambda m, v: with_change(m, AttentionChange(window="none")),
         lambda m, v: f"no sliding window: each query sees every key before it, not the last {window_of(m)}",
         accepts=_windowed,
+        positions=WINDOW,
     ),
     _window_cause(
         "sliding window off by one",
         lambda m, v: f"a sliding window of {v} keys for {window_of(m)}: off by one",
-        lambda m, context: [w for w in (window_of(m) - 1, window_of(m) + 1) if w > 0],  # type: ignore[operator]
+        _beside,
     ),
     _window_cause(
         "sliding window width",
