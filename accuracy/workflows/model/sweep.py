@@ -209,6 +209,16 @@ class PortJob:
             return f"it cannot be built for this model: {first_line(exc, typed=True)}"
 
 
+def run_held(job: PortJob, model, given: dict, calls) -> PortRun | str:
+    """One port built on its own copies of the inputs, run, and closed: nothing of it outlives
+    this call but its runs (or why it is absent)."""
+    port = job.build_or_why(model, own_copies(given), calls)
+    if isinstance(port, str):
+        return port
+    with port:
+        return run_or_why(port, given, calls)
+
+
 def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
     """Every port in this process: (port results, absent ports), under the thread limits a Dask
     worker's `port_task` holds (torch's count, and the BLAS libraries held to it too), so that a
@@ -223,18 +233,13 @@ def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[Po
     try:
         with thread_limits([get_backend("torch")], torch.get_num_threads()):
             for job in jobs:  # one port held at a time: an exported BERT-base and its sessions are GBs
-                port = job.build_or_why(model, own_copies(given), calls)
-                if isinstance(port, str):
-                    absent.append({"port": job.name, "reason": port})
-                    continue
-                with port:
-                    run = run_or_why(port, given, calls)
+                run = run_held(job, model, given, calls)
                 gc.collect()  # an exported graph and its sessions hold cycles
                 release_freed_memory()
                 if isinstance(run, str):
                     absent.append({"port": job.name, "reason": run})
                     continue
-                names.append(port.name)
+                names.append(run.facts.name)
                 runs.append(run)
             results, failed = judge_runs(names, runs, model, given, calls)
             return results, absent + failed
@@ -319,11 +324,7 @@ def port_task(
             raise OpbenchError(f"on {worker_name()}: {exc}") from None
         model.load_state_dict(state)
         calls, _ = run_reference(model, given, "the inputs")
-        port = job.build_or_why(model, own_copies(given), calls)
-        if isinstance(port, str):
-            return port
-        with port:
-            return run_or_why(port, given, calls)
+        return run_held(job, model, given, calls)
 
 
 def judge_task(judging: Judging) -> dict[str, UnitJudgement] | str:
