@@ -218,15 +218,10 @@ def explain_clipping(output: np.ndarray, noise: dict, judged: Callable[[np.ndarr
         return None
     figures, verdict = judged(np.asarray(output, np.float64).reshape(base.shape) - (base - plain))
     name, words, parameters = _clipping_cause(mattering[0], mattering[1:])
-    return {
-        "name": name,
-        "words": words,
-        "parameters": parameters,
-        "verdict": verdict,
-        "ratio": figures["ratio"],
-        "explains": bool(figures["ratio"] <= figures["threshold"]),
+    path = noise.get("paths", {}).get(mattering[0].value)
+    return _tried(name, words, parameters, figures, verdict) | {
         "value": mattering[0].value,
-        "path": noise.get("paths", {}).get(mattering[0].value),
+        "path": path,
         "alternatives": [],
         "skipped": [],
     }
