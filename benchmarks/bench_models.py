@@ -31,12 +31,12 @@ def _judged(ports: list[str]) -> dict:
     """Every port judged once (the verdicts do not depend on the timing runs)."""
     from accuracy.judge.verdicts import NOT_COMPARED, tier
     from accuracy.workflows.array_files import write_arrays
-    from accuracy.workflows.model.sweep import run_model
+    from accuracy.workflows.model.sweep import ModelRun, run_model
     from accuracy.workflows.model.zoo import example_inputs
 
     with tempfile.TemporaryDirectory() as tmp:
         inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
-        report = run_model(MODEL, inputs, ports)
+        report = run_model(ModelRun(MODEL, inputs, ports))
     return {
         p["port"]: {
             "relative_error": p["output"]["relative_error"],

@@ -79,7 +79,7 @@ def measure(model_name: str, port: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         inputs = write_arrays(Path(tmp) / f"{model_name}.npz", given)
         started = time.perf_counter()
-        report = sweep.run_model(spec, inputs, None if port == "default" else [port])
+        report = sweep.run_model(sweep.ModelRun(spec, inputs, None if port == "default" else [port]))
         wall = time.perf_counter() - started
     forward = _float64_forward(load_model(spec, False), given)
     ports = report.ports

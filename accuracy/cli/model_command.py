@@ -142,24 +142,24 @@ def run(args) -> int:
     if args.html and args.save_activations and Path(args.html).resolve() == Path(args.save_activations).resolve():
         raise OpbenchError(f"--html and --save-activations name the same file {args.html}: give each its own")
     from accuracy.cli.text.model import render
-    from accuracy.workflows.model.sweep import run_model  # torch, pandas: only when it runs
+    from accuracy.workflows.model.sweep import ModelRun, run_model  # torch, pandas: only when it runs
 
     # the user's factory and forward may print: their words go to stderr, so that stdout is the
     # report (and --json stays parseable)
     with contextlib.redirect_stdout(sys.stderr):
-        report = run_model(
+        asked = ModelRun(
             args.factory,
             args.inputs,
-            args.port,
-            files,
-            args.save_activations,
-            args.train,
-            args.keras,
+            ports=args.port,
+            activations_files=files,
+            save_path=args.save_activations,
+            train=args.train,
+            keras=args.keras,
             dask=args.dask,
-            progress=item_progress("model"),
             onnx_files={label: (path, maps.get(label)) for label, path in onnx.items()},
             calibration=args.calibration,
         )
+        report = run_model(asked, progress=item_progress("model"))
     text = (
         dumps(report.as_dict())
         if args.json

@@ -164,7 +164,7 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
     """`x.mul_` with threads:1 and onnxruntime on a cold export cache: the export traced the forward
     on the shared input, doubling it, and PyTorch's own port read 'beyond rounding: output error
     0.495' (exit 1), its layer 0 'inherited 2.41'; on a warm cache exit 0."""
-    from accuracy.workflows.model.sweep import run_model
+    from accuracy.workflows.model.sweep import ModelRun, run_model
 
     (tmp_path / "doubles.py").write_text(DOUBLING)
     monkeypatch.chdir(tmp_path)
@@ -174,8 +174,8 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
     inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
     try:
         if cache == "warm":
-            run_model("doubles:doubling", inputs, ["onnxruntime"])
-        report = run_model("doubles:doubling", inputs, ["threads:1", "onnxruntime"])
+            run_model(ModelRun("doubles:doubling", inputs, ["onnxruntime"]))
+        report = run_model(ModelRun("doubles:doubling", inputs, ["threads:1", "onnxruntime"]))
     finally:
         sys.modules.pop("doubles", None)
     for port in report.ports:
@@ -394,13 +394,13 @@ def test_a_module_name_holding_a_slash_is_not_compared_on_onnx_saying_why(tmp_pa
     """The exporter's node names join scopes with '/': `a/b`'s nodes read as module `a`, child `b`;
     the unit is not compared, with that reason (not 'folded away or constant at export'), the rest
     judged."""
-    from accuracy.workflows.model.sweep import run_model
+    from accuracy.workflows.model.sweep import ModelRun, run_model
 
     (tmp_path / "named_onnx.py").write_text(NAMED)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        (port,) = run_model("named_onnx:named", "input=4x16", ["onnxruntime"]).ports
+        (port,) = run_model(ModelRun("named_onnx:named", "input=4x16", ["onnxruntime"])).ports
     finally:
         sys.modules.pop("named_onnx", None)
     rows = {r["path"]: r for r in port["layers"]}

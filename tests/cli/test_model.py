@@ -27,7 +27,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.ports import build_port
 from accuracy.workflows.model.ports.torch_variants import TorchPort
-from accuracy.workflows.model.sweep import evaluate_ports, run_model
+from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import load_model, model_inputs, record, run_reference
 from accuracy.workflows.model.zoo import example_inputs, small_cnn, small_transformer
 
@@ -52,7 +52,7 @@ def _port_file(tmp_path, model: nn.Module, inputs: dict, name: str = "port.safet
 
 
 def _judged(spec, inputs_path, port_path) -> dict:
-    report = run_model(spec, inputs_path, activations_files={"port": str(port_path)})
+    report = run_model(ModelRun(spec, inputs_path, activations_files={"port": str(port_path)}))
     (port,) = report.ports
     return port
 
@@ -66,7 +66,7 @@ def _assert_first(port: dict, layer: str) -> None:
 
 @pytest.mark.slow  # ~20 s on the shared 2-core machine: three ports, two ways of cutting units
 def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
-    report = run_model(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"])
+    report = run_model(ModelRun(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"]))
     assert report.within_rounding
     for port in report.ports:
         assert port["flagged"] == 0 and port["first_not_within"] is None, port["port"]
@@ -80,7 +80,7 @@ def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
 
 
 def test_onnx_runtime_port_of_a_transformer_block_flags_no_layer(block_inputs):
-    report = run_model(BLOCK, block_inputs, ["onnxruntime"])
+    report = run_model(ModelRun(BLOCK, block_inputs, ["onnxruntime"]))
     (port,) = report.ports
     assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 5
     tiers = {r["path"]: r["tier"] for r in port["layers"]}
@@ -202,7 +202,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, cnn_i
 def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the CUDA ports run")
-    report = run_model(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"])
+    report = run_model(ModelRun(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"]))
     assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
     assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding
 
@@ -213,7 +213,7 @@ def test_cuda_ports_with_tf32_off_and_on_flag_no_layer_on_a_gpu(example, tmp_pat
     """On an H200 (docs/gpu.md): TF32 on is within rounding at TF32 precision, and BERT's LayerNorm
     (eps 1e-12, judged as a function) no longer 'suspicious' on CUDA with TF32 off."""
     inputs = write_arrays(tmp_path / "x.npz", example_inputs(example))
-    report = run_model(f"accuracy.workflows.model.zoo:{example}", inputs, ["cuda", "cuda-tf32"])
+    report = run_model(ModelRun(f"accuracy.workflows.model.zoo:{example}", inputs, ["cuda", "cuda-tf32"]))
     assert report.absent == []
     for port in report.ports:
         assert port["flagged"] == 0, (port["port"], [(r["path"], r["reason"]) for r in port["layers"]])
@@ -283,7 +283,7 @@ def test_tf32_results_are_within_rounding_at_tf32_and_a_tf32_leak_into_float32_i
 def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
     from accuracy.workflows.model.zoo import keras_small_cnn
 
-    correct = run_model(CNN, cnn_inputs, keras=keras_small_cnn())
+    correct = run_model(ModelRun(CNN, cnn_inputs, keras=keras_small_cnn()))
     (port,) = correct.ports
     assert port["flagged"] == 0 and port["compared"] == 8, [(r["path"], r["verdict"]) for r in port["layers"]]
     for bug, layer in [
@@ -291,12 +291,12 @@ def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
         ({"same_padding": True}, "conv1"),
         ({"channels_first_flatten": False}, "flatten"),
     ]:
-        _assert_first(run_model(CNN, cnn_inputs, keras=keras_small_cnn(**bug)).ports[0], layer)
+        _assert_first(run_model(ModelRun(CNN, cnn_inputs, keras=keras_small_cnn(**bug))).ports[0], layer)
     model, mapping = keras_small_cnn()
     with pytest.raises(OpbenchError, match="calls no leaf module layer9"):
-        run_model(CNN, cnn_inputs, keras=(model, mapping | {"fc": "layer9"}))
+        run_model(ModelRun(CNN, cnn_inputs, keras=(model, mapping | {"fc": "layer9"})))
     with pytest.raises(OpbenchError, match="has no layer conv7"):
-        run_model(CNN, cnn_inputs, keras=(model, mapping | {"conv7": "conv1"}))
+        run_model(ModelRun(CNN, cnn_inputs, keras=(model, mapping | {"conv7": "conv1"})))
 
 
 def test_generated_inputs_and_the_html_page_with_its_plot(capsys, tmp_path):
@@ -366,7 +366,7 @@ def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path,
     calls, out = record(small_cnn().eval(), example_inputs("small_cnn"))
     outputs_only = {k: v for k, v in activations(calls, out).items() if "/in" not in k}
     report = run_model(
-        CNN, cnn_inputs, activations_files={"phone": str(write_arrays(tmp_path / "o.npz", outputs_only))}
+        ModelRun(CNN, cnn_inputs, activations_files={"phone": str(write_arrays(tmp_path / "o.npz", outputs_only))})
     )
     (port,) = report.ports
     assert port["compared"] == 0 and not report.within_rounding  # nothing judged is no pass
@@ -395,7 +395,7 @@ def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
     """TorchScript's end-to-end run replaces leaves by stand-ins; a model reading its own dtype
     from its parameters (bert2) failed there when they held none."""
     monkeypatch.chdir(Path(__file__).parents[2])
-    report = run_model("tests.cli.test_model:reads_its_dtype", "x=2x4", ["torchscript"])
+    report = run_model(ModelRun("tests.cli.test_model:reads_its_dtype", "x=2x4", ["torchscript"]))
     assert report.within_rounding and report.ports[0]["compared"] == 1
 
 
@@ -434,9 +434,11 @@ def test_albert_s_shared_layer_is_not_judged_on_nodes_of_both_its_calls():
     from accuracy.workflows.model.census_models import MODULE, build, inputs_for
 
     report = run_model(
-        f"{MODULE}:transformers_albert",
-        inputs_for("transformers_albert", build("transformers_albert")),
-        ["onnxruntime-noopt"],
+        ModelRun(
+            f"{MODULE}:transformers_albert",
+            inputs_for("transformers_albert", build("transformers_albert")),
+            ["onnxruntime-noopt"],
+        )
     )
     (port,) = report.ports
     rows = {row["path"]: row for row in port["layers"]}
@@ -498,7 +500,7 @@ def test_a_unit_that_changes_its_integer_inputs_is_rerun_on_copies(monkeypatch):
     handed, on every rerun: PyTorch against itself was 'beyond rounding' at 2e9 ulp."""
     monkeypatch.chdir(Path(__file__).parents[2])
     ids = {"ids": np.arange(6).reshape(1, 6)}
-    report = run_model("tests.cli.test_model:offsets_its_ids", ids, ["threads:1"])
+    report = run_model(ModelRun("tests.cli.test_model:offsets_its_ids", ids, ["threads:1"]))
     (port,) = report.ports
     assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 2
     assert all(row["verdict"] == WITHIN for row in port["layers"])
@@ -509,6 +511,6 @@ def test_the_float64_reference_makes_tensors_without_a_dtype_in_float64(monkeypa
     the default dtype: float32 cannot hold it, and the census listed both models as not run."""
     monkeypatch.chdir(Path(__file__).parents[2])
     x = {"x": np.random.default_rng(0).standard_normal((1, 5, 4)).astype(np.float32)}
-    report = run_model("tests.cli.test_model:full_of_the_minimum", x, ["threads:1"])
+    report = run_model(ModelRun("tests.cli.test_model:full_of_the_minimum", x, ["threads:1"]))
     assert report.within_rounding and report.ports[0]["flagged"] == 0
     assert torch.get_default_dtype() == torch.float32  # and the default is given back

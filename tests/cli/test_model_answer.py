@@ -26,7 +26,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.answer import LINE, STYLES, is_flagged, look_closer, port_answer, ratio, short_reason
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import decoder, example_inputs
 
@@ -48,7 +48,7 @@ def files(tmp_path_factory) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def flagged(files) -> ModelReport:
     x, port = files
-    return run_model(DECODER, x, activations_files={"port": port})
+    return run_model(ModelRun(DECODER, x, activations_files={"port": port}))
 
 
 def test_every_outcome_has_one_style_and_only_verdicts_not_within_rounding_are_flagged():

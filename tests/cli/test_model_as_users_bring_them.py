@@ -19,7 +19,7 @@ from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import example_inputs
 
@@ -134,7 +134,7 @@ def _x(tmp_path, name="x", shape=(4, 16)):
 def test_in_place_layers_are_judged_on_what_they_received(user):
     """Hardswish(inplace=True) and LeakyReLU(inplace=True) overwrite their input: recorded after the
     call, the input was the output, and PyTorch against itself read 1e6x the threshold."""
-    report = run_model("mymodels:in_place", _x(user, "input"), ["threads:1", "torchscript"])
+    report = run_model(ModelRun("mymodels:in_place", _x(user, "input"), ["threads:1", "torchscript"]))
     for port in report.ports:
         assert port["flagged"] == 0 and port["compared"] == 5, [(r["path"], r["reason"]) for r in port["layers"]]
         assert port["end_to_end"]["verdict"] == "within rounding"
@@ -144,7 +144,7 @@ def test_in_place_layers_are_judged_on_what_they_received(user):
 def test_a_forward_that_writes_to_its_input_leaves_the_inputs_alone(user):
     inputs = _x(user)
     before = np.load(inputs)["x"].copy()
-    report = run_model("mymodels:doubling", inputs, ["threads:1"])
+    report = run_model(ModelRun("mymodels:doubling", inputs, ["threads:1"]))
     (port,) = report.ports
     assert np.array_equal(np.load(inputs)["x"], before)
     # PyTorch's own float32 output on the same input is a few ulps off the float64 model, not 0.99
@@ -267,7 +267,7 @@ def test_a_users_factory_imports_transformers_plainly_and_the_default_ports_run_
     fails on it; the dynamo exporter takes it). The ONNX ports judge parents (blocks, attention,
     MLPs) as well as leaves, and a correct export flags nothing."""
     ids = str(write_arrays(user / "ids.npz", {"input_ids": np.arange(8).reshape(1, 8)}))
-    report = run_model("mymodels:llama_tiny", ids)
+    report = run_model(ModelRun("mymodels:llama_tiny", ids))
     ort, noopt, torchscript = report.ports
     assert report.absent == [] and report.within_rounding
     assert torchscript["port"] == "torchscript" and torchscript["flagged"] == 0 and torchscript["compared"] == 24
@@ -280,7 +280,7 @@ def test_a_users_factory_imports_transformers_plainly_and_the_default_ports_run_
     reasons = {r["path"]: r["reason"] for r in torchscript["layers"] if r["verdict"] == "not compared"}
     assert set(reasons) == {"rotary_emb", "layers.0", "layers.0.self_attn", "layers.1", "layers.1.self_attn"}
     assert "returns a tuple" in reasons["rotary_emb"] and "other arguments" in reasons["layers.0"]
-    (threads,) = run_model("mymodels:llama_tiny", ids, ["threads:1"]).ports  # its own modules: every unit
+    (threads,) = run_model(ModelRun("mymodels:llama_tiny", ids, ["threads:1"])).ports  # its own modules: every unit
     assert threads["compared"] == 29 and threads["flagged"] == 0
 
 
@@ -294,7 +294,7 @@ def test_stock_mobilenet_v3_against_itself_flags_nothing(tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    report = run_model("tv:mnv3", "x=1x3x32x32", ["threads:1"])
+    report = run_model(ModelRun("tv:mnv3", "x=1x3x32x32", ["threads:1"]))
     (port,) = report.ports
     assert port["flagged"] == 0 and port["compared"] == 208 and report.within_rounding  # 141 leaves, 67 parents
 
@@ -314,7 +314,7 @@ def test_stock_mobilenets_against_onnx_runtime_compare_every_layer_and_flag_noth
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     for factory, compared, not_compared in (("v2", 159, ["classifier.0"]), ("v3", 173, [])):
-        report = run_model(f"mobilenets:{factory}", "x=1x3x32x32", ["onnxruntime"])
+        report = run_model(ModelRun(f"mobilenets:{factory}", "x=1x3x32x32", ["onnxruntime"]))
         (port,) = report.ports
         assert [r["path"] for r in port["layers"] if r["verdict"] == "not compared"] == not_compared, factory
         assert port["compared"] == compared and port["flagged"] == 0 and report.within_rounding, factory
@@ -327,7 +327,7 @@ def test_inf_in_the_inputs_is_data_judged_on_the_finite_part(user):
     x = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
     x[1, 3] = np.inf
     inputs = str(write_arrays(user / "input.npz", {"input": x}))
-    report = run_model("mymodels:in_place", inputs, ["threads:1", "onnxruntime"])
+    report = run_model(ModelRun("mymodels:in_place", inputs, ["threads:1", "onnxruntime"]))
     assert report.nonfinite == {"inputs": {"input": 1}, "weights": {}, "output": 8}  # row 1 of the 8 outputs per row
     for port in report.ports:
         assert port["flagged"] == 0 and port["compared"] == 5 and port["end_to_end"]["verdict"] == "within rounding"
@@ -375,7 +375,7 @@ def test_the_float64_reference_keeps_a_models_own_float32_casts_in_float64(user)
     assert out.dtype == torch.float64 and np.max(np.abs(out.numpy() - exact) / np.abs(exact)) < 1e-15
     _, out32 = run_in(model, {"input": x}, FORMATS["float32"])  # a port's own dtype keeps the casts
     assert out32.dtype == torch.float32 and np.max(np.abs(out32.numpy() - exact) / np.abs(exact)) > 1e-9
-    report = run_model("mymodels:casting_norm", "input=4x32", ["threads:1"])
+    report = run_model(ModelRun("mymodels:casting_norm", "input=4x32", ["threads:1"]))
     row = report.ports[0]["layers"][0]
     assert row["max_ulp"] > 0 and row["typical_ratio"] > 0 and row["verdict"] == "within rounding"
 
@@ -419,7 +419,9 @@ def test_a_runtimes_own_end_to_end_activations_give_its_own_propagated_error(tmp
     arrays["output"] = arrays["fc"]
     x = write_arrays(tmp_path / "x.npz", inputs)
     file = write_arrays(tmp_path / "port.safetensors", arrays)
-    (judged,) = run_model("accuracy.workflows.model.zoo:small_cnn", x, activations_files={"p": str(file)}).ports
+    (judged,) = run_model(
+        ModelRun("accuracy.workflows.model.zoo:small_cnn", x, activations_files={"p": str(file)})
+    ).ports
     assert judged["first_not_within"] == "bn1"
     fc = next(r for r in judged["layers"] if r["path"] == "fc")
     assert fc["propagated"] > 1e-5  # the port's own run carries bn1's error to its output
@@ -437,7 +439,7 @@ def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
     calls, out = record(port, {"input": x})
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "input.npz", {"input": x}))
-    (judged,) = run_model("mymodels:in_place", inputs, activations_files={"p": str(file)}).ports
+    (judged,) = run_model(ModelRun("mymodels:in_place", inputs, activations_files={"p": str(file)})).ports
     row = next(r for r in judged["layers"] if r["path"] == "3")
     assert judged["first_not_within"] == "3" and row["verdict"] == "beyond rounding"
     assert row["cause"]["explains"] and row["cause"]["parameters"] == {"negative_slope": 0.2}
@@ -484,5 +486,5 @@ def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(t
         looked_up = model.embeddings.word_embeddings(*ids).numpy()
     assert judge_unit(lookup, ids, fmt, {"torch": looked_up})["torch"].tier == LOOKUP_TIER
     given = write_arrays(tmp_path / "ids.npz", example_inputs("bert2"))
-    report = run_model("accuracy.workflows.model.zoo:bert2", given, ["threads:1"])
+    report = run_model(ModelRun("accuracy.workflows.model.zoo:bert2", given, ["threads:1"]))
     assert report.ports[0]["flagged"] == 0

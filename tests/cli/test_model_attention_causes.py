@@ -21,7 +21,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import _distance, causes
 from accuracy.workflows.model.causes.attention import AttentionChange, is_attention, with_change
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.trace import float64_throughout, record
 from accuracy.workflows.model.zoo import DecoderAttention, bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
@@ -41,7 +41,9 @@ def _port(tmp_path, name: str, port, patches: tuple = (), inputs: dict | None = 
     folder.mkdir()
     file = write_arrays(folder / "port.safetensors", activations(calls, out))
     x = write_arrays(folder / "x.npz", inputs)
-    (judged,) = run_model(f"accuracy.workflows.model.zoo:{name}", x, activations_files={"port": str(file)}).ports
+    (judged,) = run_model(
+        ModelRun(f"accuracy.workflows.model.zoo:{name}", x, activations_files={"port": str(file)})
+    ).ports
     return judged
 
 
@@ -228,7 +230,9 @@ def test_a_reference_with_the_ports_nan_rows_is_nearer_than_any_without(padded, 
 def test_correct_ports_get_no_cause(tmp_path):
     port = _port(tmp_path, "decoder", decoder(sdpa=True))
     assert port["flagged"] == 0 and all("cause" not in r for r in port["layers"])
-    report = run_model("accuracy.workflows.model.zoo:llama_tiny", _ids(tmp_path), ["threads:1", "torchscript"])
+    report = run_model(
+        ModelRun("accuracy.workflows.model.zoo:llama_tiny", _ids(tmp_path), ["threads:1", "torchscript"])
+    )
     assert [p["flagged"] for p in report.ports] == [0, 0]
     assert all("cause" not in row for port in report.ports for row in port["layers"])
 

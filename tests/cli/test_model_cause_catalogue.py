@@ -26,7 +26,7 @@ from accuracy.workflows.model.causes.layout import _regridded, _tf_same
 from accuracy.workflows.model.causes.normalization import NormWritten
 from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.sweep import evaluate_ports, run_model
+from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import record, run_reference
 from accuracy.workflows.model.unit import leaf_units
 from accuracy.workflows.model.zoo import SEED, decoder, example_inputs, small_cnn, small_mixed, small_transformer
@@ -75,7 +75,7 @@ def _port(tmp_path, spec: str, inputs: dict, port) -> dict:
     calls, out = record(port.eval(), inputs)
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     x = write_arrays(tmp_path / "x.npz", inputs)
-    (judged,) = run_model(spec, x, activations_files={"port": str(file)}).ports
+    (judged,) = run_model(ModelRun(spec, x, activations_files={"port": str(file)})).ports
     return judged
 
 

@@ -11,7 +11,7 @@ from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import decoder, example_inputs, small_cnn, small_transformer
 
@@ -21,7 +21,9 @@ def _port(tmp_path, name: str, port) -> dict:
     calls, out = record(port, inputs)
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     x = write_arrays(tmp_path / "x.npz", inputs)
-    (judged,) = run_model(f"accuracy.workflows.model.zoo:{name}", x, activations_files={"port": str(file)}).ports
+    (judged,) = run_model(
+        ModelRun(f"accuracy.workflows.model.zoo:{name}", x, activations_files={"port": str(file)})
+    ).ports
     return judged
 
 
@@ -99,5 +101,5 @@ def test_an_uncatalogued_bug_gets_no_known_cause(tmp_path):
 
 
 def test_a_correct_port_and_units_within_rounding_get_no_cause():
-    report = run_model("accuracy.workflows.model.zoo:small_cnn", "x=2x3x8x8", ["threads:1", "onnxruntime"])
+    report = run_model(ModelRun("accuracy.workflows.model.zoo:small_cnn", "x=2x3x8x8", ["threads:1", "onnxruntime"]))
     assert all("cause" not in row for port in report.ports for row in port["layers"])

@@ -14,7 +14,7 @@ import torch
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import decoder, example_inputs
 
@@ -26,7 +26,7 @@ def _judged_port(tmp_path, **bug) -> dict:
     calls, out = record(decoder(**bug), inputs)
     port = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     x = write_arrays(tmp_path / "x.npz", inputs)
-    (judged,) = run_model(DECODER, x, activations_files={"port": str(port)}).ports
+    (judged,) = run_model(ModelRun(DECODER, x, activations_files={"port": str(port)})).ports
     return judged
 
 
@@ -77,7 +77,7 @@ def test_the_answer_says_the_difference_is_in_the_parents_own_forward(tmp_path, 
 
 
 def test_one_thread_against_itself_flags_nothing_in_any_module():
-    report = run_model(DECODER, "x=1x8x32", ["threads:1"])
+    report = run_model(ModelRun(DECODER, "x=1x8x32", ["threads:1"]))
     (port,) = report.ports
     assert port["flagged"] == 0 and port["compared"] == 27 and report.within_rounding
     assert {r["depth"] for r in port["layers"]} == {0, 1, 2}  # layers.0 -> self_attn -> q_proj

@@ -19,7 +19,7 @@ from chromium import chromium, needs_chromium
 from cli_runner import run_main
 
 from accuracy.workflows.array_files import read_arrays, write_arrays
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import example_inputs, gpt2_tiny, llama_tiny
 
@@ -32,7 +32,9 @@ def _inputs(tmp_path, name: str) -> str:
 
 @pytest.mark.slow  # transformers' GPT-2, exported and run twice
 def test_onnx_ports_judge_gpt2_blocks_and_a_correct_export_flags_nothing(tmp_path):
-    report = run_model(ZOO + "gpt2_tiny", _inputs(tmp_path, "gpt2_tiny"), ["onnxruntime", "onnxruntime-noopt"])
+    report = run_model(
+        ModelRun(ZOO + "gpt2_tiny", _inputs(tmp_path, "gpt2_tiny"), ["onnxruntime", "onnxruntime-noopt"])
+    )
     assert report.absent == [] and report.within_rounding
     for port in report.ports:
         rows = {r["path"]: r for r in port["layers"]}
@@ -49,7 +51,7 @@ def test_a_modules_further_outputs_are_saved_and_read_back(tmp_path):
     names no layer)."""
     inputs = _inputs(tmp_path, "llama_tiny")
     saved = tmp_path / "llama.safetensors"
-    run_model(ZOO + "llama_tiny", inputs, ["threads:1"], save_path=saved)
+    run_model(ModelRun(ZOO + "llama_tiny", inputs, ["threads:1"], save_path=saved))
     arrays = read_arrays(saved)
     calls, _ = record(llama_tiny(), example_inputs("llama_tiny"))
     (rotary,) = [c for c in calls if c.path == "rotary_emb"]
@@ -57,7 +59,7 @@ def test_a_modules_further_outputs_are_saved_and_read_back(tmp_path):
     cos, sin = rotary.module(*args, **kwargs)
     assert np.array_equal(arrays["rotary_emb"], cos.numpy()) and np.array_equal(arrays["rotary_emb/out1"], sin.numpy())
     assert not any("/out" in k for k in arrays if not k.startswith("rotary_emb"))  # single-output modules: none
-    report = run_model(ZOO + "llama_tiny", inputs, activations_files={"mine": str(saved)})
+    report = run_model(ModelRun(ZOO + "llama_tiny", inputs, activations_files={"mine": str(saved)}))
     (port,) = report.ports
     assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 29 and port["not_compared"] == 0
 
@@ -95,7 +97,7 @@ def test_the_model_page_indents_nested_units_under_their_parent(tmp_path):
     """As a browser lays it out: a block's attention right of the block, its projections further right."""
     from accuracy.report.model_page import model_page
 
-    report = run_model(ZOO + "decoder", "x=1x8x32", ["threads:1"])
+    report = run_model(ModelRun(ZOO + "decoder", "x=1x8x32", ["threads:1"]))
     page = tmp_path / "model.html"
     page.write_text(model_page(report.as_dict(), report.notes(), report.derivations()) + PROBE)
     dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
@@ -163,7 +165,7 @@ def test_an_ort_optimized_bert_is_judged_with_its_fused_nodes_as_units(bert_opti
     kinds = {n.op_type for n in onnx.load(path).graph.node}
     assert {"SkipLayerNormalization", "Gelu", "Gemm"} <= kinds  # what the optimizer fused
     inputs = _inputs(tmp, "bert2")
-    report = run_model(ZOO + "bert2", inputs, [], onnx_files={"ort": (str(path), None)})
+    report = run_model(ModelRun(ZOO + "bert2", inputs, [], onnx_files={"ort": (str(path), None)}))
     rows = _rows(report)
     # SkipLayerNormalization (the dense's bias, the residual add, the LayerNorm) after a Linear of
     # its own: judged as the sublayer holding them
@@ -182,7 +184,7 @@ def test_an_ort_optimized_bert_is_judged_with_its_fused_nodes_as_units(bert_opti
     assert report.ports[0]["compared"] == 33
 
     broken = _edited(path, "SkipLayerNormalization", 0, 1e-3)  # BERT's LayerNorm eps is 1e-12
-    flagged = _flagged(run_model(ZOO + "bert2", inputs, [], onnx_files={"ort": (str(broken), None)}))
+    flagged = _flagged(run_model(ModelRun(ZOO + "bert2", inputs, [], onnx_files={"ort": (str(broken), None)})))
     innermost = {p for p in flagged - {"embeddings"} if not any(q.startswith(p + ".") for q in flagged)}
     assert innermost == {"encoder.layer.0.attention.output"}
 
@@ -216,7 +218,7 @@ def test_an_ort_optimized_llama_flags_nothing_and_a_broken_norm_is_named(llama_o
     kinds = [n.op_type for n in onnx.load(path).graph.node]
     assert kinds.count("SkipSimplifiedLayerNormalization") == 4 and "SimplifiedLayerNormalization" in kinds
     inputs = _inputs(tmp, "llama_tiny")
-    report = run_model(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(path), None)})
+    report = run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(path), None)}))
     rows = _rows(report)
     assert report.within_rounding and _flagged(report) == set() and report.ports[0]["compared"] == 27
     # a norm fused with the residual add before it is still judged, fed the reference's own values
@@ -226,7 +228,7 @@ def test_an_ort_optimized_llama_flags_nothing_and_a_broken_norm_is_named(llama_o
     assert "fused with the code after it" in rows["layers.1"]["reason"]  # its output never exists as a value
 
     broken = _edited(path, "SkipSimplifiedLayerNormalization", 0, 1e-2)  # Llama's eps is 1e-6
-    flagged = _flagged(run_model(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(broken), None)}))
+    flagged = _flagged(run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(broken), None)})))
     innermost = {p for p in flagged if not any(q.startswith(p + ".") for q in flagged)}
     assert innermost == {"layers.0.post_attention_layernorm"}
 
@@ -246,11 +248,13 @@ def test_a_mapping_file_pairs_values_the_exporters_names_miss(llama_optimized, t
     renamed = tmp_path / "renamed.onnx"
     onnx.save(model, renamed)
     inputs = _inputs(tmp_path, "llama_tiny")
-    alone = _rows(run_model(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), None)}))
+    alone = _rows(run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), None)})))
     assert alone["layers.0.input_layernorm"]["verdict"] == "not compared"
     mapping = tmp_path / "names.json"
     mapping.write_text(json.dumps({"renamed_norm": "layers.0.input_layernorm"}))
-    paired = _rows(run_model(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), str(mapping))}))
+    paired = _rows(
+        run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), str(mapping))}))
+    )
     assert paired["layers.0.input_layernorm"]["verdict"] == "within rounding"
 
 

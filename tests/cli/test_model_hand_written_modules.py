@@ -15,7 +15,7 @@ import pytest
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 
 USER_MODEL = '''
@@ -111,7 +111,7 @@ def _port_of(user, build) -> dict:
         calls, out = record(port, {"x": x})
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "x.npz", {"x": x}))
-    (judged,) = run_model("handlayers:net", inputs, activations_files={"p": str(file)}).ports
+    (judged,) = run_model(ModelRun("handlayers:net", inputs, activations_files={"p": str(file)})).ports
     return {r["path"]: r for r in judged["layers"]}
 
 
@@ -278,7 +278,7 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
             calls, out = record(port, {"x": x})
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
-        (judged,) = run_model("handattention:tiny", inputs, activations_files={"p": str(file)}).ports
+        (judged,) = run_model(ModelRun("handattention:tiny", inputs, activations_files={"p": str(file)})).ports
     finally:
         sys.modules.pop("handattention", None)
     cause = {r["path"]: r for r in judged["layers"]}["attn"]["cause"]
@@ -342,7 +342,7 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
             calls, out = record(port, {"x": x})
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
-        (judged,) = run_model("handcnn:cnn", inputs, activations_files={"p": str(file)}).ports
+        (judged,) = run_model(ModelRun("handcnn:cnn", inputs, activations_files={"p": str(file)})).ports
     finally:
         sys.modules.pop("handcnn", None)
     rows = {r["path"]: r for r in judged["layers"]}

@@ -14,7 +14,7 @@ import pytest
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 
 USER_DECODER = '''
@@ -108,7 +108,7 @@ def test_a_hand_written_decoder_with_a_config_held_eps_runs_and_its_bugs_are_nam
     calls, out = record(port, {"x": x})
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "x.npz", {"x": x}))
-    (judged,) = run_model("handmade:decoder", inputs, activations_files={"p": str(file)}).ports
+    (judged,) = run_model(ModelRun("handmade:decoder", inputs, activations_files={"p": str(file)})).ports
     rows = {r["path"]: r for r in judged["layers"]}
     for path, eps, own in (("norm", 1e-3, "1e-06"), ("bare", 1e-2, "1e-05"), ("gated", 1e-3, "1e-06")):
         cause = rows[path]["cause"]
@@ -156,7 +156,7 @@ def test_a_unit_the_judge_fails_on_is_not_compared_with_why_and_the_rest_is_judg
         return judge(self)
 
     monkeypatch.setattr(sweep.Judging, "judge", failing)
-    (port,) = run_model("handmade:decoder", "x=4x16", ["threads:1"]).ports
+    (port,) = run_model(ModelRun("handmade:decoder", "x=4x16", ["threads:1"])).ports
     rows = {r["path"]: r for r in port["layers"]}
     assert rows["bare"]["verdict"] == "not compared"
     assert rows["bare"]["reason"].startswith("the judge failed on it: RuntimeError: a unit the judge cannot take")

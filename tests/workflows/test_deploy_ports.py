@@ -20,7 +20,7 @@ from accuracy.core.files import cache_home
 from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.zoo import example_inputs
 
@@ -96,7 +96,7 @@ def _up_weight_in_bfloat16(module) -> None:
 
 
 def _port(spec: str, inputs: str, port: str) -> dict:
-    report = run_model(spec, inputs, [port])
+    report = run_model(ModelRun(spec, inputs, [port]))
     assert report.absent == []
     (result,) = report.ports
     return result

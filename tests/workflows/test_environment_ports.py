@@ -21,7 +21,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.ports import build_port, spec_for
 from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild
 from accuracy.workflows.model.ports.environments import READY, environments_root, pins_for
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
 
 pytestmark = pytest.mark.slow  # uv and a Python with torch: seconds
@@ -79,7 +79,7 @@ def test_a_factory_importing_only_torch_runs_unchanged_in_an_environment_built_t
 
 def test_pins_that_do_not_resolve_are_one_line_and_the_other_ports_stand(offline, tmp_path):
     inputs = write_arrays(tmp_path / "x.npz", _inputs())
-    report = run_model(offline, inputs, ["env:torch==0.0.1", "env:torch>>1", "threads:1"])
+    report = run_model(ModelRun(offline, inputs, ["env:torch==0.0.1", "env:torch>>1", "threads:1"]))
     (threads,) = report.ports
     assert threads["compared"] == 3 and threads["flagged"] == 0
     unresolved, malformed = report.absent

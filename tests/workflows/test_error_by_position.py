@@ -21,7 +21,7 @@ from accuracy.workflows.model.causes.positional import FIRST, positional_shape
 from accuracy.workflows.model.decoders import base_inputs, base_model, llama3_base
 from accuracy.workflows.model.family_selftest import FLOAT32, _first_applicable
 from accuracy.workflows.model.positions import error_by_position, sequence_length
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record, run_reference
 from accuracy.workflows.model.unit import Unit, port_inputs
 
@@ -33,7 +33,7 @@ def test_ignored_rope_scaling_is_exact_at_position_0_and_grows_with_position(tmp
     port = copy.deepcopy(model)
     port.rotary_emb = _scaling_ignored(model.rotary_emb, None)
     path = write_arrays(tmp_path / "port.safetensors", activations(*record(port, given)))
-    report = run_model("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": str(path)})
+    report = run_model(ModelRun("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": str(path)}))
     (result,) = report.ports
     assert result["first_not_within"] == "rotary_emb"
     row = next(r for r in result["layers"] if r["path"] == "rotary_emb")
@@ -68,7 +68,7 @@ def test_an_error_that_grows_with_position_points_the_causes_to_the_rotary_scali
     first, and nothing said how the error ran along the sequence."""
     model, given = llama3_base(), base_inputs("transformers_llama3")
     path = _port_file(tmp_path, model, given, "rotary_emb", _scaling_ignored(model.rotary_emb, None))
-    report = run_model("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": path})
+    report = run_model(ModelRun("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": path}))
     row = next(r for r in report.ports[0]["layers"] if r["path"] == "rotary_emb")
     cause = row["cause"]
     assert cause["name"] == "rope scaling ignored" and cause["explains"]
@@ -83,7 +83,7 @@ def test_an_error_that_starts_at_the_window_points_the_causes_to_the_window(tmp_
     model, given = base_model("transformers_mistral"), base_inputs("transformers_mistral")
     attention = model.layers[0].self_attn
     path = _port_file(tmp_path, model, given, "layers.0.self_attn", with_change(attention, AttentionChange(window=3)))
-    report = run_model("accuracy.workflows.model.decoders:mistral_base", dict(given), [], {"port": path})
+    report = run_model(ModelRun("accuracy.workflows.model.decoders:mistral_base", dict(given), [], {"port": path}))
     result = report.ports[0]
     assert result["first_not_within"] == "layers.0.self_attn"
     cause = next(r for r in result["layers"] if r["path"] == "layers.0.self_attn")["cause"]

@@ -20,7 +20,7 @@ from accuracy.workflows.model.causes.families import ERF, TANH, gelu_kind, has_o
 from accuracy.workflows.model.decoders import base_model, llama
 from accuracy.workflows.model.family_selftest import family_selftest
 from accuracy.workflows.model.generation import prompt_ids, run_generate
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.trace import record
 
@@ -111,7 +111,7 @@ def test_an_lm_head_tied_to_the_embedding_where_the_model_unties_them_is_named(t
     port = copy.deepcopy(model)
     port.lm_head.weight = port.model.embed_tokens.weight
     path = write_arrays(tmp_path / "tied.safetensors", activations(*record(port, given)))
-    report = run_model("accuracy.workflows.model.decoders:llama", dict(given), [], {"tied": str(path)})
+    report = run_model(ModelRun("accuracy.workflows.model.decoders:llama", dict(given), [], {"tied": str(path)}))
     (result,) = report.ports
     assert result["first_not_within"] == "lm_head"
     cause = next(r for r in result["layers"] if r["path"] == "lm_head")["cause"]

@@ -13,7 +13,7 @@ import torch
 
 from accuracy.workflows.model import export_cache, onnx_graph
 from accuracy.workflows.model.export_cache import cached_export, export_key
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.zoo import example_inputs, small_cnn
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
@@ -39,7 +39,7 @@ def _report(ports: list[str]) -> str:
             return {k: timeless(v) for k, v in value.items() if k != "seconds"}
         return [timeless(v) for v in value] if isinstance(value, list) else value
 
-    return json.dumps(timeless(run_model(SMALL_CNN, "x=2x3x8x8", ports).as_dict()["ports"]), sort_keys=True)
+    return json.dumps(timeless(run_model(ModelRun(SMALL_CNN, "x=2x3x8x8", ports)).as_dict()["ports"]), sort_keys=True)
 
 
 def test_the_two_onnxruntime_ports_of_a_run_export_once_and_a_rerun_not_at_all(cache_path, monkeypatch, exports):

@@ -15,7 +15,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes.inputs import ModelInput, _fit_normalized
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import example_inputs, small_cnn
 
@@ -34,7 +34,7 @@ def _port(tmp_path, preprocess) -> dict:
     calls, out = record(small_cnn().eval(), {"x": preprocess(image).astype(np.float32)})
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     x = write_arrays(tmp_path / "x.npz", {"x": image})
-    (port,) = run_model(CNN, x, activations_files={"port": str(file)}).ports
+    (port,) = run_model(ModelRun(CNN, x, activations_files={"port": str(file)})).ports
     return port
 
 
@@ -85,7 +85,7 @@ def test_the_same_input_is_within_rounding_with_no_cause(tmp_path):
 
 
 def test_ports_fed_the_reference_inputs_get_no_input_row():
-    report = run_model(CNN, "x=2x3x8x8", ["threads:1"])
+    report = run_model(ModelRun(CNN, "x=2x3x8x8", ["threads:1"]))
     assert report.ports[0]["inputs"] == []
 
 

@@ -21,7 +21,7 @@ from accuracy.backends import get_backend
 from accuracy.cli.main import main
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.ports import build_port
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.zoo import example_inputs
 
@@ -51,7 +51,7 @@ def _count_cpp_forwards(monkeypatch) -> list[int]:
 def test_torchscript_runs_each_leaf_from_cpp_and_a_correct_port_flags_no_layer(monkeypatch, tmp_path, model):
     handles = _count_cpp_forwards(monkeypatch)
     inputs = write_arrays(tmp_path / "x.npz", example_inputs(model))
-    report = run_model(_spec(model), inputs, ["torchscript"])
+    report = run_model(ModelRun(_spec(model), inputs, ["torchscript"]))
     (port,) = report.ports
     assert port["description"] == FROM_CPP
     assert report.within_rounding and port["flagged"] == 0 and port["not_compared"] == 0
@@ -146,7 +146,7 @@ def test_each_port_is_freed_before_the_next_is_built_and_the_heap_thawed_after(m
         return port
 
     monkeypatch.setattr(sweep.PortJob, "build_or_why", build_or_why)
-    report = run_model(_spec("small_cnn"), "x=2x3x8x8", ["threads:1", "onnxruntime-noopt"])
+    report = run_model(ModelRun(_spec("small_cnn"), "x=2x3x8x8", ["threads:1", "onnxruntime-noopt"]))
     assert [p["flagged"] for p in report.ports] == [0, 0] and len(built) == 2
     assert min(frozen) > 100_000 and gc.get_freeze_count() == 0  # the frameworks' objects, then none
 
@@ -155,5 +155,5 @@ def test_each_port_is_freed_before_the_next_is_built_and_the_heap_thawed_after(m
 
     monkeypatch.setattr(sweep, "run_port", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_model(_spec("small_cnn"), "x=2x3x8x8", ["threads:1"])
+        run_model(ModelRun(_spec("small_cnn"), "x=2x3x8x8", ["threads:1"]))
     assert gc.get_freeze_count() == 0

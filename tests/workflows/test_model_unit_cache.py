@@ -24,7 +24,7 @@ from accuracy.judge.precision import TF32
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model import sweep
 from accuracy.workflows.model.causes.precision import RoundedAround
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.unit_cache import unit_key
 from accuracy.workflows.model.units import (
@@ -73,7 +73,7 @@ def _without_timings(value):
 
 
 def _report(x, port: str) -> str:
-    return json.dumps(_without_timings(run_model(DECODER, x, [port]).as_dict()), sort_keys=True)
+    return json.dumps(_without_timings(run_model(ModelRun(DECODER, x, [port])).as_dict()), sort_keys=True)
 
 
 def _causes_counted_apart(monkeypatch, judging: dict[str, int]) -> dict[str, int]:
@@ -102,7 +102,7 @@ def test_a_rerun_with_another_port_judges_no_unit_again_and_reports_the_same(
     host: its MLAS Sigmoid); the causes tried on it are judged once, and read on the next rerun."""
     trying = _causes_counted_apart(monkeypatch, judging)
     x = write_arrays(tmp_path / "x.npz", example_inputs("decoder"))
-    run_model(DECODER, x, ["torchscript"])
+    run_model(ModelRun(DECODER, x, ["torchscript"]))
     first = dict(judging)
     assert first["first_order_spread"] > 0 and first["monte_carlo_runs"] > 0
     judging.update(dict.fromkeys(judging, 0))

@@ -22,7 +22,7 @@ from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool
 from accuracy.workflows.model.census_models import MODULE, build, census_names, inputs_for
 from accuracy.workflows.model.ports import census_ports, spec_for
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.sweep import run_model
+from accuracy.workflows.model.sweep import ModelRun, run_model
 
 FLAGGED = (SUSPICIOUS, BEYOND)  # a unit's verdict that says the port is wrong
 REASON_CHARS = 200
@@ -106,7 +106,7 @@ def census_model(name: str, ports: list[str], threads: int) -> dict:
         step = "opbench model failed"
         # the models' own prints go to stderr: stdout is the census's table or JSON
         with contextlib.redirect_stdout(sys.stderr):
-            report = run_model(f"{MODULE}:{name}", given, ports)
+            report = run_model(ModelRun(f"{MODULE}:{name}", given, ports))
     except Exception as exc:  # a model that cannot be built or run is a row, never the census's end
         row["failed"] = f"{step}: {exc if isinstance(exc, OpbenchError) else first_line(exc, typed=True)}"
     else:

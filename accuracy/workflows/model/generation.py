@@ -44,7 +44,7 @@ from accuracy.workflows.model.generation_ports import (
     onnx_port,
     torch_port,
 )
-from accuracy.workflows.model.sweep import JUDGE_THREADS
+from accuracy.workflows.model.sweep import JUDGE_THREADS, ModelRun
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.unit import Unit
 from accuracy.workflows.model.units import _evidence
@@ -399,7 +399,7 @@ def layer_sweep(spec: str, port: GenPort, ids: np.ndarray) -> dict:
             save_activations(path, activations(calls, out))
             files[port.name] = str(path)
         try:
-            report = run_model(spec, {"input_ids": ids}, [port.sweep_port] if port.sweep_port else [], files)
+            report = run_model(ModelRun(spec, {"input_ids": ids}, [port.sweep_port] if port.sweep_port else [], files))
         except OpbenchError as exc:
             return located | {"not_run": str(exc)}
     if not report.ports:

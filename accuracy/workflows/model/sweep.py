@@ -71,46 +71,81 @@ def _check_save_path(path: Path | str | None) -> None:
         raise OpbenchError(f"--save-activations {path}: {no_parent(path)}")
 
 
-def run_model(
-    spec: str,
-    inputs: Path | str | dict[str, np.ndarray],
-    ports: list[str] | None = None,
-    activations_files: dict[str, str] | None = None,
-    save_path: Path | str | None = None,
-    train: bool = False,
-    keras=None,
-    dask: str | None = None,
-    progress=None,
-    onnx_files: dict[str, tuple[str, str | None]] | None = None,
-    calibration: str | None = None,
-) -> ModelReport:
-    """The report `opbench model` prints. Every input is checked before anything is judged or
-    written: bad input is one OpbenchError.
+@dataclass(frozen=True)
+class ModelRun:
+    """What `opbench model` is asked: the model's factory MODULE:FUNCTION and its inputs (a file,
+    shapes to generate, or the arrays themselves: the census's token ids), the ports by name, the
+    files that stand for ports of their own (`activations_files`: label -> an activations file;
+    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None); `keras`: a
+    Keras factory or what it returned), where to save the reference's activations, the mode, the
+    file quantized ports calibrate on, and the Dask cluster to run on (None: here)."""
 
-    The ports are evaluated here, or each as one work item on the Dask cluster `dask` names
-    (`progress(done, total, port, seconds)` after each); the report is the same either way.
-    `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None). `inputs`: a
-    file, shapes to generate, or the arrays themselves (the census's token ids)."""
+    spec: str
+    inputs: Path | str | dict[str, np.ndarray]
+    ports: Sequence[str] | None = None
+    activations_files: dict[str, str] = field(default_factory=dict)
+    save_path: Path | str | None = None
+    train: bool = False
+    keras: Any = None
+    dask: str | None = None
+    onnx_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    calibration: str | None = None
+
+
+def run_model(run: ModelRun, progress=None) -> ModelReport:
+    """The report `opbench model` prints. Every input is checked before anything is judged or
+    written (`_checked_jobs`): bad input is one OpbenchError. The ports are evaluated here, or
+    each as one work item on the Dask cluster `run.dask` names (`progress(done, total, port,
+    seconds)` after each); the report is the same either way."""
     import torch
 
-    model = load_model(spec, train)
+    model = load_model(run.spec, run.train)
+    inputs = run.inputs
     given, source = (dict(inputs), "the inputs") if isinstance(inputs, dict) else (model_inputs(inputs), str(inputs))
     calls, out = run_reference(model, given, source)
     held = sum(t.nbytes for c in calls for t in (*c.inputs, c.output) if isinstance(t, torch.Tensor))
     check_memory(
         MODEL_MEMORY_FACTOR * held, f"the model's activations on {source} ({byte_size(held)})", MODEL_MEMORY_FRACTION
     )
-    _check_save_path(save_path)
-    file_ports = [FilePort(label, read_activations(path, calls)) for label, path in (activations_files or {}).items()]
-    if keras is not None and dask is not None and not isinstance(keras, str):
+    jobs = _checked_jobs(run, given, calls)
+    interrupted, not_run = None, []
+    if run.dask is None:
+        reports, absent = _ports_here(jobs, model, given, calls)
+    else:
+        reports, absent, interrupted = _ports_on_cluster(
+            jobs, run.dask, run.spec, run.train, model, given, calls, progress
+        )
+        finished = {r["port"] for r in reports} | {a["port"] for a in absent}
+        not_run = [job.name for job in jobs if job.name not in finished]
+    not_saved = None
+    if run.save_path is not None:
+        try:
+            save_activations(run.save_path, activations(calls, out))
+        except OpbenchError as exc:  # never overwritten, and the report is kept
+            appeared = Path(run.save_path).exists()
+            why = "a file appeared there during the run; not overwritten" if appeared else str(exc)
+            not_saved = f"--save-activations {run.save_path}: {why}"
+    shapes = {k: list(v.shape) for k, v in given.items()}
+    mode = "train (as asked)" if run.train else "eval (the default; --train keeps train mode)"
+    nonfinite = _nonfinite(given, model, out)
+    return ModelReport(run.spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
+
+
+def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> list[PortJob]:
+    """The ports to evaluate, once every input naming them is checked: the save path, the files
+    brought (each read, a bad one one line), the port names, their labels, the calibration file."""
+    import torch
+
+    _check_save_path(run.save_path)
+    file_ports = [FilePort(label, read_activations(path, calls)) for label, path in run.activations_files.items()]
+    if run.keras is not None and run.dask is not None and not isinstance(run.keras, str):
         raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
-    onnx_files = onnx_files or {}
-    for label, (onnx_path, mapping) in onnx_files.items():  # bad files are one line before anything runs
+    for label, (onnx_path, mapping) in run.onnx_files.items():  # bad files are one line before anything runs
         read_onnx(label, onnx_path)
         if mapping is not None:
             read_mapping(label, mapping)
-    brought = [p.name for p in file_ports] + list(onnx_files) + (["keras"] if keras else [])
-    names = list(ports or ([] if brought else default_ports(torch.cuda.is_available())))
+    brought = [p.name for p in file_ports] + list(run.onnx_files) + (["keras"] if run.keras else [])
+    names = list(run.ports or ([] if brought else default_ports(torch.cuda.is_available())))
     clash = sorted(set(brought) & set(names))
     if clash:
         raise OpbenchError(f"the label {clash[0]!r} of a file you gave is also a --port: give it another label")
@@ -118,30 +153,14 @@ def run_model(
         raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
-    if calibration is not None:  # a bad file is one line before anything runs
-        read_calibration(calibration, given)
-    jobs = [PortJob(name, factory=spec, train=train, calibration=calibration) for name in dict.fromkeys(names)]
+    if run.calibration is not None:  # a bad file is one line before anything runs
+        read_calibration(run.calibration, given)
+    jobs = [
+        PortJob(name, factory=run.spec, train=run.train, calibration=run.calibration) for name in dict.fromkeys(names)
+    ]
     jobs += [PortJob(p.name, file=p) for p in file_ports]
-    jobs += [PortJob(label, onnx=files) for label, files in onnx_files.items()]
-    jobs += [PortJob("keras", keras=keras)] if keras else []
-    interrupted, not_run = None, []
-    if dask is None:
-        reports, absent = _ports_here(jobs, model, given, calls)
-    else:
-        reports, absent, interrupted = _ports_on_cluster(jobs, dask, spec, train, model, given, calls, progress)
-        finished = {r["port"] for r in reports} | {a["port"] for a in absent}
-        not_run = [job.name for job in jobs if job.name not in finished]
-    not_saved = None
-    if save_path is not None:
-        try:
-            save_activations(save_path, activations(calls, out))
-        except OpbenchError as exc:  # never overwritten, and the report is kept
-            why = "a file appeared there during the run; not overwritten" if Path(save_path).exists() else str(exc)
-            not_saved = f"--save-activations {save_path}: {why}"
-    shapes = {k: list(v.shape) for k, v in given.items()}
-    mode = "train (as asked)" if train else "eval (the default; --train keeps train mode)"
-    nonfinite = _nonfinite(given, model, out)
-    return ModelReport(spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
+    jobs += [PortJob(label, onnx=files) for label, files in run.onnx_files.items()]
+    return jobs + ([PortJob("keras", keras=run.keras)] if run.keras else [])
 
 
 def _nonfinite(given: dict, model: Any, out: Any) -> dict:
