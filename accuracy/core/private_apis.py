@@ -7,6 +7,8 @@ no public API serves.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 # nn.Module's attributes that hold its forward hooks: a hook changes what a forward computes
@@ -41,3 +43,14 @@ def own_tensors(module: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     declares its bias as None, which `named_parameters` skips, and a cache key must tell it from a
     module that has no bias at all."""
     return module._parameters, module._buffers
+
+
+def torch_cpu_library() -> Path | None:
+    """torch's CPU library (`torch/lib/libtorch_cpu.so`), found without importing torch, or None
+    where torch is not installed. torch's wheel keeps its kernels there, its MKL among them, and
+    no public API names the file."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "lib" / "libtorch_cpu.so"
+    return path if path.is_file() else None

@@ -4,6 +4,8 @@ import ctypes.util
 import importlib.metadata
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,37 @@ def test_system_layout_is_discovered_and_named(copied_openblas):
     discovery = discover_providers(environ={}, lib_dirs=(str(copied_openblas),))
     p = discovery.providers["system-openblas-pthread"]
     assert p.vendor == "OpenBLAS" and p.path.endswith("openblas-pthread/libblas.so.3")
+
+
+SMALL_CNN_BITS = """
+import hashlib, sys
+if sys.argv[1] == "providers-first":
+    from accuracy.backends.blas import discover_providers
+    assert "mkl" in discover_providers(environ={}).providers
+from accuracy.core.dtypes import FORMATS
+from accuracy.workflows.model import zoo
+from accuracy.workflows.model.trace import generated_inputs, run_in
+_, out = run_in(zoo.small_cnn().eval(), generated_inputs("x=2x3x8x8"), FORMATS["float32"])
+print(hashlib.sha256(out.detach().numpy().tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.slow  # two fresh processes, each loading torch
+def test_listing_the_providers_before_torch_loads_changes_nothing_torch_computes():
+    """MKL's runtime opens its layers into the global symbol scope on its first call; a torch loaded
+    after them ran MKL's kernels and Intel's OpenMP in place of its own (small_cnn's float32 output:
+    7.38e-8 of float64 against 6.39e-8). Issue 60's Dask sweep tests saw it in a test worker, which
+    had imported tests/backends/test_blas_threads.py (its providers listed at import) first."""
+    if "mkl" not in discover_providers(environ={}).providers:
+        pytest.skip("MKL (the blas extra's pip package) is not installed: nothing opens global layers")
+    runs = {
+        order: subprocess.run(
+            [sys.executable, "-c", SMALL_CNN_BITS, order],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[2],
+        ).stdout
+        for order in ("torch-alone", "providers-first")
+    }
+    assert runs["providers-first"] == runs["torch-alone"]

@@ -233,7 +233,9 @@ def _difference(a, b, where: str = "report") -> str | None:
 def _model_fresh(*args: str) -> tuple[int, dict, str]:
     """`_model` in a fresh `opbench` process, at this process's torch thread count: PyTorch's own
     float32 run (the report's `reference_relative_error`) is this process's, at its count, and a
-    test worker's count is not a fresh process's (6.39e-8 against 7.38e-8 on small_cnn)."""
+    test worker's count is not a fresh process's. The whole report must match, that run included:
+    it once moved in a worker that had listed the BLAS providers before loading torch (7.38e-8
+    against 6.39e-8; accuracy/backends/blas/providers.py, `_torch_bound_first`)."""
     import torch
 
     done = run_opbench("model", *args, "--json", env={"OMP_NUM_THREADS": str(torch.get_num_threads())})

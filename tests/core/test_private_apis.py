@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,3 +73,18 @@ def test_the_internals_the_cache_key_describes_apart_are_all_a_modules_attribute
     names = set(vars(torch.nn.Linear(3, 2)))
     assert names >= private_apis.TORCH_MODULE_INTERNALS
     assert any(name.startswith(private_apis.TORCH_BACKWARD_OR_STATE) for name in names)
+
+
+@pytest.mark.slow  # a fresh Python process: torch must not be imported there
+def test_torchs_cpu_library_is_found_without_importing_torch():
+    """The file `_torch_bound_first` loads: in the installed torch, and found before any import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom accuracy.core.private_apis import torch_cpu_library\n"
+        "path = torch_cpu_library()\nprint(path.name, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["libtorch_cpu.so", "False"]
+    assert private_apis.torch_cpu_library() == Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
