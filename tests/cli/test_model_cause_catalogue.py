@@ -24,7 +24,7 @@ from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.layout import _regridded, _tf_same
 from accuracy.workflows.model.causes.normalization import NormWritten
-from accuracy.workflows.model.ports.activations import FilePort
+from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import record, run_reference

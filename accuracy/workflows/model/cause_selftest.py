@@ -29,7 +29,7 @@ from accuracy.workflows.model.causes import causes, timed_explanations
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.causes.inputs import KIND, ModelInput
 from accuracy.workflows.model.ports import build_port
-from accuracy.workflows.model.ports.activations import FilePort
+from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import PortResult
 from accuracy.workflows.model.trace import record, run_reference
 

@@ -29,7 +29,7 @@ from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import Evidence, FunctionSubject
+from accuracy.judge.verdicts import NOT_COMPARED, Evidence, FunctionSubject
 from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.activations_file import activations, save_activations
 from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flagged, number
@@ -139,9 +139,7 @@ def judged_steps(port: GenPort, rows: np.ndarray, reference: np.ndarray, tiers: 
     own = port.tokens
     for step, (logits, wanted) in enumerate(zip(rows, reference, strict=True)):
         if own is not None and step > 0 and not np.array_equal(own[:step], reference[:step]):
-            out.append(
-                {"step": step, "verdict": "not compared", "reason": "the runtime's own text left the reference's"}
-            )
+            out.append({"step": step, "verdict": NOT_COMPARED, "reason": "the runtime's own text left the reference's"})
             continue
         evidence = tiers.at(step)
         judgement = evidence.judge(np.asarray(logits, dtype=np.float64))
@@ -360,7 +358,7 @@ def scale_cause(model: Any, evidence: Evidence, row: np.ndarray, ids: np.ndarray
 
 def port_summary(port: GenPort, judged: list[dict]) -> dict:
     """A port's steps, the other tokens it picks, and the first step not within rounding."""
-    compared = [s for s in judged if s["verdict"] != "not compared"]
+    compared = [s for s in judged if s["verdict"] != NOT_COMPARED]
     flips = [s for s in compared if "flip" in s]
     flagged = [s for s in compared if is_flagged(s["verdict"])]
     return {

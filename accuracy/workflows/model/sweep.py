@@ -31,9 +31,9 @@ from accuracy.workflows.model.activations_file import activations, read_activati
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.cause import Context
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
-from accuracy.workflows.model.ports.activations import FilePort
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.child_process import Rebuild
+from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
 from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration

@@ -27,11 +27,11 @@ from accuracy.core.errors import first_line
 from accuracy.core.plugins import load_plugins
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.model.causes import (
-    activations,
     attention,
     families,
     inputs,
     layout,
+    nonlinearities,
     normalization,
     parameters,
     precision,
@@ -47,7 +47,7 @@ EQUALLY_NEAR = 4.0
 MOST_JUDGED = 3
 
 # the catalogue, one module per subject, cheapest causes first within each
-CATALOGUE = (normalization, activations, parameters, layout, precision, inputs, attention, families)
+CATALOGUE = (normalization, nonlinearities, parameters, layout, precision, inputs, attention, families)
 # (port label, unit key) -> the seconds `explain` took there, while `timed_explanations` is open
 _timings: dict[tuple[str, str], float] | None = None
 
