@@ -19,6 +19,12 @@ named end to end, at the point whose clipping changes the output most, and its u
 - the graph calibrated on other data: another draw of the inputs, or one at half their size, the
   first that flags the output (low, high: the range calibration on the inputs gives that point).
 On the correct ports no cause may be named, at a unit or end to end.
+
+torchao's ports (where torchao is installed) get the weight bugs a torchao `Int8Tensor` can hold,
+each injected into one quantized Linear's weight in turn, in each port, until its layer is flagged:
+its per-row steps doubled (factor 2); its integers 3 below those quantized (what a zero point
+shifted by 3 steps dequantizes to: the tensor holds none of its own; shift 3); its integers
+quantized again with the largest row's step under the per-row steps (tensor_step).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.cause_selftest import NOT_INJECTED, NOT_NAMED, RIGHT, WRONG, Injection, parameter_close
+from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.quantization_causes import (
     AXIS,
     BIAS,
@@ -44,8 +51,11 @@ from accuracy.workflows.model.quantization_causes import (
     ZERO_POINT,
 )
 
+TORCHAO = (SCALE, ZERO_POINT, PER_TENSOR)  # the weight bugs an Int8Tensor can hold
+
 MODELS = ("small_cnn", "small_transformer")
 CORRECT_PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+TORCHAO_PORTS = ("torchao-int8-weight", "torchao-int8-dynamic")
 SCALE_FACTOR, SHIFT, BIAS_FACTOR = 2.0, 3, 1.5
 OTHER_SEED, NARROWER = 1, 0.5  # the other calibration data: PCG64 draws of the inputs' shape
 
@@ -258,21 +268,70 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
             outcome, named, why = _outcome(results[0], SATURATES, None, None)
             injections.append(_injection(SATURATES, name, None, outcome, named, None, why))
         correct = [p for p in (build_port(c, model, given) for c in CORRECT_PORTS) if not isinstance(p, str)]
-        results, _ = evaluate_ports(correct, model, given, calls)
-        causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
-        named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
-        ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
-        named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
-        report = {
-            "model": f"{name} (quantized)",
-            "injections": [i.as_dict() for i in injections],
-            "correct_ports": [p.name for p in correct],
-            "named_on_correct": named_on_correct,
-            "seconds": time.perf_counter() - started,
-        }
-        if progress:
-            progress(report["model"], report["seconds"])
-        yield report
+        yield _reported(f"{name} (quantized)", started, injections, correct, (model, given, calls), progress)
+        if missing("torchao") is None:
+            started = time.perf_counter()
+            injections = [_torchao_injection(p, c, (name, model, given, calls)) for p in TORCHAO_PORTS for c in TORCHAO]
+            correct = [build_port(c, model, given) for c in TORCHAO_PORTS]
+            yield _reported(f"{name} (torchao)", started, injections, correct, (model, given, calls), progress)
+
+
+def _reported(label: str, started: float, injections: list, correct: list, subject: tuple, progress) -> dict:
+    """A model's report: its injections, and the causes named on its correct ports."""
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    model, given, calls = subject
+    results, _ = evaluate_ports(correct, model, given, calls)
+    causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
+    named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
+    ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
+    named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
+    report = {
+        "model": label,
+        "injections": [i.as_dict() for i in injections],
+        "correct_ports": [p.name for p in correct],
+        "named_on_correct": named_on_correct,
+        "seconds": time.perf_counter() - started,
+    }
+    if progress:
+        progress(report["model"], report["seconds"])
+    return report
+
+
+def _torchao_bug(weight, cause: str) -> float | int:
+    """A torchao Int8Tensor changed in place as `cause` would leave it; the parameter injected."""
+    import torch
+
+    with torch.no_grad():
+        if cause == SCALE:
+            weight.scale.mul_(SCALE_FACTOR)
+            return SCALE_FACTOR
+        integers = weight.qdata.to(torch.int32)
+        if cause == ZERO_POINT:
+            weight.qdata.copy_((integers - SHIFT).clamp(-128, 127).to(torch.int8))
+            return SHIFT
+        steps = weight.scale.reshape(-1, *[1] * (integers.ndim - 1))
+        weight.qdata.copy_(torch.round(integers * steps / steps.max()).to(torch.int8))
+        return float(steps.max())
+
+
+def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
+    """`cause` injected into each of a torchao port's quantized Linear layers in turn, until one is flagged."""
+    from accuracy.workflows.model.ports.torchao_port import TorchaoPort, _quantized_weight
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    name, model, given, calls = subject
+    paths = [p for p, m in TorchaoPort(port_name, model).quantized.named_modules() if _quantized_weight(m) is not None]
+    for path in paths:
+        port = TorchaoPort(port_name, model)
+        port.name = f"mutant:{cause}"
+        injected = _torchao_bug(port.quantized.get_submodule(path).weight, cause)
+        results, _ = evaluate_ports([port], model, given, calls)
+        row = next((r for r in results[0]["layers"] if r["path"] == path), None)
+        if row is not None and row["verdict"] in ("suspicious", "beyond rounding"):
+            outcome, named, why = _outcome(results[0], cause, injected, path)
+            return _injection(cause, f"{name} {port_name}", path, outcome, named, injected, why)
+    return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why="no injection flagged its layer")
 
 
 def _judged_file(subject: tuple, graph, label: str) -> Any:
