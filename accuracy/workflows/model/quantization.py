@@ -144,7 +144,12 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
         return found, verdict_of(found)[0]
 
     cause = explain_clipping(output, noise, judged)
-    end = {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+    end: dict[str, Any] = {
+        "verdict": BEYOND,
+        "reason": f"output {reason}",
+        "first_departs": None,
+        "quantization": figures,
+    }
     if cause is not None and cause["explains"]:
         end |= {"cause": cause, "first_departs": cause["path"]}
     elif skipped := clipping_skipped(noise):
