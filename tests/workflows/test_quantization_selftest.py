@@ -72,8 +72,8 @@ def test_the_correct_quantized_ports_get_no_cause(measured):
 def test_the_torchao_weight_bugs_are_named_right_with_their_parameters_in_both_ports(measured):
     """A torchao Int8Tensor's steps doubled, its integers 3 below (a zero point shifted by 3), its
     integers requantized with the largest row's step: each named at its Linear with its parameter,
-    in torchao-int8-weight and torchao-int8-dynamic; requantized on small_cnn's one Linear (fc),
-    whose rows' steps are close, the output stays within its noise and nothing is flagged."""
+    in torchao-int8-weight and torchao-int8-dynamic. small_cnn's one Linear (fc) has its rows' steps
+    within 1% of each other: per tensor is per row there (requantized, 1.38x its noise), not injected."""
     _, _, torchao = measured
     assert [r["model"] for r in torchao] == ["small_cnn (torchao)", "small_transformer (torchao)"]
     rows = {(i["model"], i["cause"]): i for r in torchao for i in r["injections"]}
@@ -92,4 +92,4 @@ def test_the_torchao_weight_bugs_are_named_right_with_their_parameters_in_both_p
         per_tensor = rows[(f"small_transformer {port}", PER_TENSOR)]
         assert per_tensor["outcome"] == RIGHT
         assert per_tensor["parameters"]["tensor_step"] == pytest.approx(per_tensor["injected"], rel=0.01)
-        assert rows[(f"small_cnn {port}", PER_TENSOR)]["outcome"] == "not named"
+        assert rows[(f"small_cnn {port}", PER_TENSOR)]["outcome"] == "not injected"  # fc's steps within 1%

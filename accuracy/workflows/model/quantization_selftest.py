@@ -24,7 +24,8 @@ torchao's ports (where torchao is installed) get the weight bugs a torchao `Int8
 each injected into one quantized Linear's weight in turn, in each port, until its layer is flagged:
 its per-row steps doubled (factor 2); its integers 3 below those quantized (what a zero point
 shifted by 3 steps dequantizes to: the tensor holds none of its own; shift 3); its integers
-quantized again with the largest row's step under the per-row steps (tensor_step).
+quantized again with the largest row's step under the per-row steps (tensor_step), on a Linear whose
+rows' steps differ by more than the 2% the cause is tried at (elsewhere, per tensor is per row).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.quantization_causes import (
     AXIS,
     BIAS,
+    LEAST_FACTOR,
     OTHER_RANGE,
     PER_TENSOR,
     SATURATES,
@@ -315,13 +317,24 @@ def _torchao_bug(weight, cause: str) -> float | int:
         return float(steps.max())
 
 
+def _steps_differ(weight) -> bool:
+    """Whether a torchao weight's per-row steps differ enough for the per-tensor cause to be tried on it."""
+    steps = weight.scale.float().reshape(-1)
+    return bool(steps.max() - steps.min() > LEAST_FACTOR * steps.max())
+
+
 def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
     """`cause` injected into each of a torchao port's quantized Linear layers in turn, until one is flagged."""
     from accuracy.workflows.model.ports.torchao_port import TorchaoPort, _quantized_weight
     from accuracy.workflows.model.sweep import evaluate_ports
 
     name, model, given, calls = subject
-    paths = [p for p, m in TorchaoPort(port_name, model).quantized.named_modules() if _quantized_weight(m) is not None]
+    weights = {p: _quantized_weight(m) for p, m in TorchaoPort(port_name, model).quantized.named_modules()}
+    paths = [p for p, w in weights.items() if w is not None and (cause != PER_TENSOR or _steps_differ(w))]
+    if not paths:  # small_cnn's fc: its rows' steps within 1% of each other
+        why = "no quantized Linear whose rows' steps differ by more than the cause's 2% (per tensor is per row there)"
+        return Injection(cause, f"{name} {port_name}", outcome=NOT_INJECTED, why=why)
+    ratios = []
     for path in paths:
         port = TorchaoPort(port_name, model)
         port.name = f"mutant:{cause}"
@@ -331,7 +344,10 @@ def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
         if row is not None and row["verdict"] in ("suspicious", "beyond rounding"):
             outcome, named, why = _outcome(results[0], cause, injected, path)
             return _injection(cause, f"{name} {port_name}", path, outcome, named, injected, why)
-    return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why="no injection flagged its layer")
+        if row is not None and row.get("quantization"):
+            ratios.append(f"{path} {row['quantization']['ratio']:.3g}x its noise")
+    why = f"no injection flagged its layer ({', '.join(ratios)})"
+    return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why=why)
 
 
 def _judged_file(subject: tuple, graph, label: str) -> Any:

@@ -152,7 +152,8 @@ def part_graph(graph_module, part: int):
     kept part's output stays at its place. It shares the graph module's tensors."""
     import torch
 
-    graph = copy.deepcopy(graph_module.graph)
+    with _quiet():  # copying the graph: torch's deprecation of a pytree spec class, on every copy
+        graph = copy.deepcopy(graph_module.graph)
     first = next(n for n in graph.nodes if n.op == "placeholder")
     output = graph.output_node()
     outputs = output.args[0]
