@@ -55,3 +55,25 @@ def test_a_clipping_point_is_a_stuck_zero_point_where_its_unsigned_zero_point_is
     name, _, parameters = _clipping_cause(_point(120, 0, 5), [])  # a range too narrow above
     assert name == OTHER_RANGE and parameters == {"low": -1.2, "high": 1.3}
     assert _clipping_cause(_point(0, 0, 5), [])[0] == OTHER_RANGE  # zero point 0, clipping above only
+
+
+@pytest.mark.parametrize("runtime", ["openvino", "executorch", "onnxruntime"])
+def test_a_flagged_output_says_which_clipping_causes_its_runtime_is_not_tried_for(runtime):
+    """An output 10x its predicted noise, from a runtime whose error model has no runs with one
+    point's clipping alone: OpenVINO's and ExecuTorch's say, in `skipped`, that the stuck zero point
+    and the other calibration were not tried, and why; an ONNX graph's (which has them) does not."""
+    from accuracy.workflows.model.quantization import BEYOND, end_to_end
+
+    reference = np.linspace(-1.0, 1.0, 40)
+    step = 0.01
+    noise = {"variance": np.full(40, step**2 / 12), "clipping": np.zeros(40), "clipped": 0, "points": [{}] * 3}
+    noise["runtime"] = runtime
+    end = end_to_end(reference + 10 * step / np.sqrt(12) * np.where(np.arange(40) % 2, 1.0, -1.0), reference, noise)
+    assert end["verdict"] == BEYOND and "cause" not in end
+    skipped = {s["name"]: s["reason"] for s in end.get("skipped", [])}
+    if runtime == "onnxruntime":
+        assert skipped == {}
+    else:
+        assert set(skipped) == {STUCK_ZERO, OTHER_RANGE} and all(
+            "one point's clipping alone" in r for r in skipped.values()
+        )

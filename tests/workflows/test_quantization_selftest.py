@@ -24,12 +24,13 @@ from accuracy.workflows.model.quantization_selftest import quantization_selftest
 @pytest.fixture(scope="module")
 def measured():
     reports = list(quantization_selftest())
-    return reports, model_summary(reports)
+    onnx = [r for r in reports if r["model"].endswith("(quantized)")]
+    return onnx, model_summary(onnx), [r for r in reports if r["model"].endswith("(torchao)")]
 
 
 @pytest.mark.slow
 def test_every_injected_quantization_bug_is_named_right_with_its_parameter(measured):
-    reports, total = measured
+    reports, total, _ = measured
     rows = {(r["model"], i["cause"]): i for r in reports for i in r["injections"]}
     cnn, transformer = "small_cnn (quantized)", "small_transformer (quantized)"
     assert rows[(cnn, SCALE)]["path"] == "conv2"  # conv1's weights hold bn1 folded in: not its module's
@@ -61,6 +62,34 @@ def test_every_injected_quantization_bug_is_named_right_with_its_parameter(measu
 
 @pytest.mark.slow
 def test_the_correct_quantized_ports_get_no_cause(measured):
-    reports, _ = measured
+    reports, _, torchao = measured
     assert all(r["correct_ports"] == ["ort-int8", "ort-int8-tensor", "ort-int8-dynamic"] for r in reports)
-    assert [c for r in reports for c in r["named_on_correct"]] == []
+    assert all(r["correct_ports"] == ["torchao-int8-weight", "torchao-int8-dynamic"] for r in torchao)
+    assert [c for r in reports + torchao for c in r["named_on_correct"]] == []
+
+
+@pytest.mark.slow
+def test_the_torchao_weight_bugs_are_named_right_with_their_parameters_in_both_ports(measured):
+    """A torchao Int8Tensor's steps doubled, its integers 3 below (a zero point shifted by 3), its
+    integers requantized with the largest row's step: each named at its Linear with its parameter,
+    in torchao-int8-weight and torchao-int8-dynamic. small_cnn's one Linear (fc) has its rows' steps
+    within 1% of each other: per tensor is per row there (requantized, 1.38x its noise), not injected."""
+    _, _, torchao = measured
+    assert [r["model"] for r in torchao] == ["small_cnn (torchao)", "small_transformer (torchao)"]
+    rows = {(i["model"], i["cause"]): i for r in torchao for i in r["injections"]}
+    for port in ("torchao-int8-weight", "torchao-int8-dynamic"):
+        for model, layer in (("small_cnn", "fc"), ("small_transformer", "proj")):
+            scaled, shifted = rows[(f"{model} {port}", SCALE)], rows[(f"{model} {port}", ZERO_POINT)]
+            assert (scaled["outcome"], scaled["path"], shifted["outcome"], shifted["path"]) == (
+                RIGHT,
+                layer,
+                RIGHT,
+                layer,
+            )
+            assert scaled["parameters"]["factor"] == pytest.approx(2.0, rel=1e-3) and shifted["parameters"] == {
+                "shift": 3
+            }
+        per_tensor = rows[(f"small_transformer {port}", PER_TENSOR)]
+        assert per_tensor["outcome"] == RIGHT
+        assert per_tensor["parameters"]["tensor_step"] == pytest.approx(per_tensor["injected"], rel=0.01)
+        assert rows[(f"small_cnn {port}", PER_TENSOR)]["outcome"] == "not injected"  # fc's steps within 1%

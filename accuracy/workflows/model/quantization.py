@@ -21,7 +21,7 @@ import numpy as np
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
-from accuracy.workflows.model.quantization_causes import explain_clipping, explain_quantized
+from accuracy.workflows.model.quantization_causes import clipping_skipped, explain_clipping, explain_quantized
 from accuracy.workflows.model.unit import Unit, UnitJudgement
 from accuracy.workflows.model.units import float64_reference, relative
 
@@ -144,9 +144,16 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
         return found, verdict_of(found)[0]
 
     cause = explain_clipping(output, noise, judged)
-    end = {"verdict": BEYOND, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+    end: dict[str, Any] = {
+        "verdict": BEYOND,
+        "reason": f"output {reason}",
+        "first_departs": None,
+        "quantization": figures,
+    }
     if cause is not None and cause["explains"]:
         end |= {"cause": cause, "first_departs": cause["path"]}
+    elif skipped := clipping_skipped(noise):
+        end["skipped"] = skipped
     return end
 
 

@@ -56,6 +56,20 @@ CANNOT_APPLY = {
     ),
 }
 
+# the runtimes whose flagged output the clipping causes are not read from, and why: they need the
+# error model's runs with one point's clipping alone, which onnx_noise.Clipping gives an ONNX graph
+_ONE_POINT = "its error model has no run with one point's clipping alone (onnx_noise.Clipping reads ONNX graphs only)"
+CLIPPING_NOT_READ = {
+    "openvino": f"not read from OpenVINO's quantized model: {_ONE_POINT}",
+    "executorch": f"not read from ExecuTorch's converted graph: {_ONE_POINT}",
+}
+
+
+def clipping_skipped(noise: dict) -> list[dict]:
+    """The clipping causes a flagged output's runtime is not tried for, each with why."""
+    why = CLIPPING_NOT_READ.get(noise.get("runtime", ""))
+    return [{"name": name, "reason": why} for name in (STUCK_ZERO, OTHER_RANGE)] if why else []
+
 
 @dataclass(frozen=True)
 class Hypothesis:

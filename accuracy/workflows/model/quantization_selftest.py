@@ -19,6 +19,13 @@ named end to end, at the point whose clipping changes the output most, and its u
 - the graph calibrated on other data: another draw of the inputs, or one at half their size, the
   first that flags the output (low, high: the range calibration on the inputs gives that point).
 On the correct ports no cause may be named, at a unit or end to end.
+
+torchao's ports (where torchao is installed) get the weight bugs a torchao `Int8Tensor` can hold,
+each injected into one quantized Linear's weight in turn, in each port, until its layer is flagged:
+its per-row steps doubled (factor 2); its integers 3 below those quantized (what a zero point
+shifted by 3 steps dequantizes to: the tensor holds none of its own; shift 3); its integers
+quantized again with the largest row's step under the per-row steps (tensor_step), on a Linear whose
+rows' steps differ by more than the 2% the cause is tried at (elsewhere, per tensor is per row).
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.judge.verdicts import BEYOND, SUSPICIOUS
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.cause_selftest import NOT_INJECTED, NOT_NAMED, RIGHT, WRONG, Injection, parameter_close
+from accuracy.workflows.model.ports.deploy import missing
 from accuracy.workflows.model.quantization_causes import (
     AXIS,
     BIAS,
+    LEAST_FACTOR,
     OTHER_RANGE,
     PER_TENSOR,
     SATURATES,
@@ -44,10 +54,15 @@ from accuracy.workflows.model.quantization_causes import (
     ZERO_POINT,
 )
 
+TORCHAO = (SCALE, ZERO_POINT, PER_TENSOR)  # the weight bugs an Int8Tensor can hold
+
 MODELS = ("small_cnn", "small_transformer")
 CORRECT_PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+TORCHAO_PORTS = ("torchao-int8-weight", "torchao-int8-dynamic")
 SCALE_FACTOR, SHIFT, BIAS_FACTOR = 2.0, 3, 1.5
 OTHER_SEED, NARROWER = 1, 0.5  # the other calibration data: PCG64 draws of the inputs' shape
+
+FLAGGED = (SUSPICIOUS, BEYOND)  # a unit the port is wrong on
 
 
 def _weight_nodes(graph) -> list:
@@ -154,7 +169,7 @@ def _outcome(result: Any, cause: str, injected: object, path: str | None) -> tup
     """(outcome, the cause named at the injected layer, why) for one injected port's result."""
     named = [r for r in result["layers"] if (r.get("cause") or {}).get("explains")]
     if path is None:  # the kernels' saturation: wherever a unit is flagged
-        flagged = [r for r in result["layers"] if r["verdict"] in ("suspicious", "beyond rounding")]
+        flagged = [r for r in result["layers"] if r["verdict"] in FLAGGED]
         if not flagged:
             return NOT_NAMED, None, "no unit flagged"
         right = all((r.get("cause") or {}).get("name") == cause and r["cause"]["explains"] for r in flagged)
@@ -194,7 +209,7 @@ def _first_flagging(
         results, _ = evaluate_ports([port], model, given, calls)
         layer = _module(graph.graph, node)
         row = next((r for r in results[0]["layers"] if r["path"] == layer), None) if results else None
-        if row is not None and row["verdict"] in ("suspicious", "beyond rounding"):
+        if row is not None and row["verdict"] in FLAGGED:
             return results[0], value, layer
     return None
 
@@ -258,21 +273,84 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
             outcome, named, why = _outcome(results[0], SATURATES, None, None)
             injections.append(_injection(SATURATES, name, None, outcome, named, None, why))
         correct = [p for p in (build_port(c, model, given) for c in CORRECT_PORTS) if not isinstance(p, str)]
-        results, _ = evaluate_ports(correct, model, given, calls)
-        causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
-        named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
-        ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
-        named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
-        report = {
-            "model": f"{name} (quantized)",
-            "injections": [i.as_dict() for i in injections],
-            "correct_ports": [p.name for p in correct],
-            "named_on_correct": named_on_correct,
-            "seconds": time.perf_counter() - started,
-        }
-        if progress:
-            progress(report["model"], report["seconds"])
-        yield report
+        yield _reported(f"{name} (quantized)", started, injections, correct, (model, given, calls), progress)
+        if missing("torchao") is None:
+            started = time.perf_counter()
+            injections = [_torchao_injection(p, c, (name, model, given, calls)) for p in TORCHAO_PORTS for c in TORCHAO]
+            correct = [p for p in (build_port(c, model, given) for c in TORCHAO_PORTS) if not isinstance(p, str)]
+            yield _reported(f"{name} (torchao)", started, injections, correct, (model, given, calls), progress)
+
+
+def _reported(label: str, started: float, injections: list, correct: list, subject: tuple, progress) -> dict:
+    """A model's report: its injections, and the causes named on its correct ports."""
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    model, given, calls = subject
+    results, _ = evaluate_ports(correct, model, given, calls)
+    causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
+    named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
+    ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
+    named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
+    report = {
+        "model": label,
+        "injections": [i.as_dict() for i in injections],
+        "correct_ports": [p.name for p in correct],
+        "named_on_correct": named_on_correct,
+        "seconds": time.perf_counter() - started,
+    }
+    if progress:
+        progress(report["model"], report["seconds"])
+    return report
+
+
+def _torchao_bug(weight, cause: str) -> float | int:
+    """A torchao Int8Tensor changed in place as `cause` would leave it; the parameter injected."""
+    import torch
+
+    with torch.no_grad():
+        if cause == SCALE:
+            weight.scale.mul_(SCALE_FACTOR)
+            return SCALE_FACTOR
+        integers = weight.qdata.to(torch.int32)
+        if cause == ZERO_POINT:
+            weight.qdata.copy_((integers - SHIFT).clamp(-128, 127).to(torch.int8))
+            return SHIFT
+        steps = weight.scale.reshape(-1, *[1] * (integers.ndim - 1))
+        weight.qdata.copy_(torch.round(integers * steps / steps.max()).to(torch.int8))
+        return float(steps.max())
+
+
+def _steps_differ(weight) -> bool:
+    """Whether a torchao weight's per-row steps differ enough for the per-tensor cause to be tried on it."""
+    steps = weight.scale.float().reshape(-1)
+    return bool(steps.max() - steps.min() > LEAST_FACTOR * steps.max())
+
+
+def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
+    """`cause` injected into each of a torchao port's quantized Linear layers in turn, until one is flagged."""
+    from accuracy.workflows.model.ports.torchao_port import TorchaoPort, _quantized_weight
+    from accuracy.workflows.model.sweep import evaluate_ports
+
+    name, model, given, calls = subject
+    weights = {p: _quantized_weight(m) for p, m in TorchaoPort(port_name, model).quantized.named_modules()}
+    paths = [p for p, w in weights.items() if w is not None and (cause != PER_TENSOR or _steps_differ(w))]
+    if not paths:  # small_cnn's fc: its rows' steps within 1% of each other
+        why = "no quantized Linear whose rows' steps differ by more than the cause's 2% (per tensor is per row there)"
+        return Injection(cause, f"{name} {port_name}", outcome=NOT_INJECTED, why=why)
+    ratios = []
+    for path in paths:
+        port = TorchaoPort(port_name, model)
+        port.name = f"mutant:{cause}"
+        injected = _torchao_bug(port.quantized.get_submodule(path).weight, cause)
+        results, _ = evaluate_ports([port], model, given, calls)
+        row = next((r for r in results[0]["layers"] if r["path"] == path), None)
+        if row is not None and row["verdict"] in FLAGGED:
+            outcome, named, why = _outcome(results[0], cause, injected, path)
+            return _injection(cause, f"{name} {port_name}", path, outcome, named, injected, why)
+        if row is not None and row.get("quantization"):
+            ratios.append(f"{path} {row['quantization']['ratio']:.3g}x its noise")
+    why = f"no injection flagged its layer ({', '.join(ratios)})"
+    return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why=why)
 
 
 def _judged_file(subject: tuple, graph, label: str) -> Any:
@@ -299,7 +377,7 @@ def _end_outcome(result: Any, cause: str, close: Callable[[dict], bool]) -> tupl
     """(outcome, the cause named end to end, why) for a bug that leaves each unit within its noise:
     named right where the cause explains the output, at the unit of the point it names, with its
     parameters `close`, and no unit is given a cause."""
-    if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+    if result is None or result["end_to_end"]["verdict"] != BEYOND:
         return NOT_NAMED, None, "the output was not flagged"
     found = result["end_to_end"].get("cause")
     if not found or not found["explains"]:
@@ -334,7 +412,7 @@ def _stuck_zero(subject: tuple, graph) -> Injection:
         copy.CopyFrom(graph)
         _initializer(copy.graph, zero.name).CopyFrom(numpy_helper.from_array(np.zeros((), np.uint8), zero.name))
         result = _judged_file(subject, copy, STUCK_ZERO)
-        if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+        if result is None or result["end_to_end"]["verdict"] != BEYOND:
             continue
 
         def close(found: dict, layer=layer, value=value) -> bool:
@@ -357,7 +435,7 @@ def _other_range(subject: tuple, exported, graph) -> Injection:
     for size in (1.0, NARROWER):
         other = {k: (size * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in given.items()}
         result = _judged_file(subject, _quantized(exported, "ort-int8", [other]), f"{OTHER_RANGE} {size}")
-        if result is None or result["end_to_end"]["verdict"] != "beyond rounding":
+        if result is None or result["end_to_end"]["verdict"] != BEYOND:
             continue
 
         def close(found: dict) -> bool:

@@ -11,8 +11,10 @@ integer range, arguments of the nodes) and each `dequantize_per_channel` of stor
 replaced by its input clipped to the point's range plus uniform noise of one step, and each stored
 weight by its dequantized value plus noise of its step, run by PyTorch with the noise at 0, with
 the clipping off, and with draws of PCG64 noise (seed 0), as the ONNX ports' model
-(accuracy.workflows.model.onnx_noise). Each leaf is quantized alone, calibrated on the reference's
-inputs to it; the whole model, quantized once, end to end.
+(accuracy.workflows.model.onnx_noise). The leaves are quantized, lowered and loaded together, as one
+program of independent parts (deploy.ConvertedPort.units), each part calibrated on the
+reference's inputs to its leaf, so that each is quantized as it would be alone; a leaf's error
+model is the converted graph cut to that part. The whole model, quantized once, end to end.
 """
 
 from __future__ import annotations
@@ -144,10 +146,27 @@ def _declared(graph_module, points: list[tuple]) -> list[dict]:
     return found
 
 
-def error_model(graph_module, tensors: tuple) -> dict:
-    """The converted graph's predicted noise at its output on `tensors`, as plain data for the
-    judge (workflows.model.quantization): each element's variance over draws of every point's
-    noise, what clipping changes, the values clipped, the points."""
+def part_graph(graph_module, part: int):
+    """The converted graph of several independent parts cut to one: the other parts' outputs
+    replaced by the graph's first input, so that their nodes (and their points) are dropped; the
+    kept part's output stays at its place. It shares the graph module's tensors."""
+    import torch
+
+    with _quiet():  # copying the graph: torch's deprecation of a pytree spec class, on every copy
+        graph = copy.deepcopy(graph_module.graph)
+    first = next(n for n in graph.nodes if n.op == "placeholder")
+    output = graph.output_node()
+    outputs = output.args[0]
+    output.args = (tuple(node if i == part else first for i, node in enumerate(outputs)),)
+    graph.eliminate_dead_code()
+    return torch.fx.GraphModule(graph_module, graph)
+
+
+def error_model(graph_module, tensors: tuple, part: int | None = None) -> dict:
+    """The converted graph's predicted noise at its output on `tensors` (its output `part` where
+    it has several parts), as plain data for the judge (workflows.model.quantization): each
+    element's variance over draws of every point's noise, what clipping changes, the values
+    clipped, the points."""
     import torch
 
     state = _Noise()
@@ -157,7 +176,8 @@ def error_model(graph_module, tensors: tuple) -> dict:
     def run(clip: bool, drawing: bool) -> np.ndarray:
         state.clip, state.drawing, state.clipped, state.draws = clip, drawing, 0, {}
         with torch.no_grad():
-            return to_numpy(first_tensor(model(*[t.clone() for t in tensors]))).astype(np.float64)
+            out = model(*[t.clone() for t in tensors])
+            return to_numpy(first_tensor(out) if part is None else out[part]).astype(np.float64)
 
     base = run(True, False)
     clipped = state.clipped
@@ -179,8 +199,8 @@ def error_model(graph_module, tensors: tuple) -> dict:
 
 class ExecuTorchInt8Port(ExecuTorchPort):
     """The model quantized by the XNNPACK quantizer (PT2E), run by ExecuTorch's XNNPACK delegate;
-    each leaf quantized alone on the reference's inputs to it, and judged, as the whole model,
-    against its quantize points' noise."""
+    the leaves quantized in one program of independent parts, each on the reference's inputs to
+    it, and judged, as the whole model, against its quantize points' noise."""
 
     def __init__(self, name: str, model, inputs: dict[str, np.ndarray], calibration: str | None):
         super().__init__(name, model, inputs, delegate=True)
@@ -192,9 +212,6 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         )
         self.noise: dict[str, dict] = {}
         self._graphs: dict[int, object] = {}  # each leaf's converted graph, by its program's id
-
-    def units(self, calls):
-        return self.units_alone(calls)
 
     def _quantized(self, module, batches: list[tuple]):
         """`module` exported and quantized by prepare_pt2e / convert_pt2e, calibrated on `batches`."""
@@ -227,11 +244,21 @@ class ExecuTorchInt8Port(ExecuTorchPort):
 
     def isolated(self, unit: Unit, inputs: list) -> np.ndarray:
         tensors = tuple(t.float() if t.is_floating_point() else t for t in port_inputs(inputs, self.fmt))
-        program = self._programs[unit.detail["program"]]
-        quantized = self._graphs[id(program)]
+        if self._together is None:  # each leaf its own program (the leaves together could not be converted)
+            program = self._programs[unit.detail["program"]]
+            quantized, part, feeds = self._graphs[id(program)], None, tensors
+            output = program(program_feed(tensors))[0]
+        else:
+            part = unit.detail["part"]
+            together = self._together
+            quantized = part_graph(self._graphs[id(together.program)], part)
+            start = sum(together.sizes[:part])
+            feeds = tuple(torch_tensors(a for feed in together.feeds for a in feed))
+            feeds = (*feeds[:start], *tensors, *feeds[start + len(tensors) :])
+            output = together.output(part, program_feed(tensors))
         if _points(quantized):
-            self.noise[unit.key] = error_model(quantized, tensors)
-        return np.asarray(program(program_feed(tensors))[0]).astype(self.fmt.np_dtype)
+            self.noise[unit.key] = error_model(quantized, feeds, part)
+        return np.asarray(output).astype(self.fmt.np_dtype)
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         import torch
@@ -244,8 +271,14 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         quantized = self._quantized(model, batches)
         program = self._program(quantized, tensors)
         run = EndToEnd({}, np.asarray(program(program_feed(tensors))[0]))
-        run.noise = error_model(quantized, tensors)
+        run.noise = error_model(quantized, tensors) | {"runtime": "executorch"}  # the causes say what they skip
         return run
+
+
+def torch_tensors(arrays):
+    import torch
+
+    return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
 
 
 def executorch_int8(name: str, model, inputs, calibration: str | None = None) -> ExecuTorchInt8Port | str:
