@@ -153,6 +153,42 @@ def _rounded(x: Any, dtype: Any) -> Any:
         return x.to(dtype).to(x.dtype)
 
 
+def _disallowed(change: AttentionChange, recorded: list, rows: int, keys: int) -> np.ndarray:
+    """The (rows, keys) positions the changed attention masks: the masks recorded on the scores'
+    way to the softmax, with the change's causal offset or window in place of theirs."""
+    disallowed = np.zeros((rows, keys), dtype=bool)
+    for m in recorded:
+        disallowed = disallowed | m
+    if change.causal is not None:
+        disallowed = disallowed & ~_causal(rows, keys, 0)
+        if change.causal != "none":
+            disallowed = disallowed | _causal(rows, keys, int(change.causal))
+    if change.window is not None:  # the mask rebuilt: causal, and the window's where it has one
+        disallowed = _causal(rows, keys, 0) | (False if change.window == "none" else _outside(rows, keys, change))
+    return disallowed
+
+
+def _mask_taken(name: str, args: tuple, kwargs: dict) -> tuple[Any, float, Any] | None:
+    """A torch call that applies a mask to attention scores (a masked_fill or where with a large
+    negative fill, an additive mask): (where it masks, its fill, the scores unmasked), or None."""
+    import torch
+
+    if name in ("masked_fill", "masked_fill_"):
+        fill = _large_negative(args[2] if len(args) > 2 else kwargs.get("value"))
+        if fill is not None:
+            return _bools(args[1]), fill, args[0]
+    if name == "where" and len(args) == 3:
+        fill = _large_negative(args[2])
+        if fill is not None and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+            return ~_bools(args[0]), fill, args[1]
+    if name in ("add", "__add__", "__radd__", "add_", "__iadd__") and len(args) == 2:
+        for scores, mask in (args, args[::-1]):
+            additive = _additive_mask(mask)
+            if additive is not None:
+                return additive, float(_numpy(mask).min()), scores
+    return None
+
+
 def _attention_mode(change: AttentionChange):
     """The torch function mode in which an attention's forward computes with `change`."""
     import torch
@@ -173,18 +209,7 @@ def _attention_mode(change: AttentionChange):
             change has them; `safe`: as F.scaled_dot_product_attention, a row all -inf gives 0."""
             if change.factor != 1.0:
                 x = x * change.factor
-            rows, keys = x.shape[-2:]
-            disallowed = np.zeros((rows, keys), dtype=bool)
-            for m in self.disallowed:
-                disallowed = disallowed | m
-            if change.causal is not None:
-                disallowed = disallowed & ~_causal(rows, keys, 0)
-                if change.causal != "none":
-                    disallowed = disallowed | _causal(rows, keys, int(change.causal))
-            if change.window is not None:  # the mask rebuilt: causal, and the window's where it has one
-                disallowed = _causal(rows, keys, 0) | (
-                    False if change.window == "none" else _outside(rows, keys, change)
-                )
+            disallowed = _disallowed(change, self.disallowed, *x.shape[-2:])
             fill = change.fill if change.fill is not None else min(self.fills, default=-math.inf)
             self.disallowed, self.fills = [], []
             if disallowed.any():
@@ -225,26 +250,13 @@ def _attention_mode(change: AttentionChange):
                 x, dim = args[0], kwargs.get("dim", args[1] if len(args) > 1 else -1)
                 dtype = kwargs.get("dtype") or next((a for a in args[2:] if isinstance(a, torch.dtype)), None)
                 return self.softmax(x if dtype is None or change.softmax_dtype else x.to(dtype), dim)
-            if not change.masks:
+            taken = _mask_taken(name, args, kwargs) if change.masks else None
+            if taken is None:
                 return func(*args, **kwargs)
             # the mask's application, taken out and recorded: the softmax applies the changed mask
-            if name in ("masked_fill", "masked_fill_"):
-                fill = _large_negative(args[2] if len(args) > 2 else kwargs.get("value"))
-                if fill is not None:
-                    self._recorded(_bools(args[1]), fill)
-                    return args[0]
-            if name == "where" and len(args) == 3:
-                fill = _large_negative(args[2])
-                if fill is not None and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
-                    self._recorded(~_bools(args[0]), fill)
-                    return args[1]
-            if name in ("add", "__add__", "__radd__", "add_", "__iadd__") and len(args) == 2:
-                for scores, mask in (args, args[::-1]):
-                    additive = _additive_mask(mask)
-                    if additive is not None:
-                        self._recorded(additive, float(_numpy(mask).min()))
-                        return scores
-            return func(*args, **kwargs)
+            disallowed, fill, scores = taken
+            self._recorded(disallowed, fill)
+            return scores
 
     return AttentionChanged()
 
