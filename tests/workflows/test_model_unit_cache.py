@@ -26,16 +26,9 @@ from accuracy.workflows.model import sweep
 from accuracy.workflows.model.causes.precision import RoundedAround
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
+from accuracy.workflows.model.unit import Unit, port_inputs
 from accuracy.workflows.model.unit_cache import unit_key
-from accuracy.workflows.model.units import (
-    TYPICAL_TIER,
-    Unit,
-    _evidence,
-    float64_reference,
-    judge_code,
-    judge_unit,
-    port_inputs,
-)
+from accuracy.workflows.model.units import TYPICAL_TIER, _evidence, float64_reference, judge_code, judge_unit
 from accuracy.workflows.model.zoo import example_inputs
 
 DECODER = "accuracy.workflows.model.zoo:decoder"
