@@ -5,11 +5,14 @@ reject). A non-finite number becomes `null`, and the key that held it gets a sib
 `<key>_reason` saying which it was, "nan", "inf" or "-inf", so a reader can tell a ratio that
 does not apply (NaN) from an error too large to count (inf) without any field changing its name or
 type. In a list the reasons go to `<key>_reason` as a list beside it, null where a value was
-finite. numpy scalars become Python numbers and tuples lists, as `json` would write them.
+finite. numpy scalars become Python numbers and tuples lists, as `json` would write them. A typed
+row (a frozen dataclass of the model workflow) is written as its `to_json()`: the one place its
+JSON is made, at this edge.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -33,6 +36,8 @@ def _encoded(value: Any) -> tuple[Any, str | list[str | None] | None]:
     """(the value as JSON holds it, why it is null: a reason, a list of reasons, or None)."""
     if isinstance(value, np.generic):
         value = value.item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "to_json"):
+        value = value.to_json()
     if isinstance(value, float) and not math.isfinite(value):
         return None, "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):

@@ -65,9 +65,9 @@ def test_each_entry_that_applies_to_an_op_injected_into_its_output_is_named(op_n
     (row,) = check(op=op_name, inputs=inputs, outputs={"port": output}).outputs
     assert row["verdict"] != WITHIN
     # the entry first, or beside an equal explanation (TF32 and float16 products: the same precision)
-    named = next(c for c in [row["cause"], *row["cause"]["alternatives"]] if c["name"] == cause_name)
-    assert row["cause"]["explains"]
-    assert all(parameter_close(v, cause.example) for v in named["parameters"].values())
+    named = next(c for c in row["cause"].entries() if c.name == cause_name)
+    assert row["cause"].explains
+    assert all(parameter_close(v, cause.example) for v in named.parameters.values())
 
 
 def test_the_module_of_an_op_is_the_ops_computation():
@@ -104,7 +104,7 @@ def test_an_uncatalogued_bug_gets_the_nearest_cause_and_how_far_it_remains():
     wave = 1e-3 * np.sin(np.arange(64, dtype=np.float32)).reshape(32, 2)
     output = inputs["x"] @ inputs["W"].T + inputs["b"] + wave
     (row,) = check(op="linear", inputs=inputs, outputs={"port": output.astype(np.float32)}).outputs
-    assert not row["cause"]["explains"] and row["cause"]["ratio"] > 100
+    assert not row["cause"].explains and row["cause"].ratio > 100
 
 
 def test_explain_names_the_keras_default_epsilon_of_layer_normalization():
@@ -113,5 +113,5 @@ def test_explain_names_the_keras_default_epsilon_of_layer_normalization():
     rows = {r["impl"]: r for r in report["implementations"]}
     keras = rows["tensorflow:keras LayerNormalization()"]
     assert keras["verdict"] != WITHIN
-    assert keras["cause"]["name"] == "normalization eps" and abs(keras["cause"]["parameters"]["eps"] - 1e-3) <= 1e-4
+    assert keras["cause"].name == "normalization eps" and abs(keras["cause"].parameters["eps"] - 1e-3) <= 1e-4
     assert all("cause" not in r for r in rows.values() if r["verdict"] == WITHIN)

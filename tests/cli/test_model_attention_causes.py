@@ -52,8 +52,8 @@ def _named(port: dict, path: str, cause: str) -> dict:
         (r["path"], r["verdict"]) for r in port["layers"] if r["verdict"] != WITHIN
     ]
     found = next(r for r in port["layers"] if r["path"] == path)["cause"]
-    assert found["explains"] and found["verdict"] == WITHIN, found
-    assert found["name"] == cause and found["alternatives"] == [], found
+    assert found.explains and found.verdict == WITHIN, found
+    assert found.name == cause and found.alternatives == (), found
     return found
 
 
@@ -73,9 +73,9 @@ def test_each_decoder_bug_is_named_at_its_attention(tmp_path, bug, cause):
     port = _port(tmp_path, "decoder", decoder(**bug))
     found = _named(port, "layers.0.self_attn", cause)
     if cause == "attention scale":  # 1/sqrt(32) for 1/sqrt(8): a factor 1/sqrt(4 heads)
-        assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
+        assert abs(found.parameters["factor"] - 0.5) <= 0.05, found
         said = "the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim) (the scores 0.5 times the reference's; 4 heads"
-        assert found["words"].startswith(said), found
+        assert found.words.startswith(said), found
 
 
 def _shifted_mask(model):
@@ -150,7 +150,7 @@ def test_llama_port_bugs_are_named_at_its_attention(tmp_path, bug, cause):
     found = _named(_port(tmp_path, "llama_tiny", port, patches), "layers.0.self_attn", cause)
     assert F.scaled_dot_product_attention is SDPA
     if cause == "attention scale":  # 1/sqrt(hidden 32) for 1/sqrt(head_dim 8)
-        assert abs(found["parameters"]["factor"] - 0.5) <= 0.05, found
+        assert abs(found.parameters["factor"] - 0.5) <= 0.05, found
 
 
 def _sdpa_unscaled(query, key, value, scale=None, **kwargs):
@@ -162,8 +162,8 @@ def test_gpt2_without_its_scale_is_named_with_the_factor(tmp_path):
     # GPT-2 scales by 1/sqrt(head_dim = 8)
     port = _port(tmp_path, "gpt2_tiny", gpt2_tiny(), ((F, "scaled_dot_product_attention", _sdpa_unscaled),))
     found = _named(port, "h.0.attn", "attention scale")
-    assert abs(found["parameters"]["factor"] - math.sqrt(8)) <= 0.1 * math.sqrt(8), found
-    assert "no scale for 1/sqrt(head_dim)" in found["words"]
+    assert abs(found.parameters["factor"] - math.sqrt(8)) <= 0.1 * math.sqrt(8), found
+    assert "no scale for 1/sqrt(head_dim)" in found.words
 
 
 SOFTMAX = F.softmax
@@ -203,7 +203,7 @@ def test_a_mask_fill_is_named_where_it_matters_on_padded_rows(tmp_path, fill, ca
     patch = ((F, "scaled_dot_product_attention", _explicit_attention(fill)),)
     port = _port(tmp_path, "llama_tiny", llama_tiny(), patch, inputs)
     found = _named(port, "layers.0.self_attn", cause)
-    assert "fully masked row (padding)" in found["words"]
+    assert "fully masked row (padding)" in found.words
 
 
 @given(

@@ -28,7 +28,7 @@ from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import record, run_reference
-from accuracy.workflows.model.unit import leaf_units
+from accuracy.workflows.model.unit import NamedCause, leaf_units
 from accuracy.workflows.model.zoo import SEED, decoder, example_inputs, small_cnn, small_mixed, small_transformer
 
 LAYERED = "tests.cli.test_model_cause_catalogue:layered"
@@ -312,9 +312,9 @@ def test_each_injected_bug_is_named_at_its_module(tmp_path, port, path, cause, p
     judged = _port(tmp_path, _spec(name), _inputs(name), make())
     assert judged["first_not_within"] == path, [(r["path"], r["verdict"]) for r in judged["layers"]]
     found = next(r for r in judged["layers"] if r["path"] == path)["cause"]
-    assert found["explains"] and found["name"] == cause and found["verdict"] == WITHIN, found
+    assert found.explains and found.name == cause and found.verdict == WITHIN, found
     if parameter is not None:
-        (value,) = found["parameters"].values()
+        (value,) = found.parameters.values()
         if isinstance(parameter, float):
             assert abs(value - parameter) <= 0.1 * parameter, value
         else:
@@ -327,14 +327,10 @@ def test_equal_explanations_are_both_said(tmp_path):
         tmp_path, _spec("small_cnn"), example_inputs("small_cnn"), _swap("", small_cnn, conv2=_as(_TF32Conv))[1]()
     )
     found = next(r for r in judged["layers"] if r["path"] == "conv2")["cause"]
-    assert found["name"] == "products in tfloat32"
-    assert found["alternatives"] == [
-        {
-            "name": "products in float16",
-            "words": "its products rounded to float16 (input and weight; autocast or TF32)",
-            "parameters": {},
-        }
-    ]
+    assert found.name == "products in tfloat32"
+    assert found.alternatives == (
+        NamedCause("products in float16", "its products rounded to float16 (input and weight; autocast or TF32)", {}),
+    )
 
 
 def test_a_correct_port_of_each_kind_gets_no_cause(tmp_path):
@@ -351,7 +347,7 @@ def test_a_bug_no_entry_holds_gets_the_nearest_and_no_cause(tmp_path):
     )
     assert judged["first_not_within"] == "fc2"
     found = next(r for r in judged["layers"] if r["path"] == "fc2")["cause"]
-    assert not found["explains"] and found["words"] is not None and found["ratio"] > 1, found
+    assert not found.explains and found.words is not None and found.ratio > 1, found
 
 
 def test_without_the_model_the_flatten_grid_is_fitted_from_the_features():
@@ -366,8 +362,8 @@ def test_without_the_model_the_flatten_grid_is_fitted_from_the_features():
     with torch.no_grad():
         output = wrong(inputs[0]).numpy()
     found = explain(unit, inputs, FORMATS["float32"], "port", output, None)
-    assert found["explains"] and found["name"] == "channels-last flatten before a Linear"
-    assert found["parameters"] == {"grid_rows": 4} and found["alternatives"] == []
+    assert found.explains and found.name == "channels-last flatten before a Linear"
+    assert found.parameters == {"grid_rows": 4} and found.alternatives == ()
 
 
 @settings(max_examples=25, deadline=None)
@@ -464,8 +460,8 @@ def test_a_flipped_ceil_mode_is_named_at_its_pool_of_another_shape(tmp_path, nam
     ]
     assert row["verdict"] == BEYOND and row["reason"] == shape, row
     cause = row["cause"]
-    assert cause["name"] == "ceil_mode" and cause["explains"] and cause["verdict"] == WITHIN, cause
-    assert cause["words"] == words and cause["alternatives"] == []
+    assert cause.name == "ceil_mode" and cause.explains and cause.verdict == WITHIN, cause
+    assert cause.words == words and cause.alternatives == ()
     assert not report.within_rounding
     text = render(report, explain=True)
     assert f"  {path}: explained by {words}; {shape}" in text

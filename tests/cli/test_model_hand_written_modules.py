@@ -138,8 +138,8 @@ def test_bugs_injected_into_hand_written_layers_are_named(user):
     }
     for path, (name, words) in expected.items():
         cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause["explains"], (path, cause)
-        assert (cause["name"], cause["words"]) == (name, words), path
+        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        assert (cause.name, cause.words) == (name, words), path
     assert rows["act2"]["verdict"] == "within rounding" and rows["scores"]["verdict"] == "within rounding"
 
 
@@ -167,9 +167,9 @@ def test_a_hand_written_softmax_over_another_axis_and_a_rounded_input_are_named(
         return port
 
     rows = _port_of(user, build)
-    assert rows["scores"]["cause"]["name"] == "softmax axis" and rows["scores"]["cause"]["parameters"] == {"dim": 0}
-    assert rows["scores"]["cause"]["words"] == "Scores (a Softmax) over axis 0, not this model's dim=-1"
-    assert rows["square"]["cause"]["name"] == "inputs in bfloat16" and rows["square"]["cause"]["explains"]
+    assert rows["scores"]["cause"].name == "softmax axis" and rows["scores"]["cause"].parameters == {"dim": 0}
+    assert rows["scores"]["cause"].words == "Scores (a Softmax) over axis 0, not this model's dim=-1"
+    assert rows["square"]["cause"].name == "inputs in bfloat16" and rows["square"]["cause"].explains
 
 
 def test_a_module_is_probed_once_whatever_the_number_of_causes_asking(user):
@@ -282,9 +282,9 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
     finally:
         sys.modules.pop("handattention", None)
     cause = {r["path"]: r for r in judged["layers"]}["attn"]["cause"]
-    assert cause["name"] == "attention scale" and cause["explains"], cause
-    assert cause["words"].startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause["words"]
-    assert abs(cause["parameters"]["factor"] - 0.5) <= 0.01, cause
+    assert cause.name == "attention scale" and cause.explains, cause
+    assert cause.words.startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause.words
+    assert abs(cause.parameters["factor"] - 0.5) <= 0.01, cause
 
 
 USER_CNN = '''
@@ -346,9 +346,9 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("handcnn", None)
     rows = {r["path"]: r for r in judged["layers"]}
-    assert rows["first"]["cause"]["name"] == "missing bias" and rows["first"]["cause"]["explains"]
-    assert rows["second"]["cause"]["name"] == "weights in bfloat16" and rows["second"]["cause"]["explains"]
-    assert rows["second"]["cause"]["words"] == "its weights stored in bfloat16"
+    assert rows["first"]["cause"].name == "missing bias" and rows["first"]["cause"].explains
+    assert rows["second"]["cause"].name == "weights in bfloat16" and rows["second"]["cause"].explains
+    assert rows["second"]["cause"].words == "its weights stored in bfloat16"
 
 
 def test_probing_a_module_leaves_its_state_as_it_was(user):

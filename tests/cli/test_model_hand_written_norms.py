@@ -16,6 +16,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
+from accuracy.workflows.model.unit import SkippedCause
 
 USER_DECODER = '''
 import torch
@@ -112,9 +113,9 @@ def test_a_hand_written_decoder_with_a_config_held_eps_runs_and_its_bugs_are_nam
     rows = {r["path"]: r for r in judged["layers"]}
     for path, eps, own in (("norm", 1e-3, "1e-06"), ("bare", 1e-2, "1e-05"), ("gated", 1e-3, "1e-06")):
         cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause["explains"], (path, cause)
-        assert cause["name"] == "normalization eps" and abs(cause["parameters"]["eps"] - eps) <= 0.01 * eps, path
-        assert f"this model has {own}" in cause["words"]
+        assert rows[path]["verdict"] == "beyond rounding" and cause.explains, (path, cause)
+        assert cause.name == "normalization eps" and abs(cause.parameters["eps"] - eps) <= 0.01 * eps, path
+        assert f"this model has {own}" in cause.words
 
 
 def test_a_cause_that_cannot_apply_to_a_module_is_skipped_with_the_reason(user, monkeypatch):
@@ -138,10 +139,10 @@ def test_a_cause_that_cannot_apply_to_a_module_is_skipped_with_the_reason(user, 
     port.load_state_dict(model.norm.state_dict())
     output = port(*call.inputs).detach().numpy()
     found = causes.explain(Unit([call]), list(call.inputs), FORMATS["float32"], "p", output, None)
-    assert found["name"] == "normalization eps" and found["explains"]
-    assert found["skipped"] == [
-        {"name": "reads an attribute", "reason": "AttributeError: 'RMSNorm' object has no attribute 'variance_epsilon'"}
-    ]
+    assert found.name == "normalization eps" and found.explains
+    assert found.skipped == (
+        SkippedCause("reads an attribute", "AttributeError: 'RMSNorm' object has no attribute 'variance_epsilon'"),
+    )
 
 
 def test_a_unit_the_judge_fails_on_is_not_compared_with_why_and_the_rest_is_judged(user, monkeypatch):

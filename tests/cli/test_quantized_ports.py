@@ -380,10 +380,10 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
     rows = {r["path"]: r for r in results[0]["layers"]}
     assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
     cause = rows["up"]["cause"]
-    assert cause["name"] == bug and cause["explains"]
-    (fitted,) = cause["parameters"].values()
+    assert cause.name == bug and cause.explains
+    (fitted,) = cause.parameters.values()
     assert fitted == pytest.approx(injected, rel=0.01)  # measured 1.9994; the largest row's step to 0.1%
-    skipped = {s["name"]: s["reason"] for s in cause["skipped"]}
+    skipped = {s.name: s.reason for s in cause.skipped}
     assert set(skipped) == {BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE} and all(skipped.values())
 
 
@@ -413,8 +413,8 @@ def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_fact
     rows = {r["path"]: r for r in results[0]["layers"]}
     assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
     cause = rows["up"]["cause"]
-    assert cause["name"] == "wrong weight scale" and cause["explains"]
-    assert cause["parameters"]["factor"] == pytest.approx(2.0, rel=0.01)  # measured 1.9998
+    assert cause.name == "wrong weight scale" and cause.explains
+    assert cause.parameters["factor"] == pytest.approx(2.0, rel=0.01)  # measured 1.9998
 
 
 @pytest.mark.slow

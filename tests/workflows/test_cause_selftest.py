@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -21,6 +22,7 @@ from accuracy.workflows.model.cause_selftest import (
     model_summary,
 )
 from accuracy.workflows.model.causes import causes
+from accuracy.workflows.model.unit import CauseFinding, NamedCause
 
 
 # The self-test injects every catalogue entry into a port of a zoo model (minutes of CPU): slow, and
@@ -64,17 +66,17 @@ def test_correct_ports_beside_the_mutants_get_no_cause(measured):
 def test_the_outcome_of_an_injection():
     (eps,) = [c for c in causes() if c.name == "normalization eps"]
     (float16,) = [c for c in causes() if c.name == "products in float16"]
-    named = {"name": "normalization eps", "explains": True, "parameters": {"eps": 1.05e-3}, "alternatives": []}
+    named = CauseFinding("normalization eps", "...", {"eps": 1.05e-3}, explains=True)
     assert _outcome(eps, named, 1e-3) == RIGHT
-    assert _outcome(eps, named | {"parameters": {"eps": 1.2e-3}}, 1e-3) == WRONG  # the parameter 20% off
-    assert _outcome(eps, named | {"name": "train mode", "parameters": {}}, 1e-3) == WRONG
-    assert _outcome(eps, named | {"explains": False}, 1e-3) == NOT_NAMED
+    assert _outcome(eps, replace(named, parameters={"eps": 1.2e-3}), 1e-3) == WRONG  # the parameter 20% off
+    assert _outcome(eps, replace(named, name="train mode", parameters={}), 1e-3) == WRONG
+    assert _outcome(eps, replace(named, explains=False), 1e-3) == NOT_NAMED
     assert _outcome(eps, None, 1e-3) == NOT_NAMED
     # an equal explanation (the same precision) said beside the first counts as named
-    tf32 = {"name": "products in tfloat32", "explains": True, "parameters": {}}
-    also = tf32 | {"alternatives": [{"name": "products in float16", "words": "...", "parameters": {}}]}
+    tf32 = CauseFinding("products in tfloat32", "...", {}, explains=True)
+    also = replace(tf32, alternatives=(NamedCause("products in float16", "...", {}),))
     assert _outcome(float16, also, None) == RIGHT
-    assert _outcome(float16, tf32 | {"alternatives": []}, None) == WRONG
+    assert _outcome(float16, tf32, None) == WRONG
 
 
 @pytest.mark.slow

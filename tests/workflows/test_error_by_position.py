@@ -71,7 +71,7 @@ def test_an_error_that_grows_with_position_points_the_causes_to_the_rotary_scali
     report = run_model(ModelRun("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": path}))
     row = next(r for r in report.ports[0]["layers"] if r["path"] == "rotary_emb")
     cause = row["cause"]
-    assert cause["name"] == "rope scaling ignored" and cause["explains"]
+    assert cause.name == "rope scaling ignored" and cause.explains
     seen = cause["positions"]
     assert (seen["shape"], seen["window"]) == (GROWS, None) and seen["onset"] <= 1
     assert seen["words"].startswith("its error grows with position (0 at position 0, 0.97 at 6)")
@@ -87,7 +87,7 @@ def test_an_error_that_starts_at_the_window_points_the_causes_to_the_window(tmp_
     result = report.ports[0]
     assert result["first_not_within"] == "layers.0.self_attn"
     cause = next(r for r in result["layers"] if r["path"] == "layers.0.self_attn")["cause"]
-    assert (cause["name"], cause["parameters"], cause["explains"]) == ("sliding window off by one", {"window": 3}, True)
+    assert (cause.name, cause.parameters, cause.explains) == ("sliding window off by one", {"window": 3}, True)
     assert cause["positions"] == {
         "shape": WINDOW,
         "onset": 3,
@@ -104,8 +104,8 @@ def test_an_error_there_from_position_0_is_no_windows():
     entry = next(c for c in families.CAUSES if c.name == "grouped-query heads tiled")
     call, _, output, context = _first_applicable(entry, calls, dict(model.named_modules()))
     cause = explain(Unit([call]), port_inputs(call.inputs, FLOAT32), FLOAT32, "port", output, None, context)
-    assert cause["name"] == "grouped-query heads tiled" and cause["positions"]["shape"] == FIRST
-    skipped = {s["name"]: s["reason"] for s in cause["skipped"]}
+    assert cause.name == "grouped-query heads tiled" and cause.positions["shape"] == FIRST
+    skipped = {s.name: s.reason for s in cause.skipped}
     windows = {"sliding window dropped", "sliding window off by one", "sliding window width"}
     assert windows <= set(skipped)
     assert skipped["sliding window width"].startswith("its error is there from position 0")

@@ -115,12 +115,12 @@ def test_an_lm_head_tied_to_the_embedding_where_the_model_unties_them_is_named(t
     (result,) = report.ports
     assert result["first_not_within"] == "lm_head"
     cause = next(r for r in result["layers"] if r["path"] == "lm_head")["cause"]
-    assert (cause["name"], cause["parameters"], cause["explains"]) == (
+    assert (cause.name, cause.parameters, cause.explains) == (
         "weight from another layer",
         {"layer": "model.embed_tokens"},
         True,
     )
-    assert cause["words"] == "its weight loaded from model.embed_tokens"
+    assert cause.words == "its weight loaded from model.embed_tokens"
 
 
 def test_the_embedding_scale_and_its_format_are_told_on_gemma3():

@@ -23,8 +23,10 @@ from accuracy.judge.verdicts import (
     WITHIN,
     WITHIN_NOISE,
 )
+from accuracy.workflows.model.unit import CauseFinding
 
 Row = Mapping[str, Any]  # a unit's row or a port's result (UnitRow, PortResult), or its --json form
+Cause = CauseFinding | Mapping[str, Any] | None  # a row's cause, or its --json form
 LINE = 160  # characters per answer line
 INDENTED = LINE - 2  # the second and third lines, indented under the first
 SHORT = 64  # characters of a row's short reason
@@ -42,16 +44,17 @@ def worst_text(worst: dict) -> str:
     )
 
 
-def cause_text(cause: dict | None) -> str:
+def cause_text(given: Cause) -> str:
     """The answer's cause: what explains the unit, or the nearest known cause and how far it remains."""
+    cause = CauseFinding.of(given)
     if not cause:
         return ""
-    if cause["words"] is None:
+    if cause.words is None:
         return f"no known cause explains it (none in the catalogue applies to it); {positional(cause)}"
-    if cause["explains"]:
-        also = f" (also: {'; '.join(a['words'] for a in cause['alternatives'])})" if cause["alternatives"] else ""
-        return f"explained by {cause['words']}{also}; {positional(cause)}"
-    ratio = cause["ratio"]
+    if cause.explains:
+        also = f" (also: {'; '.join(str(a.words) for a in cause.alternatives)})" if cause.alternatives else ""
+        return f"explained by {cause.words}{also}; {positional(cause)}"
+    ratio = cause.ratio
     # a ratio within the limit where the entry still does not explain (non-finite results, which
     # the ratio leaves out) is no distance to quote: "leaves it at 0x its tier's limit" read as within
     far = (
@@ -61,15 +64,14 @@ def cause_text(cause: dict | None) -> str:
     )
     # the nearest entry is no cause: it is named as what was tried, never worded as what happened
     return (
-        f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause['name']}, {far}); "
+        f"no known cause explains it: nothing in the catalogue does (the nearest entry tried, {cause.name}, {far}); "
         f"{positional(cause)}"
     )
 
 
-def positional(cause: dict) -> str:
+def positional(cause: CauseFinding) -> str:
     """The shape of the error along the token sequence the cause search saw, where it saw one."""
-    seen = cause.get("positions")
-    return f"{seen['words']}; " if seen else ""
+    return f"{cause.positions['words']}; " if cause.positions else ""
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,13 @@ def short_reason(row: Row) -> str:
     return clip(_headline(row["reason"]), SHORT)
 
 
-def cause_words(cause: dict | None) -> str:
+def cause_words(given: Cause) -> str:
     """The answer's cause in plain words: what explains the unit, or that no known cause does."""
-    tail = f"; {cause['positions']['words']}" if cause and cause.get("positions") else ""
-    if not cause or not cause["explains"]:
+    cause = CauseFinding.of(given)
+    tail = f"; {cause.positions['words']}" if cause and cause.positions else ""
+    if not cause or not cause.explains:
         return "no known cause" + tail
-    return f"explained by {cause['words']}{tail}"
+    return f"explained by {cause.words}{tail}"
 
 
 def look_closer(row: Row, dtype: str) -> str:
@@ -231,7 +234,7 @@ def port_answer(port: Row) -> PortAnswer:
         departs = port["end_to_end"]["first_departs"]
         cause = port["end_to_end"].get("cause")
         if cause is not None:  # the points whose clipping, counted apart at each unit, moves the output
-            where = f"each unit within its quantization noise; the output's clipping at {departs or cause['value']}"
+            where = f"each unit within its quantization noise; the output's clipping at {departs or _value(cause)}"
             return PortAnswer(label, verdict, clip(where, INDENTED), _why(cause, RERUN), departs)
         where = f"most clipping counted apart at {departs}" if departs else "no unit clips"
         why = f"cause: not one unit: each is within its quantization noise, not its clipping; look closer: {RERUN}"
@@ -261,7 +264,12 @@ def port_answer(port: Row) -> PortAnswer:
     )
 
 
-def _why(cause: dict | None, command: str) -> str:
+def _value(cause: Cause) -> str | None:
+    found = CauseFinding.of(cause)
+    return found.value if found else None
+
+
+def _why(cause: Cause, command: str) -> str:
     """Line 3: the cause, shortened (its asides dropped, then cut) so that the command fits."""
     tail = f"; look closer: {command}"
     words = cause_words(cause)

@@ -32,6 +32,7 @@ from accuracy.workflows.model.ports import build_port
 from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import PortResult
 from accuracy.workflows.model.trace import record, run_reference
+from accuracy.workflows.model.unit import CauseFinding
 
 MODELS = (
     "small_cnn",
@@ -77,15 +78,15 @@ def parameter_close(found: Any, wanted: Any) -> bool:
         return False
 
 
-def _outcome(entry: Cause, cause: dict | None, injected: Any) -> str:
+def _outcome(entry: Cause, cause: CauseFinding | None, injected: Any) -> str:
     """Named right where the entry explains the unit, first or as an equal alternative (TF32 and
     float16 products: the same precision), with its parameter."""
-    if not cause or not cause["explains"]:
+    if not cause or not cause.explains:
         return NOT_NAMED
-    named = next((c for c in [cause, *cause["alternatives"]] if c["name"] == entry.name), None)
+    named = next((c for c in cause.entries() if c.name == entry.name), None)
     if named is None:
         return WRONG
-    return RIGHT if all(parameter_close(v, injected) for v in named["parameters"].values()) else WRONG
+    return RIGHT if all(parameter_close(v, injected) for v in named.parameters.values()) else WRONG
 
 
 def _injected_values(entry: Cause, module: Any, context: Context) -> list:
@@ -145,7 +146,7 @@ def _activations(port, given: dict, changed, path: str, context: Context, refere
         return {**reference, path: output.numpy()}
 
 
-def _named_at(port: PortResult, path: str) -> dict | None:
+def _named_at(port: PortResult, path: str) -> CauseFinding | None:
     if path == INPUT:
         return next((r.get("cause") for r in port.get("inputs", []) if r["verdict"] != WITHIN), None)
     return next((r.get("cause") for r in port["layers"] if r["path"] == path), None)
@@ -232,16 +233,16 @@ def _judge_injection(entry: Cause, injection: Injection, result: PortResult | No
     cause = _named_at(result, injection.path or "")
     injection.outcome = _outcome(entry, cause, injection.injected)
     if cause:
-        injection.named = cause["name"] if cause["explains"] else None
-        injection.parameters = cause["parameters"]
-        injection.why = "" if cause["explains"] else f"nearest: {cause['words']} ({cause['ratio']})"
+        injection.named = cause.name if cause.explains else None
+        injection.parameters = cause.parameters
+        injection.why = "" if cause.explains else f"nearest: {cause.words} ({cause.ratio})"
     else:
         injection.why = "the unit was not flagged"
     elsewhere = [
         row["path"]
         for row in result["layers"]
         # a module called twice (relu, relu#2) is injected in every call
-        if row["path"].split("#")[0] != injection.path and (row.get("cause") or {}).get("explains")
+        if row["path"].split("#")[0] != injection.path and _explains(row.get("cause"))
     ]
     if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
         injection.outcome = WRONG
@@ -251,12 +252,16 @@ def _judge_injection(entry: Cause, injection: Injection, result: PortResult | No
 def _named_on_correct(results: list[PortResult], correct: set[str]) -> list[str]:
     """The causes named on correct ports, on a unit or on an input: each a false cause."""
     return [
-        f"{r['port']}: {row['path']}: {row['cause']['name']}"
+        f"{r['port']}: {row['path']}: {row['cause'].name}"
         for r in results
         if r["port"] in correct
         for row in [*r["layers"], *({"path": i["input"], **i} for i in r.get("inputs", []))]
-        if row.get("cause") and row["cause"]["explains"]
+        if _explains(row.get("cause"))
     ]
+
+
+def _explains(cause: CauseFinding | None) -> bool:
+    return cause is not None and cause.explains
 
 
 def model_summary(reports: list[dict]) -> dict:

@@ -23,7 +23,7 @@ from accuracy.workflows.model.cause_selftest import NOT_NAMED, RIGHT, WRONG, par
 from accuracy.workflows.model.causes import explain, families
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.trace import run_reference
-from accuracy.workflows.model.unit import Unit, port_inputs
+from accuracy.workflows.model.unit import CauseFinding, Unit, port_inputs
 from accuracy.workflows.model.units import judge_unit
 
 FLOAT32 = FORMATS["float32"]
@@ -53,13 +53,13 @@ def _first_applicable(entry: Cause, calls: list, modules: dict) -> Any:
     return None
 
 
-def _outcome(entry: Cause, cause: dict, injected: Any) -> str:
-    if not cause["explains"]:
+def _outcome(entry: Cause, cause: CauseFinding, injected: Any) -> str:
+    if not cause.explains:
         return NOT_NAMED
-    named = next((c for c in [cause, *cause["alternatives"]] if c["name"] == entry.name), None)
+    named = next((c for c in cause.entries() if c.name == entry.name), None)
     if named is None:
         return WRONG
-    return RIGHT if all(parameter_close(v, injected) for v in named["parameters"].values()) else WRONG
+    return RIGHT if all(parameter_close(v, injected) for v in named.parameters.values()) else WRONG
 
 
 def inject(model_name: str, entries: tuple[Cause, ...] = families.CAUSES) -> list[dict]:
@@ -91,8 +91,8 @@ def inject(model_name: str, entries: tuple[Cause, ...] = families.CAUSES) -> lis
             continue
         cause = explain(unit, tensors, FLOAT32, LABEL, output, None, context)
         outcome = _outcome(entry, cause, value)
-        named = cause["name"] if cause["explains"] else None
-        rows.append(row | {"outcome": outcome, "named": named, "parameters": cause["parameters"]})
+        named = cause.name if cause.explains else None
+        rows.append(row | {"outcome": outcome, "named": named, "parameters": cause.parameters})
         rows[-1]["seconds"] = time.perf_counter() - started
     return rows
 

@@ -46,7 +46,7 @@ from accuracy.workflows.model.generation_ports import (
 )
 from accuracy.workflows.model.sweep import JUDGE_THREADS, ModelRun
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
-from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.unit import CauseFinding, Unit
 from accuracy.workflows.model.units import _evidence
 
 # ONNX Runtime on request: exporting a decoder takes longer than judging every step (45 s of 190 at load 9)
@@ -499,6 +499,7 @@ def where_line(p: dict) -> str:
         said = f": explained by {found['words']}" if found else ""
         return f"{head}; every layer within rounding, its top-level forward not{said}"
     where = f"{head}: {sweep['first_not_within']} ({sweep['op']})"
-    if found and not (sweep["cause"] or {}).get("explains"):  # in a forward's own code, which no unit covers
+    named = CauseFinding.of(sweep["cause"])
+    if found and not (named and named.explains):  # in a forward's own code, which no unit covers
         return f"{where}, in its own forward: explained end to end by {found['words']}"
     return f"{where}: {cause_words(sweep['cause'])}"

@@ -17,7 +17,7 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.unit import Unit, port_inputs
+from accuracy.workflows.model.unit import CauseFinding, Unit, port_inputs
 
 BATCH_NORMS = {3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}  # by the input's rank: (B, C, ...)
 
@@ -65,7 +65,7 @@ def op_module(op: str, inputs: dict[str, np.ndarray]) -> tuple[Any, ModuleOp] | 
 def op_cause(
     op: str, inputs: dict[str, np.ndarray], fmt: FloatFormat, label: str, output: np.ndarray,
     compute: FloatFormat | None = None,
-) -> dict | None:  # fmt: skip
+) -> CauseFinding | None:  # fmt: skip
     """The cause that explains an output of `op` that is not within rounding, as `explain` in
     causes/ answers it (or the nearest); None where no module computes the op."""
     import torch

@@ -150,8 +150,8 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
         "first_departs": None,
         "quantization": figures,
     }
-    if cause is not None and cause["explains"]:
-        end |= {"cause": cause, "first_departs": cause["path"]}
+    if cause is not None and cause.explains:
+        end |= {"cause": cause, "first_departs": cause.path}
     elif skipped := clipping_skipped(noise):
         end["skipped"] = skipped
     return end

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.unit import CauseFinding, NamedCause, SkippedCause, Unit
 from accuracy.workflows.model.units import float64_reference
 
 SCALE, ZERO_POINT, AXIS, PER_TENSOR, BIAS, SATURATES, STUCK_ZERO, OTHER_RANGE = (
@@ -161,11 +161,11 @@ def explain_quantized(
     output: np.ndarray,
     noise: dict,
     judged: Callable[[np.ndarray, np.ndarray], tuple[dict, str]],
-) -> dict:
+) -> CauseFinding:
     """The known quantization bug that explains a unit beyond its noise, with its fitted
     parameters and the others that explain it too; or the nearest, `explains: False`.
     `judged(output, reference)`: the unit's figures (ratio, threshold) and verdict against a reference."""
-    tried: list[dict] = []
+    tried: list[CauseFinding] = []
     module = unit.calls[0].module
     for declared in noise.get("weights", []) if len(unit.calls) == 1 else []:
         for hypothesis in hypotheses(module, declared):
@@ -176,21 +176,13 @@ def explain_quantized(
         judgement = judged(noise["unfused"], float64_reference(unit, tensors, fmt))
         words = "its fused int8 kernels, not its graph: the graph run unfused is within its noise (u8s8 saturation)"
         tried.append(_tried(SATURATES, words, {}, *judgement))
-    none: dict[str, Any] = {
-        "name": None,
-        "words": None,
-        "parameters": {},
-        "verdict": None,
-        "ratio": None,
-        "explains": False,
-    }
-    skipped = [{"name": name, "reason": why} for name, why in CANNOT_APPLY.get(noise.get("runtime", ""), ())]
+    skipped = tuple(SkippedCause(name, why) for name, why in CANNOT_APPLY.get(noise.get("runtime", ""), ()))
     if not tried:
-        return none | {"alternatives": [], "skipped": skipped}
-    explaining = [t for t in tried if t["explains"]]
-    best = explaining[0] if explaining else min(tried, key=lambda t: t["ratio"])
-    alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
-    return best | {"alternatives": alternatives, "skipped": skipped}
+        return CauseFinding(skipped=skipped)
+    explaining = [t for t in tried if t.explains]
+    best = explaining[0] if explaining else min(tried, key=lambda t: float(t.ratio))  # type: ignore[arg-type]
+    alternatives = tuple(NamedCause(t.name or "", t.words, t.parameters) for t in explaining[1:])
+    return dataclasses.replace(best, alternatives=alternatives, skipped=skipped)
 
 
 def _clipping_cause(point: Any, more: list) -> tuple[str, str, dict]:
@@ -215,7 +207,9 @@ def _clipping_cause(point: Any, more: list) -> tuple[str, str, dict]:
     return OTHER_RANGE, words, {"low": point.seen_low, "high": point.seen_high}
 
 
-def explain_clipping(output: np.ndarray, noise: dict, judged: Callable[[np.ndarray], tuple[dict, str]]) -> dict | None:
+def explain_clipping(
+    output: np.ndarray, noise: dict, judged: Callable[[np.ndarray], tuple[dict, str]]
+) -> CauseFinding | None:
     """The activation point whose clipping puts a port's output beyond its noise while each unit
     is within its own (its clipping counted apart): where the output less what every point's
     clipping changes is within its noise, the point whose clipping alone changes the output most
@@ -233,20 +227,15 @@ def explain_clipping(output: np.ndarray, noise: dict, judged: Callable[[np.ndarr
     figures, verdict = judged(np.asarray(output, np.float64).reshape(base.shape) - (base - plain))
     name, words, parameters = _clipping_cause(mattering[0], mattering[1:])
     path = noise.get("paths", {}).get(mattering[0].value)
-    return _tried(name, words, parameters, figures, verdict) | {
-        "value": mattering[0].value,
-        "path": path,
-        "alternatives": [],
-        "skipped": [],
-    }
+    return dataclasses.replace(_tried(name, words, parameters, figures, verdict), value=mattering[0].value, path=path)
 
 
-def _tried(name: str, words: str, parameters: dict, figures: dict, verdict: str) -> dict:
-    return {
-        "name": name,
-        "words": words,
-        "parameters": parameters,
-        "verdict": verdict,
-        "ratio": figures["ratio"],
-        "explains": bool(figures["ratio"] <= figures["threshold"]),
-    }
+def _tried(name: str, words: str, parameters: dict, figures: dict, verdict: Any) -> CauseFinding:
+    return CauseFinding(
+        name=name,
+        words=words,
+        parameters=parameters,
+        verdict=verdict,
+        ratio=figures["ratio"],
+        explains=bool(figures["ratio"] <= figures["threshold"]),
+    )

@@ -53,6 +53,7 @@ from accuracy.workflows.model.quantization_causes import (
     STUCK_ZERO,
     ZERO_POINT,
 )
+from accuracy.workflows.model.unit import CauseFinding
 
 TORCHAO = (SCALE, ZERO_POINT, PER_TENSOR)  # the weight bugs an Int8Tensor can hold
 
@@ -165,25 +166,28 @@ def _flipped(graph, name: str) -> None:
             attribute.i = 1 - attribute.i
 
 
-def _outcome(result: Any, cause: str, injected: object, path: str | None) -> tuple[str, dict | None, str]:
+def _outcome(result: Any, cause: str, injected: object, path: str | None) -> tuple[str, CauseFinding | None, str]:
     """(outcome, the cause named at the injected layer, why) for one injected port's result."""
-    named = [r for r in result["layers"] if (r.get("cause") or {}).get("explains")]
+    named = [r for r in result["layers"] if _explains(r.get("cause"))]
     if path is None:  # the kernels' saturation: wherever a unit is flagged
         flagged = [r for r in result["layers"] if r["verdict"] in FLAGGED]
         if not flagged:
             return NOT_NAMED, None, "no unit flagged"
-        right = all((r.get("cause") or {}).get("name") == cause and r["cause"]["explains"] for r in flagged)
+        right = all(_explains(r.get("cause")) and r["cause"].name == cause for r in flagged)
         return (RIGHT if right else WRONG), flagged[0].get("cause"), ""
     row = next((r for r in result["layers"] if r["path"] == path), None)
     found = (row or {}).get("cause")
     elsewhere = [r["path"] for r in named if r["path"] != path]
-    if not found or not found["explains"]:
+    if not found or not found.explains:
         return NOT_NAMED, found, "the layer was not flagged" if not found else "no cause explains it"
-    candidates = [found, *found["alternatives"]]
-    entry = next((c for c in candidates if c["name"] == cause), None)
-    if entry is None or elsewhere or not all(parameter_close(v, injected) for v in entry["parameters"].values()):
+    entry = next((c for c in found.entries() if c.name == cause), None)
+    if entry is None or elsewhere or not all(parameter_close(v, injected) for v in entry.parameters.values()):
         return WRONG, found, f"a cause named elsewhere too: {', '.join(elsewhere)}" if elsewhere else ""
     return RIGHT, found, ""
+
+
+def _explains(cause: CauseFinding | None) -> bool:
+    return cause is not None and cause.explains
 
 
 def _first_flagging(
@@ -287,10 +291,10 @@ def _reported(label: str, started: float, injections: list, correct: list, subje
 
     model, given, calls = subject
     results, _ = evaluate_ports(correct, model, given, calls)
-    causes = [(r["port"], row["path"], row.get("cause") or {}) for r in results for row in r["layers"]]
-    named_on_correct = [f"{port}: {path}: {cause['name']}" for port, path, cause in causes if cause.get("explains")]
-    ends = [(r["port"], r["end_to_end"].get("cause") or {}) for r in results]
-    named_on_correct += [f"{port}: output: {cause['name']}" for port, cause in ends if cause.get("explains")]
+    causes = [(r["port"], row["path"], row.get("cause")) for r in results for row in r["layers"]]
+    named_on_correct = [f"{port}: {path}: {cause.name}" for port, path, cause in causes if cause and cause.explains]
+    ends = [(r["port"], r["end_to_end"].get("cause")) for r in results]
+    named_on_correct += [f"{port}: output: {cause.name}" for port, cause in ends if cause and cause.explains]
     report = {
         "model": label,
         "injections": [i.as_dict() for i in injections],
@@ -373,17 +377,19 @@ def _value_layer(graph, value: str) -> str | None:
     return producer.name.strip("/").split("/")[0] if producer is not None else None
 
 
-def _end_outcome(result: Any, cause: str, close: Callable[[dict], bool]) -> tuple[str, dict | None, str]:
+def _end_outcome(
+    result: Any, cause: str, close: Callable[[CauseFinding], bool]
+) -> tuple[str, CauseFinding | None, str]:
     """(outcome, the cause named end to end, why) for a bug that leaves each unit within its noise:
     named right where the cause explains the output, at the unit of the point it names, with its
     parameters `close`, and no unit is given a cause."""
     if result is None or result["end_to_end"]["verdict"] != BEYOND:
         return NOT_NAMED, None, "the output was not flagged"
     found = result["end_to_end"].get("cause")
-    if not found or not found["explains"]:
+    if not found or not found.explains:
         return NOT_NAMED, found, "no clipping explains the output"
-    elsewhere = [r["path"] for r in result["layers"] if (r.get("cause") or {}).get("explains")]
-    if found["name"] != cause or elsewhere or not close(found):
+    elsewhere = [r["path"] for r in result["layers"] if _explains(r.get("cause"))]
+    if found.name != cause or elsewhere or not close(found):
         return WRONG, found, f"a cause named at {', '.join(elsewhere)} too" if elsewhere else ""
     return RIGHT, found, ""
 
@@ -415,8 +421,8 @@ def _stuck_zero(subject: tuple, graph) -> Injection:
         if result is None or result["end_to_end"]["verdict"] != BEYOND:
             continue
 
-        def close(found: dict, layer=layer, value=value) -> bool:
-            return found["path"] == layer and parameter_close(found["parameters"]["zero_point"], value)
+        def close(found: CauseFinding, layer=layer, value=value) -> bool:
+            return found.path == layer and parameter_close(found.parameters["zero_point"], value)
 
         outcome, named, why = _end_outcome(result, STUCK_ZERO, close)
         return _injection(STUCK_ZERO, name, layer, outcome, named, value, why)
@@ -438,22 +444,22 @@ def _other_range(subject: tuple, exported, graph) -> Injection:
         if result is None or result["end_to_end"]["verdict"] != BEYOND:
             continue
 
-        def close(found: dict) -> bool:
-            low, high = declared.get(found["value"], (np.nan, np.nan))
-            fitted = found["parameters"]
+        def close(found: CauseFinding) -> bool:
+            low, high = declared.get(found.value or "", (np.nan, np.nan))
+            fitted = found.parameters
             width = high - low
-            right_place = found["path"] == _value_layer(graph.graph, found["value"])
+            right_place = found.path == _value_layer(graph.graph, found.value or "")
             return right_place and abs(fitted["low"] - low) <= 0.1 * width and abs(fitted["high"] - high) <= 0.1 * width
 
         outcome, named, why = _end_outcome(result, OTHER_RANGE, close)
-        where = (named or {}).get("path") or "its output"
+        where = (named.path if named else None) or "its output"
         return _injection(OTHER_RANGE, name, where, outcome, named, f"calibrated on a draw x {size}", why)
     return Injection(OTHER_RANGE, name, outcome=NOT_NAMED, why="calibrating on other draws flagged no output")
 
 
-def _injection(cause: str, model: str, path, outcome: str, named: dict | None, value, why: str) -> Injection:
+def _injection(cause: str, model: str, path, outcome: str, named: CauseFinding | None, value, why: str) -> Injection:
     injection = Injection(cause, model, path or "its int8 kernels", outcome, injected=value, why=why)
     if named:
-        injection.named = named["name"] if named["explains"] else None
-        injection.parameters = named["parameters"]
+        injection.named = named.name if named.explains else None
+        injection.parameters = named.parameters
     return injection

@@ -18,10 +18,10 @@ from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE, Outcome
 from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
-from accuracy.workflows.model.answer import cause_text, clip, is_flagged, number, port_answer, worst_text
+from accuracy.workflows.model.answer import Cause, cause_text, clip, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
-from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
 from accuracy.workflows.model.units import nonfinite_mismatches, relative
 
 
@@ -43,7 +43,7 @@ class UnitRow(TypedDict, total=False):
     inherited: float  # the port's end-to-end difference from the float64 model at the unit's input
     propagated: float  # ... at its output
     worst: dict[str, Any]
-    cause: dict[str, Any] | None  # {name, words, parameters, verdict, ratio, explains, alternatives}
+    cause: CauseFinding | None  # the known port bug that explains it, or the nearest tried
     runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
     # a quantized port's unit: expected noise, ratio, rmse/scale, SQNR own and accumulated, its points
     quantization: dict[str, Any]
@@ -64,7 +64,7 @@ class EndToEndVerdict(TypedDict):
     reason: str
     first_departs: str | None  # the first unit whose propagated difference departs
     quantization: NotRequired[dict]  # a quantized port's output against its predicted noise
-    cause: NotRequired[dict]  # the quantize points whose clipping explains it (quantization_causes)
+    cause: NotRequired[CauseFinding]  # the quantize points whose clipping explains it (quantization_causes)
 
 
 @dataclass(frozen=True)
@@ -206,17 +206,16 @@ class ModelReport:
         return lines
 
 
-def cause_cell(cause: dict | None) -> str:
+def cause_cell(given: Cause) -> str:
     """The table's cause column: the cause that explains the unit and its fitted parameters, or
     that none does; empty where the unit was not flagged."""
+    cause = CauseFinding.of(given)
     if not cause:
         return ""
-    if not cause["explains"]:
+    if not cause.explains:
         return "no known cause"
-    fitted = ", ".join(
-        f"{k} = {v:.2g}" if isinstance(v, float) else f"{k} = {v}" for k, v in cause["parameters"].items()
-    )
-    return cause["name"] + (f" ({fitted})" if fitted else "") + (" (+ others)" if cause["alternatives"] else "")
+    fitted = ", ".join(f"{k} = {v:.2g}" if isinstance(v, float) else f"{k} = {v}" for k, v in cause.parameters.items())
+    return f"{cause.name}" + (f" ({fitted})" if fitted else "") + (" (+ others)" if cause.alternatives else "")
 
 
 def _inherited(unit: Unit, by_key: dict[str, LayerCall], run: EndToEnd, reference64: dict) -> float | None:
@@ -256,7 +255,7 @@ def port_result(
     units: list[Unit],
     run: EndToEnd,
     seconds: float,
-    explained: dict[str, dict] | None = None,
+    explained: dict[str, CauseFinding] | None = None,
 ) -> PortResult:
     """One port's result: its units' rows in order, and its end-to-end error against the float64
     model beside PyTorch's own at the port's dtype (`own`: PyTorch's activations at that dtype).

@@ -42,7 +42,7 @@ from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
-from accuracy.workflows.model.unit import Unit, UnitJudgement
+from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
 from accuracy.workflows.model.units import as_runtime_limit, judge_unit
 
 # The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
@@ -401,7 +401,7 @@ class PortRun:
     seconds: float
     inputs: list[dict]  # the port's own first-layer inputs judged against the model's (preprocessing)
     mismatched: list[tuple[int, list, str, np.ndarray]] = field(default_factory=list)
-    explained: dict[str, dict] = field(default_factory=dict)
+    explained: dict[str, CauseFinding] = field(default_factory=dict)
 
 
 def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
@@ -541,7 +541,7 @@ def _explain_mismatched(runs: Sequence[PortRun | str], model, calls) -> None:
             unit, facts = units[i], run.facts
             around = Context(modules, calls, unit.calls[0])
             cause = explain(unit, tensors, facts.fmt, facts.name, output, facts.products, around)
-            if cause["explains"]:
+            if cause.explains:
                 run.explained[unit.key] = cause
 
 

@@ -6,11 +6,13 @@ Ports, causes and the report read these; only `units` judges (the ports' floor s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge.verdicts import Judgement
+from accuracy.judge.verdicts import Judgement, Verdict
 from accuracy.workflows.model.trace import LayerCall
 
 
@@ -62,5 +64,94 @@ class UnitJudgement:
     op: str | None
     numbers: dict
     introduced: float
-    cause: dict | None = None  # for a unit not within rounding: the known port bug that explains it (causes/)
+    cause: CauseFinding | None = None  # for a unit not within rounding: the known port bug that explains it (causes/)
     runtime_limit: str | None = None  # the port's runtime's declared limit that explains it (RUNTIME_LIMIT)
+
+
+@dataclass(frozen=True)
+class NamedCause:
+    """Another catalogue entry that explains the unit as well: its name, words and fitted parameters."""
+
+    name: str
+    words: str | None
+    parameters: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "words": self.words, "parameters": self.parameters}
+
+
+@dataclass(frozen=True)
+class SkippedCause:
+    """A catalogue entry not tried on the unit, and why (a change its module cannot take)."""
+
+    name: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class CauseFinding:
+    """What the cause search found for a flagged unit (causes.explain, the quantization causes):
+    the entry that explains it (`explains`) or the nearest tried, its words (None: no entry
+    applies), fitted parameters, the changed reference's verdict and ratio to its threshold, the
+    others that explain it too, those skipped with why; a clipping cause's quantize point (`value`)
+    and the unit it feeds (`path`); the error's shape along a token sequence (`positions`)."""
+
+    name: str | None = None
+    words: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    ratio: float | None = None
+    explains: bool = False
+    alternatives: tuple[NamedCause, ...] = ()
+    skipped: tuple[SkippedCause, ...] = ()
+    value: str | None = None
+    path: str | None = None
+    positions: dict[str, Any] | None = None
+
+    def entries(self) -> tuple[NamedCause, ...]:
+        """The entry named, then the others that explain the unit as well."""
+        return (NamedCause(self.name or "", self.words, self.parameters), *self.alternatives)
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as `--json` writes it (the fields of before it was typed, in their order)."""
+        found: dict[str, Any] = {
+            "name": self.name,
+            "words": self.words,
+            "parameters": self.parameters,
+            "verdict": self.verdict,
+            "ratio": self.ratio,
+            "explains": self.explains,
+        }
+        if self.value is not None:
+            found |= {"value": self.value, "path": self.path}
+        found |= {"alternatives": [a.to_json() for a in self.alternatives]}
+        found |= {"skipped": [s.to_json() for s in self.skipped]}
+        return found | ({"positions": self.positions} if self.positions is not None else {})
+
+    @classmethod
+    def of(cls, cause: CauseFinding | Mapping[str, Any] | None) -> CauseFinding | None:
+        """A finding, from itself or its JSON form (the page reads a report's --json form; the
+        causes generation names end to end are given in that form too)."""
+        if isinstance(cause, CauseFinding):
+            return cause
+        if not cause:
+            return None
+        verdict = cause.get("verdict")
+        return cls(
+            name=cause.get("name"),
+            words=cause.get("words"),
+            parameters=dict(cause.get("parameters") or {}),
+            verdict=None if verdict is None else Verdict(verdict),
+            ratio=cause.get("ratio"),
+            explains=bool(cause.get("explains")),
+            alternatives=tuple(
+                NamedCause(a["name"], a["words"], a["parameters"]) for a in cause.get("alternatives", ())
+            ),
+            skipped=tuple(SkippedCause(s["name"], s["reason"]) for s in cause.get("skipped", ())),
+            value=cause.get("value"),
+            path=cause.get("path"),
+            positions=cause.get("positions"),
+        )

@@ -38,7 +38,7 @@ from accuracy.workflows.model.causes import (
 )
 from accuracy.workflows.model.causes.cause import Cause, Context
 from accuracy.workflows.model.causes.positional import Shape, positional_shape
-from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.unit import CauseFinding, NamedCause, SkippedCause, Unit
 from accuracy.workflows.model.units import float64_reference, judge_unit, nonfinite_mismatches, relative
 
 # explanations this much farther (float64) than the first that explains are not judged; the few
@@ -64,11 +64,11 @@ def timed_explanations() -> Iterator[dict[tuple[str, str], float]]:
         _timings = outer
 
 
-def _timed(explain: Callable[..., dict]) -> Callable[..., dict]:
+def _timed(explain: Callable[..., CauseFinding]) -> Callable[..., CauseFinding]:
     """`explain`, timed by (port label, unit key) where `timed_explanations` is open."""
 
     @functools.wraps(explain)
-    def timed(unit: Unit, tensors: list, fmt: FloatFormat, label: str, *rest: Any) -> dict:
+    def timed(unit: Unit, tensors: list, fmt: FloatFormat, label: str, *rest: Any) -> CauseFinding:
         started = time.perf_counter()
         try:
             return explain(unit, tensors, fmt, label, *rest)
@@ -144,20 +144,20 @@ Candidate = tuple[Distance, int, Cause, Any, Unit]
 
 def _candidates(
     unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndarray, context: Context
-) -> tuple[list[Candidate], list[dict[str, str]]]:
+) -> tuple[list[Candidate], list[SkippedCause]]:
     """Each applicable cause's changed reference, fitted, and its float64 distance from the port's
     output; and the causes skipped, with why (a change the module cannot take, or an error whose
     shape along the sequence the cause does not give)."""
     module, shape = unit.calls[0].module, context.positions
     candidates: list[Candidate] = []
-    skipped: list[dict[str, str]] = []  # causes that could not apply to this module, and why
+    skipped: list[SkippedCause] = []  # causes that could not apply to this module, and why
     for index, cause in enumerate(causes()):
         try:
             if not cause.applies(module):
                 continue
             excluded = shape.excludes(cause) if shape else None
             if excluded:
-                skipped.append({"name": cause.name, "reason": excluded})
+                skipped.append(SkippedCause(cause.name, excluded))
                 continue
             if cause.fit:
                 value = cause.fit(module, tensors, output)
@@ -173,7 +173,7 @@ def _candidates(
             distance = _distance(output, float64_reference(changed, tensors, fmt))
             cause.words(module, value)  # words this module cannot take: not this cause either
         except Exception as error:  # a change this module cannot take: not this cause
-            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
+            skipped.append(SkippedCause(cause.name, first_line(error, typed=True)))
             continue
         candidates.append((distance, index, cause, value, changed))
     return candidates, skipped
@@ -188,22 +188,13 @@ def explain(
     output: np.ndarray,
     products: FloatFormat | None,
     context: Context | None = None,
-) -> dict:
+) -> CauseFinding:
     """The cause that explains a flagged one-module unit, with its fitted parameters, ratio and the
-    other causes that explain it too; or the nearest, marked `explains: False` (`words` None where
-    no cause of the catalogue applies to it). `context`: the model around the unit, for the causes
-    that read it (another layer's bias, the shape before a flatten)."""
-    none: dict[str, Any] = {
-        "name": None,
-        "words": None,
-        "parameters": {},
-        "verdict": None,
-        "ratio": None,
-        "explains": False,
-        "skipped": [],
-    }
+    other causes that explain it too; or the nearest, `explains` False (`words` None where no cause
+    of the catalogue applies to it). `context`: the model around the unit, for the causes that
+    read it (another layer's bias, the shape before a flatten)."""
     if len(unit.calls) != 1:
-        return none | {"alternatives": []}
+        return CauseFinding()
     module = unit.calls[0].module
     context = context or Context(call=unit.calls[0])
     # each applicable cause's changed reference, fitted, in float64 (cheap); judged (costly) only
@@ -212,17 +203,14 @@ def explain(
         reference = float64_reference(unit, tensors, fmt)
         unchanged = _distance(output, reference)
     except Exception as error:  # the unit itself the float64 reference cannot take: no cause tried
-        return none | {
-            "alternatives": [],
-            "skipped": [{"name": "every cause", "reason": first_line(error, typed=True)}],
-        }
+        return CauseFinding(skipped=(SkippedCause("every cause", first_line(error, typed=True)),))
     # the error's shape along a token sequence: the entries whose bug gives it are tried first
     shape = positional_shape(output, reference, context.length, fmt, module)
     context = dataclasses.replace(context, positions=shape)
     candidates, skipped = _candidates(unit, tensors, fmt, output, context)
     candidates.sort(key=lambda c: (not _fits(shape, c[2]), c[0], c[1]))
     nearer = [c for c in candidates if c[0] < unchanged] or candidates[:1]  # none nearer: the nearest, judged
-    tried: list[dict[str, Any]] = []
+    tried: list[tuple[int, CauseFinding]] = []
     first_explaining: Distance | None = None
     for distance, index, cause, value, changed in nearer:
         if first_explaining is not None and _farther(distance, first_explaining):
@@ -232,42 +220,38 @@ def explain(
         try:
             judged = judge_unit(changed, tensors, fmt, {label: output}, products)[label]
         except Exception as error:  # a changed reference the judge cannot take: not this cause
-            skipped.append({"name": cause.name, "reason": first_line(error, typed=True)})
+            skipped.append(SkippedCause(cause.name, first_line(error, typed=True)))
             continue
-        tried.append(_tried(index, cause, module, value, judged))
-        if tried[-1]["explains"] and first_explaining is None:
+        tried.append((index, _tried(cause, module, value, judged)))
+        if tried[-1][1].explains and first_explaining is None:
             first_explaining = distance
     if not tried:
-        return none | {"alternatives": [], "skipped": skipped} | ({"positions": shape.as_dict()} if shape else {})
+        return CauseFinding(skipped=tuple(skipped), positions=shape.as_dict() if shape else None)
     # equal explanations, those the error's shape points to first, then in the catalogue's order (cheapest first)
     catalogue = causes()
-    explaining = sorted(
-        (t for t in tried if t["explains"]), key=lambda t: (not _fits(shape, catalogue[t["index"]]), t["index"])
-    )
-    best = (
+    explaining = sorted((t for t in tried if t[1].explains), key=lambda t: (not _fits(shape, catalogue[t[0]]), t[0]))
+    index, best = (
         explaining[0]
         if explaining
-        else min(tried, key=lambda t: float(t["ratio"] if t["ratio"] is not None else np.inf))
+        else min(tried, key=lambda t: float(t[1].ratio if t[1].ratio is not None else np.inf))
     )
-    seen = {"positions": shape.as_dict(catalogue[best["index"]] if best["explains"] else None)} if shape else {}
-    best = {k: v for k, v in best.items() if k != "index"}
-    alternatives = [{k: t[k] for k in ("name", "words", "parameters")} for t in explaining[1:]]
-    return best | {"alternatives": alternatives, "skipped": skipped} | seen
+    alternatives = tuple(NamedCause(t.name or "", t.words, t.parameters) for _, t in explaining[1:])
+    positions = shape.as_dict(catalogue[index] if best.explains else None) if shape else None
+    return dataclasses.replace(best, alternatives=alternatives, skipped=tuple(skipped), positions=positions)
 
 
-def _tried(index: int, cause: Cause, module: Any, value: Any, judged: Any) -> dict[str, Any]:
+def _tried(cause: Cause, module: Any, value: Any, judged: Any) -> CauseFinding:
     """A cause judged: its words, fitted parameter, verdict and ratio to its tier's limit."""
     numbers = judged.numbers
     ratio = next((numbers.get(k) for k in ("typical_ratio", "bound_ratio") if numbers.get(k) == numbers.get(k)), None)
-    return {
-        "index": index,
-        "name": cause.name,
-        "words": cause.words(module, value),
-        "parameters": {cause.parameter: value} if cause.parameter else {},
-        "verdict": judged.judgement.verdict,
-        "ratio": ratio,
-        "explains": judged.judgement.verdict == WITHIN,
-    }
+    return CauseFinding(
+        name=cause.name,
+        words=cause.words(module, value),
+        parameters={cause.parameter: value} if cause.parameter else {},
+        verdict=judged.judgement.verdict,
+        ratio=ratio,
+        explains=judged.judgement.verdict == WITHIN,
+    )
 
 
 def _fits(shape: Shape | None, cause: Cause) -> bool:
