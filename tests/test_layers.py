@@ -227,7 +227,7 @@ MODEL_FLOORS = (
     ),
     ("judging", ("units", "unit_cache", "quantization", "quantization_causes", "positions")),
     ("causes", ("causes", "op_causes", "preprocessing")),
-    ("sweep and rows", ("sweep", "report", "generation", "census")),
+    ("sweep and rows", ("schedulers", "sweep", "report", "generation", "census")),
     ("self-tests", ("cause_selftest", "family_selftest", "quantization_selftest")),
 )
 

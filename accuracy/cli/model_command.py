@@ -51,6 +51,11 @@ def register(sub) -> None:
     _add_runtimes_of_their_own(p)
     _add_outputs(p)
     add_dask(p)
+    p.add_argument(
+        "--scheduler",
+        metavar="NAME",
+        help="run the work items on a scheduler a plugin adds (the opbench.schedulers entry point), by name",
+    )
     add_json(p)
 
 
@@ -158,6 +163,7 @@ def run(args) -> int:
             dask=args.dask,
             onnx_files={label: (path, maps.get(label)) for label, path in onnx.items()},
             calibration=args.calibration,
+            scheduler=args.scheduler,
         )
         report = run_model(asked, progress=item_progress("model"))
     text = (

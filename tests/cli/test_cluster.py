@@ -272,10 +272,10 @@ def test_a_model_sweep_spreads_its_units_over_the_workers_with_the_in_process_re
     """#41: on a cluster, each unit is one work item, judged once for all the ports fed it the same
     inputs (as in-process), not once per port inside that port's work item; the JSON is the same
     bit for bit, nested units (the decoder's layers, attention, MLP) included."""
-    from accuracy.workflows.model import sweep
+    from accuracy.workflows.model import schedulers
 
     submitted: list[str] = []
-    real_pool = sweep.work_pool
+    real_pool = schedulers.work_pool
 
     @contextlib.contextmanager
     def recording(*args, **kwargs):
@@ -289,7 +289,7 @@ def test_a_model_sweep_spreads_its_units_over_the_workers_with_the_in_process_re
             pool.submit = spy  # type: ignore[method-assign]
             yield pool
 
-    monkeypatch.setattr(sweep, "work_pool", recording)
+    monkeypatch.setattr(schedulers, "work_pool", recording)
     args = ["accuracy.workflows.model.zoo:decoder", "--inputs", "x=1x8x32"]
     args += ["--port", "torchscript", "--port", "onnxruntime", "--port", "bfloat16"]
     here = _model_fresh(*args)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import run_opbench
+from cli_runner import run_main, run_opbench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -439,3 +439,57 @@ def test_contract_port_is_one_module_and_one_spec_row(tmp_path):
     assert threads["flagged"] == 0
     unknown = run_opbench("model", model, "--inputs", "x=2x3x8x8", "--port", "doubled-bias")
     assert unknown.returncode == 2 and "doubled-bias" not in unknown.stderr.partition("choose from")[2]
+
+
+SCHEDULER_PLUGIN = '''
+"""A scheduler of `opbench model`'s work items: the last item first, each logged, the results in order."""
+import os
+
+from accuracy.workflows.model.schedulers import Scheduler
+
+
+class LastFirst(Scheduler):
+    name = "last-first"
+
+    def run(self, fn, items):
+        results = {}
+        for i in reversed(range(len(items))):
+            with open(os.environ["LAST_FIRST_LOG"], "a") as log:
+                log.write(f"{fn.__name__} {i}\\n")
+            results[i] = fn(*items[i])
+        for i in range(len(items)):
+            yield results[i]
+
+
+SCHEDULERS = [LastFirst()]
+'''
+
+
+def _without_seconds(report: dict) -> dict:
+    return {**report, "ports": [{k: v for k, v in p.items() if k != "seconds"} for p in report["ports"]]}
+
+
+def test_contract_scheduler_runs_the_one_pipeline(tmp_path, capsys, monkeypatch):
+    """Row "scheduler": an `opbench.schedulers` entry point adds a scheduler that `opbench model
+    --scheduler` runs the work items on (here: the last first); the work functions hold the
+    envelope, so the report is the in-process one field for field but `seconds`."""
+    entry = "[opbench.schedulers]\nlast = opbench_last_first\n"
+    site = _package(tmp_path, "opbench_last_first", SCHEDULER_PLUGIN, entry)
+    monkeypatch.syspath_prepend(str(site))
+    log = tmp_path / "items.log"
+    monkeypatch.setenv("LAST_FIRST_LOG", str(log))
+    args = ("model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8", "--json")
+    args += ("--port", "threads:1", "--port", "torchscript")
+    here = run_main(capsys, *args)
+    theirs = run_main(capsys, *args, "--scheduler", "last-first")
+    assert here.returncode == theirs.returncode == 0, theirs.stderr
+    assert _without_seconds(json.loads(theirs.stdout)) == _without_seconds(json.loads(here.stdout))
+    items = log.read_text().splitlines()
+    judged = [line for line in items if line.startswith("judge_task ")]
+    assert items[:2] == ["port_here 1", "port_here 0"] and items[2:] == judged
+    assert judged[0] == f"judge_task {len(judged) - 1}" and len(judged) >= 8  # each unit one item
+    unknown = run_main(capsys, *args, "--scheduler", "nowhere")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    assert "--scheduler nowhere: no such scheduler (opbench.schedulers: last-first)" in unknown.stderr
+    both = run_main(capsys, *args, "--scheduler", "last-first", "--dask", "local:1")
+    assert both.returncode == 2 and "give one" in both.stderr

@@ -9,11 +9,13 @@ evaluation on the inputs it was judged on (its `introduced` error, position by p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.workflows.model.answer import is_flagged
-from accuracy.workflows.model.unit import Unit
+from accuracy.workflows.model.unit import IsolatedOutput, Unit
 from accuracy.workflows.model.units import float64_reference
 
 
@@ -39,18 +41,19 @@ def error_by_position(output: np.ndarray, reference: np.ndarray, length: int) ->
     return [float(e) if np.isfinite(e) else float(np.linalg.norm(d)) for e, d in zip(errors, diff, strict=True)]
 
 
-def add_positions(rows: list[dict], units: list[Unit], outputs: list, fmt: FloatFormat, length: int) -> None:
-    """Each flagged row's `error_by_position`, from the port's isolated output of its unit
-    (`outputs`: the port run's (unit index, tensors, source, output))."""
+def add_positions(
+    rows: list[dict], units: list[Unit], outputs: Sequence[IsolatedOutput], fmt: FloatFormat, length: int
+) -> None:
+    """Each flagged row's `error_by_position`, from the port's isolated output of its unit."""
     flagged = {r["path"] for r in rows if is_flagged(r["verdict"])}
-    for index, tensors, _, output in outputs:
-        unit = units[index]
+    for isolated in outputs:
+        unit = units[isolated.index]
         if unit.key not in flagged:
             continue
         try:
-            reference = float64_reference(unit, tensors, fmt)
+            reference = float64_reference(unit, isolated.tensors, fmt)
         except Exception:  # a unit the float64 evaluation cannot take again: no positions, as before
             continue
-        errors = error_by_position(output, reference, length)
+        errors = error_by_position(isolated.output, reference, length)
         if errors is not None:
             next(r for r in rows if r["path"] == unit.key)["error_by_position"] = errors

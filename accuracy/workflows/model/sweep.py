@@ -12,7 +12,7 @@ import math
 import pickle
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from accuracy.core.files import no_parent
 from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import byte_size, check_memory
-from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool, worker_name
+from accuracy.workflows.cluster import ClusterLost, thread_limits, worker_name
 from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.cause import Context
@@ -41,13 +41,11 @@ from accuracy.workflows.model.positions import add_positions, sequence_length
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
+from accuracy.workflows.model.schedulers import JUDGE_THREADS, Envelope, InProcess, Scheduler, scheduler_for
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
-from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
+from accuracy.workflows.model.unit import CauseFinding, IsolatedOutput, Unit, UnitJudgement
 from accuracy.workflows.model.units import as_runtime_limit, judge_unit
 
-# The float64 references and Monte Carlo runs run on one thread: bitwise the same on any machine,
-# and many small float64 kernels run far faster alone than fighting over shared cores.
-JUDGE_THREADS = 1
 # Peak memory per byte of the reference run's activations (every layer's inputs and output),
 # measured as the growth of peak RSS between small_cnn on 128 and 512 images: 48 with the
 # torchscript port (nested units), 57 with the three default ports. An upper estimate: a
@@ -78,7 +76,8 @@ class ModelRun:
     files that stand for ports of their own (`activations_files`: label -> an activations file;
     `onnx_files`: label -> (an ONNX model made elsewhere, its mapping file or None); `keras`: a
     Keras factory or what it returned), where to save the reference's activations, the mode, the
-    file quantized ports calibrate on, and the Dask cluster to run on (None: here)."""
+    file quantized ports calibrate on, and where the work runs: the Dask cluster `dask` names, a
+    plugin's scheduler by name, or (neither) this process."""
 
     spec: str
     inputs: Path | str | dict[str, np.ndarray]
@@ -90,13 +89,15 @@ class ModelRun:
     dask: str | None = None
     onnx_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     calibration: str | None = None
+    scheduler: str | None = None  # a scheduler a package adds (opbench.schedulers), by name
 
 
 def run_model(run: ModelRun, progress=None) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
-    written (`_checked_jobs`): bad input is one OpbenchError. The ports are evaluated here, or
-    each as one work item on the Dask cluster `run.dask` names (`progress(done, total, port,
-    seconds)` after each); the report is the same either way."""
+    written (`_checked_jobs`): bad input is one OpbenchError. The ports are evaluated by one
+    pipeline (`_sweep`) on the scheduler the run chooses: here, or each port and each unit one
+    work item on a Dask cluster or a plugin's scheduler (`progress(done, total, port, seconds)`
+    after each port, where the work runs elsewhere); the report is the same either way."""
     import torch
 
     model = load_model(run.spec, run.train)
@@ -107,16 +108,11 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     check_memory(
         MODEL_MEMORY_FACTOR * held, f"the model's activations on {source} ({byte_size(held)})", MODEL_MEMORY_FRACTION
     )
-    jobs = _checked_jobs(run, given, calls)
-    interrupted, not_run = None, []
-    if run.dask is None:
-        reports, absent = _ports_here(jobs, model, given, calls)
-    else:
-        reports, absent, interrupted = _ports_on_cluster(
-            jobs, run.dask, run.spec, run.train, model, given, calls, progress
-        )
-        finished = {r["port"] for r in reports} | {a["port"] for a in absent}
-        not_run = [job.name for job in jobs if job.name not in finished]
+    jobs, scheduler = _checked_jobs(run, given, calls)
+    subject = Subject(run.spec, run.train, model, given, calls)
+    reports, absent, interrupted = _sweep(jobs, scheduler, subject, progress if scheduler.remote else None)
+    finished = {r["port"] for r in reports} | {a["port"] for a in absent}
+    not_run = [job.name for job in jobs if job.name not in finished]
     not_saved = None
     if run.save_path is not None:
         try:
@@ -131,14 +127,16 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     return ModelReport(run.spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
 
 
-def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> list[PortJob]:
-    """The ports to evaluate, once every input naming them is checked: the save path, the files
-    brought (each read, a bad one one line), the port names, their labels, the calibration file."""
+def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> tuple[list[PortJob], Scheduler]:
+    """The ports to evaluate and where, once every input naming them is checked: the scheduler,
+    the save path, the files brought (each read, a bad one one line), the port names, their
+    labels, the calibration file."""
     import torch
 
+    scheduler = scheduler_for(run.dask, run.scheduler)
     _check_save_path(run.save_path)
     file_ports = [FilePort(label, read_activations(path, calls)) for label, path in run.activations_files.items()]
-    if run.keras is not None and run.dask is not None and not isinstance(run.keras, str):
+    if run.keras is not None and scheduler.remote and not isinstance(run.keras, str):
         raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
     for label, (onnx_path, mapping) in run.onnx_files.items():  # bad files are one line before anything runs
         read_onnx(label, onnx_path)
@@ -160,7 +158,7 @@ def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> list[Po
     ]
     jobs += [PortJob(p.name, file=p) for p in file_ports]
     jobs += [PortJob(label, onnx=files) for label, files in run.onnx_files.items()]
-    return jobs + ([PortJob("keras", keras=run.keras)] if run.keras else [])
+    return jobs + ([PortJob("keras", keras=run.keras)] if run.keras else []), scheduler
 
 
 def _nonfinite(given: dict, model: Any, out: Any) -> dict:
@@ -192,11 +190,12 @@ class PortJob:
     factory: str | None = None  # the model's MODULE:FUNCTION, for a port that rebuilds it in another process
     train: bool = False
     calibration: str | None = None  # --calibration: the file quantized ports calibrate on
+    built: Port | None = None  # a port its caller built and closes (the self-tests), run in this process
 
     @property
     def backends(self) -> tuple[str, ...]:
         """What the port runs on besides torch: a file's arrays need nothing more."""
-        if self.file is not None:
+        if self.file is not None or self.built is not None:
             return ()
         if self.onnx is not None:
             return ("onnxruntime",)
@@ -228,6 +227,101 @@ class PortJob:
             return f"it cannot be built for this model: {first_line(exc, typed=True)}"
 
 
+@dataclass(frozen=True)
+class Subject:
+    """The model a sweep runs its ports on: its factory and mode (a remote scheduler rebuilds it
+    from them), the model itself, its inputs and its reference calls."""
+
+    spec: str | None
+    train: bool
+    model: Any
+    given: dict[str, np.ndarray]
+    calls: list[LayerCall]
+
+
+def _sweep(
+    jobs: list[PortJob], scheduler: Scheduler, subject: Subject, progress=None
+) -> tuple[list[PortResult], list[dict], str | None]:
+    """The one pipeline, whatever runs its work items (accuracy.workflows.model.schedulers): each
+    port run (built, its units isolated, end to end), then each unit judged once for all the ports
+    fed it the same inputs; then, here, the flagged units' causes and each port's rows. Returns the
+    results, the absent ports, and why the sweep stopped early (`scheduler.stops`: Ctrl-C, a lost
+    cluster) or None: then the ports finished so far, in the order of `jobs`. `progress(done,
+    total, port, seconds)` after each port whose units are all judged."""
+    import torch
+
+    envelope = Envelope(torch.get_num_threads(), JUDGE_THREADS, scheduler.remote)
+    runs: list[PortRun | str] = []  # in the order of jobs: the port's runs, or why it is absent
+    verdicts: dict[tuple[str, str], UnitJudgement] = {}
+    groups: dict[tuple, tuple] = {}
+    stopped, finished = None, _Finished(jobs, progress)
+    with scheduler.opened(dict.fromkeys(name for job in jobs for name in job.backends)):
+        try:
+            runs = list(scheduler.run(*_port_work(scheduler, subject, jobs, envelope)))
+            groups = _groups(_ran(runs), subject.calls)
+            finished.expect(groups)
+            items = [(scheduler.share(j, everywhere=False), envelope) for j in _judgings(groups, _runtimes(runs))]
+            for ((covers, *_), (_, _, by_port)), judged in zip(
+                groups.items(), scheduler.run(judge_task, items), strict=True
+            ):
+                if isinstance(judged, str):
+                    runs = _not_compared(runs, covers, by_port, judged)
+                    judged = {}
+                for label, result in judged.items():
+                    verdicts[(label, covers[0])] = result
+                finished.judged(by_port)
+        except scheduler.stops as stop:
+            stopped = str(stop) if isinstance(stop, ClusterLost) else "interrupted"
+    done = finished.done
+    with thread_limits([get_backend("torch")], envelope.judge_threads):
+        _explain_flagged(groups, verdicts, subject.model, subject.calls, _runtimes(runs))
+        runs = _explain_mismatched(runs[:done], subject.model, subject.calls)
+    with thread_limits([get_backend("torch")], envelope.port_threads):
+        names = [job.name for job in jobs[:done]]
+        reports, absent = _results(names, runs, verdicts, subject.model, subject.given, subject.calls)
+    return reports, absent, stopped
+
+
+class _Finished:
+    """The ports finished, in order (their units all judged, or absent, or failed end to end),
+    each told to `progress` as it finishes."""
+
+    def __init__(self, jobs: list[PortJob], progress) -> None:
+        self.jobs, self.progress, self.start = jobs, progress, time.perf_counter()
+        self.done = 0
+        self.waiting: dict[str, int] = {}  # port -> its groups not judged yet
+
+    def expect(self, groups: dict[tuple, tuple]) -> None:
+        for _, _, by_port in groups.values():
+            for label in by_port:
+                self.waiting[label] = self.waiting.get(label, 0) + 1
+        self._report()
+
+    def judged(self, by_port: dict) -> None:
+        for label in by_port:
+            self.waiting[label] -= 1
+        self._report()
+
+    def _report(self) -> None:
+        while self.done < len(self.jobs) and not self.waiting.get(self.jobs[self.done].name):
+            self.done += 1
+            if self.progress:
+                seconds = time.perf_counter() - self.start
+                self.progress(self.done, len(self.jobs), self.jobs[self.done - 1].name, seconds)
+
+
+def _port_work(
+    scheduler: Scheduler, subject: Subject, jobs: list[PortJob], envelope: Envelope
+) -> tuple[Callable[..., PortRun | str], list[tuple]]:
+    """The port work items: run here on the model itself, or, for a remote scheduler, on the model
+    its worker rebuilds from the factory and this process's weights (bitwise the same model, even
+    from a factory that draws unseeded weights)."""
+    if not scheduler.remote:
+        return port_here, [(job, subject, envelope) for job in jobs]
+    state, given = scheduler.share(subject.model.state_dict()), scheduler.share(subject.given)
+    return port_task, [(subject.spec, subject.train, state, given, job, envelope) for job in jobs]
+
+
 def run_held(job: PortJob, model, given: dict, calls) -> PortRun | str:
     """One port built on its own copies of the inputs, run, and closed: nothing of it outlives
     this call but its runs (or why it is absent)."""
@@ -238,105 +332,23 @@ def run_held(job: PortJob, model, given: dict, calls) -> PortRun | str:
         return run_or_why(port, given, calls)
 
 
-def _ports_here(jobs: list[PortJob], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
-    """Every port in this process: (port results, absent ports), under the thread limits a Dask
-    worker's `port_task` holds (torch's count, and the BLAS libraries held to it too), so that a
-    port gives the same bits here and on a cluster whatever limits this process had before."""
-    import torch
-
-    names, runs, absent = [], [], []
-    # What exists now (the frameworks, the model, its reference calls) outlives the ports: frozen,
-    # the collections below and the interpreter's own visit only what the ports make. With torch
-    # and transformers loaded a full collection took 0.4 s, a fifth of the model tests' time.
-    gc.freeze()
-    try:
-        with thread_limits([get_backend("torch")], torch.get_num_threads()):
-            for job in jobs:  # one port held at a time: an exported BERT-base and its sessions are GBs
-                run = run_held(job, model, given, calls)
-                gc.collect()  # an exported graph and its sessions hold cycles
-                release_freed_memory()
-                if isinstance(run, str):
-                    absent.append({"port": job.name, "reason": run})
-                    continue
-                names.append(run.facts.name)
-                runs.append(run)
-            results, failed = judge_runs(names, runs, model, given, calls)
-            return results, absent + failed
-    finally:
-        gc.unfreeze()
-
-
-def _ports_on_cluster(
-    jobs: list[PortJob], dask: str, spec: str, train: bool, model, given: dict, calls, progress
-) -> tuple[list[PortResult], list[dict], str | None]:
-    """The ports on a Dask cluster, and why the sweep stopped early (Ctrl-C, a lost scheduler) or
-    None: then the ports finished so far, in the order of `jobs`.
-
-    Two rounds of work items: each port run (built, its units isolated, end to end), then each
-    unit judged once for all the ports fed it the same inputs, as here: the judging, most of the
-    time, is spread over the workers unit by unit, not port by port. Workers build the model from
-    its factory and take this process's weights (bitwise the same model, even from a factory that
-    draws unseeded weights); ports run on this process's torch thread count and judging on
-    JUDGE_THREADS, as here, so the report is the one this process would give."""
-    import torch
-
-    runs: list[PortRun | str] = []  # in the order of jobs: the port's runs, or why it is absent
-    verdicts: dict[tuple[str, str], UnitJudgement] = {}
-    start, stopped, futures = time.perf_counter(), None, []
-    groups: dict[tuple, tuple] = {}
-    done = 0  # ports finished, in order: their units all judged (or absent, or failed end to end)
-    waiting: dict[str, int] = {}  # port -> its groups not judged yet
-
-    def report_finished() -> None:
-        nonlocal done
-        while done < len(runs) and not waiting.get(jobs[done].name):
-            done += 1
-            if progress:
-                progress(done, len(jobs), jobs[done - 1].name, time.perf_counter() - start)
-
-    with work_pool(dask, preload=["torch", *(name for job in jobs for name in job.backends)]) as pool:
-        try:
-            state, shared = pool.share(model.state_dict()), pool.share(given)
-            threads = torch.get_num_threads()
-            futures = [pool.submit(port_task, spec, train, state, shared, job, threads) for job in jobs]
-            runs = [future.result() for future in futures]
-            groups = _groups([r for r in runs if isinstance(r, PortRun)], calls)
-            for _, _, by_port in groups.values():
-                for label in by_port:
-                    waiting[label] = waiting.get(label, 0) + 1
-            futures = [
-                pool.submit(judge_task, pool.share(item, everywhere=False))
-                for item in _judgings(groups, _runtimes(runs))
-            ]
-            report_finished()
-            for ((covers, *_), (_, _, by_port)), future in zip(groups.items(), futures, strict=True):
-                judged = future.result()
-                if isinstance(judged, str):
-                    _not_compared([r for r in runs if isinstance(r, PortRun)], covers, by_port, judged)
-                    judged = {}
-                for label, result in judged.items():
-                    verdicts[(label, covers[0])] = result
-                for label in by_port:
-                    waiting[label] -= 1
-                report_finished()
-        except (KeyboardInterrupt, ClusterLost) as stop:
-            stopped = str(stop) if isinstance(stop, ClusterLost) else "interrupted"
-        finally:
-            for future in futures:
-                future.cancel()
-    with thread_limits([get_backend("torch")], JUDGE_THREADS):
-        _explain_flagged(groups, verdicts, model, calls, _runtimes(runs))
-        _explain_mismatched(runs[:done], model, calls)
-    with thread_limits([get_backend("torch")], torch.get_num_threads()):
-        reports, absent = _results([job.name for job in jobs[:done]], runs[:done], verdicts, model, given, calls)
-    return reports, absent, stopped
+def port_here(job: PortJob, subject: Subject, envelope: Envelope) -> PortRun | str:
+    """One port in this process, on the envelope's thread count: a port its caller built (the
+    self-tests) is run as it is, its failures raised; any other built, run and freed."""
+    with thread_limits([get_backend("torch")], envelope.port_threads):
+        if job.built is not None:
+            return run_port(job.built, subject.given, subject.calls)
+        run = run_held(job, subject.model, subject.given, subject.calls)
+    gc.collect()  # an exported graph and its sessions hold cycles
+    release_freed_memory()
+    return run
 
 
 def port_task(
-    spec: str, train: bool, state: dict, given: dict[str, np.ndarray], job: PortJob, threads: int
+    spec: str, train: bool, state: dict, given: dict[str, np.ndarray], job: PortJob, envelope: Envelope
 ) -> PortRun | str:
-    """One port of `opbench model --dask` on a worker: its runs, to be judged, or why it is absent."""
-    with thread_limits([get_backend("torch")], threads, for_life=True):
+    """One port on a remote worker: its runs, to be judged, or why it is absent."""
+    with thread_limits([get_backend("torch")], envelope.port_threads, for_life=envelope.remote):
         try:
             model = load_model(spec, train)
         except OpbenchError as exc:
@@ -346,9 +358,9 @@ def port_task(
         return run_held(job, model, given, calls)
 
 
-def judge_task(judging: Judging) -> dict[str, UnitJudgement] | str:
-    """One unit judged on a Dask worker, on the thread count it is judged on here."""
-    with thread_limits([get_backend("torch")], JUDGE_THREADS, for_life=True):
+def judge_task(judging: Judging, envelope: Envelope) -> dict[str, UnitJudgement] | str:
+    """One unit judged, on the envelope's judging thread count, wherever it runs."""
+    with thread_limits([get_backend("torch")], envelope.judge_threads, for_life=envelope.remote):
         return judged_or_why(judging)
 
 
@@ -361,11 +373,21 @@ def judged_or_why(judging: Judging) -> dict[str, UnitJudgement] | str:
         return f"the judge failed on it: {first_line(exc, typed=True)}"
 
 
-def _not_compared(runs: list[PortRun], covers: tuple, labels: dict, reason: str) -> None:
-    """The unit `covers` marked not compared, with `reason`, in the runs of the ports `labels` names."""
-    for run in runs:
-        if run.facts.name in labels:
-            run.units = [(c, reason if tuple(c) == tuple(covers) else why) for c, why in run.units]
+def _ran(runs: Sequence[PortRun | str]) -> list[PortRun]:
+    return [run for run in runs if isinstance(run, PortRun)]
+
+
+def _not_compared(runs: list[PortRun | str], covers: tuple, labels: dict, reason: str) -> list[PortRun | str]:
+    """The runs with the unit `covers` marked not compared, with `reason`, in the ports `labels` names."""
+    return [
+        replace(
+            run,
+            units=tuple(PlannedUnit(u.covers, reason) if tuple(u.covers) == tuple(covers) else u for u in run.units),
+        )
+        if isinstance(run, PortRun) and run.facts.name in labels
+        else run
+        for run in runs
+    ]
 
 
 def own_copies(given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -386,21 +408,28 @@ def run_or_why(port: Port, given: dict, calls: list[LayerCall]) -> PortRun | str
         return f"the port failed: {first_line(exc, typed=True)}"
 
 
-@dataclass
+@dataclass(frozen=True)
+class PlannedUnit:
+    """A unit of a port's run: the calls it covers, and why it is not compared (empty: it is)."""
+
+    covers: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class PortRun:
-    """A port's runs before judging, as plain data (a worker sends it back): each unit's layers
-    and why it is not compared, each isolated output with the inputs it was fed (unit index,
-    tensors, whose they are, output), and the end-to-end run or why it failed. `mismatched`: the
-    outputs of another shape than the layer's, kept for the causes that change a shape (ceil_mode);
-    `explained`: the causes found for them, by unit key."""
+    """A port's runs before judging, as plain data (a worker sends it back): its units, each
+    isolated output with the inputs it was fed, and the end-to-end run or why it failed.
+    `mismatched`: the outputs of another shape than the layer's, kept for the causes that change
+    a shape (ceil_mode); `explained`: the causes found for them, by unit key."""
 
     facts: PortFacts
-    units: list[tuple[list[str], str]]
-    outputs: list[tuple[int, list, str, np.ndarray]]
+    units: tuple[PlannedUnit, ...]
+    outputs: tuple[IsolatedOutput, ...]
     run: EndToEnd | str
     seconds: float
     inputs: list[dict]  # the port's own first-layer inputs judged against the model's (preprocessing)
-    mismatched: list[tuple[int, list, str, np.ndarray]] = field(default_factory=list)
+    mismatched: tuple[IsolatedOutput, ...] = ()
     explained: dict[str, CauseFinding] = field(default_factory=dict)
 
 
@@ -408,7 +437,8 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
     """Every unit of `port` run isolated on the inputs it is judged on, and the port end to end."""
     started = time.perf_counter() - port.built_seconds
     units = port.units(calls)
-    outputs, mismatched = [], []
+    outputs: list[IsolatedOutput] = []
+    mismatched: list[IsolatedOutput] = []
     for i, unit in enumerate(units):
         if unit.reason:
             continue
@@ -435,24 +465,25 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         expected = tuple(unit.calls[-1].output.shape)
         if np.shape(output) != expected and np.size(output) != np.prod(expected):
             unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
-            mismatched.append((i, feed.tensors, feed.source, output))
+            mismatched.append(IsolatedOutput(i, feed.tensors, feed.source, output))
             continue
-        outputs.append((i, feed.tensors, feed.source, output))
+        outputs.append(IsolatedOutput(i, feed.tensors, feed.source, output))
     run: EndToEnd | str
     try:
         run = port.end_to_end(own_copies(given), units)
     except Exception as exc:
         why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
         run, outputs, mismatched = f"the end-to-end run failed: {why}", [], []
-    described = [(u.covers, u.reason) for u in units]
+    described = tuple(PlannedUnit(tuple(u.covers), u.reason) for u in units)
     with get_backend("torch").thread_limit(JUDGE_THREADS):
         inputs = input_rows(port, calls, own_copies(given)) if not isinstance(run, str) else []
-    return PortRun(PortFacts.of(port), described, outputs, run, time.perf_counter() - started, inputs, mismatched)
+    seconds = time.perf_counter() - started
+    return PortRun(PortFacts.of(port), described, tuple(outputs), run, seconds, inputs, tuple(mismatched))
 
 
 def _units(run: PortRun, calls: list[LayerCall]) -> list[Unit]:
     by_key = {c.key: c for c in calls}
-    return [Unit([by_key[k] for k in covers], reason) for covers, reason in run.units]
+    return [Unit([by_key[k] for k in u.covers], u.reason) for u in run.units]
 
 
 def _groups(runs: list[PortRun], calls: list[LayerCall]) -> dict[tuple, tuple]:
@@ -461,9 +492,9 @@ def _groups(runs: list[PortRun], calls: list[LayerCall]) -> dict[tuple, tuple]:
     groups: dict[tuple, tuple] = {}
     for run in runs:
         units = _units(run, calls)
-        for i, tensors, source, output in run.outputs:
-            group = (tuple(units[i].covers), run.facts.fmt, run.facts.products, source)
-            groups.setdefault(group, (units[i], tensors, {}))[2][run.facts.name] = output
+        for o in run.outputs:
+            group = (tuple(units[o.index].covers), run.facts.fmt, run.facts.products, o.source)
+            groups.setdefault(group, (units[o.index], o.tensors, {}))[2][run.facts.name] = o.output
     return groups
 
 
@@ -529,20 +560,24 @@ def _explain_flagged(
                 )
 
 
-def _explain_mismatched(runs: Sequence[PortRun | str], model, calls) -> None:
+def _explain_mismatched(runs: Sequence[PortRun | str], model, calls) -> list[PortRun | str]:
     """The known port bugs tried on each unit whose port output has another shape, in this process
     as for flagged units: one that explains it (a pool's ceil_mode) makes it a row beyond rounding."""
     modules = dict(model.named_modules())
+    explained_runs: list[PortRun | str] = []
     for run in runs:
         if isinstance(run, str) or not run.mismatched:
+            explained_runs.append(run)
             continue
-        units = _units(run, calls)
-        for i, tensors, _, output in run.mismatched:
-            unit, facts = units[i], run.facts
+        units, facts, explained = _units(run, calls), run.facts, dict(run.explained)
+        for o in run.mismatched:
+            unit = units[o.index]
             around = Context(modules, calls, unit.calls[0])
-            cause = explain(unit, tensors, facts.fmt, facts.name, output, facts.products, around)
+            cause = explain(unit, o.tensors, facts.fmt, facts.name, o.output, facts.products, around)
             if cause.explains:
-                run.explained[unit.key] = cause
+                explained[unit.key] = cause
+        explained_runs.append(replace(run, explained=explained))
+    return explained_runs
 
 
 def _unpickled_quietly(data: bytes) -> Judging:
@@ -598,26 +633,9 @@ def _results(
 
 
 def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
-    """Each port's result: every unit's isolated output and the end-to-end run, then the units
-    judged, those fed the same inputs once for all their ports; and the ports whose end-to-end
-    run failed, absent with its one line."""
-    return judge_runs(
-        [port.name for port in ports], [run_port(port, given, calls) for port in ports], model, given, calls
-    )
-
-
-def judge_runs(names: list[str], runs: list[PortRun], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
-    """The ports' results from their runs (`names`: their labels, in order), as `evaluate_ports`."""
-    verdicts: dict[tuple[str, str], UnitJudgement] = {}
-    with get_backend("torch").thread_limit(JUDGE_THREADS):
-        groups = _groups(runs, calls)
-        for (covers, *_), judging in zip(groups, _judgings(groups, _runtimes(runs)), strict=True):
-            judged = judged_or_why(judging)
-            if isinstance(judged, str):
-                _not_compared(runs, covers, judging.by_port, judged)
-                judged = {}
-            for label, result in judged.items():
-                verdicts[(label, covers[0])] = result
-        _explain_flagged(groups, verdicts, model, calls, _runtimes(runs))
-        _explain_mismatched(runs, model, calls)
-    return _results(names, list(runs), verdicts, model, given, calls)
+    """Ports built by the caller (the self-tests), evaluated here through the one pipeline, under
+    the same envelope: each port's result, and the ports whose end-to-end run failed, absent with
+    its one line. A port's failure to run at all is raised; the caller closes its ports."""
+    jobs = [PortJob(port.name, built=port) for port in ports]
+    results, absent, _ = _sweep(jobs, InProcess(), Subject(None, False, model, given, calls))
+    return results, absent

@@ -55,6 +55,17 @@ def port_inputs(tensors: list, fmt: FloatFormat) -> list:
 
 
 @dataclass(frozen=True)
+class IsolatedOutput:
+    """A port's output of one unit run isolated: the unit's index among the port's units, the
+    tensors the port fed it, whose they are (`Feed.source`), and the output."""
+
+    index: int
+    tensors: list
+    source: str
+    output: Any  # an ndarray
+
+
+@dataclass(frozen=True)
 class UnitJudgement:
     """One port's output of one unit, judged: the verdict, how (`tier`, and the registry `op` where
     the unit is one), the row's numbers, and the error the unit introduces."""
