@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -237,37 +238,17 @@ BACKENDS = [Tiny()]
 '''
 
 
-PORT_PLUGIN = '''
-"""A port of `opbench model`, one module and one spec row: the model with its fc bias doubled."""
-import copy
-
-import torch
-
-from accuracy.workflows.model.ports import PortSpec
-from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.trace import record
+# a plugin module docs/architecture.md shows, after its `<!-- not run: ... (example: NAME) -->` comment
+EXAMPLE = re.compile(r"\(example: (?P<name>[\w ]+)\) -->\n```python\n(?P<code>.*?)^```$", re.M | re.S)
 
 
-class DoubledBias(Port):
-    description = "PyTorch with fc's bias doubled"
-
-    def __init__(self, name, model):
-        self.name, self.model = name, copy.deepcopy(model)
-        with torch.no_grad():
-            self.model.fc.bias.mul_(2)
-
-    def isolated(self, unit, inputs):
-        (call,) = unit.calls
-        with torch.no_grad():
-            return self.model.get_submodule(call.path)(*inputs).numpy()
-
-    def end_to_end(self, inputs, units):
-        calls, out = record(self.model, inputs)
-        return EndToEnd({c.key: c.output.numpy() for c in calls}, out.numpy())
+def _example(name: str) -> str:
+    """The plugin module docs/architecture.md shows for `name` (a port, a unit kind, a cause, a scheduler)."""
+    found = {m["name"]: m["code"] for m in EXAMPLE.finditer((ROOT / "docs" / "architecture.md").read_text())}
+    return found[name]
 
 
-PORTS = [PortSpec("doubled-bias", lambda name, model, inputs: DoubledBias(name, model))]
-'''
+PORT_PLUGIN = _example("port")
 
 
 def _python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
@@ -441,34 +422,14 @@ def test_contract_port_is_one_module_and_one_spec_row(tmp_path):
     assert unknown.returncode == 2 and "doubled-bias" not in unknown.stderr.partition("choose from")[2]
 
 
-SCHEDULER_PLUGIN = '''
-"""A scheduler of `opbench model`'s work items: the last item first, each logged, the results in order."""
-import os
-
-from accuracy.workflows.model.schedulers import Scheduler
-
-
-class LastFirst(Scheduler):
-    name = "last-first"
-
-    def run(self, fn, items):
-        results = {}
-        for i in reversed(range(len(items))):
-            with open(os.environ["LAST_FIRST_LOG"], "a") as log:
-                log.write(f"{fn.__name__} {i}\\n")
-            results[i] = fn(*items[i])
-        for i in range(len(items)):
-            yield results[i]
-
-
-SCHEDULERS = [LastFirst()]
-'''
+SCHEDULER_PLUGIN = _example("scheduler")
 
 
 def _without_seconds(report: dict) -> dict:
     return {**report, "ports": [{k: v for k, v in p.items() if k != "seconds"} for p in report["ports"]]}
 
 
+@pytest.mark.slow  # two model runs
 def test_contract_scheduler_runs_the_one_pipeline(tmp_path, capsys, monkeypatch):
     """Row "scheduler": an `opbench.schedulers` entry point adds a scheduler that `opbench model
     --scheduler` runs the work items on (here: the last first); the work functions hold the
@@ -493,3 +454,53 @@ def test_contract_scheduler_runs_the_one_pipeline(tmp_path, capsys, monkeypatch)
     assert "--scheduler nowhere: no such scheduler (opbench.schedulers: last-first)" in unknown.stderr
     both = run_main(capsys, *args, "--scheduler", "last-first", "--dask", "local:1")
     assert both.returncode == 2 and "give one" in both.stderr
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """`install(example, module, group)`: a plugin of docs/architecture.md installed in this
+    process, the port table's and the cause catalogue's records read again before and after."""
+    from accuracy.workflows.model.causes import causes
+    from accuracy.workflows.model.ports import port_specs
+
+    def install(example: str, module: str, group: str) -> None:
+        site = _package(tmp_path / module, module, _example(example), f"[{group}]\n{module} = {module}\n")
+        monkeypatch.syspath_prepend(str(site))
+        port_specs.cache_clear()
+        causes.cache_clear()
+
+    yield install
+    port_specs.cache_clear()
+    causes.cache_clear()
+
+
+SMALL_CNN = ("model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8")
+
+
+@pytest.mark.slow  # a model run
+def test_contract_unit_kind_is_a_ports_units(installed, capsys):
+    """Row "unit kind": a port's `units` makes conv1 and the bn1 it feeds one unit, judged as one
+    function of conv1's input; its row covers both, and bn1 has no row of its own."""
+    installed("unit kind", "opbench_conv_bn", "opbench.ports")
+    result = run_main(capsys, *SMALL_CNN, "--port", "conv-bn", "--json")
+    assert result.returncode == 0, result.stderr
+    (port,) = json.loads(result.stdout)["ports"]
+    rows = {r["path"]: r for r in port["layers"]}
+    assert rows["conv1"]["covers"] == ["conv1", "bn1"] and "bn1" not in rows
+    assert rows["conv1"]["verdict"] == "within rounding" and port["flagged"] == 0 and port["compared"] == 7
+
+
+@pytest.mark.slow  # a model run
+def test_contract_cause_names_a_plugin_ports_bug(installed, capsys):
+    """Row "cause": an `opbench.causes` entry point adds a catalogue entry, tried on flagged units
+    as the built-in ones: the doubled bias of the port example is named with its fitted factor."""
+    installed("port", "opbench_doubled", "opbench.ports")
+    installed("cause", "opbench_scaled_bias", "opbench.causes")
+    result = run_main(capsys, *SMALL_CNN, "--port", "doubled-bias", "--json")
+    assert result.returncode == 1, result.stderr
+    (port,) = json.loads(result.stdout)["ports"]
+    cause = next(r for r in port["layers"] if r["path"] == "fc")["cause"]
+    assert cause["explains"] and cause["name"] == "bias scaled" and cause["verdict"] == "within rounding"
+    assert cause["parameters"]["factor"] == pytest.approx(2.0, rel=1e-3)
+    text = run_main(capsys, *SMALL_CNN, "--port", "doubled-bias").stdout
+    assert "  cause: explained by its bias scaled by 2; look closer: opbench explain linear --dtype float32" in text

@@ -384,6 +384,30 @@ def expected_noise(model, feeds: dict[str, np.ndarray], outputs: list[str]) -> d
     }
 
 
+def graph_noise(
+    base: np.ndarray,
+    squares: np.ndarray,
+    draws: int,
+    unclipped: np.ndarray,
+    clipped: int,
+    points: list[dict],
+    output_scale: float | None,
+) -> dict[str, Any]:
+    """A runtime's quantized program as its own error model (OpenVINO's and ExecuTorch's int8
+    ports): its output with every quantize point rounding and clipping (`base`), the variance of
+    `draws` runs with each point's rounding drawn instead (`squares`: their summed squares), what
+    its clipping changes against the run that clips nothing (`unclipped`), how many values were
+    clipped, its points, and the last activation point's scale."""
+    return {
+        "base": base,
+        "variance": squares / draws,
+        "clipping": base - unclipped,
+        "clipped": clipped,
+        "points": points,
+        "output_scale": output_scale,
+    }
+
+
 def _squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Each element's squared difference; NaN where one is not finite and the other not the same."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

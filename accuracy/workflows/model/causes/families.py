@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 
 from accuracy.workflows.model.causes.attention import AttentionChange, geometry, is_attention, with_change
 from accuracy.workflows.model.causes.cause import GROWS, WINDOW, Cause, named, with_attribute
+from accuracy.workflows.model.causes.kinds import cached
 from accuracy.workflows.model.causes.normalization import norm_kind
 from accuracy.workflows.model.trace import float64_throughout
 
@@ -316,11 +318,19 @@ def _offset_words(module: Any, shift: float) -> str:
 # --- transformers' GELU classes ------------------------------------------------------------
 
 
+_gelus: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def gelu_kind(module: Any) -> str | None:
     """ERF or TANH: a parameterless module computing a GELU, told by what it computes in float64
-    (transformers' GELUActivation, GELUTanh, NewGELUActivation, ...); None for any other module."""
+    (transformers' GELUActivation, GELUTanh, NewGELUActivation, ...), probed once per module
+    (the cause's applies, change and words each ask); None for any other module."""
     if isinstance(module, nn.GELU) or list(module.parameters()) or list(module.children()):
         return None
+    return cached(_gelus, module, _gelu_probe)
+
+
+def _gelu_probe(module: Any) -> str | None:
     x = torch.linspace(-4.0, 4.0, 33, dtype=torch.float64)
     try:
         with torch.no_grad(), float64_throughout():

@@ -76,6 +76,9 @@ def _cached(cache: weakref.WeakKeyDictionary, module: Any, probe: Any) -> Any:
         return probe(module)
 
 
+cached = _cached  # one probe per module object, for the probes of other subjects (families.gelu_kind)
+
+
 def _tensor_name(module: Any, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if isinstance(getattr(module, n, None), torch.Tensor)), None)
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.judge.quantization import NOISE_SEED, samples
+from accuracy.workflows.model.onnx_noise import graph_noise
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import missing, program_feed
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort, _Method, _quiet
@@ -186,15 +187,9 @@ def error_model(graph_module, tensors: tuple, part: int | None = None) -> dict:
     squares = sum(((run(True, True) - base) ** 2 for _ in range(draws)), np.zeros(base.shape))
     points = _points(graph_module)
     activations = [p for p in points if p[0] == "activation"]
-    return {
-        "base": base,
-        "variance": squares / draws,
-        "clipping": base - plain,
-        "clipped": clipped,
-        "points": [_point_row(p) for p in points],
-        "output_scale": activations[-1][3] if activations else None,
-        "weights": _declared(graph_module, points),
-    }
+    scale = activations[-1][3] if activations else None
+    rows = [_point_row(p) for p in points]
+    return graph_noise(base, squares, draws, plain, clipped, rows, scale) | {"weights": _declared(graph_module, points)}
 
 
 class ExecuTorchInt8Port(ExecuTorchPort):

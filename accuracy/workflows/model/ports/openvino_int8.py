@@ -28,6 +28,7 @@ import numpy as np
 
 from accuracy.core.errors import quiet_stderr
 from accuracy.judge.quantization import NOISE_SEED, samples
+from accuracy.workflows.model.onnx_noise import graph_noise
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import missing, program_feed
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration, reduced_range
@@ -230,14 +231,8 @@ def error_model(ov, compile_model, quantized, arrays: list[np.ndarray]) -> dict:
         squares += (run(clipping_on, [rng.uniform(-0.5, 0.5, s).astype(np.float32) for s in shapes])[0] - base) ** 2
     points = _points(quantized)
     activations = [p for p in points if p[1] == "activation"]
-    return {
-        "base": base,
-        "variance": squares / draws,
-        "clipping": base - unclipped,
-        "clipped": clipped,
-        "points": [_point_row(p) for p in points],
-        "output_scale": float(activations[-1][4].max()) if activations else None,
-    }
+    scale = float(activations[-1][4].max()) if activations else None
+    return graph_noise(base, squares, draws, unclipped, clipped, [_point_row(p) for p in points], scale)
 
 
 def openvino_int8(name: str, model, inputs, calibration: str | None = None) -> OpenVinoInt8Port | str:
