@@ -36,7 +36,7 @@ from accuracy.judge.function_tier import function_evidence, judged_row
 from accuracy.judge.verdicts import WITHIN, Evidence
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
 from accuracy.workflows.explain import pairwise
-from accuracy.workflows.model.answer import cause_text, worst_text
+from accuracy.workflows.model.answer import explanation, worst_text
 from accuracy.workflows.model.op_causes import with_cause
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
@@ -67,8 +67,7 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{printable(o['label'])}: {o['verdict']}: {cause_text(o.get('cause'))}{o['reason']}; "
-            f"worst element {worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {explanation(o)}; worst element {worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )

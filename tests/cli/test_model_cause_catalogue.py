@@ -460,8 +460,8 @@ def test_a_flipped_ceil_mode_is_named_at_its_pool_of_another_shape(tmp_path, nam
     ]
     assert row["verdict"] == BEYOND and row["reason"] == shape, row
     cause = row["cause"]
-    assert cause.name == "ceil_mode" and cause.explains and cause.verdict == WITHIN, cause
-    assert cause.words == words and cause.alternatives == ()
+    assert cause["name"] == "ceil_mode" and cause["explains"] and cause["verdict"] == WITHIN, cause
+    assert cause["words"] == words and cause["alternatives"] == []
     assert not report.within_rounding
     text = render(report, explain=True)
     assert f"  {path}: explained by {words}; {shape}" in text

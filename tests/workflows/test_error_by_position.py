@@ -72,7 +72,7 @@ def test_an_error_that_grows_with_position_points_the_causes_to_the_rotary_scali
     row = next(r for r in report.ports[0]["layers"] if r["path"] == "rotary_emb")
     cause = row["cause"]
     assert cause.name == "rope scaling ignored" and cause.explains
-    seen = cause["positions"]
+    seen = cause.positions
     assert (seen["shape"], seen["window"]) == (GROWS, None) and seen["onset"] <= 1
     assert seen["words"].startswith("its error grows with position (0 at position 0, 0.97 at 6)")
     assert seen["words"] in cause_words(cause)
@@ -88,7 +88,7 @@ def test_an_error_that_starts_at_the_window_points_the_causes_to_the_window(tmp_
     assert result["first_not_within"] == "layers.0.self_attn"
     cause = next(r for r in result["layers"] if r["path"] == "layers.0.self_attn")["cause"]
     assert (cause.name, cause.parameters, cause.explains) == ("sliding window off by one", {"window": 3}, True)
-    assert cause["positions"] == {
+    assert cause.positions == {
         "shape": WINDOW,
         "onset": 3,
         "window": 4,

@@ -6,7 +6,7 @@ from accuracy.core.formatting import format_number, format_table, printable
 from accuracy.judge.metric_table import BY_NAME
 from accuracy.workflows.check import CHECK_COLUMNS, CheckReport
 from accuracy.workflows.explain import pairs_section
-from accuracy.workflows.model.answer import cause_text, worst_text
+from accuracy.workflows.model.answer import explanation, worst_text
 
 
 def render(report: CheckReport) -> str:
@@ -21,8 +21,6 @@ def render(report: CheckReport) -> str:
             for o in report.outputs
         ],
     )
-    lines += ["", "why:"] + [
-        f"  {printable(o['label'])}: {cause_text(o.get('cause'))}{o['reason']}" for o in report.outputs
-    ]
+    lines += ["", "why:"] + [f"  {printable(o['label'])}: {explanation(o)}" for o in report.outputs]
     lines += pairs_section(report.pairs)
     return "\n".join(lines)

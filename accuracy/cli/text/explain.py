@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from accuracy.core.formatting import format_number, format_table
 from accuracy.judge.metric_table import cli_columns
-from accuracy.workflows.model.answer import cause_text
+from accuracy.workflows.model.answer import explanation
 
 
 def _why(r: dict) -> list[str]:
     """The reason, and the element that decided it: the largest error over its limit (not always
     the largest error in ulps, where the limit varies by element)."""
-    lines = [f"  {r['impl']}: {r['label']}: {cause_text(r.get('cause'))}{r['reason']}"]
+    lines = [f"  {r['impl']}: {r['label']}: {explanation(r)}"]
     w = r.get("worst") or {}
     if w:
         at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())

@@ -280,5 +280,6 @@ def _why(cause: Cause, command: str) -> str:
 
 
 def explanation(row: Row) -> str:
-    """A unit's full reason: its cause in words and how its threshold is derived (--explain-verdicts, the page)."""
+    """A row's full reason (a unit's, an input's, a checked output's, an implementation's): its
+    cause in words and how its threshold is derived (--explain-verdicts, the page, check, explain)."""
     return cause_text(row.get("cause")) + row["reason"]

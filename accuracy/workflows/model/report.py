@@ -18,7 +18,7 @@ from accuracy.core.json_output import json_ready
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE, Outcome
 from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
-from accuracy.workflows.model.answer import Cause, cause_text, clip, is_flagged, number, port_answer, worst_text
+from accuracy.workflows.model.answer import Cause, clip, explanation, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
@@ -181,7 +181,7 @@ class ModelReport:
             label = f"{printable(p['port'])} [{p['dtype']}]"
             lines += [
                 f"{label}: its input {printable(i['input'])} (as {printable(i['layer'])} received it) is not the "
-                f"model's: {i['verdict']}: {cause_text(i.get('cause'))}{i['reason']}"
+                f"model's: {i['verdict']}: {explanation(i)}"
                 for i in p.get("inputs", [])
                 if i["verdict"] != WITHIN
             ]
@@ -194,7 +194,7 @@ class ModelReport:
                 )
                 lines.append(
                     f"{label}: first not within rounding: {printable(first['path'])} ({first['op']}){own}: "
-                    f"{first['verdict']}: {cause_text(first.get('cause'))}{first['reason']}; worst element "
+                    f"{first['verdict']}: {explanation(first)}; worst element "
                     f"{worst_text(first['worst'])}"
                 )
             lines += [
