@@ -78,7 +78,7 @@ def report_of(path: Path) -> ModelReport:
 def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
     report = report_of(path)
     start = time.perf_counter()
-    page = model_page(report.as_dict(), report.notes(), report.derivations())
+    page = model_page(report)
     written = time.perf_counter() - start
     html = folder / f"{path.stem}.html"
     html.write_text(page)

@@ -187,7 +187,7 @@ def _write_page(path: str, report) -> None:
 
     sys.stdout.flush()
     try:
-        write_model_page(path, report.as_dict(), report.notes(), report.derivations())
+        write_model_page(path, report)
     except OpbenchError:
         raise
     except Exception as exc:

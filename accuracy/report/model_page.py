@@ -13,7 +13,6 @@ amplified along the way.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -27,7 +26,7 @@ from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.report.plots import WIDTH, to_png_base64
 from accuracy.workflows.model.answer import STYLES, PortAnswer, explanation, is_flagged, port_answer, short_reason
 from accuracy.workflows.model.quantization import NOISE_HEADER, noise_rows
-from accuracy.workflows.model.report import cause_cell
+from accuracy.workflows.model.report import ModelReport, cause_cell
 
 COLUMNS = ("max_ulp", "introduced", "inherited", "propagated")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
@@ -248,8 +247,11 @@ def _row(index: int, row: dict) -> str:
     return f"<tr id='{html.escape(row_id(index, row['path']))}'{flagged}>{''.join(cells)}</tr>"
 
 
-def model_page(report: dict, notes: Sequence[str], derivations: Sequence[str] = ()) -> str:
-    """The page of a report's --json form: `notes` and `derivations` as ModelReport gives them."""
+def model_page(model_report: ModelReport) -> str:
+    """The page of one model report: its answer (`notes`, each port's three lines), how each
+    verdict is derived, then per port its figures and table, drawn from the report's --json form
+    (a non-finite number there carries why it is null)."""
+    report, notes, derivations = model_report.as_dict(), model_report.notes(), model_report.derivations()
     shapes = ", ".join(f"{k} {tuple(v)}" for k, v in report["inputs"].items())
     parts = [
         f"<!doctype html><html lang='en'><meta charset='utf-8'><title>opbench model: {html.escape(report['model'])}"
@@ -283,10 +285,10 @@ def model_page(report: dict, notes: Sequence[str], derivations: Sequence[str] = 
     return "\n".join(parts)
 
 
-def write_model_page(path: Path | str, report: dict, notes: Sequence[str], derivations: Sequence[str] = ()) -> Path:
+def write_model_page(path: Path | str, report: ModelReport) -> Path:
     """Atomically, never over an existing file or through a link (a dangling one included)."""
     path = Path(path)
     refuse_symlink(path)
     if path.exists():
         raise OpbenchError(f"--html {path}: a file appeared there during the run; it is kept, not overwritten")
-    return write_atomic(path, model_page(report, notes, derivations), replace=False)
+    return write_atomic(path, model_page(report), replace=False)

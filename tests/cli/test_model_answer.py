@@ -214,7 +214,7 @@ def test_json_keeps_every_field_and_the_full_reason(files, capsys):
 
 
 def test_the_page_has_the_answer_first_and_each_rows_full_reason_behind_details(flagged):
-    page = model_page(flagged.as_dict(), flagged.notes(), flagged.derivations())
+    page = model_page(flagged)
     answer = page[page.index("<section id='answer'>") : page.index("</section>")]
     (port,) = flagged.as_dict()["ports"]
     link = f"href='#{row_id(0, 'layers.0.self_attn')}'"
@@ -250,7 +250,7 @@ PROBE = """<script>window.addEventListener("load", () => {
 @pytest.mark.slow  # end to end: Chromium
 def test_in_a_browser_the_answer_fits_the_first_screen_and_one_click_shows_the_flagged_row(flagged, tmp_path):
     page = tmp_path / "model.html"
-    page.write_text(model_page(flagged.as_dict(), flagged.notes(), flagged.derivations()) + PROBE)
+    page.write_text(model_page(flagged) + PROBE)
     dom = chromium(tmp_path / "profile", "--window-size=1400,900", "--dump-dom", page.as_uri())
     probe = dom.split('<output id="probe">')[1].split("</output>")[0]
     answer_bottom, top, bottom, height, header = map(int, probe.split(","))

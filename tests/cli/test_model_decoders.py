@@ -99,7 +99,7 @@ def test_the_model_page_indents_nested_units_under_their_parent(tmp_path):
 
     report = run_model(ModelRun(ZOO + "decoder", "x=1x8x32", ["threads:1"]))
     page = tmp_path / "model.html"
-    page.write_text(model_page(report.as_dict(), report.notes(), report.derivations()) + PROBE)
+    page.write_text(model_page(report) + PROBE)
     dom = chromium(tmp_path / "profile", "--dump-dom", page.as_uri())
     lefts = dict(item.split("=") for item in dom.split('<output id="probe">')[1].split("</output>")[0].split(","))
     left = {path: int(x) for path, x in lefts.items()}

@@ -11,8 +11,9 @@ import pytest
 from accuracy.core.errors import OpbenchError
 from accuracy.report.model_page import write_model_page
 from accuracy.report.render import write_report
+from accuracy.workflows.model.report import ModelReport
 
-MODEL_REPORT = {"model": "tiny", "mode": "eval", "inputs": {}, "ports": []}
+MODEL_REPORT = ModelReport("tiny", "eval", {}, [])
 
 
 @pytest.mark.parametrize("target", ["elsewhere.html", "victim.html"])
@@ -21,7 +22,7 @@ def test_model_page_is_never_written_through_a_link(tmp_path, target):
     victim.write_text("keep me")
     (tmp_path / "page.html").symlink_to(tmp_path / target)
     with pytest.raises(OpbenchError, match="symbolic link"):
-        write_model_page(tmp_path / "page.html", MODEL_REPORT, ["every layer within rounding"])
+        write_model_page(tmp_path / "page.html", MODEL_REPORT)
     assert victim.read_text() == "keep me" and not (tmp_path / "elsewhere.html").exists()
 
 
@@ -31,7 +32,7 @@ def test_model_page_onto_a_full_disk_leaves_nothing_behind(tmp_path, monkeypatch
 
     monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OpbenchError, match=r"page\.html: No space left on device"):
-        write_model_page(tmp_path / "page.html", MODEL_REPORT, [])
+        write_model_page(tmp_path / "page.html", MODEL_REPORT)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -50,5 +51,5 @@ def test_a_report_never_replaces_a_users_directory(shared_results, tmp_path):
 def test_model_page_into_a_missing_directory_is_one_line(tmp_path):
     """Issue 40 item 19: `--html` into a missing directory was a FileNotFoundError traceback after the run."""
     with pytest.raises(OpbenchError, match=r"cannot write .*nowhere/page\.html: No such file or directory"):
-        write_model_page(tmp_path / "nowhere" / "page.html", MODEL_REPORT, [])
+        write_model_page(tmp_path / "nowhere" / "page.html", MODEL_REPORT)
     assert list(tmp_path.iterdir()) == []

@@ -42,7 +42,7 @@ def test_ignored_rope_scaling_is_exact_at_position_0_and_grows_with_position(tmp
     # the low frequencies rescaled: the angles' error grows with position (the cosines' oscillates)
     assert 0.1 < errors[1] < 0.2 and max(errors[5:]) > 0.9
     assert all(r.get("error_by_position") is None for r in result["layers"] if r["verdict"] == "within rounding")
-    assert "alt='error by position'" in model_page(report.as_dict(), report.notes())
+    assert "alt='error by position'" in model_page(report)
 
 
 def test_the_position_axis_is_the_first_after_the_batch_of_the_sequences_length():
