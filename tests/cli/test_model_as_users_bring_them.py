@@ -442,8 +442,8 @@ def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
     (judged,) = run_model(ModelRun("mymodels:in_place", inputs, activations_files={"p": str(file)})).ports
     row = next(r for r in judged["layers"] if r["path"] == "3")
     assert judged["first_not_within"] == "3" and row["verdict"] == "beyond rounding"
-    assert row["cause"]["explains"] and row["cause"]["parameters"] == {"negative_slope": 0.2}
-    assert "TensorFlow's default" in row["cause"]["words"]
+    assert row["cause"].explains and row["cause"].parameters == {"negative_slope": 0.2}
+    assert "TensorFlow's default" in row["cause"].words
 
 
 @pytest.mark.slow  # a fresh process: what the terminal shows
