@@ -150,7 +150,7 @@ class _Context:
             return _Operand(a)
         return _INPUT, id(owner), a.ctypes.data - owner.ctypes.data, a.shape, a.strides
 
-    def _memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+    def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         if key not in self.memo:  # kept as copies: a formula may write into an operand after its use
             self.memo[tuple(part.kept() if isinstance(part, _Operand) else part for part in key)] = compute()
         return self.memo[key]

@@ -140,7 +140,7 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
     case = registry_case(unit, floats, fmt) if len(floats) == len(arrays) else None
     if case is not None:
         entry, named = case
-        evidence = Evidence(get_op(entry.op), named, fmt)
+        evidence = Evidence(get_op(entry.op), named, fmt, judged=outputs)
         compute = products if entry.contraction else None
         reference = float64_reference(unit, inputs, fmt)
         return evidence, evidence.exact.shape, (f"registry op {entry.op}", entry.op, compute), reference
