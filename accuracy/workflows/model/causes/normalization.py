@@ -6,7 +6,9 @@ other module (a user's `RMSNorm`, HF's `T5LayerNorm`) by a probe in float64 that
 normalizes each row by its root mean square or its standard deviation, and with what epsilon.
 Its epsilon is wherever the module keeps it: an attribute (`eps`, `variance_epsilon`, ...), a
 config it holds (a dict or an object), or a constant in its forward (then the changed norm is the
-norm written out)."""
+norm written out). A BatchNorm is known the same way (a user's, holding its running statistics
+under other names, its eps in a config or a constant, with or without an affine weight): its
+written-out variants and its train mode are torch's BatchNorm on its tensors (`kinds.as_torch`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, named
-from accuracy.workflows.model.causes.kinds import affine, norm_kind, probed
+from accuracy.workflows.model.causes.kinds import affine, as_torch, norm_kind, probed
 
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
 # where a value is some framework's default, the words say whose
@@ -71,7 +73,10 @@ def norm_eps(module: Any) -> float | None:
     if path is not None:
         return float(_at(module, path))
     found = probed(module)
-    return found[1] if found else None
+    if found:
+        return found[1]
+    equivalent = as_torch(module) if norm_kind(module) == "batch" else None
+    return float(equivalent.eps) if equivalent is not None else None
 
 
 def _with_eps(module: Any, value: Any) -> Any:
@@ -100,7 +105,9 @@ def _eps_words(module: Any, value: Any) -> str:
 
 
 def _train_mode(module: Any, value: Any) -> Any:
-    return copy.deepcopy(module).train()
+    """The module in train mode: torch's own of its kind for a user's BatchNorm or Dropout (its
+    forward may not read `self.training`)."""
+    return copy.deepcopy(as_torch(module)).train()
 
 
 class NormWritten(nn.Module):
@@ -113,6 +120,8 @@ class NormWritten(nn.Module):
         kind = norm_kind(norm)
         if kind is None:
             raise ValueError("not a norm: it normalizes by neither a root mean square nor a variance")
+        if kind == "batch":
+            eps, norm = norm_eps(norm) if eps is None else eps, as_torch(norm)  # its statistics by torch's names
         if kind == "batch" and (norm.training or norm.running_var is None):
             raise ValueError("a BatchNorm in train mode or without running statistics")
         eps = norm_eps(norm) if eps is None else eps
