@@ -154,8 +154,8 @@ def test_hand_written_layers_are_known_by_what_they_compute(user):
     """Each hand-written layer as torch's module of the same geometry: the BatchNorm's tensors and
     eps (from its config, from a constant in forward), each pool's kernel, stride and padding, the
     resize's mode and scale, the dropout's p."""
-    from accuracy.workflows.model.causes.kinds import as_torch, described, kind_of
     from accuracy.workflows.model.causes.normalization import norm_eps
+    from accuracy.workflows.model.kinds import as_torch, described, kind_of
 
     model = user.net()
     assert described(model.bn1) == "BatchNorm (a BatchNorm2d)"
@@ -177,7 +177,7 @@ def test_hand_written_layers_are_known_by_what_they_compute(user):
 def test_probing_a_dropout_leaves_the_users_random_state_as_it_was(user):
     """The dropout probe runs it in train mode on a forked, seeded random state."""
     torch = pytest.importorskip("torch")
-    from accuracy.workflows.model.causes.kinds import kind_of
+    from accuracy.workflows.model.kinds import kind_of
 
     drop = user.net().drop
     torch.manual_seed(7)

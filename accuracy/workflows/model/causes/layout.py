@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, Context
-from accuracy.workflows.model.causes.kinds import as_torch, described, held, kind_of
+from accuracy.workflows.model.kinds import as_torch, described, held, kind_of
 
 POOLS = ("AvgPool1d", "AvgPool2d", "AvgPool3d")
 CEIL_POOLS = ("MaxPool1d", "MaxPool2d", "MaxPool3d", *POOLS)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, named
-from accuracy.workflows.model.causes.kinds import affine, as_torch, norm_kind, probed
+from accuracy.workflows.model.kinds import affine, as_torch, norm_kind, probed
 
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
 # where a value is some framework's default, the words say whose
