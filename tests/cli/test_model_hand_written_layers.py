@@ -9,6 +9,7 @@ torch's gets the registry's batch_norm."""
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 
@@ -202,8 +203,9 @@ def test_correct_hand_written_layers_flag_nothing_and_the_batchnorm_gets_torchs_
 def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
     """A port with a bug in each hand-written layer: the BatchNorm's eps in its config, the other
     norm in train mode (batch statistics), the max pool padded as TensorFlow's "same", the average
-    pool counting its padding, the resize with align_corners=True. Each unit flagged and its bug
-    named (every one was flagged and never named: the entries matched torch's classes)."""
+    pool counting its padding, the resize with align_corners=True, the dropout left in train mode.
+    Each unit flagged and its bug named (every one was flagged and never named: the entries
+    matched torch's classes; a dropout in train mode was named on no port, torch's own either)."""
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
@@ -223,6 +225,7 @@ def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
     port = user.Net(config).eval()
     port.load_state_dict(user.net().state_dict())
     port.pool, port.avg, port.bn2 = SamePadded(), Counted(), BatchStatistics()
+    port.drop.train()
     rows = _judged(user, tmp_path, port)
     expected = {
         "bn1": ("normalization eps", "BatchNorm eps = 0.001 (Keras' and TensorFlow's default); this model has 1e-05"),
@@ -232,11 +235,13 @@ def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
         "avg": ("count_include_pad", "AvgPool (a AvgPool2d) with count_include_pad=True (the padding counted in the "
                 "average)"),
         "up": ("align_corners", "bilinear interpolation with align_corners=True"),
+        "drop": ("dropout in train mode", r"Drop \(a Dropout\) left in train mode: \d+% of its elements dropped, "
+                 r"the rest scaled by 1/\(1 - 0.25\)"),
     }  # fmt: skip
     for path, (name, words) in expected.items():
         cause = rows[path]["cause"]
         assert rows[path]["verdict"] == "beyond rounding" and cause and cause["explains"], (path, cause)
-        assert (cause["name"], cause["words"]) == (name, words), (path, cause)
+        assert cause["name"] == name and (cause["words"] == words or re.fullmatch(words, cause["words"])), cause
     assert rows["head"]["verdict"] == "within rounding"
 
 
@@ -298,3 +303,19 @@ def test_a_hand_written_pool_in_the_other_ceil_mode_is_named(user):
     assert cause["words"] == (
         "MaxPool (a MaxPool2d) with ceil_mode=True (the last partial window kept; this model has ceil_mode=False)"
     )
+
+
+def test_a_port_that_zeroes_everything_or_scales_everything_is_no_dropout_left_in_train_mode(user):
+    """The dropout entry fits the elements a port kept from its output; a share of dropped elements
+    no dropout of p gives (all of them, none of them) is refused, never named."""
+    torch = pytest.importorskip("torch")
+    from accuracy.workflows.model.causes import causes
+
+    (entry,) = [c for c in causes() if c.name == "dropout in train mode"]
+    drop = user.net().drop
+    x = torch.randn(4, 8, 6, 6, generator=torch.Generator().manual_seed(0))
+    for output in (torch.zeros_like(x), x / 0.75):
+        with pytest.raises(ValueError, match=r"no dropout of p=0\.25"):
+            entry.fit(drop, [x], output.numpy())
+    kept = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) >= 0.25
+    assert torch.equal(entry.fit(drop, [x], (x * kept / 0.75).numpy()), kept)
