@@ -193,20 +193,17 @@ def named_output():
 
 
 class HandNorm(nn.Module):
-    # a BatchNorm by hand: its statistics as mu and sigma2, its eps in a config dict
-
+    # a BatchNorm by hand as a Keras port writes it, folded: moving statistics, eps in a config dict
     def __init__(self, channels, config):
         super().__init__()
         self.config = config
-        self.gamma = nn.Parameter(1 + torch.rand(channels) / 2)
-        self.beta = nn.Parameter(torch.randn(channels) / 4)
-        self.register_buffer("mu", torch.randn(channels) / 4)
-        self.register_buffer("sigma2", 0.5 + torch.rand(channels))
+        self.weight, self.bias = nn.Parameter(torch.rand(channels)), nn.Parameter(torch.rand(channels))
+        self.register_buffer("moving_mean", torch.randn(channels) / 4)
+        self.register_buffer("moving_variance", 0.5 + torch.rand(channels))
 
     def forward(self, x):
-        s = (1, -1, 1, 1)
-        scale = self.gamma.view(s) / torch.sqrt(self.sigma2.view(s) + self.config["eps"])
-        return (x - self.mu.view(s)) * scale + self.beta.view(s)
+        scale = torch.rsqrt(self.moving_variance + self.config["eps"]) * self.weight
+        return x * scale[:, None, None] + (self.bias - self.moving_mean * scale)[:, None, None]
 
 
 class HandPool(nn.Module):
