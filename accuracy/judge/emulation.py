@@ -258,12 +258,13 @@ class _Context:
         if self.mode == "random":
             key = ("matmul", self._operand_key(a), self._operand_key(b))
             exact, sigma = self._memo(key, lambda: self._matmul_moments(a, b))
-            out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+            out = exact + self.random.standard_normal(sigma.shape) * sigma  # the error in float64, then carried
         elif (native := self._native(a, b)) is not None:
             a32, b32 = native
             out = a32[..., :, :1] * b32[..., :1, :]
+            term = np.empty_like(out)
             for k in range(1, a.shape[-1]):
-                out = out + a32[..., :, k : k + 1] * b32[..., k : k + 1, :]
+                np.add(out, np.multiply(a32[..., :, k : k + 1], b32[..., k : k + 1, :], out=term), out=out)
             out = out.astype(CARRIER)
         else:
             out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)

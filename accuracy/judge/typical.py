@@ -88,7 +88,9 @@ class TypicalModel:
 def _error(result: ArrayLike, exact: Exact) -> np.ndarray:
     r = np.asarray(result, dtype=np.longdouble)
     with np.errstate(invalid="ignore"):  # inf - inf where a run and the reference share an inf
-        return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
+        difference = np.subtract(r, exact.hi)
+        difference -= exact.lo
+        return np.abs(difference.astype(np.float64))
 
 
 def model_from_runs(
