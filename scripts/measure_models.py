@@ -28,6 +28,7 @@ PORTS = {
     "bert2": ("onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"),
     "bert_base": ("default",),
     "llama_8x512": ("onnxruntime", "torchscript"),
+    "qwen2_5_shape": ("default",),
 }
 
 

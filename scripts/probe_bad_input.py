@@ -43,6 +43,7 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -76,6 +77,11 @@ def returns_none():
 
 def sleeps():
     time.sleep(600)
+    return tiny()
+
+
+def naps():
+    time.sleep(12)
     return tiny()
 
 
@@ -175,14 +181,57 @@ class Named(nn.Module):
         super().__init__()
         self.output = nn.Linear(16, 4)
         self.add_module("a#b", nn.GELU())
+        self.add_module("c/d", nn.Tanh())
 
     def forward(self, x):
-        return getattr(self, "a#b")(self.output(x))
+        return getattr(self, "c/d")(getattr(self, "a#b")(self.output(x)))
 
 
 def named_output():
     torch.manual_seed(0)
     return Named().eval()
+
+
+class HandNorm(nn.Module):
+    # a BatchNorm by hand as a Keras port writes it, folded: moving statistics, eps in a config dict
+    def __init__(self, channels, config):
+        super().__init__()
+        self.config = config
+        self.weight, self.bias = nn.Parameter(torch.rand(channels)), nn.Parameter(torch.rand(channels))
+        self.register_buffer("moving_mean", torch.randn(channels) / 4)
+        self.register_buffer("moving_variance", 0.5 + torch.rand(channels))
+
+    def forward(self, x):
+        scale = torch.rsqrt(self.moving_variance + self.config["eps"]) * self.weight
+        return x * scale[:, None, None] + (self.bias - self.moving_mean * scale)[:, None, None]
+
+
+class HandPool(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, 3, 2, 1)
+
+
+class HandUp(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+
+
+class HandCNN(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = HandNorm(4, config)
+        self.pool = HandPool()
+        self.up = HandUp()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.up(self.pool(torch.relu(self.norm(self.conv(x))))).mean((2, 3)))
+
+
+def hand_cnn(config=None):
+    torch.manual_seed(0)
+    return HandCNN(config or {"eps": 1e-5}).eval()
 """
 
 
@@ -199,6 +248,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     address_space: int | None = None  # ulimit -v, in bytes
     kept: tuple[str, ...] = ()  # files a user makes during the run: they must hold what the user wrote
+    expect: str | None = None  # a CLEAN or RIGHT answer must hold this regex (stdout and stderr)...
+    reject: str | None = None  # ... and must not hold this one
 
 
 @dataclass
@@ -323,6 +374,50 @@ def _symlink(name: str, target: str) -> Callable[[Path], None]:
 
 def _directory(name: str) -> Callable[[Path], None]:
     return lambda d: (d / name).mkdir()
+
+
+def _made_by(code: str) -> Callable[[Path], None]:
+    """Files made by `code`, run by this Python in the case's directory (the models importable):
+    a port's activations file."""
+
+    def setup(d: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(d)}
+        subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=d, env=env, check=True, capture_output=True)
+
+    return setup
+
+
+RECORDED = """
+import numpy as np
+import torch
+
+import models
+from accuracy.workflows.array_files import write_arrays
+from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.trace import record
+
+def save(port, inputs, name, change=None):
+    with torch.no_grad():
+        arrays = activations(*record(port, inputs))
+    (change or (lambda a: a))(arrays)
+    write_arrays(name, arrays)
+"""
+# the tiny model's own activations with one output element NaN
+NAN_OUTPUT = (
+    RECORDED
+    + """
+save(models.tiny(), dict(np.load("x.npz")), "nan.safetensors", lambda a: a["output"].__setitem__((0, 0), np.nan))
+"""
+)
+# the hand-written CNN's port with its BatchNorm's eps 1e-3 (its config), on inputs of its own
+HAND_PORT = (
+    RECORDED
+    + """
+x = {"x": np.random.default_rng(0).normal(size=(2, 3, 8, 8)).astype("f4")}
+np.savez("hx.npz", **x)
+save(models.hand_cnn({"eps": 1e-3}), x, "hport.safetensors")
+"""
+)
 
 
 def _module(name: str, text: str) -> Callable[[Path], None]:
@@ -477,7 +572,7 @@ def cases() -> list[Case]:
     add("explain/condition nan", ["explain", "linear", "--condition", "nan"])
     add("explain/std of one", ["explain", "std", "--size", "1"])
     add("explain/cache home a file", ["explain", "exp", "--size", "64"], _write("cachefile", b"x"),
-        env={"XDG_CACHE_HOME": "cachefile"})  # fmt: skip
+        env={"XDG_CACHE_HOME": "{dir}/cachefile", "OPBENCH_CACHE": ""}, expect="running without it")  # fmt: skip
     add("explain/cache writable by others", ["explain", "exp", "--size", "64"],
         _open_to_all("cache"), env={"OPBENCH_CACHE": "cache"})  # fmt: skip
     # inputs
@@ -535,7 +630,8 @@ def cases() -> list[Case]:
     )
     add("model/module parses argv", ["model", "cli:f", "--inputs", "x=2x16"],
         _module("cli", "import argparse\nargparse.ArgumentParser().parse_args()\ndef f():\n    pass\n"))  # fmt: skip
-    add("model/inf weights", ["model", "models:inf_weights", "--port", "threads:1", "--inputs", "x=2x16"])
+    add("model/inf weights", ["model", "models:inf_weights", "--port", "threads:1", "--inputs", "x=2x16"],
+        reject="Warning")  # fmt: skip
     add("model/forward changes its input", ["model", "models:in_place", "--port", "threads:1", "--inputs", "x=2x16"])
     add("model/escape in a module name", ["model", "models:escape_name", "--port", "threads:1", "--inputs", "x=2x16"])
     add("model/shape typo", [*MODEL, "--inputs", "x=2x16y"])
@@ -572,7 +668,8 @@ def cases() -> list[Case]:
     add("model/onnx a directory", [*MODEL, "--inputs", "x=2x16", "--onnx", "o=dir"], _directory("dir"))
     add("model/html existing file", [*MODEL, "--inputs", "x=2x16", "--html", "keep.txt"])
     add("model/html under a file", [*MODEL, "--inputs", "x=2x16", "--html", "keep.txt/p.html"])
-    add("model/html into /proc", [*MODEL, "--inputs", "x=2x16", "--html", "/proc/opbench-probe.html"])
+    add("model/html into /proc", [*MODEL, "--inputs", "x=2x16", "--html", "/proc/opbench-probe.html"],
+        expect="every compared layer within rounding")  # fmt: skip  # the text report, printed before the page
     add("model/html a symlink", [*MODEL, "--inputs", "x=2x16", "--html", "l.html"], _symlink("l.html", "keep.txt"))
     add("model/save-activations existing", [*MODEL, "--inputs", "x=2x16", "--save-activations", "x.npz"])
     add("model/save-activations missing dir", [*MODEL, "--inputs", "x=2x16", "--save-activations", "no/a.npz"])
@@ -590,13 +687,27 @@ def cases() -> list[Case]:
     # issue 57's own cases
     add("model/a page appears during the run", ["model", "models:page_appears", "--port", "threads:1", "--inputs",
         "x=2x16", "--html", "page.html"], kept=("page.html",))  # fmt: skip
-    add("model/module named output and a#b", ["model", "models:named_output", "--port", "threads:1", "--inputs",
-        "x=2x16"])  # fmt: skip
-    add("model/forward changes its input, two ports", ["model", "models:in_place", "--port", "threads:1", "--port",
-        "onnxruntime", "--inputs", "x=2x16"], timeout=180)  # fmt: skip
+    add("model/module named output, a#b and c/d", ["model", "models:named_output", "--port", "threads:1",
+        "--inputs", "x=2x16"], expect="%output")  # fmt: skip
+    add("model/forward changes its input, two ports, cold cache", ["model", "models:in_place", "--port", "threads:1",
+        "--port", "onnxruntime", "--inputs", "x=2x16"], timeout=180, env={"OPBENCH_CACHE": "{dir}/cold-cache"},
+        reject=r"beyond rounding|NOT within|PyTorch's own: 0\.")  # fmt: skip
     add("model/activations mixing float16 and float32", [*MODEL, "--inputs", "x=2x16", "--activations", "p=m.npz"],
         _npz("m.npz", up=np.zeros((2, 8), "f2"), act=np.zeros((2, 8), "f4"), head=np.zeros((2, 4), "f4"),
              output=np.zeros((2, 4), "f4")))  # fmt: skip
+    add("model/activations mixing float32 and float16, float16 last", [*MODEL, "--inputs", "x=2x16", "--activations",
+        "p=m.npz"], _npz("m.npz", output=np.zeros((2, 4), "f4"), head=np.zeros((2, 4), "f4"),
+                         act=np.zeros((2, 8), "f4"), up=np.zeros((2, 8), "f2")))  # fmt: skip
+    add("model/activations with a NaN output", [*MODEL, "--inputs", "x.npz", "--activations", "nan=nan.safetensors"],
+        _made_by(NAN_OUTPUT), expect="not finite", reject=r"by 0\b|0 from float64")  # fmt: skip
+    add("model/factory naps 12 s", ["model", "models:naps", "--port", "threads:1", "--inputs", "x=2x16"],
+        expect="opbench: building the model: models:naps has run for 10 s")  # fmt: skip
+    add("model/escape in a module name, --html", ["model", "models:escape_name", "--port", "threads:1", "--inputs",
+        "x=2x16", "--html", "page.html"])  # fmt: skip
+    add("model/hand-written BatchNorm, pool and resize", ["model", "models:hand_cnn", "--port", "threads:1",
+        "--inputs", "x=2x3x8x8"], expect="every compared layer within rounding")  # fmt: skip
+    add("model/hand-written BatchNorm's eps wrong in a port", ["model", "models:hand_cnn", "--inputs", "hx.npz",
+        "--activations", "p=hport.safetensors"], _made_by(HAND_PORT), expect="eps = 0.001", timeout=120)  # fmt: skip
     add("model/large inputs under ulimit -v", [*MODEL, "--inputs", "x=40000000x16"], address_space=6 << 30)
     add("check/large output under ulimit -v", [*CHECK, "--output", "a=big.npy"],
         _npy("big.npy", np.zeros((4, 3), "f4")), address_space=6 << 30)  # fmt: skip
@@ -657,6 +768,16 @@ def classify(rc: int | None, out: bytes, err: bytes, before: dict, after: dict, 
     return "WRONG", f"exit {rc}; {len(lines)} lines on stderr; last: {last}"
 
 
+def expected(case: Case, text: str, outcome: str, detail: str) -> tuple[str, str]:
+    """WRONG where an answer lacks what the case expects of it, or holds what it must not."""
+    if case.expect and not re.search(case.expect, text):
+        return "WRONG", f"no {case.expect!r} in the answer; {detail}"
+    found = re.search(case.reject, text) if case.reject else None
+    if found:
+        return "WRONG", f"{found.group()!r} in the answer; {detail}"
+    return outcome, detail
+
+
 _closer: list[int] = []
 
 
@@ -694,7 +815,8 @@ def run_case(case: Case, base: Path) -> Result:
     if case.setup:
         case.setup(d)
     before = _snapshot(d)
-    env = {**os.environ, "PYTHONPATH": str(d), "COLUMNS": "120", **case.env}
+    own = {k: v.replace("{dir}", str(d)) for k, v in case.env.items()}  # {dir}: the case's directory
+    env = {**os.environ, "PYTHONPATH": str(d), "COLUMNS": "120", **own}
     cwd = d / env.pop("PROBE_CWD") if "PROBE_CWD" in env else d
     argv = [part.replace("{closer}", str(closing_server())) if "{closer}" in part else part for part in case.argv]
     command = [sys.executable, "-m", "accuracy", *argv]
@@ -721,6 +843,8 @@ def run_case(case: Case, base: Path) -> Result:
     marker = (d / MARKER).exists() or (cwd / MARKER).exists()
     after = _snapshot(d) if d.exists() else {}
     outcome, detail = classify(rc, out, err, before, after, marker)
+    if outcome in ("CLEAN", "RIGHT"):
+        outcome, detail = expected(case, (out + err).decode("utf-8", "replace"), outcome, detail)
     overwritten = [name for name in case.kept if (d / name).read_text(errors="replace") != "a user file\n"]
     if overwritten and outcome not in ("SECURITY", "LOSS"):
         outcome, detail = "LOSS", f"a file made during the run was overwritten: {', '.join(overwritten)}"

@@ -203,6 +203,7 @@ MODEL_FLOORS = (
         "calls and models",
         (
             "trace",
+            "kinds",
             "activations_file",
             "state_key",
             "unit",

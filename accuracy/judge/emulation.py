@@ -21,7 +21,7 @@ scipy's array-API functions) cannot be emulated: `emulate` then returns None, ne
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,19 @@ class _Context:
             return self.store.round(array.astype(np.float64)).astype(CARRIER)
         return array + self.noise(array, 0.5, self.store).astype(CARRIER)
 
+    def _native(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """The arrays in float32 where the rounding mode is "nearest", the format float32 and every
+        value a float32: numpy's own float32 sums and products are then the emulated ones, bit for
+        bit, at a fraction of the cost. A sum or product of two float32s is exact in long double,
+        or so far below an ulp that no rounding moves it; its rounding through float64 to float32
+        is the correct one, as 53 >= 2 * 24 + 2 bits (Figueroa 1995). None elsewhere."""
+        if self.mode != "nearest" or self.fmt.np_dtype != np.float32 or self.fmt.precision != 24:
+            return None
+        native = tuple(a.astype(np.float32) for a in arrays)
+        if not all(np.array_equal(n, a) for n, a in zip(native, arrays, strict=True)):
+            return None
+        return native
+
     def _operand_key(self, a: np.ndarray) -> Hashable:
         """A memo key for an operand: where it is one of the runs' shared inputs or a view of one
         (a weight's transpose), where in which input; else its value (`_fingerprint`). Those
@@ -134,13 +147,28 @@ class _Context:
         while isinstance(owner.base, np.ndarray):  # views of the Emulated views of an input
             owner = owner.base
         if self.memo.get((_INPUT, id(owner))) is not owner:
-            return _fingerprint(a)
+            return _Operand(a)
         return _INPUT, id(owner), a.ctypes.data - owner.ctypes.data, a.shape, a.strides
 
-    def _memo(self, key: Hashable, compute: Callable[[], Moments]) -> Moments:
-        if key not in self.memo:
-            self.memo[key] = compute()
+    def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        if key not in self.memo:  # kept as copies: a formula may write into an operand after its use
+            self.memo[tuple(part.kept() if isinstance(part, _Operand) else part for part in key)] = compute()
         return self.memo[key]
+
+    def concatenate(self, arrays: Sequence[ArrayLike], axis: int | None) -> np.ndarray:
+        """np.concatenate, one array shared by the random runs where its parts are the same in
+        each (a bias joined to its weight): a matmul on it is then keyed by place, not by value."""
+        parts = [np.asarray(_plain(a)) for a in arrays]
+        if self.mode != "random" or self.memo.get(_OWN_COPIES):
+            return np.concatenate(parts, axis=axis)
+
+        def joined() -> np.ndarray:
+            result = np.concatenate(parts, axis=axis)
+            result.flags.writeable = False  # as the shared inputs: a run cannot change the next's
+            self.memo[(_INPUT, id(result))] = result
+            return result
+
+        return self._memo(("concatenate", axis, *(self._operand_key(p) for p in parts)), joined)
 
     def sum(self, x: ArrayLike, axis: int = -1) -> np.ndarray:
         """Sum along `axis` in the emulated order, one rounding per addition."""
@@ -156,6 +184,12 @@ class _Context:
                 head, tail = x[..., : x.shape[-1] // 2 * 2], x[..., x.shape[-1] // 2 * 2 :]
                 x = np.concatenate([self.round(head[..., 0::2] + head[..., 1::2]), tail], axis=-1)
             return x[..., 0]
+        if (native := self._native(x)) is not None:
+            (x32,) = native
+            s32 = x32[..., 0].copy()
+            for k in range(1, x.shape[-1]):
+                s32 = s32 + x32[..., k]
+            return s32.astype(CARRIER)
         s = x[..., 0].copy()
         for k in range(1, x.shape[-1]):
             s = self.round(s + x[..., k])
@@ -224,7 +258,14 @@ class _Context:
         if self.mode == "random":
             key = ("matmul", self._operand_key(a), self._operand_key(b))
             exact, sigma = self._memo(key, lambda: self._matmul_moments(a, b))
-            out = exact + (self.random.standard_normal(sigma.shape) * sigma).astype(CARRIER)
+            out = exact + self.random.standard_normal(sigma.shape) * sigma  # the error in float64, then carried
+        elif (native := self._native(a, b)) is not None:
+            a32, b32 = native
+            out = a32[..., :, :1] * b32[..., :1, :]
+            term = np.empty_like(out)
+            for k in range(1, a.shape[-1]):
+                np.add(out, np.multiply(a32[..., :, k : k + 1], b32[..., k : k + 1, :], out=term), out=out)
+            out = out.astype(CARRIER)
         else:
             out = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), dtype=CARRIER)
             for k in range(a.shape[-1]):
@@ -237,11 +278,34 @@ class _Context:
         return out[..., 0, :] if vec_a else out
 
 
-def _fingerprint(a: np.ndarray) -> tuple[tuple[int, ...], bytes, bytes]:
-    """A memo key for a long double array (its padding bytes are arbitrary): the exact value
-    as float64 hi + lo."""
-    hi = a.astype(np.float64)
-    return a.shape, hi.tobytes(), (a - hi).astype(np.float64).tobytes()
+class _Operand:
+    """A memo key for an operand that is none of the runs' shared inputs (their concatenation, a
+    formula's intermediate): hashed by its shape and a sample of its values, equal where every
+    value and sign is (a long double's padding bytes are arbitrary and never enter). Hashing all
+    of a weight's bytes in each of 64 runs cost five times the runs' own arithmetic (issue 59)."""
+
+    __slots__ = ("_hash", "array")
+    SAMPLE = 64  # values hashed
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        step = max(1, array.size // self.SAMPLE)
+        self._hash = hash((array.shape, array.flat[::step].astype(np.float64).tobytes()))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Operand) or other._hash != self._hash or other.array.shape != self.array.shape:
+            return False
+        a, b = self.array, other.array
+        return bool(np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a), np.signbit(b)))
+
+    def kept(self) -> _Operand:
+        """This key over its own read-only copy of the values."""
+        copy = np.array(self.array)
+        copy.flags.writeable = False
+        return _Operand(copy)
 
 
 _CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar("emulation")
@@ -308,6 +372,8 @@ class Emulated(np.ndarray):
         ctx = _CONTEXT.get()
         if func is np.einsum and len(args) == 3 and isinstance(args[0], str) and not kwargs:
             return _wrap(ctx.to_storage(ctx.einsum(args[0], _plain(args[1]), _plain(args[2]))))
+        if func is np.concatenate and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"axis"}:
+            return _wrap(ctx.concatenate(args[0], args[1] if len(args) == 2 else kwargs.get("axis", 0)))
         if func is np.dot and all(np.ndim(v) in (1, 2) for v in args[:2]) and len(args) == 2:
             return _wrap(ctx.to_storage(ctx.matmul(_plain(args[0]), _plain(args[1]))))
         module = getattr(func, "__module__", "") or ""

@@ -24,6 +24,7 @@ from accuracy.judge.typical import (
     TypicalModel,
     model_from_rms,
     model_from_runs,
+    settled,
     typical_model,
 )
 from accuracy.judge.verdicts import Evidence, FunctionSubject, Judgement
@@ -57,13 +58,6 @@ def run_stages(judged: Sequence[np.ndarray]) -> tuple[int, ...]:
 def judged_errors(judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat) -> list[np.ndarray]:
     """The rounding errors of the outputs to judge, computed once for every stage's `settled`."""
     return [rounding_error(o, exact, fmt) for o in judged]
-
-
-def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> bool:
-    """Whether every output whose rounding errors are `errors` (judged_errors) is within rounding
-    by the model of `runs` runs as the 64 runs would judge it: below sqrt(runs/64) of its
-    threshold (RUN_STAGES)."""
-    return all(model.ratio(err) < np.sqrt(runs / RANDOM_RUNS) for err in errors)
 
 
 # a function's typical tier at each stage derived (0: the first-order spread's), with its basis

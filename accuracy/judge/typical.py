@@ -20,8 +20,8 @@ correct algorithm's error is above it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -88,7 +88,9 @@ class TypicalModel:
 def _error(result: ArrayLike, exact: Exact) -> np.ndarray:
     r = np.asarray(result, dtype=np.longdouble)
     with np.errstate(invalid="ignore"):  # inf - inf where a run and the reference share an inf
-        return np.abs(np.asarray((r - exact.hi) - exact.lo, dtype=np.float64))
+        difference = np.subtract(r, exact.hi)
+        difference -= exact.lo
+        return np.abs(difference.astype(np.float64))
 
 
 def model_from_runs(
@@ -146,6 +148,16 @@ def model_from_scale(scale: np.ndarray, exact: Exact, storage: FloatFormat, comp
     return TypicalModel(scale, threshold, compute)
 
 
+@dataclass
+class TakenRuns:
+    """The runs of one formula on one input set taken so far: a later stage adds to them, on the
+    same memo (its products' moments), and the deterministic run is taken once."""
+
+    memo: dict[Hashable, Any] = field(default_factory=dict)
+    random: list[np.ndarray] = field(default_factory=list)
+    nearest: np.ndarray | None = None
+
+
 def typical_model(
     fp64_formula: Callable[..., Any],
     inputs64: dict[str, np.ndarray],
@@ -153,24 +165,61 @@ def typical_model(
     storage: FloatFormat,
     compute: FloatFormat,
     normwise_axes: tuple[int, ...] = (),
+    runs: int = RANDOM_RUNS,
+    taken: TakenRuns | None = None,
 ) -> TypicalModel | None:
-    """The tier on these inputs from the op's formula emulated at `compute`, or None where the
-    formula cannot be emulated."""
-    memo: dict[Hashable, Any] = {}
-    runs = []
-    for i in range(RANDOM_RUNS):
+    """The tier on these inputs from the op's formula emulated at `compute` in `runs` Monte Carlo
+    runs (the first `runs` of the 64: each run draws from its own seed), or None where the formula
+    cannot be emulated. `taken`: the runs of an earlier stage, extended here."""
+    taken = TakenRuns() if taken is None else taken
+    for i in range(len(taken.random), runs):
         out = emulate(
-            fp64_formula, inputs64, compute, "random", rng=np.random.default_rng([SEED, i]), memo=memo, store=storage
+            fp64_formula,
+            inputs64,
+            compute,
+            "random",
+            rng=np.random.default_rng([SEED, i]),
+            memo=taken.memo,
+            store=storage,
         )
         if out is None or np.shape(out) != exact.shape:
             return None
-        runs.append(out)
-    nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
-    return model_from_runs(runs, nearest, exact, storage, compute.name, normwise_axes)
+        taken.random.append(out)
+    if taken.nearest is None:
+        taken.nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
+    return model_from_runs(taken.random[:runs], taken.nearest, exact, storage, compute.name, normwise_axes)
+
+
+def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> bool:
+    """Whether every output whose rounding errors are `errors` is within rounding by the model of
+    `runs` runs as the 64 runs would judge it: below sqrt(runs/64) of its threshold (RUN_STAGES)."""
+    return all(model.ratio(err) < np.sqrt(runs / RANDOM_RUNS) for err in errors)
 
 
 class _NotEmulable(Exception):
     pass
+
+
+def _stage_model(
+    op: Any, inputs64: dict[str, np.ndarray], exact: Exact, storage: FloatFormat, compute: FloatFormat, runs: int,
+    taken: TakenRuns,
+) -> TypicalModel | None:  # fmt: skip
+    """The op's tier from its first `runs` runs, through the reference cache."""
+
+    def compute_model() -> Exact:
+        with kernels.inside(op.name):  # the op's kernel: the approximations its steps may use
+            model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes, runs, taken)
+        if model is None:
+            raise _NotEmulable
+        return Exact(model.scale, model.threshold)
+
+    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}:kernels-{kernels.key()}"
+    name += "" if runs == RANDOM_RUNS else f":runs{runs}"
+    try:
+        stored = refcache.cached(refcache.cache_key(name, op.version, storage.name, inputs64), compute_model)
+    except _NotEmulable:
+        return None
+    return TypicalModel(stored.hi, stored.lo, compute.name)
 
 
 def cached_typical_model(
@@ -178,17 +227,34 @@ def cached_typical_model(
 ) -> TypicalModel | None:
     """typical_model through the reference cache: asv measures each implementation in its own
     process, and the model (64 emulated runs) is the same for all of them."""
+    return _stage_model(op, inputs64, exact, storage, compute, RANDOM_RUNS, TakenRuns())
 
-    def compute_model() -> Exact:
-        with kernels.inside(op.name):  # the op's kernel: the approximations its steps may use
-            model = typical_model(op.working_formula, inputs64, exact, storage, compute, op.normwise_axes)
-        if model is None:
-            raise _NotEmulable
-        return Exact(model.scale, model.threshold)
 
-    name = f"{op.name}:typical{MODEL_VERSION}:z{TYPICAL_Z:g}:{compute.name}:kernels-{kernels.key()}"
-    try:
-        stored = refcache.cached(refcache.cache_key(name, op.version, storage.name, inputs64), compute_model)
-    except _NotEmulable:
-        return None
-    return TypicalModel(stored.hi, stored.lo, compute.name)
+class StagedTypicalModel:
+    """An op's tier on one input set with its Monte Carlo runs taken in stages (RUN_STAGES) until
+    the outputs judged settle, as a model unit's function tier takes them: every verdict is the
+    64 runs' verdict, and a correct port's linear layer costs 8 runs, not 64 (issue 59). The stage
+    reached only rises, so the outputs judged after the first are judged by one model where they
+    settle there. Each stage's model is kept in the reference cache; the 64 runs' is
+    cached_typical_model's own."""
+
+    def __init__(
+        self, op: Any, inputs64: dict[str, np.ndarray], exact: Exact, storage: FloatFormat, compute: FloatFormat
+    ):
+        self._case = (op, inputs64, exact, storage, compute)
+        self._taken = TakenRuns()
+        self._stage = 0  # the index in RUN_STAGES reached
+        self._models: dict[int, TypicalModel | None] = {}
+
+    def settled_for(self, errors: Sequence[np.ndarray]) -> TypicalModel | None:
+        """The model of the first stage (from the one reached) at which every output with these
+        rounding errors settles, or the 64 runs' model; None where the formula cannot be emulated."""
+        for index in range(self._stage, len(RUN_STAGES)):
+            runs = RUN_STAGES[index]
+            if runs not in self._models:
+                self._models[runs] = _stage_model(*self._case, runs, self._taken)
+            model = self._models[runs]
+            if model is None or runs == RANDOM_RUNS or settled(model, errors, runs):
+                self._stage = index
+                return model
+        raise AssertionError("RUN_STAGES ends at RANDOM_RUNS")

@@ -24,6 +24,7 @@ why: `not compared` or `error`. A result equal to the exact value rounded to its
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -36,7 +37,7 @@ from accuracy.judge import backward_error as backward
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import correctly_rounded, error_over_bound, rounding_error
 from accuracy.judge.precision import compute_format, model_bound, scaled_unit_roundoff
-from accuracy.judge.typical import WORST_MARGIN, TypicalModel, cached_typical_model
+from accuracy.judge.typical import WORST_MARGIN, StagedTypicalModel, TypicalModel, cached_typical_model
 from accuracy.reference.exact import Exact
 
 
@@ -181,7 +182,16 @@ class Evidence:
     judged on it (explain judges every implementation on the same inputs). `subject` is a registry
     op, a FunctionSubject or an ExactLookup; the last two come with their `exact` (float64) value."""
 
-    def __init__(self, subject: Any, inputs: dict[str, np.ndarray], fmt: FloatFormat, exact: Exact | None = None):
+    def __init__(
+        self,
+        subject: Any,
+        inputs: dict[str, np.ndarray],
+        fmt: FloatFormat,
+        exact: Exact | None = None,
+        judged: Sequence[np.ndarray] | None = None,
+    ):
+        """`judged`: the outputs this evidence will judge, where known (a model unit's ports'):
+        the typical tier's Monte Carlo runs are then taken in stages that stop once they settle."""
         self.op = subject
         self.fmt = fmt
         self.inputs64 = {k: np.asarray(v).astype(np.float64) for k, v in inputs.items()}
@@ -191,7 +201,14 @@ class Evidence:
         self.exact = exact if exact is not None else subject.exact(self.inputs64, fmt)
         self._bounds: dict[str, Any] = {}  # bounds by compute format, and "growth"
         self._typical: dict[str, TypicalModel | None] = {}
+        self._staged: dict[str, StagedTypicalModel] = {}
         self.ulp = ulp(self.exact.hi, fmt)
+        shaped = [np.asarray(o) for o in judged or ()]
+        self._judged = (
+            [o.reshape(self.exact.shape) for o in shaped]
+            if judged is not None and self.nonfinite is None and all(o.size == self.exact.hi.size for o in shaped)
+            else None
+        )
 
     def growth(self) -> float:
         """GEPP's growth for LU-based ops (1 elsewhere)."""
@@ -214,10 +231,20 @@ class Evidence:
         compute = compute_format(impl, self.fmt, self.op.family)
         return compute, self.bound(compute)
 
-    def typical(self, compute: FloatFormat) -> TypicalModel | None:
-        if compute.name not in self._typical:
-            self._typical[compute.name] = cached_typical_model(self.op, self.inputs64, self.exact, self.fmt, compute)
-        return self._typical[compute.name]
+    def typical(self, compute: FloatFormat, err: np.ndarray | None = None) -> TypicalModel | None:
+        """The op's typical tier at `compute`: where the outputs judged are known, the model of
+        the stage at which they and `err` (the rounding errors of the output judged now) settle."""
+        if self._judged is None or err is None:
+            if compute.name not in self._typical:
+                self._typical[compute.name] = cached_typical_model(
+                    self.op, self.inputs64, self.exact, self.fmt, compute
+                )
+            return self._typical[compute.name]
+        if compute.name not in self._staged:
+            staged = StagedTypicalModel(self.op, self.inputs64, self.exact, self.fmt, compute)
+            staged.settled_for([rounding_error(o, self.exact, self.fmt) for o in self._judged])
+            self._staged[compute.name] = staged
+        return self._staged[compute.name].settled_for([err])
 
     def worst(self, output: np.ndarray, err: np.ndarray, per_element_limit: ArrayLike) -> dict[str, Any]:
         """The element that decided: largest error relative to what its tier allows there."""
@@ -433,7 +460,7 @@ class Evidence:
     def _by_typical(
         self, output: np.ndarray, err: np.ndarray, bound: np.ndarray, compute: FloatFormat, common: dict[str, Any]
     ) -> Judgement:
-        model = self.typical(compute)
+        model = self.typical(compute, err)
         if model is None:
             return Judgement(
                 WITHIN,

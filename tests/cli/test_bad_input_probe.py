@@ -76,6 +76,22 @@ def test_the_probe_classifies_a_few_cases_as_a_user_would_meet_them(tmp_path):
     )
 
 
+def test_an_answer_lacking_what_its_case_expects_is_wrong():
+    """A clean exit is not enough where the issue named a line: the waiting note of a factory that
+    sleeps, the absence of 'by 0' beside 'not finite', PyTorch's own port within rounding on a cold
+    export cache. Each issue 57 case names what its answer must (not) hold."""
+    probe = _probe()
+    case = probe.Case("model/x", [], expect="has run for 10 s", reject=r"by 0\b")
+    assert probe.expected(case, "opbench: building the model: m:f has run for 10 s\nok", "CLEAN", "ok") == (
+        "CLEAN", "ok")  # fmt: skip
+    assert probe.expected(case, "ok", "CLEAN", "ok")[0] == "WRONG"
+    assert probe.expected(case, "has run for 10 s; differs by 0 here", "CLEAN", "ok")[0] == "WRONG"
+    named = {c.name: c for c in probe.cases()}
+    for name in ("model/factory naps 12 s", "model/activations with a NaN output",
+                 "model/forward changes its input, two ports, cold cache", "explain/cache home a file"):  # fmt: skip
+        assert named[name].expect or named[name].reject, name
+
+
 def _two_machines(tmp_path) -> Path:
     import datetime
 

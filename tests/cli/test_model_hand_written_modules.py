@@ -177,7 +177,7 @@ def test_a_module_is_probed_once_whatever_the_number_of_causes_asking(user):
     probes), not once per catalogue entry: models have hundreds of modules."""
     import handlayers
 
-    from accuracy.workflows.model.causes.kinds import kind_of
+    from accuracy.workflows.model.kinds import kind_of
 
     runs = []
 
@@ -356,7 +356,7 @@ def test_probing_a_module_leaves_its_state_as_it_was(user):
     sharing the parameters, so the user's module is as it was."""
     torch = pytest.importorskip("torch")
 
-    from accuracy.workflows.model.causes.kinds import kind_of
+    from accuracy.workflows.model.kinds import kind_of
 
     class Stateful(torch.nn.Module):
         def __init__(self):

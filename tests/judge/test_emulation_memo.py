@@ -4,9 +4,11 @@ as runs that share nothing, without copying and hashing the operands in every ru
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import get_format
 from accuracy.judge import emulation
 from accuracy.judge.emulation import emulate
@@ -34,24 +36,48 @@ def _runs(fn, inputs: dict, memo: dict | None, count: int = 4) -> list[np.ndarra
     return [emulate(fn, inputs, FLOAT32, "random", rng=np.random.default_rng([7, i]), memo=memo) for i in range(count)]
 
 
-def test_runs_name_shared_inputs_instead_of_hashing_them(monkeypatch):
-    """x @ W.T reads two shared inputs (W through its transpose): no run fingerprints an
-    operand, and the product's moments are computed once for all the runs."""
-    calls = {"fingerprint": 0, "moments": 0}
-    fingerprint, moments = emulation._fingerprint, emulation._Context._matmul_moments
+def from_the_bias(x, W, b):
+    """The registry linear's working formula: products over concatenations of the inputs."""
+    return get_op("linear").working_formula(x, W, b)
 
-    def counted_fingerprint(a):
-        calls["fingerprint"] += 1
-        return fingerprint(a)
+
+def writes_into_a_join(x, W, b):
+    """A formula that scales a concatenation in place after its product: the shared
+    concatenation is read-only, so the formula gets its own copies, as for its inputs."""
+    joined = np.concatenate([x, x], axis=-1)
+    y = joined @ np.concatenate([W, W], axis=1).T
+    joined *= 2.0
+    return y + joined[..., :1] + b
+
+
+@pytest.mark.parametrize("formula", [linear, from_the_bias])
+def test_runs_name_shared_inputs_and_their_joins_instead_of_comparing_them(monkeypatch, formula):
+    """x @ W.T reads two shared inputs (W through its transpose), and the registry's linear their
+    concatenations with the bias: the product's moments are computed once for all the runs, and
+    no operand larger than the ones column is keyed by its values."""
+    calls = {"moments": 0}
+    largest = [0]
+    moments, operand = emulation._Context._matmul_moments, emulation._Operand.__init__
 
     def counted_moments(self, a, b):
         calls["moments"] += 1
         return moments(self, a, b)
 
-    monkeypatch.setattr(emulation, "_fingerprint", counted_fingerprint)
+    def measured_operand(self, array):
+        largest[0] = max(largest[0], array.size)
+        operand(self, array)
+
     monkeypatch.setattr(emulation._Context, "_matmul_moments", counted_moments)
-    _runs(linear, _inputs(16, 32, 8, 0), {}, count=8)
-    assert calls == {"fingerprint": 0, "moments": 1}
+    monkeypatch.setattr(emulation._Operand, "__init__", measured_operand)
+    _runs(formula, _inputs(16, 32, 8, 0), {}, count=8)
+    assert calls == {"moments": 1}
+    assert largest[0] <= 16
+
+
+def test_operands_equal_in_value_but_not_in_sign_are_other_keys():
+    zeros = np.zeros(4, dtype=emulation.CARRIER)
+    assert emulation._Operand(zeros) == emulation._Operand(zeros.copy())
+    assert emulation._Operand(zeros) != emulation._Operand(-zeros)
 
 
 @settings(max_examples=25, deadline=None)
@@ -60,7 +86,7 @@ def test_runs_name_shared_inputs_instead_of_hashing_them(monkeypatch):
     inner=st.integers(1, 40),
     cols=st.integers(1, 6),
     seed=st.integers(0, 2**16),
-    formula=st.sampled_from([linear, two_views]),
+    formula=st.sampled_from([linear, two_views, from_the_bias, writes_into_a_join]),
 )
 def test_runs_naming_their_operands_are_bitwise_the_runs_keying_them_by_value(rows, inner, cols, seed, formula):
     inputs = _inputs(rows, inner, cols, seed)

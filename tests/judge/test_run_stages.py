@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accuracy.catalog.registry import get_op
 from accuracy.core.dtypes import FORMATS
+from accuracy.judge import typical
+from accuracy.judge.emulation import emulate
 from accuracy.judge.function_tier import function_evidence
 from accuracy.judge.torch_emulation import MonteCarloRuns, monte_carlo_runs
+from accuracy.judge.verdicts import Evidence
+from accuracy.reference.exact import Exact
 
 FLOAT32 = FORMATS["float32"]
 
@@ -74,3 +80,44 @@ def test_continued_runs_are_bitwise_one_calls_runs():
     staged.extend(seeds[:8])
     staged.extend(seeds[8:])
     assert all(np.array_equal(a, b) for a, b in zip(whole, staged.results, strict=True))
+
+
+LINEAR = get_op("linear")
+
+
+def _linear_case(seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, Exact]:
+    """A registry linear on float32 inputs, its float32 result and its exact value."""
+    inputs = {k: FLOAT32.round(v) for k, v in LINEAR.generate(np.random.default_rng(seed), 24).items()}
+    own = np.asarray(F.linear(*(torch.from_numpy(inputs[k].astype(np.float32)) for k in ("x", "W", "b"))))
+    return inputs, own, LINEAR.exact(inputs, FLOAT32)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), scale=st.floats(0.0, 12.0), spread=st.floats(0.0, 1.0))
+def test_a_registry_units_verdict_in_stages_is_the_64_runs_verdict(seed, scale, spread):
+    """A model unit that is a registry op (a linear layer) takes its op's runs in stages too: the
+    same verdict as the 64 runs that asv's tracks and explain use, and where it stopped early, the
+    64 runs' ratio at most sqrt(64/k) times its own."""
+    inputs, own, exact = _linear_case(seed)
+    rng = np.random.default_rng(seed + 1)
+    bump = (own.astype(np.float64) - exact.hi) * scale * (rng.random(own.shape) < spread)
+    output = (own.astype(np.float64) + bump).astype(np.float32)
+    staged = Evidence(LINEAR, inputs, FLOAT32, judged=[output]).judge(output)
+    full = Evidence(LINEAR, inputs, FLOAT32).judge(output)
+    assert staged.verdict == full.verdict
+    if staged.typical_ratio != full.typical_ratio and not np.isnan(full.typical_ratio):  # NaN: judged by the bound
+        assert staged.verdict.value == "within rounding"
+        assert full.typical_ratio <= staged.typical_ratio * np.sqrt(64 / 8) * (1 + 1e-12)
+
+
+def test_a_correct_linear_unit_takes_8_runs_and_a_wrong_one_all_64(cache_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(typical, "emulate", lambda *a, **k: calls.append(k.get("rng")) or emulate(*a, **k))
+    inputs, own, exact = _linear_case(7)
+    assert Evidence(LINEAR, inputs, FLOAT32, judged=[own]).judge(own).verdict.value == "within rounding"
+    assert len([rng for rng in calls if rng is not None]) == 8
+    calls.clear()
+    wrong = (own + (own.astype(np.float64) - exact.hi) * 8).astype(np.float32)  # 8x a correct error
+    verdict = Evidence(LINEAR, inputs, FLOAT32, judged=[own, wrong]).judge(wrong)
+    assert verdict.verdict.value != "within rounding"
+    assert len([rng for rng in calls if rng is not None]) == 64  # 8 runs' stage read, then runs 0 to 63 taken

@@ -32,6 +32,7 @@ from accuracy.judge.function_tier import Stages, function_evidence, judged_row
 from accuracy.judge.verdicts import RUNTIME_LIMIT, WITHIN, Evidence, ExactLookup
 from accuracy.reference.exact import Exact
 from accuracy.workflows.model import state_key, trace, unit_cache
+from accuracy.workflows.model.kinds import judged_as
 from accuracy.workflows.model.state_key import source_digest
 from accuracy.workflows.model.trace import converted, float64_throughout, run_calls
 from accuracy.workflows.model.unit import Unit, UnitJudgement
@@ -49,7 +50,7 @@ def registry_case(unit: Unit, inputs: list[np.ndarray], fmt: FloatFormat):
     """(the module-op entry, the op's named inputs) where the unit is one module computing a registry op."""
     if len(unit.calls) != 1 or len(inputs) != 1:
         return None
-    module, x = unit.calls[0].module, inputs[0]
+    module, x = judged_as(unit.calls[0].module), inputs[0]  # a user's BatchNorm as torch's
     entry = module_op(module, x)
     if entry is None:
         return None
@@ -140,7 +141,7 @@ def _evidence(unit: Unit, inputs: list, fmt: FloatFormat, products: FloatFormat 
     case = registry_case(unit, floats, fmt) if len(floats) == len(arrays) else None
     if case is not None:
         entry, named = case
-        evidence = Evidence(get_op(entry.op), named, fmt)
+        evidence = Evidence(get_op(entry.op), named, fmt, judged=outputs)
         compute = products if entry.contraction else None
         reference = float64_reference(unit, inputs, fmt)
         return evidence, evidence.exact.shape, (f"registry op {entry.op}", entry.op, compute), reference

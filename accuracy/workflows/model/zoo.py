@@ -7,8 +7,8 @@
   for the injected-bug tests and the asv suite;
 - `decoder`: a Llama-style decoder written out (RMSNorm, rotary attention, SiLU-gated MLP), with
   keywords that inject the common transformer port bugs where they live;
-- `bert_base` and `llama_8x512`: real-size transformers (random weights from configs) for the
-  timings in docs/models.md;
+- `bert_base`, `llama_8x512` and `qwen2_5_shape`: real-size transformers (random weights from
+  configs) for the timings in docs/models.md and docs/generation.md;
 - `llama_tiny`, `gpt2_tiny`, `vit_tiny` (transformers, tiny configs) and `mobilenet_v3`
   (torchvision's, in-place Hardswish): models as users bring them; `llama_padded`, llama_tiny on
   left-padded inputs (where an attention mask's fill matters).
@@ -83,6 +83,20 @@ def llama_8x512() -> nn.Module:
         num_key_value_heads=2, max_position_embeddings=LARGE_TOKENS,
     )  # fmt: skip
     return transformers.LlamaModel(config).eval()
+
+
+def qwen2_5_shape() -> nn.Module:
+    """transformers' Qwen2Model at Qwen2.5-0.5B's shape (24 layers, hidden 896, 14 heads, 2
+    key/value heads, intermediate 4864, its 151,936-token vocabulary, rope theta 1e6), random
+    weights from the config: issue 59's real-size budget for LLM users (scripts/measure_models.py)."""
+    transformers = import_transformers()
+    torch.manual_seed(SEED)
+    config = transformers.Qwen2Config(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=LARGE_TOKENS,
+        tie_word_embeddings=True, attn_implementation="eager",
+    )  # fmt: skip
+    return transformers.Qwen2Model(config).eval()
 
 
 class SmallCNN(nn.Module):
@@ -332,10 +346,9 @@ def example_inputs(name: str) -> dict[str, np.ndarray]:
         padded = np.ones((1, BERT_TOKENS), dtype=np.int64)
         padded[:, :3] = 0
         return example_inputs("llama_tiny") | {"attention_mask": padded}
-    if name in ("bert_base", "llama_8x512"):
-        return {
-            "input_ids": rng.integers(0, 30522 if name == "bert_base" else 32000, (1, LARGE_TOKENS)).astype(np.int64)
-        }
+    if name in ("bert_base", "llama_8x512", "qwen2_5_shape"):
+        vocabulary = {"bert_base": 30522, "llama_8x512": 32000, "qwen2_5_shape": 151936}[name]
+        return {"input_ids": rng.integers(0, vocabulary, (1, LARGE_TOKENS)).astype(np.int64)}
     if name in ("bert2", "llama_tiny", "gpt2_tiny", "qwen2_tiny"):
         return {"input_ids": rng.integers(0, 512 if name == "bert2" else 64, (1, BERT_TOKENS)).astype(np.int64)}
     if name == "vit_tiny":

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accuracy.workflows.model.causes.kinds import kind_name
+from accuracy.workflows.model.kinds import kind_name
 
 # the positional shapes of a port's error a bug gives (causes/positional.py): rotary frequencies
 # and their scaling leave position 0 exact and grow with it; a window changes nothing before it

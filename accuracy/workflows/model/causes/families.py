@@ -20,8 +20,8 @@ from torch import nn
 
 from accuracy.workflows.model.causes.attention import AttentionChange, geometry, is_attention, with_change
 from accuracy.workflows.model.causes.cause import GROWS, WINDOW, Cause, named, with_attribute
-from accuracy.workflows.model.causes.kinds import cached
 from accuracy.workflows.model.causes.normalization import norm_kind
+from accuracy.workflows.model.kinds import cached
 from accuracy.workflows.model.trace import float64_throughout
 
 THETAS = {1e4: "Llama 2's, Mistral's", 5e5: "Llama 3's", 1e6: "Qwen2's, Qwen3's, Gemma 3's"}

@@ -2,10 +2,11 @@
 AvgPool's count_include_pad, a pool's ceil_mode, the other interpolation convention (align_corners, half-pixel), a
 softmax over another axis, a square Linear's weight transposed.
 
-A flatten, a Linear and a softmax are known by what they compute (`kinds.kind_of`: a user's
-`x.view(x.size(0), -1)`, a module holding its own weight and bias, a softmax written out); the
-pools, paddings and resizes by torch's classes, whose attributes (kernel, stride, mode) the
-changes read."""
+Every layer is known by what it computes (`kinds.kind_of`: a user's `x.view(x.size(0), -1)`, a
+module holding its own weight and bias, a softmax written out, a pool through `F.max_pool2d` with
+its geometry in a config dict, a resize through `F.interpolate`); the changes of a pool's or a
+resize's geometry are made to torch's module that computes the same (`kinds.as_torch`: a user's
+pool as the MaxPool2d of the kernel, stride and padding its probe found)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, Context
-from accuracy.workflows.model.causes.kinds import described, held, kind_of
+from accuracy.workflows.model.kinds import as_torch, described, held, kind_of
 
 POOLS = ("AvgPool1d", "AvgPool2d", "AvgPool3d")
 CEIL_POOLS = ("MaxPool1d", "MaxPool2d", "MaxPool3d", *POOLS)
@@ -89,7 +90,8 @@ class SamePadded(nn.Module):
 
     def __init__(self, module: Any):
         super().__init__()
-        if type(module).__module__.split(".")[0] != "torch":  # a user's: its geometry unknown
+        module = as_torch(module)
+        if type(module).__module__.split(".")[0] != "torch":  # a user's module no probe found a geometry of
             raise ValueError(f"not torch's {type(module).__name__}: its kernel, stride and padding are not known")
         if isinstance(module.padding, str) or getattr(module, "padding_mode", "zeros") != "zeros":
             raise ValueError("not zero padding by numbers")
@@ -115,6 +117,7 @@ class SamePadded(nn.Module):
 
 
 def _count_include_pad(module: Any, value: Any) -> Any:
+    module = as_torch(module)
     if not any(nn.modules.utils._ntuple(3)(module.padding)):
         raise ValueError("no padding to count")
     changed = copy.deepcopy(module)
@@ -125,7 +128,7 @@ def _count_include_pad(module: Any, value: Any) -> Any:
 def _ceil_mode(module: Any, value: Any, context: Context) -> Any:
     """The pool with ceil_mode flipped, where that changes its output's shape on the unit's input:
     elsewhere both modes take the same windows, and the change is no hypothesis."""
-    call = context.call
+    call, module = context.call, as_torch(module)
     if call is None or not call.inputs:
         raise ValueError("no input to tell the output's shape by")
     changed = copy.deepcopy(module)
@@ -137,6 +140,7 @@ def _ceil_mode(module: Any, value: Any, context: Context) -> Any:
 
 
 def _align_corners(module: Any, value: Any) -> Any:
+    module = as_torch(module)
     if module.mode not in LINEAR_MODES:
         raise ValueError("align_corners is for the linear modes")
     changed = copy.deepcopy(module)
@@ -150,7 +154,7 @@ class AsymmetricResize(nn.Module):
 
     def __init__(self, module: Any):
         super().__init__()
-        self.module = copy.deepcopy(module)
+        self.module = copy.deepcopy(as_torch(module))
 
     def forward(self, x: Any) -> Any:
         m = self.module
@@ -224,8 +228,8 @@ CAUSES: tuple[Cause, ...] = (
         ("Conv2d", "MaxPool2d", "AvgPool2d"),
         lambda m, v: SamePadded(m),
         lambda m, v: (
-            f'TensorFlow\'s "same" padding (the odd one after) where this {type(m).__name__} pads '
-            f"{m.padding} on both sides"
+            f'TensorFlow\'s "same" padding (the odd one after) where this {described(m)} pads '
+            f"{as_torch(m).padding} on both sides"
         ),
     ),
     Cause(
@@ -233,8 +237,8 @@ CAUSES: tuple[Cause, ...] = (
         POOLS,
         _count_include_pad,
         lambda m, v: (
-            f"{type(m).__name__} with count_include_pad={not m.count_include_pad} "
-            f"(the padding {'not ' if m.count_include_pad else ''}counted in the average)"
+            f"{described(m)} with count_include_pad={not as_torch(m).count_include_pad} "
+            f"(the padding {'not ' if as_torch(m).count_include_pad else ''}counted in the average)"
         ),
     ),
     Cause(
@@ -242,8 +246,8 @@ CAUSES: tuple[Cause, ...] = (
         CEIL_POOLS,
         _ceil_mode,
         lambda m, v: (
-            f"{type(m).__name__} with ceil_mode={not m.ceil_mode} (the last partial window "
-            f"{'dropped' if m.ceil_mode else 'kept'}; this model has ceil_mode={m.ceil_mode})"
+            f"{described(m)} with ceil_mode={not as_torch(m).ceil_mode} (the last partial window "
+            f"{'dropped' if as_torch(m).ceil_mode else 'kept'}; this model has ceil_mode={as_torch(m).ceil_mode})"
         ),
         contextual=True,
     ),
@@ -251,7 +255,7 @@ CAUSES: tuple[Cause, ...] = (
         "align_corners",
         UPSAMPLES,
         _align_corners,
-        lambda m, v: f"{m.mode} interpolation with align_corners={not m.align_corners}",
+        lambda m, v: f"{as_torch(m).mode} interpolation with align_corners={not as_torch(m).align_corners}",
     ),
     Cause(
         "interpolation convention",
@@ -259,8 +263,8 @@ CAUSES: tuple[Cause, ...] = (
         lambda m, v: AsymmetricResize(m),
         lambda m, v: (
             "half-pixel nearest (nearest-exact) for torch's asymmetric nearest"
-            if m.mode == "nearest"
-            else f"the asymmetric {m.mode} interpolation (no half-pixel offset; TensorFlow 1's resize)"
+            if as_torch(m).mode == "nearest"
+            else f"the asymmetric {as_torch(m).mode} interpolation (no half-pixel offset; TensorFlow 1's resize)"
         ),
     ),
     Cause(

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, named
-from accuracy.workflows.model.causes.kinds import described, kind_name, kind_of
+from accuracy.workflows.model.kinds import described, kind_name, kind_of
 
 SLOPE_DEFAULTS = {0.01: "torch's default", 0.2: "TensorFlow's default", 0.3: "Keras' default"}
 # the activations a port swaps for one another, each as torch defines it

@@ -1,23 +1,27 @@
 """Normalization causes: another epsilon (fitted), batch statistics (train mode), the epsilon
-added outside the square root, the unbiased variance.
+added outside the square root, the unbiased variance; and a dropout left in train mode.
 
 A norm is known by what it computes, not by its class name alone: torch's own by their class, any
 other module (a user's `RMSNorm`, HF's `T5LayerNorm`) by a probe in float64 that finds it
 normalizes each row by its root mean square or its standard deviation, and with what epsilon.
 Its epsilon is wherever the module keeps it: an attribute (`eps`, `variance_epsilon`, ...), a
 config it holds (a dict or an object), or a constant in its forward (then the changed norm is the
-norm written out)."""
+norm written out). A BatchNorm is known the same way (a user's, holding its running statistics
+under other names, its eps in a config or a constant, with or without an affine weight): its
+written-out variants and its train mode are torch's BatchNorm on its tensors (`kinds.as_torch`)."""
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from accuracy.workflows.model.causes.cause import Cause, named
-from accuracy.workflows.model.causes.kinds import affine, norm_kind, probed
+from accuracy.workflows.model.kinds import affine, as_torch, described, norm_kind, probed
 
 NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LlamaRMSNorm")
 # where a value is some framework's default, the words say whose
@@ -71,7 +75,10 @@ def norm_eps(module: Any) -> float | None:
     if path is not None:
         return float(_at(module, path))
     found = probed(module)
-    return found[1] if found else None
+    if found:
+        return found[1]
+    equivalent = as_torch(module) if norm_kind(module) == "batch" else None
+    return float(equivalent.eps) if equivalent is not None else None
 
 
 def _with_eps(module: Any, value: Any) -> Any:
@@ -100,7 +107,9 @@ def _eps_words(module: Any, value: Any) -> str:
 
 
 def _train_mode(module: Any, value: Any) -> Any:
-    return copy.deepcopy(module).train()
+    """The BatchNorm in train mode (batch statistics): torch's own for a user's (its forward may
+    not read `self.training`)."""
+    return copy.deepcopy(as_torch(module)).train()
 
 
 class NormWritten(nn.Module):
@@ -113,6 +122,8 @@ class NormWritten(nn.Module):
         kind = norm_kind(norm)
         if kind is None:
             raise ValueError("not a norm: it normalizes by neither a root mean square nor a variance")
+        if kind == "batch":
+            eps, norm = norm_eps(norm) if eps is None else eps, as_torch(norm)  # its statistics by torch's names
         if kind == "batch" and (norm.training or norm.running_var is None):
             raise ValueError("a BatchNorm in train mode or without running statistics")
         eps = norm_eps(norm) if eps is None else eps
@@ -150,6 +161,52 @@ class NormWritten(nn.Module):
         return y
 
 
+# a dropout's share of dropped elements is binomial: a port's share this many standard deviations
+# from p is no dropout of p
+DROPPED_SPREAD = 5.0
+
+
+class Dropped(nn.Module):
+    """A dropout in train mode: the elements `kept` says survived, scaled by 1 / (1 - p); `kept`
+    None: drawn from a generator seeded 0 (the self-test's injection)."""
+
+    def __init__(self, p: float, kept: Any = None):
+        super().__init__()
+        self.p, self.kept = p, kept
+
+    def forward(self, x: Any) -> Any:
+        kept = self.kept
+        if kept is None:
+            kept = torch.rand(x.shape, generator=torch.Generator().manual_seed(0)) >= self.p
+        return x * kept.reshape(x.shape).to(x.dtype) / (1 - self.p)
+
+
+def _dropout_p(module: Any) -> float:
+    p = getattr(as_torch(module), "p", None)
+    if not isinstance(p, float) or not 0 < p < 1:
+        raise ValueError("no dropout probability in (0, 1)")
+    return p
+
+
+def _kept(module: Any, inputs: list, output: Any) -> Any:
+    """The elements the port's dropout kept: those of its output that are not 0 (an input element
+    of 0 is 0 either way); refused where the share it dropped is no dropout of the module's p."""
+    p, x = _dropout_p(module), inputs[0]
+    kept = torch.from_numpy(np.asarray(output) != 0).reshape(x.shape)
+    telling = x != 0
+    n = int(telling.sum())
+    dropped = int((telling & ~kept).sum()) / max(n, 1)
+    if not n or abs(dropped - p) > DROPPED_SPREAD * math.sqrt(p * (1 - p) / n) + 1 / n:
+        raise ValueError(f"it dropped {dropped:.0%} of its elements, no dropout of p={p:g}")
+    return kept
+
+
+def _dropped_words(module: Any, kept: Any) -> str:
+    p = _dropout_p(module)
+    share = "some" if kept is None else f"{1 - float(kept.float().mean()):.0%}"
+    return f"{described(module)} left in train mode: {share} of its elements dropped, the rest scaled by 1/(1 - {p:g})"
+
+
 CAUSES: tuple[Cause, ...] = (
     Cause(
         "normalization eps",
@@ -163,9 +220,16 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause(
         "train mode",
-        ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Dropout"),
+        ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
         _train_mode,
         lambda m, v: "the model in train mode (batch statistics)",
+    ),
+    Cause(
+        "dropout in train mode",
+        ("Dropout",),
+        lambda m, kept: Dropped(_dropout_p(m), kept),
+        _dropped_words,
+        fit=_kept,
     ),
     Cause(
         "eps outside the square root",

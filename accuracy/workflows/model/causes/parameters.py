@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from accuracy.workflows.model.causes.cause import Cause, Context
-from accuracy.workflows.model.causes.kinds import held
+from accuracy.workflows.model.kinds import held
 
 BIASED = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "LayerNorm", "GroupNorm",
           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Embedding")  # fmt: skip

@@ -18,9 +18,9 @@ from torch import nn
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.judge.precision import TF32
 from accuracy.workflows.model.causes.cause import Cause
-from accuracy.workflows.model.causes.kinds import described, held, kind_of
 from accuracy.workflows.model.causes.nonlinearities import SWAPPED
 from accuracy.workflows.model.causes.normalization import NORMS
+from accuracy.workflows.model.kinds import described, held, kind_of
 
 CONTRACTIONS = ("Linear", "Conv1d", "Conv2d", "Conv3d")
 WEIGHTED = (*CONTRACTIONS, "Embedding", *NORMS)

@@ -4,7 +4,14 @@ it holds. A user's hand-written module is matched by what it computes, not by it
 an activation written as `x * torch.sigmoid(x)` is a SiLU, a GELU written with tanh a GELU, a
 module holding a (out, in) weight and a (out,) bias whose forward is `x @ w.T + b` a Linear (its
 (out, in, kh, kw) weight convolved: a Conv2d), a module dividing each row by its RMS or standard
-deviation a norm (whatever its epsilon's place).
+deviation a norm (whatever its epsilon's place), one that maps each channel by the affine
+(x - mean) / sqrt(var + eps) * w + b of the 1-D statistics it holds a BatchNorm (its eps found from
+what it computes), a parameterless module over a grid a max or average pool (its kernel, stride,
+padding and modes found from its outputs), an adaptive pool or a resize (nearest, bilinear,
+bicubic, align_corners either way), and one that is the identity in eval and zeroes and scales in
+train mode a Dropout. Such a module's `Kind.torch` is torch's own module that computes the same
+(`as_torch`): the entries that change a pool's or a resize's geometry, a BatchNorm's mode, change
+that, and `opbench model` judges a user's BatchNorm by the registry op torch's is judged by.
 
 Each probe runs once per module object (a weak cache): a model of hundreds of modules is probed
 once, and only the leaf modules a flagged unit or the self-test asks about."""
@@ -12,9 +19,10 @@ once, and only the leaf modules a flagged unit or the self-test asks about."""
 from __future__ import annotations
 
 import copy
+import itertools
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,16 +63,25 @@ class Kind:
     start_dim: int | None = None
     weight: str | None = None
     bias: str | None = None
+    torch: Any = field(default=None, compare=False)  # torch's module computing the same, where a probe built one
 
 
 # the names a probe can tell: a module of another class with one of these names is matched only
 # where it computes it (a user's `GELU` that scales by a learned factor is not torch's)
 TOLD = frozenset(
     {*ACTIVATIONS, "GELU", "LeakyReLU", "Softmax", "LogSoftmax", "Flatten", "Linear", "Embedding", "LayerNorm",
-     "RMSNorm", "LlamaRMSNorm", "Conv2d"}
+     "RMSNorm", "LlamaRMSNorm", "Conv2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "MaxPool2d", "AvgPool2d",
+     "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Upsample", "Dropout"}
 )  # fmt: skip
+# the grids (H, W) a parameterless module is probed on: odd and even, every residue mod 2 and 3, so
+# that a pool's floor and ceil modes and its strides give other shapes on one of them
+GRIDS = ((13, 14), (17, 19))
+# the resizes told apart: (mode, align_corners)
+RESIZES = (("nearest", None), ("nearest-exact", None), ("bilinear", False), ("bilinear", True), ("bicubic", False),
+           ("bicubic", True))  # fmt: skip
 _kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _norms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_batch_norms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _cached(cache: weakref.WeakKeyDictionary, module: Any, probe: Any) -> Any:
@@ -149,7 +166,9 @@ def norm_kind(module: Any) -> str | None:
     if isinstance(module, getattr(nn, "RMSNorm", ())):
         return "rms"
     found = probed(module)
-    return found[0] if found else None
+    if found:
+        return found[0]
+    return "batch" if _cached(_batch_norms, module, _batch_norm) else None
 
 
 def _agrees(y: Any, wanted: Any) -> bool:
@@ -159,12 +178,14 @@ def _agrees(y: Any, wanted: Any) -> bool:
     return float((y - wanted).abs().max()) <= AGREES * scale
 
 
-def _run64(module: Any, x: Any) -> Any:
+def _run64(module: Any, x: Any, train: bool | None = None) -> Any:
     """The module's forward on `x` in float64 (its floating parameters and buffers widened), run on
     a copy that shares its parameters: a forward that keeps state (a step count, a cache buffer)
-    leaves the user's module as it was; None where it raises."""
+    leaves the user's module as it was; None where it raises. `train`: the copy in that mode."""
     try:
         probe = copy.deepcopy(module, {id(p): p for p in module.parameters()})
+        if train is not None:
+            probe.train(train)
         stored = [*probe.named_parameters(), *probe.named_buffers()]
         held = {n: t.double() if t.is_floating_point() else t for n, t in stored}
         with torch.no_grad(), float64_throughout():
@@ -271,9 +292,207 @@ def _probe(module: Any) -> Kind | None:
     if norm in ("layer", "rms"):
         return Kind("LayerNorm" if norm == "layer" else "RMSNorm", weight=_tensor_name(module, WEIGHTS),
                     bias=_tensor_name(module, BIASES))  # fmt: skip
+    if norm == "batch":
+        return _cached(_batch_norms, module, _batch_norm)
     if any(True for _ in module.parameters()):
         return _weighted(module)
-    return _activation(module)
+    if any(t.is_floating_point() for t in module.buffers()):
+        return None  # statistics or a table of its own: no pool, resize, dropout or activation holds one
+    return _activation(module) or _over_grid(module)
+
+
+def _rounded(value: float, tolerance: float) -> float:
+    """The value with the fewest significant digits (up to 6) within `tolerance` of `value`: a
+    probe finds 1e-05 as 1.0000000000023e-05, and torch's eps is compared with ==."""
+    return next((r for r in (float(f"{value:.{d}g}") for d in range(1, 7)) if abs(r - value) <= tolerance), value)
+
+
+def _per_channel(module: Any, channels: int) -> tuple[Any, Any, int] | None:
+    """(x, the module's float64 output on it, x's rank): x of shape (8, channels, 3, channels + 1)
+    or its first 3 or 2 axes, the first rank the module maps to its own shape (a spatial axis of
+    another length than the channels: a (C,) statistic that broadcasts against the last axis fails)."""
+    grid = torch.randn(8, channels, 3, channels + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for x in (grid, grid[..., 0], grid[:, :, 0, 0]):
+        y = _run64(module, x)
+        if isinstance(y, torch.Tensor) and y.shape == x.shape:
+            return x, y, x.ndim
+    return None
+
+
+def _statistics(held: dict[str, Any], scale: Any, shift: Any) -> tuple[float, tuple[str, ...]] | None:
+    """(eps, the names of (mean, var, weight or "", bias or "")) where the module's per-channel
+    map y = scale x + shift is (x - mean) / sqrt(var + eps) * weight + bias of its tensors, one
+    eps for every channel; the running statistics as buffers and the affine parameters as
+    parameters, and by their names, first."""
+    found = []
+    for order in itertools.permutations(held):
+        mean, var, *rest = order
+        for weight, bias in [(rest[0], ""), ("", rest[0])] if len(rest) == 1 else [(*rest, "", "")[:2]]:
+            m, v = held[mean], held[var]
+            w = held[weight] if weight else torch.ones_like(v)
+            total = (w / scale).square()  # var + eps, channel by channel
+            eps = total - v
+            b = held[bias] if bias else torch.zeros_like(v)
+            if not bool((w / scale > 0).all()) or not bool(((eps - eps[0]).abs() <= SAME_FACTOR * total).all()):
+                continue
+            if float(eps[0]) < -SAME_FACTOR * float(total[0]) or not _agrees(shift, b - m * scale):
+                continue
+            names = (mean, var, weight, bias)
+            unlike = ("mean" not in mean.lower(), "var" not in var.lower(), weight not in ("", *WEIGHTS),
+                      bias not in ("", *BIASES))  # fmt: skip
+            found.append((sum(unlike), _rounded(max(float(eps[0]), 0.0), SAME_FACTOR * float(total.max())), names))
+    return min(found)[1:] if found else None
+
+
+def _holds_statistics(module: Any) -> bool:
+    """Whether the module, a leaf, holds two to four floating tensors, all 1-D of one length, and
+    no other floating tensor: what a BatchNorm holds (without running its forward)."""
+    floats = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+    shapes = {t.shape for t in floats}
+    return not list(module.children()) and 2 <= len(floats) <= 4 and len(shapes) == 1 and len(shapes.pop()) == 1
+
+
+def _batch_norm(module: Any) -> Kind | None:
+    """A BatchNorm in evaluation mode: a leaf holding two to four 1-D tensors of one length C and
+    no other, that maps each channel (axis 1) by an affine function (x - mean) / sqrt(var + eps) *
+    w + b of them, under whatever names, its eps wherever it keeps it (found from what it computes);
+    `Kind.torch` is torch's BatchNorm on the same tensors."""
+    if not _holds_statistics(module):
+        return None
+    named = [*module.named_parameters(), *module.named_buffers()]
+    held = {n: t.detach().double() for n, t in named if t.is_floating_point()}
+    channels = next(iter(held.values())).shape[0]
+    probe = _per_channel(module, channels)
+    if probe is None:
+        return None
+    x, y, rank = probe
+    xs, ys = (t.transpose(0, 1).reshape(channels, -1) for t in (x, y))
+    centred = xs - xs.mean(1, keepdim=True)
+    scale = (centred * (ys - ys.mean(1, keepdim=True))).sum(1) / centred.square().sum(1)
+    shift = ys.mean(1) - scale * xs.mean(1)
+    if not _agrees(ys, scale[:, None] * xs + shift[:, None]) or not bool((scale != 0).all()):
+        return None
+    found = _statistics(held, scale, shift)
+    if found is None:
+        return None
+    eps, (mean, var, weight, bias) = found
+    tensors = dict(named)
+    norm = getattr(nn, f"BatchNorm{max(rank - 2, 1)}d")(channels, eps=eps, affine=bool(weight or bias))
+    norm.running_mean, norm.running_var = tensors[mean].detach(), tensors[var].detach()
+    for part, name in (("weight", weight), ("bias", bias)):
+        if name:
+            setattr(norm, part, nn.Parameter(tensors[name].detach(), requires_grad=False))
+    norm.train(module.training)
+    return Kind(type(norm).__name__, weight=weight or None, bias=bias or None, torch=norm)
+
+
+def _grids() -> list[Any]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(1, 2, h, w, generator=generator, dtype=torch.float64) for h, w in GRIDS]
+
+
+def _gives(candidate: Any, xs: list[Any], ys: list[Any]) -> bool:
+    with torch.no_grad():
+        try:
+            return all(_agrees(y, candidate(x)) for x, y in zip(xs, ys, strict=True))
+        except (RuntimeError, ValueError):  # a geometry torch refuses on this grid
+            return False
+
+
+def _pooled(size: tuple[int, ...], kernel: int, stride: int, padding: int, ceil: bool) -> tuple[int, ...]:
+    """The output size of a pool of this geometry, as torch's shape rule gives it (in ceil mode, the
+    last window starts inside the input or its left padding)."""
+    out = []
+    for n in size:
+        span = n + 2 * padding - kernel
+        count = (-(-span // stride) if ceil else span // stride) + 1
+        out.append(count - 1 if ceil and (count - 1) * stride >= n + padding else count)
+    return tuple(out)
+
+
+def _pools(xs: list[Any], ys: list[Any]) -> Any:
+    """torch's max or average pool over a square window that gives `ys` on `xs`: adaptive where
+    the output's size is the same on both grids, else the first geometry (kernel 2 to 7, a stride
+    up to the kernel, padding up to half of it, floor then ceil mode, padding counted then not)."""
+    if ys[0].shape[2:] == ys[1].shape[2:]:
+        size = tuple(ys[0].shape[2:])
+        adaptive = (nn.AdaptiveAvgPool2d(size), nn.AdaptiveMaxPool2d(size))
+        return next((p for p in adaptive if _gives(p, xs, ys)), None)
+    sizes = [tuple(x.shape[2:]) for x in xs]
+    for kernel in range(2, 8):
+        geometries = itertools.product(range(1, kernel + 1), range(kernel // 2 + 1), (False, True))
+        for stride, padding, ceil in geometries:
+            if [_pooled(size, kernel, stride, padding, ceil) for size in sizes] != [tuple(y.shape[2:]) for y in ys]:
+                continue  # its output is of another size: not run
+            averages = (nn.AvgPool2d(kernel, stride, padding, ceil, counted) for counted in (True, False))
+            pools = (nn.MaxPool2d(kernel, stride, padding, ceil_mode=ceil), *averages)
+            found = next((p for p in pools if _gives(p, xs, ys)), None)
+            if found is not None:
+                return found
+    return None
+
+
+def _resize(xs: list[Any], ys: list[Any]) -> Any:
+    """torch's Upsample that gives `ys` on `xs`: to a fixed size where the output's is the same on
+    both grids, else by a scale factor (the ratio of sizes on the first grid, or its roundings)."""
+    out, given = ys[0].shape[2:], xs[0].shape[2:]
+    ratios = [o / i for o, i in zip(out, given, strict=True)]
+    scales = {tuple(ratios), *(tuple(float(f"{r:.{d}g}") for r in ratios) for d in (1, 2, 3))}
+    options = [{"size": tuple(out)}] if ys[0].shape[2:] == ys[1].shape[2:] else []
+    options += [{"scale_factor": s} for s in sorted(scales)]
+    for option, (mode, corners) in itertools.product(options, RESIZES):
+        resize = nn.Upsample(mode=mode, align_corners=corners, **option)
+        if _gives(resize, xs, ys):
+            return resize
+    return None
+
+
+def _dropout(module: Any) -> Any:
+    """torch's Dropout(p) where the module in train mode zeroes some elements of a tensor of ones
+    and scales the rest by one factor 1 / (1 - p) (run under a forked random state, seeded: the
+    user's is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        y = _run64(module, torch.ones(16, 64, dtype=torch.float64), train=True)
+    if not isinstance(y, torch.Tensor) or y.shape != (16, 64):
+        return None
+    kept = y[y != 0]
+    if kept.numel() in (0, y.numel()) or not bool((kept == kept[0]).all()) or not float(kept[0]) > 1:
+        return None
+    return nn.Dropout(_rounded(1 - 1 / float(kept[0]), 1e-9))
+
+
+def _over_grid(module: Any) -> Kind | None:
+    """A parameterless module by what it makes of (1, 2, H, W) grids: the identity a Dropout (in
+    eval), a grid of another size a pool or a resize."""
+    xs = _grids()
+    ys = [_run64(module, x) for x in xs]
+    if not all(
+        isinstance(y, torch.Tensor) and y.ndim == 4 and y.shape[:2] == x.shape[:2] for x, y in zip(xs, ys, strict=True)
+    ):
+        return None
+    if all(_agrees(y, x) for x, y in zip(xs, ys, strict=True)):
+        found = _dropout(module)
+    else:
+        larger = any(o > i for o, i in zip(ys[0].shape[2:], xs[0].shape[2:], strict=True))
+        found = (None if larger else _pools(xs, ys)) or _resize(xs, ys)
+    return Kind(type(found).__name__, torch=found) if found is not None else None
+
+
+def as_torch(module: Any) -> Any:
+    """torch's own module that computes what `module` does, where a probe built one (a user's
+    pool, resize, dropout or BatchNorm); else the module itself."""
+    found = kind_of(module)
+    return found.torch if found is not None and found.torch is not None else module
+
+
+def judged_as(module: Any) -> Any:
+    """The module a unit of one call of `module` is judged as: torch's BatchNorm for a user's
+    (`opbench model` judges it by the registry op torch's is judged by), else the module itself;
+    only a module that holds what a BatchNorm holds is probed."""
+    if type(module).__module__.split(".")[0] == "torch" or not _holds_statistics(module):
+        return module
+    return as_torch(module)
 
 
 def kind_of(module: Any) -> Kind | None:
