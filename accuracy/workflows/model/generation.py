@@ -29,7 +29,7 @@ from accuracy.backends import get_backend
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import NOT_COMPARED, Evidence, FunctionSubject
+from accuracy.judge.verdicts import NOT_COMPARED, UNDETERMINED, Evidence, FunctionSubject
 from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.model.activations_file import activations, save_activations
 from accuracy.workflows.model.answer import INDENTED, cause_words, clip, is_flagged, number
@@ -165,7 +165,7 @@ def flip(evidence: Evidence, wanted: int, token: int, step: int) -> dict:
     margin = float(exact[wanted] - exact[token])
     model = evidence.op.model
     if model is None:
-        return {"margin": margin, "band": None, "flip": "undetermined", "flip_words": "no typical tier models it"}
+        return {"margin": margin, "band": None, "flip": UNDETERMINED, "flip_words": "no typical tier models it"}
     band = float(model.threshold[wanted] + model.threshold[token])
     if margin <= band:
         return {
