@@ -99,8 +99,9 @@ def onnx_cached_rows(
 ) -> np.ndarray:
     """The logits [steps, vocab] of the cached graph decoding the teacher-forced `text`: the prompt
     prefilled on an empty cache, then one token a step on the cache the step before returned; with
-    `bug` (position ids off by one, rotary at the wrong position, cache not appended), the runtime's
-    bookkeeping wrong so."""
+    `bug` (generation_cache.CACHE_BUGS), the runtime's bookkeeping wrong so. The graph takes no
+    attention mask: a mask built one key short, the first key masked, is the runtime feeding its
+    past without the first key (a masked key adds nothing to the softmax) and keeping it."""
     from accuracy.workflows.model import onnx_graph
 
     layers, kv, head_dim = kv_geometry(model)
@@ -110,12 +111,21 @@ def onnx_cached_rows(
     rows, start, length = [], 0, prompt
     for _ in range(steps):
         positions = np.arange(start, start + length, dtype=np.int64)[None]
+        past = prefilled or cache
+        one_short = prefilled is not None and bug == "mask built for the wrong length"
         if prefilled is not None:  # a step fed through the cache
             positions = np.array([[cache_position(bug, start)]], dtype=np.int64)
+        if one_short:
+            past = [np.ascontiguousarray(held[:, :, 1:]) for held in past]
         feeds = {"input_ids": np.ascontiguousarray(text[:, start : start + length]), "position_ids": positions}
-        out = onnx_graph.run(session, feeds | dict(zip(inputs[2:], prefilled or cache, strict=True)), outputs)
+        out = onnx_graph.run(session, feeds | dict(zip(inputs[2:], past, strict=True)), outputs)
         rows.append(out["logits"][0, -1])
-        cache = [out[name] for name in outputs[1:]]
+        returned = [out[name] for name in outputs[1:]]
+        cache = (
+            [np.concatenate([held[:, :, :1], new], axis=2) for held, new in zip(cache, returned, strict=True)]
+            if one_short
+            else returned
+        )
         if prefilled is None:
             prefilled = cache if bug == "cache not appended" else []
         start, length = start + length, 1

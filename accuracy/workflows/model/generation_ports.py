@@ -156,7 +156,7 @@ def onnx_port(model: Any, text: np.ndarray, prompt: int, steps: int) -> GenPort 
 def onnx_cache_port(model: Any, bug: str | None = None) -> GenPort | str:
     """`onnxruntime-cache`: ONNX Runtime (graph optimizations on) decoding with past key/values,
     the graph exported once (generation_onnx_cache), `bug` its runtime's bookkeeping wrong so
-    (generation_cache.CACHE_BUGS but the mask: the graph takes none); or why it is absent."""
+    (generation_cache.CACHE_BUGS); or why it is absent."""
     from accuracy.workflows.model import onnx_graph
     from accuracy.workflows.model.export_cache import cached_export
 
