@@ -439,6 +439,7 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
     units = port.units(calls)
     outputs: list[IsolatedOutput] = []
     mismatched: list[IsolatedOutput] = []
+    not_run: dict[int, str] = {}  # why a unit the port gives could not be compared, by its index
     for i, unit in enumerate(units):
         if unit.reason:
             continue
@@ -447,27 +448,28 @@ def run_port(port: Port, given: dict, calls: list[LayerCall]) -> PortRun:
         except Exception as exc:  # inputs the port cannot give this unit: that unit is not compared
             feed = f"the port failed on its inputs: {first_line(exc, typed=True)}"
         if isinstance(feed, str):
-            unit.reason = feed
+            not_run[i] = feed
             continue
         took = [tuple(t.shape) for t in unit.calls[0].inputs]
         fed = [tuple(t.shape) for t in feed.tensors]
         if any(math.prod(f) != math.prod(t) for f, t in zip(fed, took, strict=False)):
             # its own inputs of another size (after a pool of another shape): the layer's output on
             # them is no reference for it
-            unit.reason = f"the port feeds it shape {', '.join(map(str, fed))}, the layer's {', '.join(map(str, took))}"
+            not_run[i] = f"the port feeds it shape {', '.join(map(str, fed))}, the layer's {', '.join(map(str, took))}"
             continue
         try:
             output = port.isolated(unit, unit.calls[0].inputs)
         except Exception as exc:  # a port that fails on one layer: that layer is not compared, visibly
             why = str(exc) if isinstance(exc, OpbenchError) else f"{first_line(exc, typed=True)}"
-            unit.reason = f"the port failed on it: {why}"
+            not_run[i] = f"the port failed on it: {why}"
             continue
         expected = tuple(unit.calls[-1].output.shape)
         if np.shape(output) != expected and np.size(output) != np.prod(expected):
-            unit.reason = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
+            not_run[i] = f"the port's output has shape {np.shape(output)}, the layer's {expected}"
             mismatched.append(IsolatedOutput(i, feed.tensors, feed.source, output))
             continue
         outputs.append(IsolatedOutput(i, feed.tensors, feed.source, output))
+    units = [replace(u, reason=not_run[i]) if i in not_run else u for i, u in enumerate(units)]
     run: EndToEnd | str
     try:
         run = port.end_to_end(own_copies(given), units)
