@@ -240,8 +240,8 @@ def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
     }  # fmt: skip
     for path, (name, words) in expected.items():
         cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause["explains"], (path, cause)
-        assert cause["name"] == name and (cause["words"] == words or re.fullmatch(words, cause["words"])), cause
+        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        assert cause.name == name and (cause.words == words or re.fullmatch(words, cause.words)), cause
     assert rows["head"]["verdict"] == "within rounding"
 
 
@@ -276,8 +276,8 @@ def test_more_bugs_in_hand_written_layers_are_named(user, tmp_path):
     }
     for path, (name, words) in expected.items():
         cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause["explains"], (path, cause)
-        assert (cause["name"], cause["words"]) == (name, words), (path, cause)
+        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        assert (cause.name, cause.words) == (name, words), (path, cause)
 
 
 def test_a_hand_written_pool_in_the_other_ceil_mode_is_named(user):
@@ -299,8 +299,8 @@ def test_a_hand_written_pool_in_the_other_ceil_mode_is_named(user):
         pooled = F.max_pool2d(torch.relu(model.bn1(model.conv1(torch.from_numpy(given["x"])))), 3, 2, 1, ceil_mode=True)
     (result,), _ = evaluate_ports([FilePort("p", arrays | {"pool": pooled.numpy()})], model, given, calls)
     cause = {r["path"]: r for r in result["layers"]}["pool"]["cause"]
-    assert cause and cause["explains"] and cause["name"] == "ceil_mode", cause
-    assert cause["words"] == (
+    assert cause and cause.explains and cause.name == "ceil_mode", cause
+    assert cause.words == (
         "MaxPool (a MaxPool2d) with ceil_mode=True (the last partial window kept; this model has ceil_mode=False)"
     )
 
