@@ -109,3 +109,23 @@ def test_a_model_larger_than_the_limit_is_not_kept(cache_path, monkeypatch, expo
     cached_export(onnx_graph.export, model, inputs)
     cached_export(onnx_graph.export, model, inputs)
     assert len(exports) == 2 and not cache_path.exists()
+
+
+def test_a_graph_exposes_its_values_in_place_and_is_left_as_it_was():
+    """The probe of every value and the end-to-end run with each unit's output expose them on the
+    graph itself, not on a copy of its weights: the values are a copy's, and the graph's bytes after
+    are its bytes before, even where the run fails."""
+    graph = onnx_graph.Graph.of(onnx_graph.export(small_cnn(), example_inputs("small_cnn")))
+    before = graph.model.SerializeToString()
+    feeds = {graph.model.graph.input[0].name: example_inputs("small_cnn")["x"]}
+    values = graph.probe(feeds)
+    names = [n for n in values if n not in feeds][:3]
+    copy = graph.with_outputs(names, {n: values[n].dtype for n in names})
+    from_copy = onnx_graph.run(onnx_graph.session(copy, True), feeds)
+    with graph.exposing(names, {n: values[n].dtype for n in names}) as exposed:
+        in_place = onnx_graph.run(onnx_graph.session(exposed, True), feeds)
+    assert from_copy.keys() == in_place.keys() and all(np.array_equal(from_copy[k], in_place[k]) for k in in_place)
+    assert graph.model.SerializeToString() == before
+    with pytest.raises(RuntimeError), graph.exposing(names):
+        raise RuntimeError("the session failed")
+    assert graph.model.SerializeToString() == before

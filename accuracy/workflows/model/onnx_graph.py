@@ -247,26 +247,51 @@ class Graph:
 
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
-        present = {o.name for o in model.graph.output}
-        for name in names:
-            if name not in present:
-                kind = onnx.helper.np_dtype_to_tensor_dtype(dtypes[name])
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, kind, None))
+        _expose(model.graph, names, dtypes, keep=True)
         return model
+
+    @contextlib.contextmanager
+    def exposing(self, names: list[str], dtypes: dict[str, np.dtype] | None = None, keep: bool = True):
+        """The model itself with `names` as extra outputs (`keep`: its own outputs kept too) for
+        the length of the block, then as it was: a copy would hold a large model's weights twice
+        (Qwen2.5-0.5B's 2 GB), beside the serialized bytes and the session each run makes."""
+        import onnx
+
+        graph = self.model.graph
+        own = [onnx.ValueInfoProto.FromString(o.SerializeToString()) for o in graph.output]
+        _expose(graph, names, dtypes, keep)
+        try:
+            yield self.model
+        finally:
+            del graph.output[:]
+            graph.output.extend(own)
 
     def probe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every activation tensor's value in one unoptimized run: their true shapes and dtypes
         (shape inference leaves a transformer's dynamic dimensions unknown). Sequences (the dynamo
         exporter's SplitToSequence) are left out: no module gives one."""
-        import onnx
-
         names = [o for n in self.model.graph.node for o in n.output if o and o not in self.constants]
-        probe = onnx.ModelProto()
-        probe.CopyFrom(self.model)
-        del probe.graph.output[:]
-        for name in names:
-            probe.graph.output.append(onnx.ValueInfoProto(name=name))
-        return {k: v for k, v in run(session(probe, optimized=False), feeds).items() if isinstance(v, np.ndarray)}
+        with self.exposing(names, keep=False) as probe:
+            values = run(session(probe, optimized=False), feeds)
+        return {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+
+
+def _expose(graph, names: list[str], dtypes: dict[str, np.dtype] | None, keep: bool) -> None:
+    """`names` made outputs of `graph` (typed where `dtypes` gives theirs), after its own where
+    `keep`, in their place otherwise."""
+    import onnx
+
+    if not keep:
+        del graph.output[:]
+    present = {o.name for o in graph.output}
+    for name in names:
+        if name in present:
+            continue
+        if dtypes is None:
+            graph.output.append(onnx.ValueInfoProto(name=name))
+        else:
+            kind = onnx.helper.np_dtype_to_tensor_dtype(dtypes[name])
+            graph.output.append(onnx.helper.make_tensor_value_info(name, kind, None))
 
 
 def session(model, optimized: bool):

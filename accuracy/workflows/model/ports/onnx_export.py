@@ -30,6 +30,7 @@ class OnnxPort(Port):
         self.description = f"ONNX Runtime (torch.onnx.export), graph optimizations {'on' if optimized else 'off'}"
         exported = cached_export(onnx_graph.export, model, inputs) if exported is None else exported
         inferred = onnx.shape_inference.infer_shapes(exported)  # Extractor needs shapes
+        del exported  # a copy of the weights: the inferred graph holds them
         self.graph = onnx_graph.Graph.of(inferred)
         self.input_names = [i.name for i in inferred.graph.input]
         self.modules = {name for name, _ in model.named_modules() if name}
@@ -133,8 +134,8 @@ class OnnxPort(Port):
         exposed = [u for u in units if not u.reason]
         names = [u.detail["gives"] for u in exposed]
         feeds = self._feeds(inputs)
-        exposing = self.graph.with_outputs(names, self.dtypes)
-        everything = self.onnx_graph.run(self.onnx_graph.session(exposing, self.optimized), feeds)
+        with self.graph.exposing(names, self.dtypes) as exposing:
+            everything = self.onnx_graph.run(self.onnx_graph.session(exposing, self.optimized), feeds)
         plain = self.onnx_graph.run(self.onnx_graph.session(self.graph.model, self.optimized), feeds)
         return EndToEnd({u.last: everything[u.detail["gives"]] for u in exposed}, next(iter(plain.values())))
 
