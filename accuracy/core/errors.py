@@ -1,5 +1,6 @@
 """User-facing problems: an error is one line and exit status 2; a warning is one line on stderr.
-Nothing else reaches stderr: what libraries' C++ sides print there is silenced (`quiet_stderr`)."""
+Nothing else reaches stderr: what libraries' C++ sides print there is silenced (`quiet_stderr`), and
+what they print on stdout while a command's report is due there goes to stderr (`stdout_to_stderr`)."""
 
 import contextlib
 import os
@@ -44,3 +45,24 @@ def quiet_stderr() -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Everything printed for a while goes to stderr, C++ writes to file descriptor 1 too (torch's
+    ONNX exporter dumps a graph there with `std::cout`), so stdout holds only the command's report."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 (a closed stdout): only Python's prints to move
+        saved = None
+    else:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)

@@ -128,3 +128,30 @@ def test_models_and_limit_select_in_the_census_order():
     berts = select("bert")
     assert berts == [n for n in everything if "bert" in n] and "transformers_megatron_bert" in berts
     assert select("^transformers_", limit=2) == ["transformers_llama", "transformers_mistral"]
+
+
+def test_what_a_models_cpp_side_prints_on_stdout_leaves_the_census_json_whole(capfd, monkeypatch):
+    # torch's ONNX exporter, once any export turned its log on, dumps the graph with std::cout
+    # (file descriptor 1) when a graph pass fails, as on torchvision's vgg11_bn: before the census
+    # moved fd 1 as well as sys.stdout, that dump came before the JSON and no parser read it
+    from accuracy.workflows.model import census
+
+    def dumping(run):
+        was = torch._C._jit_is_onnx_log_enabled()
+        torch._C._jit_set_onnx_log_enabled(True)
+        try:
+            graph = torch.jit.trace(torch.nn.ReLU(), torch.ones(2)).graph
+            torch._C._jit_onnx_log("Torch IR graph at exception: ", graph)
+        finally:
+            torch._C._jit_set_onnx_log_enabled(was)
+        return real(run)
+
+    real = census.run_model
+    monkeypatch.setattr(census, "run_model", dumping)
+    result = run_main(
+        capfd, "selftest", "--census", "--models", "^torchvision_squeezenet1_1$", "--ports", "threads:1", "--json"
+    )
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and [r["model"] for r in report["models"]] == ["torchvision_squeezenet1_1"]
+    assert report["models"][0]["ports"][0]["compared"] > 0
+    assert "Torch IR graph at exception: graph(" in result.stderr

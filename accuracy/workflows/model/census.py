@@ -8,15 +8,13 @@ never the end of the census.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 
 from accuracy.backends import get_backend
-from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.errors import OpbenchError, first_line, stdout_to_stderr
 from accuracy.judge.verdicts import BEYOND, RUNTIME_LIMIT, SUSPICIOUS
 from accuracy.workflows.cluster import ClusterLost, thread_limits, work_pool
 from accuracy.workflows.model.census_models import MODULE, build, census_names, inputs_for
@@ -104,8 +102,8 @@ def census_model(name: str, ports: list[str], threads: int) -> dict:
         given = inputs_for(name, build(name))
         row["inputs"] = {k: list(v.shape) for k, v in given.items()}
         step = "opbench model failed"
-        # the models' own prints go to stderr: stdout is the census's table or JSON
-        with contextlib.redirect_stdout(sys.stderr):
+        # the models' own prints go to stderr, their C++ sides' too: stdout is the census's table or JSON
+        with stdout_to_stderr():
             report = run_model(ModelRun(f"{MODULE}:{name}", given, ports))
     except Exception as exc:  # a model that cannot be built or run is a row, never the census's end
         row["failed"] = f"{step}: {exc if isinstance(exc, OpbenchError) else first_line(exc, typed=True)}"
