@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from pathlib import Path
 
 from accuracy.cli.arguments import add_command, add_dask, add_json, item_progress, labelled_file, stopped_early
-from accuracy.core.errors import OpbenchError, first_line
+from accuracy.core.errors import OpbenchError, first_line, stdout_to_stderr
 from accuracy.core.files import no_parent, refuse_symlink
 from accuracy.core.json_output import dumps
 from accuracy.workflows.model.answer import FOLD
@@ -149,9 +148,10 @@ def run(args) -> int:
     from accuracy.cli.text.model import render
     from accuracy.workflows.model.sweep import ModelRun, run_model  # torch, pandas: only when it runs
 
-    # the user's factory and forward may print: their words go to stderr, so that stdout is the
-    # report (and --json stays parseable)
-    with contextlib.redirect_stdout(sys.stderr):
+    # the user's factory and forward may print, and torch's ONNX exporter dumps a graph on file
+    # descriptor 1 from C++: all of it goes to stderr, so that stdout is the report (and --json
+    # stays parseable)
+    with stdout_to_stderr():
         asked = ModelRun(
             args.factory,
             args.inputs,

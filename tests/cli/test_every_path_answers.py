@@ -454,3 +454,24 @@ def test_a_factory_that_sleeps_is_waited_on_aloud(tmp_path, monkeypatch, capsys)
     notes = err.strip().splitlines()
     assert status == 0 and "every compared layer within rounding" in out
     assert notes and all(re.fullmatch(r"opbench: building the model: sleepy:slow has run for \d+ s", n) for n in notes)
+
+
+def test_what_a_models_forward_writes_on_file_descriptor_1_leaves_the_json_whole(tmp_path, monkeypatch, capfd):
+    """torch's ONNX exporter dumps a graph with std::cout after a failed pass: Python's redirect of
+    sys.stdout never saw it, and `opbench model --json` printed it before the JSON (the census's
+    vgg11_bn). A forward that writes to descriptor 1 stands in for it."""
+    (tmp_path / "writes_fd1.py").write_text(
+        "import os\nimport torch\n\n\nclass Loud(torch.nn.Linear):\n"
+        "    def forward(self, x):\n        os.write(1, b'Torch IR graph at exception\\n')\n"
+        "        return super().forward(x)\n\n\ndef f():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(Loud(8, 4), torch.nn.ReLU())\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        status, out, err = run_main(
+            capfd, "model", "writes_fd1:f", "--inputs", "input=2x8", "--port", "threads:1", "--json"
+        )
+    finally:
+        sys.modules.pop("writes_fd1", None)
+    assert status == 0 and json.loads(out)["ports"][0]["port"] == "threads:1"
+    assert "Torch IR graph at exception" in err and "Torch IR graph" not in out
