@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 from cli_runner import run_main
+from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 
@@ -110,11 +110,8 @@ def inf_weight():
 @pytest.fixture
 def user(tmp_path, monkeypatch):
     """The user's module `round4` importable from the current directory, as `opbench model` finds it."""
-    (tmp_path / "round4.py").write_text(textwrap.dedent(USER_MODELS))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("round4", None)
+    with user_module(tmp_path, monkeypatch, "round4", USER_MODELS) as directory:
+        yield directory
 
 
 def test_inf_weights_or_inputs_give_no_numpy_warning(user, capsys):
@@ -166,18 +163,13 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
     0.495' (exit 1), its layer 0 'inherited 2.41'; on a warm cache exit 0."""
     from accuracy.workflows.model.sweep import ModelRun, run_model
 
-    (tmp_path / "doubles.py").write_text(DOUBLING)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("OPBENCH_CACHE", str(tmp_path / "cache"))
     x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
     inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
-    try:
+    with user_module(tmp_path, monkeypatch, "doubles", DOUBLING):
         if cache == "warm":
             run_model(ModelRun("doubles:doubling", inputs, ["onnxruntime"]))
         report = run_model(ModelRun("doubles:doubling", inputs, ["threads:1", "onnxruntime"]))
-    finally:
-        sys.modules.pop("doubles", None)
     for port in report.ports:
         assert port["end_to_end"]["verdict"] == "within rounding", (port["port"], port["end_to_end"])
         assert port["output"]["relative_error"] < 1e-6, port["port"]
@@ -204,14 +196,9 @@ def test_a_module_that_exits_or_parses_the_command_line_at_import_is_one_line(
     """`sys.exit(0)` at import exited 0 with no output; a module's own argparse read opbench's
     arguments and printed 'usage: opbench [-h] [--lr LR]'."""
     name = "exits_at_import" if "exit(0)" in source else "parses_argv"
-    (tmp_path / f"{name}.py").write_text(source)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "argv", ["opbench", "model", f"{name}:f", "--inputs", "x=2x8"])
-    try:
+    with user_module(tmp_path, monkeypatch, name, source):
         status, out, err = run_main(capsys, "model", f"{name}:f", "--inputs", "x=2x8", "--port", "threads:1")
-    finally:
-        sys.modules.pop(name, None)
     assert status == 2 and out == "" and "usage" not in err
     assert err.strip().startswith("opbench: error: ") and message in err and len(err.strip().splitlines()) == 1
 
@@ -364,11 +351,8 @@ def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp
     """A top-level `output`, or a name holding `#` or `/`, was refused; each is keyed by its escape
     (`%output`, `a%2Fb`, `c%23d`; `%` itself `%25`, a top-level `e2e` `%e2e`), in the activations
     file as in the report, and a file saved by one run is read back by the next."""
-    (tmp_path / "named_layers.py").write_text(NAMED)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     saved = tmp_path / "saved.safetensors"
-    try:
+    with user_module(tmp_path, monkeypatch, "named_layers", NAMED):
         status, _, err = run_main(
             capsys, "model", "named_layers:named", "--inputs", "input=4x16", "--port", "threads:1",
             "--save-activations", saved,
@@ -381,8 +365,6 @@ def test_module_names_holding_the_formats_own_characters_are_carried_escaped(tmp
         status, out, _ = run_main(
             capsys, "model", "named_layers:named", "--inputs", "input=4x16", "--activations", f"same={saved}", "--json"
         )
-    finally:
-        sys.modules.pop("named_layers", None)
     import json
 
     (port,) = json.loads(out)["ports"]
@@ -396,13 +378,8 @@ def test_a_module_name_holding_a_slash_is_not_compared_on_onnx_saying_why(tmp_pa
     judged."""
     from accuracy.workflows.model.sweep import ModelRun, run_model
 
-    (tmp_path / "named_onnx.py").write_text(NAMED)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with user_module(tmp_path, monkeypatch, "named_onnx", NAMED):
         (port,) = run_model(ModelRun("named_onnx:named", "input=4x16", ["onnxruntime"])).ports
-    finally:
-        sys.modules.pop("named_onnx", None)
     rows = {r["path"]: r for r in port["layers"]}
     assert rows["a%2Fb"]["verdict"] == "not compared" and "its name holds '/'" in rows["a%2Fb"]["reason"]
     assert port["compared"] == 5 and port["flagged"] == 0
@@ -412,22 +389,17 @@ def test_a_control_character_in_a_module_name_never_reaches_stderr_through_matpl
     """matplotlib's 'Glyph 27 (ESC) missing' warning printed the ESC byte of a module's name raw."""
     import warnings
 
-    (tmp_path / "escaped_names.py").write_text(
+    source = (
         "import torch\nfrom torch import nn\n\n\ndef m():\n    torch.manual_seed(0)\n    model = nn.Sequential()\n"
         "    model.add_module('fc\\x1b[2J', nn.Linear(16, 8))\n    model.add_module('act', nn.Tanh())\n"
         "    return model.eval()\n"
     )
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     page = tmp_path / "page.html"
-    try:
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            status, out, err = run_main(
-                capsys, "model", "escaped_names:m", "--inputs", "input=4x16", "--port", "threads:1", "--html", page
-            )
-    finally:
-        sys.modules.pop("escaped_names", None)
+    with user_module(tmp_path, monkeypatch, "escaped_names", source), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        status, out, err = run_main(
+            capsys, "model", "escaped_names:m", "--inputs", "input=4x16", "--port", "threads:1", "--html", page
+        )
     assert status == 0 and "\x1b" not in out + err and page.exists()
     assert [str(w.message) for w in seen if "\x1b" in str(w.message)] == []
 
@@ -439,18 +411,14 @@ def test_a_factory_that_sleeps_is_waited_on_aloud(tmp_path, monkeypatch, capsys)
 
     from accuracy.core import waiting
 
-    (tmp_path / "sleepy.py").write_text(
+    source = (
         "import time\n\nimport torch\nfrom torch import nn\n\n\ndef slow():\n    time.sleep(1.0)\n"
         "    torch.manual_seed(0)\n    return nn.Sequential(nn.Linear(16, 8), nn.Tanh()).eval()\n"
     )
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(waiting, "FIRST_NOTE_S", 0.1)
     monkeypatch.setattr(waiting, "EVERY_S", 0.3)
-    try:
+    with user_module(tmp_path, monkeypatch, "sleepy", source):
         status, out, err = run_main(capsys, "model", "sleepy:slow", "--inputs", "input=4x16", "--port", "threads:1")
-    finally:
-        sys.modules.pop("sleepy", None)
     notes = err.strip().splitlines()
     assert status == 0 and "every compared layer within rounding" in out
     assert notes and all(re.fullmatch(r"opbench: building the model: sleepy:slow has run for \d+ s", n) for n in notes)
@@ -460,18 +428,15 @@ def test_what_a_models_forward_writes_on_file_descriptor_1_leaves_the_json_whole
     """torch's ONNX exporter dumps a graph with std::cout after a failed pass: Python's redirect of
     sys.stdout never saw it, and `opbench model --json` printed it before the JSON (the census's
     vgg11_bn). A forward that writes to descriptor 1 stands in for it."""
-    (tmp_path / "writes_fd1.py").write_text(
+    source = (
         "import os\nimport torch\n\n\nclass Loud(torch.nn.Linear):\n"
         "    def forward(self, x):\n        os.write(1, b'Torch IR graph at exception\\n')\n"
         "        return super().forward(x)\n\n\ndef f():\n    torch.manual_seed(0)\n"
         "    return torch.nn.Sequential(Loud(8, 4), torch.nn.ReLU())\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with user_module(tmp_path, monkeypatch, "writes_fd1", source):
         status, out, err = run_main(
             capfd, "model", "writes_fd1:f", "--inputs", "input=2x8", "--port", "threads:1", "--json"
         )
-    finally:
-        sys.modules.pop("writes_fd1", None)
     assert status == 0 and json.loads(out)["ports"][0]["port"] == "threads:1"
     assert "Torch IR graph at exception" in err and "Torch IR graph" not in out

@@ -10,11 +10,10 @@ torch's gets the registry's batch_norm."""
 from __future__ import annotations
 
 import re
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
@@ -128,15 +127,10 @@ def net():
 
 @pytest.fixture
 def user(tmp_path, monkeypatch):
-    (tmp_path / "handcnn_layers.py").write_text(textwrap.dedent(USER_CNN))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with user_module(tmp_path, monkeypatch, "handcnn_layers", USER_CNN):
         import handcnn_layers
 
         yield handcnn_layers
-    finally:
-        sys.modules.pop("handcnn_layers", None)
 
 
 def _judged(user, tmp_path, port) -> dict:

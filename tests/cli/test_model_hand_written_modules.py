@@ -7,11 +7,10 @@ torch's class names, so a bug injected into any of these was flagged and never n
 from __future__ import annotations
 
 import math
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
@@ -93,11 +92,8 @@ def net():
 
 @pytest.fixture
 def user(tmp_path, monkeypatch):
-    (tmp_path / "handlayers.py").write_text(textwrap.dedent(USER_MODEL))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("handlayers", None)
+    with user_module(tmp_path, monkeypatch, "handlayers", USER_MODEL) as directory:
+        yield directory
 
 
 def _port_of(user, build) -> dict:
@@ -265,10 +261,7 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
     attention causes knew num_heads, num_attention_heads and heads only, so its port's scale of
     1/sqrt(n_embd) was flagged and never named."""
     torch = pytest.importorskip("torch")
-    (tmp_path / "handattention.py").write_text(textwrap.dedent(USER_ATTENTION))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with user_module(tmp_path, monkeypatch, "handattention", USER_ATTENTION):
         import handattention
 
         port = handattention.tiny()
@@ -279,8 +272,6 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
         (judged,) = run_model(ModelRun("handattention:tiny", inputs, activations_files={"p": str(file)})).ports
-    finally:
-        sys.modules.pop("handattention", None)
     cause = {r["path"]: r for r in judged["layers"]}["attn"]["cause"]
     assert cause.name == "attention scale" and cause.explains, cause
     assert cause.words.startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause.words
@@ -327,10 +318,7 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
     """A convolution written with F.conv2d and its own parameter names: a port that drops its bias,
     or stores its kernel in bfloat16, was flagged and never named (the entries matched Conv2d)."""
     torch = pytest.importorskip("torch")
-    (tmp_path / "handcnn.py").write_text(textwrap.dedent(USER_CNN))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with user_module(tmp_path, monkeypatch, "handcnn", USER_CNN):
         import handcnn
 
         port = handcnn.cnn()
@@ -343,8 +331,6 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
         (judged,) = run_model(ModelRun("handcnn:cnn", inputs, activations_files={"p": str(file)})).ports
-    finally:
-        sys.modules.pop("handcnn", None)
     rows = {r["path"]: r for r in judged["layers"]}
     assert rows["first"]["cause"].name == "missing bias" and rows["first"]["cause"].explains
     assert rows["second"]["cause"].name == "weights in bfloat16" and rows["second"]["cause"].explains

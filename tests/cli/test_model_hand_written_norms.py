@@ -6,11 +6,9 @@ transformers' attribute names."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
-
 import numpy as np
 import pytest
+from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
@@ -87,11 +85,8 @@ def decoder():
 
 @pytest.fixture
 def user(tmp_path, monkeypatch):
-    (tmp_path / "handmade.py").write_text(textwrap.dedent(USER_DECODER))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("handmade", None)
+    with user_module(tmp_path, monkeypatch, "handmade", USER_DECODER) as directory:
+        yield directory
 
 
 def test_a_hand_written_decoder_with_a_config_held_eps_runs_and_its_bugs_are_named(user):
