@@ -109,19 +109,23 @@ def _with_scale(module: Any, scale: float) -> Any:
     return changed
 
 
+def _scale_rounded(module: Any, dtype: str) -> float:
+    """The module's scale rounded to `dtype` (Gemma's normalizer in bfloat16: 55.5 for sqrt(3072))."""
+    return float(torch.tensor(_scale_of(module), dtype=torch.float64).to(getattr(torch, dtype)))
+
+
 def _scale_in(module: Any, dtype: str) -> Any:
-    """The embedding whose scale is computed in `dtype` (Gemma's normalizer in bfloat16: 55.5 for sqrt(3072))."""
-    return _with_scale(module, float(torch.tensor(_scale_of(module), dtype=torch.float64).to(getattr(torch, dtype))))
+    """The embedding whose scale is computed in `dtype`."""
+    return _with_scale(module, _scale_rounded(module, dtype))
 
 
 def _scale_formats(module: Any, context: Any) -> list[str]:
     """The formats whose rounding changes the module's scale."""
-    own = _scale_of(module)
-    return [d for d in SCALE_FORMATS if float(torch.tensor(own, dtype=torch.float64).to(getattr(torch, d))) != own]
+    return [d for d in SCALE_FORMATS if _scale_rounded(module, d) != _scale_of(module)]
 
 
 def _scale_format_words(module: Any, dtype: str) -> str:
-    rounded = float(torch.tensor(_scale_of(module), dtype=torch.float64).to(getattr(torch, dtype)))
+    rounded = _scale_rounded(module, dtype)
     return f"the embedding scale {_scale_of(module):.6g} (sqrt(hidden)) computed in {dtype}: {rounded:.6g}"
 
 
