@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
-from accuracy.judge.error_metrics import rounding_error, ulp_error
+from accuracy.judge.error_metrics import ulp_error
 from accuracy.judge.typical import (
     RANDOM_RUNS,
     RUN_STAGES,
     SEED,
     TYPICAL_Z,
     TypicalModel,
+    judged_errors,
     model_from_rms,
     model_from_runs,
     settled,
@@ -53,11 +54,6 @@ def judged_row(label: str, output: np.ndarray, exact: Exact, judgement: Judgemen
 def run_stages(judged: Sequence[np.ndarray]) -> tuple[int, ...]:
     """The Monte Carlo runs taken in turn: in stages where the outputs to judge are known."""
     return RUN_STAGES if len(judged) else (RANDOM_RUNS,)
-
-
-def judged_errors(judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat) -> list[np.ndarray]:
-    """The rounding errors of the outputs to judge, computed once for every stage's `settled`."""
-    return [rounding_error(o, exact, fmt) for o in judged]
 
 
 # a function's typical tier at each stage derived (0: the first-order spread's), with its basis

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from accuracy.core.dtypes import FloatFormat, ulp
 from accuracy.judge import kernels
 from accuracy.judge.emulation import emulate
+from accuracy.judge.error_metrics import rounding_error
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
 
@@ -188,6 +189,11 @@ def typical_model(
     if taken.nearest is None:
         taken.nearest = emulate(fp64_formula, inputs64, compute, "nearest", store=storage)
     return model_from_runs(taken.random[:runs], taken.nearest, exact, storage, compute.name, normwise_axes)
+
+
+def judged_errors(judged: Sequence[np.ndarray], exact: Exact, fmt: FloatFormat) -> list[np.ndarray]:
+    """The rounding errors of the outputs to judge, computed once for every stage's `settled`."""
+    return [rounding_error(o, exact, fmt) for o in judged]
 
 
 def settled(model: TypicalModel, errors: Sequence[np.ndarray], runs: int) -> bool:

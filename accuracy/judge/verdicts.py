@@ -37,7 +37,13 @@ from accuracy.judge import backward_error as backward
 from accuracy.judge import contracts
 from accuracy.judge.error_metrics import correctly_rounded, error_over_bound, rounding_error
 from accuracy.judge.precision import compute_format, model_bound, scaled_unit_roundoff
-from accuracy.judge.typical import WORST_MARGIN, StagedTypicalModel, TypicalModel, cached_typical_model
+from accuracy.judge.typical import (
+    WORST_MARGIN,
+    StagedTypicalModel,
+    TypicalModel,
+    cached_typical_model,
+    judged_errors,
+)
 from accuracy.reference.exact import Exact
 
 
@@ -242,7 +248,7 @@ class Evidence:
             return self._typical[compute.name]
         if compute.name not in self._staged:
             staged = StagedTypicalModel(self.op, self.inputs64, self.exact, self.fmt, compute)
-            staged.settled_for([rounding_error(o, self.exact, self.fmt) for o in self._judged])
+            staged.settled_for(judged_errors(self._judged, self.exact, self.fmt))
             self._staged[compute.name] = staged
         return self._staged[compute.name].settled_for([err])
 

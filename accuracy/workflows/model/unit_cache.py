@@ -22,8 +22,8 @@ import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.judge import kernels, typical
-from accuracy.judge.function_tier import Stages, judged_errors, run_stages
-from accuracy.judge.typical import model_from_scale, settled
+from accuracy.judge.function_tier import Stages, run_stages
+from accuracy.judge.typical import judged_errors, model_from_scale, settled
 from accuracy.judge.verdicts import Evidence, FunctionSubject
 from accuracy.reference import cache as refcache
 from accuracy.reference.exact import Exact
