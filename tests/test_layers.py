@@ -207,6 +207,7 @@ MODEL_FLOORS = (
             "activations_file",
             "state_key",
             "unit",
+            "rows",
             "answer",
             "zoo",
             "torchvision_import",

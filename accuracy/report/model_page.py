@@ -13,6 +13,7 @@ amplified along the way.
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,12 +22,12 @@ from matplotlib.figure import Figure
 from accuracy.core.errors import OpbenchError
 from accuracy.core.files import refuse_symlink, write_atomic
 from accuracy.core.formatting import printable
-from accuracy.core.json_output import REASON_SUFFIX
 from accuracy.judge.verdicts import NOT_COMPARED
 from accuracy.report.plots import WIDTH, to_png_base64
 from accuracy.workflows.model.answer import STYLES, PortAnswer, explanation, is_flagged, port_answer, short_reason
 from accuracy.workflows.model.quantization import NOISE_HEADER, noise_rows
 from accuracy.workflows.model.report import ModelReport, cause_cell
+from accuracy.workflows.model.rows import PortResult, UnitRow
 
 COLUMNS = ("max_ulp", "introduced", "inherited", "propagated")
 TINY = 1e-12  # an exact (0) error is drawn here on the log scale
@@ -79,41 +80,41 @@ def _apart(points: list[tuple[int, str]], units: int, most: int) -> list[tuple[i
     return kept[:most]
 
 
-def _ticks(layers: list[dict]) -> tuple[list[int], list[str]]:
+def _ticks(layers: list[UnitRow]) -> tuple[list[int], list[str]]:
     """The outermost units, at most TICKS and spread apart, where each sits in the model's depth:
     those of the top level, or down to the first level with 4 or more (a CausalLM's `model`, `lm_head`)."""
-    depths = sorted(r.get("depth") or 0 for r in layers)
+    depths = sorted(r.depth for r in layers)
     level = depths[min(3, len(depths) - 1)]
-    outer = [(i, r["path"]) for i, r in enumerate(layers) if (r.get("depth") or 0) <= level]
+    outer = [(i, r.path) for i, r in enumerate(layers) if (r.depth) <= level]
     chosen = _apart(outer, len(layers), TICKS)
     return [i for i, _ in chosen], [_short(p, 18) for _, p in chosen]
 
 
-def layer_figure(port: dict) -> str | None:
+def layer_figure(port: PortResult) -> str | None:
     """Introduced error per unit (dots coloured by verdict, diamonds where flagged) and the
     propagated difference after each innermost unit (a line), through the model's depth in
     execution order, the flagged units named on top (base64 PNG); None if nothing to draw."""
-    layers = port["layers"]
+    layers = port.layers
     if not layers:
         return None
     fig = Figure(figsize=(WIDTH, 3.8))
     ax = fig.add_subplot()
-    parents = {r.get("parent") for r in layers}
+    parents = {r.parent for r in layers}
     propagated = [
-        (i, max(r["propagated"], TINY))
+        (i, max(value, TINY))
         for i, r in enumerate(layers)
-        if r["path"] not in parents and _finite(r.get("propagated"))
+        if r.path not in parents and (value := r.propagated) is not None and _finite(value)
     ]
     if propagated:
         ax.plot(
             *zip(*propagated, strict=True), "-", color="tab:blue", lw=1.6, label="propagated (the port's difference)"
         )
-    for verdict in dict.fromkeys(r["verdict"] for r in layers):
+    for verdict in dict.fromkeys(r.verdict for r in layers):
         style = STYLES[verdict]
         points = [
-            (i, max(r["introduced"], TINY))
+            (i, max(value, TINY))
             for i, r in enumerate(layers)
-            if r["verdict"] == verdict and _finite(r.get("introduced"))
+            if r.verdict == verdict and (value := r.introduced) is not None and _finite(value)
         ]
         if points:
             xs, ys = zip(*points, strict=True)
@@ -126,7 +127,7 @@ def layer_figure(port: dict) -> str | None:
                 zorder=3,
                 label=f"introduced: {verdict}",
             )
-    flagged = [(i, r["path"]) for i, r in enumerate(layers) if is_flagged(r["verdict"])]
+    flagged = [(i, r.path) for i, r in enumerate(layers) if is_flagged(r.verdict)]
     for i, _ in flagged:
         ax.axvline(i, color="tab:red", lw=0.8, ls=":", alpha=0.7)
     ax.set_yscale("log")
@@ -146,18 +147,18 @@ def layer_figure(port: dict) -> str | None:
     return to_png_base64(fig)
 
 
-def position_figure(port: dict) -> str | None:
+def position_figure(port: PortResult) -> str | None:
     """Each flagged unit's error against position in the sequence (base64 PNG): a bug that grows
     with position (rotary frequencies, their scaling) or starts at a window shows where; None
     where no flagged unit has positions (the model takes no token sequences)."""
-    rows = [r for r in port["layers"] if r.get("error_by_position")]
+    rows = [r for r in port.layers if r.error_by_position]
     if not rows:
         return None
     fig = Figure(figsize=(WIDTH, 3.0))
     ax = fig.add_subplot()
     for row in rows[:8]:
-        errors = [max(e, TINY) for e in row["error_by_position"]]
-        ax.plot(range(len(errors)), errors, ".-", lw=1.2, label=_short(row["path"]))
+        errors = [max(e, TINY) for e in row.error_by_position or []]
+        ax.plot(range(len(errors)), errors, ".-", lw=1.2, label=_short(row.path))
     ax.set_yscale("log")
     ax.set_xlabel("position in the sequence", fontsize=8)
     ax.set_ylabel("normwise relative error", fontsize=8)
@@ -167,10 +168,10 @@ def position_figure(port: dict) -> str | None:
     return to_png_base64(fig)
 
 
-def _spread(flagged: list[tuple[int, str]], layers: list[dict]) -> list[tuple[int, str]]:
+def _spread(flagged: list[tuple[int, str]], layers: list[UnitRow]) -> list[tuple[int, str]]:
     """The flagged units to name on the figure: the innermost ones (no flagged unit inside), at
     most LABELLED, spread apart."""
-    parent = {r["path"]: r.get("parent") for r in layers}
+    parent = {r.path: r.parent for r in layers}
     outer = set()
     for _, path in flagged:
         up = parent.get(path)
@@ -188,38 +189,36 @@ def _short(path: str, width: int = 28) -> str:
 
 
 def _finite(value) -> bool:
-    return isinstance(value, float | int) and value == value
+    return isinstance(value, float | int) and math.isfinite(value)
 
 
-def _cell(value, reason: str | None = None) -> str:
-    """A number to 3 digits; "inf" where the report's strict JSON has null for an infinite error,
-    "-" where a value is missing or does not apply (NaN)."""
-    if isinstance(value, float):
+def _cell(value) -> str:
+    """A number to 3 digits, "inf" for an infinite error; "-" where a value is missing or does
+    not apply (NaN)."""
+    if isinstance(value, float) and value == value:
         return f"{value:.3g}"
-    if reason in ("inf", "-inf"):
-        return reason
-    return html.escape("-" if value is None else str(value))
+    return html.escape("-" if value is None or isinstance(value, float) else str(value))
 
 
-def _indent(row: dict) -> str:
+def _indent(row: UnitRow) -> str:
     """The layer cell's indent: its depth among nested units (none at the top)."""
-    depth = row.get("depth") or 0
+    depth = row.depth
     return f" style='padding-left:{INDENT_EM * depth:g}em'" if depth else ""
 
 
-def _answer_colour(port: dict) -> str:
+def _answer_colour(port: PortResult) -> str:
     """The first flagged unit's verdict's colour, else the end-to-end verdict's; grey where nothing was compared."""
-    rows = {r["path"]: r for r in port["layers"]}
-    first = rows.get(port["first_not_within"] or "")
-    if port["compared"] == 0:
+    rows = {r.path: r for r in port.layers}
+    first = rows.get(port.first_not_within or "")
+    if port.compared == 0:
         return STYLES[NOT_COMPARED].colour
-    return STYLES[first["verdict"] if first else port["end_to_end"]["verdict"]].colour
+    return STYLES[first.verdict if first else port.end_to_end.verdict].colour
 
 
-def _answer(index: int, port: dict, answer: PortAnswer) -> str:
+def _answer(index: int, port: PortResult, answer: PortAnswer) -> str:
     """A port's three lines; the unit the second names links to its row."""
     where = html.escape(answer.where)
-    paths = {r["path"] for r in port["layers"]}
+    paths = {r.path for r in port.layers}
     if answer.unit is not None and answer.unit in paths:
         name = html.escape(answer.unit)
         link = f"<a href='#{html.escape(quote(row_id(index, answer.unit)))}'>{name}</a>"
@@ -232,34 +231,33 @@ def _answer(index: int, port: dict, answer: PortAnswer) -> str:
     return f"<div class='answer {_answer_colour(port)}'><p><b>{verdict}</b></p><p>{where}</p><p>{why}</p></div>"
 
 
-def _row(index: int, row: dict) -> str:
-    style = STYLES[row["verdict"]]
+def _row(index: int, row: UnitRow) -> str:
+    style = STYLES[row.verdict]
     cells = [
-        f"<td{_indent(row)}>{_cell(' + '.join(row['covers']))}</td>",
-        f"<td>{_cell(row['op'])}</td>",
-        f"<td class='{style.colour}'>{_cell(row['verdict'])}</td>",
+        f"<td{_indent(row)}>{_cell(' + '.join(row.covers))}</td>",
+        f"<td>{_cell(row.op)}</td>",
+        f"<td class='{style.colour}'>{_cell(row.verdict)}</td>",
         f"<td class='why'><details><summary>{html.escape(short_reason(row))}</summary>"
-        f"{html.escape(explanation(row))}</details></td>",
-        *(f"<td>{_cell(row.get(c), row.get(c + REASON_SUFFIX))}</td>" for c in COLUMNS),
-        f"<td>{_cell(cause_cell(row.get('cause')))}</td>",
+        f"{html.escape(explanation(row.cause, row.reason))}</details></td>",
+        *(f"<td>{_cell(getattr(row, c))}</td>" for c in COLUMNS),
+        f"<td>{_cell(cause_cell(row.cause))}</td>",
     ]
     flagged = " class='flagged'" if style.flagged else ""
-    return f"<tr id='{html.escape(row_id(index, row['path']))}'{flagged}>{''.join(cells)}</tr>"
+    return f"<tr id='{html.escape(row_id(index, row.path))}'{flagged}>{''.join(cells)}</tr>"
 
 
-def model_page(model_report: ModelReport) -> str:
+def model_page(report: ModelReport) -> str:
     """The page of one model report: its answer (`notes`, each port's three lines), how each
-    verdict is derived, then per port its figures and table, drawn from the report's --json form
-    (a non-finite number there carries why it is null)."""
-    report, notes, derivations = model_report.as_dict(), model_report.notes(), model_report.derivations()
-    shapes = ", ".join(f"{k} {tuple(v)}" for k, v in report["inputs"].items())
+    verdict is derived, then per port its figures and table, drawn from the report's rows."""
+    notes, derivations = report.notes(), report.derivations()
+    shapes = ", ".join(f"{k} {tuple(v)}" for k, v in report.inputs.items())
     parts = [
-        f"<!doctype html><html lang='en'><meta charset='utf-8'><title>opbench model: {html.escape(report['model'])}"
+        f"<!doctype html><html lang='en'><meta charset='utf-8'><title>opbench model: {html.escape(report.model)}"
         f"</title><style>{STYLE}</style>",
-        f"<h1>{html.escape(report['model'])}</h1><p>{html.escape(report['mode'])} mode on {html.escape(shapes)}</p>",
+        f"<h1>{html.escape(report.model)}</h1><p>{html.escape(report.mode)} mode on {html.escape(shapes)}</p>",
         "<section id='answer'>",
         *(f"<p>{html.escape(n)}</p>" for n in notes),
-        *(_answer(i, p, port_answer(p)) for i, p in enumerate(report["ports"])),
+        *(_answer(i, p, port_answer(p)) for i, p in enumerate(report.ports)),
         "<details><summary>How each verdict is derived</summary><ul>"
         + "".join(f"<li>{html.escape(d)}</li>" for d in derivations)
         + "</ul><p>introduced: the unit's normwise relative error on the reference's own inputs; inherited / "
@@ -267,8 +265,8 @@ def model_page(model_report: ModelReport) -> str:
         "reason: the unit's ratio to its threshold, or why it is flagged or not compared (click it for how its "
         "threshold is derived)</p></details></section>",
     ]
-    for i, port in enumerate(report["ports"]):
-        parts.append(f"<h2>{html.escape(port['port'])} [{port['dtype']}]: {html.escape(port['description'])}</h2>")
+    for i, port in enumerate(report.ports):
+        parts.append(f"<h2>{html.escape(port.port)} [{port.dtype}]: {html.escape(port.description)}</h2>")
         figure = layer_figure(port)
         if figure:
             parts.append(f"<img alt='errors through depth' src='data:image/png;base64,{figure}'>")
@@ -276,8 +274,8 @@ def model_page(model_report: ModelReport) -> str:
         if by_position:
             parts.append(f"<img alt='error by position' src='data:image/png;base64,{by_position}'>")
         head = "".join(f"<th>{c}</th>" for c in ("layer", "op", "verdict", "reason", *COLUMNS, "cause"))
-        parts.append(f"<table><tr>{head}</tr>{''.join(_row(i, r) for r in port['layers'])}</table>")
-        noise = noise_rows(port["layers"], _cell)
+        parts.append(f"<table><tr>{head}</tr>{''.join(_row(i, r) for r in port.layers)}</table>")
+        noise = noise_rows(port.layers, _cell)
         if noise:
             head = "".join(f"<th>{html.escape(c)}</th>" for c in NOISE_HEADER)
             body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in noise)

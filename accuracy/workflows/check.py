@@ -67,7 +67,8 @@ class CheckReport:
     def explanation(self) -> str:
         """Every output that is not within rounding, with its reason and worst element."""
         return "\n".join(
-            f"{printable(o['label'])}: {o['verdict']}: {explanation(o)}; worst element {worst_text(o['worst'])}"
+            f"{printable(o['label'])}: {o['verdict']}: {explanation(o.get('cause'), o['reason'])}; "
+            f"worst element {worst_text(o['worst'])}"
             for o in self.outputs
             if o["verdict"] != WITHIN
         )

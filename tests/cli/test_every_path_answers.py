@@ -171,10 +171,10 @@ def test_a_forward_that_changes_its_input_changes_no_other_ports_inputs(tmp_path
             run_model(ModelRun("doubles:doubling", inputs, ["onnxruntime"]))
         report = run_model(ModelRun("doubles:doubling", inputs, ["threads:1", "onnxruntime"]))
     for port in report.ports:
-        assert port["end_to_end"]["verdict"] == "within rounding", (port["port"], port["end_to_end"])
-        assert port["output"]["relative_error"] < 1e-6, port["port"]
-        first = port["layers"][0]
-        assert first.get("inherited", 0) == 0, (port["port"], first)
+        assert port.end_to_end.verdict == "within rounding", (port.port, port.end_to_end)
+        assert port.output["relative_error"] < 1e-6, port.port
+        first = port.layers[0]
+        assert (first.inherited or 0) == 0, (port.port, first)
     assert report.within_rounding
 
 
@@ -380,9 +380,9 @@ def test_a_module_name_holding_a_slash_is_not_compared_on_onnx_saying_why(tmp_pa
 
     with user_module(tmp_path, monkeypatch, "named_onnx", NAMED):
         (port,) = run_model(ModelRun("named_onnx:named", "input=4x16", ["onnxruntime"])).ports
-    rows = {r["path"]: r for r in port["layers"]}
-    assert rows["a%2Fb"]["verdict"] == "not compared" and "its name holds '/'" in rows["a%2Fb"]["reason"]
-    assert port["compared"] == 5 and port["flagged"] == 0
+    rows = {r.path: r for r in port.layers}
+    assert rows["a%2Fb"].verdict == "not compared" and "its name holds '/'" in rows["a%2Fb"].reason
+    assert port.compared == 5 and port.flagged == 0
 
 
 def test_a_control_character_in_a_module_name_never_reaches_stderr_through_matplotlib(tmp_path, monkeypatch, capsys):

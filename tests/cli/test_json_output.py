@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from accuracy.catalog.registry import get_op
 from accuracy.cli.main import build_parser
 from accuracy.core.json_output import dumps, json_ready
+from accuracy.judge.verdicts import BEYOND
 from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
 from accuracy.workflows.selftest import CaseReport, Mutant
 
 
@@ -178,12 +180,11 @@ def test_model_with_an_infinite_layer_error(monkeypatch, capsys, tmp_path):
     """--json strict; the --html page, drawn from the same dict, still says inf where it was."""
     import accuracy.workflows.model.sweep as model_sweep
 
-    layer = {"path": "fc", "covers": ["fc"], "op": "linear", "verdict": "beyond rounding", "reason": "overflow"}
-    layer |= {"max_ulp": math.inf, "typical_ratio": math.nan, "bound_ratio": math.inf, "introduced": 0.5, "worst": {}}
-    port = {"port": "torch", "description": "torch eager", "dtype": "float32", "layers": [layer]}
-    port |= {"first_not_within": "fc", "compared": 1, "flagged": 1, "not_compared": 0}
-    port |= {"output": {"relative_error": math.inf, "max_abs_error": math.inf, "reference_relative_error": 1e-7}}
-    port |= {"end_to_end": {"verdict": "beyond rounding", "reason": "output error inf", "first_departs": "fc"}}
+    layer = UnitRow("fc", ["fc"], "linear", None, 0, BEYOND, "overflow", tier="typical tier", introduced=0.5, worst={})
+    layer = replace(layer, max_ulp=math.inf, typical_ratio=math.nan, bound_ratio=math.inf)
+    output = {"relative_error": math.inf, "max_abs_error": math.inf, "reference_relative_error": 1e-7}
+    end = EndToEndVerdict(BEYOND, "output error inf", "fc")
+    port = PortResult("torch", "torch eager", "float32", "fc", 1, 1, 0, 0, 0.5, [layer], output, end, 0.0)
     report = ModelReport(model="m:f", mode="eval", inputs={"x": [1, 4]}, ports=[port])
     monkeypatch.setattr(model_sweep, "run_model", lambda *args, **kwargs: report)
     page = tmp_path / "model.html"

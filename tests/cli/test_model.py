@@ -27,6 +27,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.ports import build_port
 from accuracy.workflows.model.ports.torch_variants import TorchPort
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import load_model, model_inputs, record, run_reference
 from accuracy.workflows.model.zoo import example_inputs, small_cnn, small_transformer
@@ -51,17 +52,17 @@ def _port_file(tmp_path, model: nn.Module, inputs: dict, name: str = "port.safet
     return write_arrays(tmp_path / name, activations(calls, out))
 
 
-def _judged(spec, inputs_path, port_path) -> dict:
+def _judged(spec, inputs_path, port_path) -> PortResult:
     report = run_model(ModelRun(spec, inputs_path, activations_files={"port": str(port_path)}))
     (port,) = report.ports
     return port
 
 
-def _assert_first(port: dict, layer: str) -> None:
-    assert port["first_not_within"] == layer, [(r["path"], r["verdict"]) for r in port["layers"]]
-    order = [r["path"] for r in port["layers"]]
-    before = port["layers"][: order.index(layer)]
-    assert all(r["verdict"] in (WITHIN, NOT_COMPARED) for r in before)
+def _assert_first(port: PortResult, layer: str) -> None:
+    assert port.first_not_within == layer, [(r.path, r.verdict) for r in port.layers]
+    order = [r.path for r in port.layers]
+    before = port.layers[: order.index(layer)]
+    assert all(r.verdict in (WITHIN, NOT_COMPARED) for r in before)
 
 
 @pytest.mark.slow  # ~20 s on the shared 2-core machine: three ports, two ways of cutting units
@@ -69,21 +70,21 @@ def test_correct_ports_flag_no_layer_and_fused_nodes_are_one_unit(cnn_inputs):
     report = run_model(ModelRun(CNN, cnn_inputs, ["onnxruntime", "onnxruntime-noopt", "torchscript"]))
     assert report.within_rounding
     for port in report.ports:
-        assert port["flagged"] == 0 and port["first_not_within"] is None, port["port"]
-        assert port["compared"] >= 6
+        assert port.flagged == 0 and port.first_not_within is None, port.port
+        assert port.compared >= 6
     ort = report.ports[0]
-    assert ort["layers"][0]["covers"] == ["conv1", "bn1"]  # the BatchNorm folded into the Conv node at export
-    torchscript = {r["path"]: r for r in report.ports[2]["layers"]}
-    assert torchscript["bn1"]["tier"] == "registry op batch_norm"
-    assert torchscript["fc"]["tier"] == "registry op linear"
-    assert torchscript["conv1"]["tier"] == "typical tier of check --fn"
+    assert ort.layers[0].covers == ["conv1", "bn1"]  # the BatchNorm folded into the Conv node at export
+    torchscript = {r.path: r for r in report.ports[2].layers}
+    assert torchscript["bn1"].tier == "registry op batch_norm"
+    assert torchscript["fc"].tier == "registry op linear"
+    assert torchscript["conv1"].tier == "typical tier of check --fn"
 
 
 def test_onnx_runtime_port_of_a_transformer_block_flags_no_layer(block_inputs):
     report = run_model(ModelRun(BLOCK, block_inputs, ["onnxruntime"]))
     (port,) = report.ports
-    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 5
-    tiers = {r["path"]: r["tier"] for r in port["layers"]}
+    assert report.within_rounding and port.flagged == 0 and port.compared == 5
+    tiers = {r.path: r.tier for r in port.layers}
     assert tiers == {
         "proj": "registry op linear",
         "norm": "registry op layer_norm",
@@ -104,7 +105,7 @@ def test_layer_norm_epsilon_is_named(tmp_path, block_inputs):
     port.norm.eps = 1e-3  # LayerNormalization(epsilon=1e-3)
     judged = _judged(BLOCK, block_inputs, _port_file(tmp_path, port, example_inputs("small_transformer")))
     _assert_first(judged, "norm")
-    assert next(r for r in judged["layers"] if r["path"] == "norm")["verdict"] == "beyond rounding"
+    assert next(r for r in judged.layers if r.path == "norm").verdict == "beyond rounding"
 
 
 def test_tanh_gelu_for_erf_gelu_is_named(tmp_path, block_inputs):
@@ -204,7 +205,7 @@ def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
         pytest.skip("a GPU is here: the CUDA ports run")
     report = run_model(ModelRun(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"]))
     assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
-    assert [p["port"] for p in report.ports] == ["torchscript"] and report.within_rounding
+    assert [p.port for p in report.ports] == ["torchscript"] and report.within_rounding
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -216,9 +217,9 @@ def test_cuda_ports_with_tf32_off_and_on_flag_no_layer_on_a_gpu(example, tmp_pat
     report = run_model(ModelRun(f"accuracy.workflows.model.zoo:{example}", inputs, ["cuda", "cuda-tf32"]))
     assert report.absent == []
     for port in report.ports:
-        assert port["flagged"] == 0, (port["port"], [(r["path"], r["reason"]) for r in port["layers"]])
+        assert port.flagged == 0, (port.port, [(r.path, r.reason) for r in port.layers])
     cuda, tf32 = report.ports
-    assert tf32["worst_introduced"] > 10 * cuda["worst_introduced"]  # TF32 did run: its error, not float32's
+    assert tf32.worst_introduced > 10 * cuda.worst_introduced  # TF32 did run: its error, not float32's
 
 
 TF32_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "convolution": (0, 1)}
@@ -268,15 +269,13 @@ def test_tf32_results_are_within_rounding_at_tf32_and_a_tf32_leak_into_float32_i
 ):
     inputs = write_arrays(tmp_path / "x.npz", example_inputs(example))
     at_tf32 = _tf32_port_report(spec, inputs, judged_as_tf32=True)
-    assert at_tf32["flagged"] == 0, [(r["path"], r["reason"]) for r in at_tf32["layers"]]
-    rows = {r["path"]: r for r in at_tf32["layers"]}
-    assert all(rows[layer]["introduced"] > 1e-5 for layer in contractions)  # TF32's error, 100x float32's
-    assert {rows[layer]["compute"] for layer in contractions if "linear" in rows[layer]["tier"]} == {"tfloat32"}
-    assert all(
-        "rounded to tfloat32" in rows[layer]["reason"] for layer in contractions if "typical" in rows[layer]["tier"]
-    )
+    assert at_tf32.flagged == 0, [(r.path, r.reason) for r in at_tf32.layers]
+    rows = {r.path: r for r in at_tf32.layers}
+    assert all(rows[layer].introduced > 1e-5 for layer in contractions)  # TF32's error, 100x float32's
+    assert {rows[layer].compute for layer in contractions if "linear" in rows[layer].tier} == {"tfloat32"}
+    assert all("rounded to tfloat32" in rows[layer].reason for layer in contractions if "typical" in rows[layer].tier)
     leak = _tf32_port_report(spec, inputs, judged_as_tf32=False)
-    assert [r["path"] for r in leak["layers"] if r["verdict"] != WITHIN] == contractions
+    assert [r.path for r in leak.layers if r.verdict != WITHIN] == contractions
 
 
 @pytest.mark.slow  # imports TensorFlow
@@ -285,7 +284,7 @@ def test_keras_port_with_a_mapping_names_each_keras_bug(cnn_inputs):
 
     correct = run_model(ModelRun(CNN, cnn_inputs, keras=keras_small_cnn()))
     (port,) = correct.ports
-    assert port["flagged"] == 0 and port["compared"] == 8, [(r["path"], r["verdict"]) for r in port["layers"]]
+    assert port.flagged == 0 and port.compared == 8, [(r.path, r.verdict) for r in port.layers]
     for bug, layer in [
         ({"bn_epsilon": 1e-3}, "bn1"),
         ({"same_padding": True}, "conv1"),
@@ -369,10 +368,10 @@ def test_a_file_without_layer_inputs_gives_propagated_differences_only(tmp_path,
         ModelRun(CNN, cnn_inputs, activations_files={"phone": str(write_arrays(tmp_path / "o.npz", outputs_only))})
     )
     (port,) = report.ports
-    assert port["compared"] == 0 and not report.within_rounding  # nothing judged is no pass
-    for row in port["layers"]:
-        assert row["verdict"] == NOT_COMPARED and "no inputs for it" in row["reason"]
-        assert 0 <= row["propagated"] < 1e-6  # PyTorch's own float32 activations against the float64 model
+    assert port.compared == 0 and not report.within_rounding  # nothing judged is no pass
+    for row in port.layers:
+        assert row.verdict == NOT_COMPARED and "no inputs for it" in row.reason
+        assert 0 <= row.propagated < 1e-6  # PyTorch's own float32 activations against the float64 model
 
 
 class _ReadsItsDtype(nn.Module):
@@ -396,7 +395,7 @@ def test_traced_stand_ins_keep_the_model_parameters(monkeypatch):
     from its parameters (bert2) failed there when they held none."""
     monkeypatch.chdir(Path(__file__).parents[2])
     report = run_model(ModelRun("tests.cli.test_model:reads_its_dtype", "x=2x4", ["torchscript"]))
-    assert report.within_rounding and report.ports[0]["compared"] == 1
+    assert report.within_rounding and report.ports[0].compared == 1
 
 
 def test_a_layer_whose_onnx_nodes_are_not_found_is_not_compared_rather_than_judged_with_the_one_before(monkeypatch):
@@ -418,11 +417,11 @@ def test_a_layer_whose_onnx_nodes_are_not_found_is_not_compared_rather_than_judg
     calls, _ = run_reference(model, inputs, "the test's inputs")
     (port,), absent = evaluate_ports([build_port("onnxruntime-noopt", model, inputs)], model, inputs, calls)
     assert absent == []
-    rows = {row["path"]: row for row in port["layers"]}
-    assert rows["0"]["covers"] == ["0", "1"] and rows["0"]["verdict"] == WITHIN  # BatchNorm folded: one unit
-    assert rows["2"]["covers"] == ["2"] and rows["2"]["verdict"] == WITHIN
-    assert rows["3"]["verdict"] == NOT_COMPARED and "no ONNX node computes it" in rows["3"]["reason"]
-    assert port["flagged"] == 0
+    rows = {row.path: row for row in port.layers}
+    assert rows["0"].covers == ["0", "1"] and rows["0"].verdict == WITHIN  # BatchNorm folded: one unit
+    assert rows["2"].covers == ["2"] and rows["2"].verdict == WITHIN
+    assert rows["3"].verdict == NOT_COMPARED and "no ONNX node computes it" in rows["3"].reason
+    assert port.flagged == 0
 
 
 @pytest.mark.slow
@@ -441,12 +440,12 @@ def test_albert_s_shared_layer_is_not_judged_on_nodes_of_both_its_calls():
         )
     )
     (port,) = report.ports
-    rows = {row["path"]: row for row in port["layers"]}
+    rows = {row.path: row for row in port.layers}
     shared = rows["encoder.albert_layer_groups.0"]
-    assert shared["verdict"] == NOT_COMPARED and "do not tell this module's calls apart" in shared["reason"]
-    leaves = [r for p, r in rows.items() if p.startswith("encoder.albert_layer_groups.0.") and r["verdict"] == WITHIN]
+    assert shared.verdict == NOT_COMPARED and "do not tell this module's calls apart" in shared.reason
+    leaves = [r for p, r in rows.items() if p.startswith("encoder.albert_layer_groups.0.") and r.verdict == WITHIN]
     assert len(leaves) >= 8
-    assert port["flagged"] == 0 and report.within_rounding
+    assert port.flagged == 0 and report.within_rounding
 
 
 class _OffsetsItsIds(nn.Module):
@@ -502,8 +501,8 @@ def test_a_unit_that_changes_its_integer_inputs_is_rerun_on_copies(monkeypatch):
     ids = {"ids": np.arange(6).reshape(1, 6)}
     report = run_model(ModelRun("tests.cli.test_model:offsets_its_ids", ids, ["threads:1"]))
     (port,) = report.ports
-    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 2
-    assert all(row["verdict"] == WITHIN for row in port["layers"])
+    assert report.within_rounding and port.flagged == 0 and port.compared == 2
+    assert all(row.verdict == WITHIN for row in port.layers)
 
 
 def test_the_float64_reference_makes_tensors_without_a_dtype_in_float64(monkeypatch):
@@ -512,5 +511,5 @@ def test_the_float64_reference_makes_tensors_without_a_dtype_in_float64(monkeypa
     monkeypatch.chdir(Path(__file__).parents[2])
     x = {"x": np.random.default_rng(0).standard_normal((1, 5, 4)).astype(np.float32)}
     report = run_model(ModelRun("tests.cli.test_model:full_of_the_minimum", x, ["threads:1"]))
-    assert report.within_rounding and report.ports[0]["flagged"] == 0
+    assert report.within_rounding and report.ports[0].flagged == 0
     assert torch.get_default_dtype() == torch.float32  # and the default is given back

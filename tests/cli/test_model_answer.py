@@ -26,8 +26,10 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.answer import LINE, STYLES, is_flagged, look_closer, port_answer, ratio, short_reason
 from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
+from accuracy.workflows.model.unit import CauseFinding
 from accuracy.workflows.model.zoo import decoder, example_inputs
 
 DECODER = "accuracy.workflows.model.zoo:decoder"
@@ -62,10 +64,10 @@ def test_the_answer_is_three_short_lines_naming_the_unit_its_ratio_and_cause(fla
     verdict, where, why = flagged.answers()
     assert all(len(line) <= LINE for line in (verdict, where, why)), [len(x) for x in (verdict, where, why)]
     (port,) = flagged.ports
-    rows = {r["path"]: r for r in port["layers"]}
+    rows = {r.path: r for r in port.layers}
     first = rows["layers.0.self_attn"]
-    assert verdict.startswith(f"port [float32]: NOT within rounding: {port['flagged']} of {port['compared']} units")
-    headline = first["reason"].split(" (")[0]  # "1.97e+03x the most any rounding of its ops can give"
+    assert verdict.startswith(f"port [float32]: NOT within rounding: {port.flagged} of {port.compared} units")
+    headline = first.reason.split(" (")[0]  # "1.97e+03x the most any rounding of its ops can give"
     own = "layers.0.self_attn (DecoderAttention), in its own forward"
     assert where == f"  first not within rounding: {own}: {BEYOND}, {headline}"
     assert why.startswith(
@@ -77,7 +79,7 @@ def test_the_answer_is_three_short_lines_naming_the_unit_its_ratio_and_cause(fla
 
 def test_the_look_closer_command_for_a_registry_op_runs(capsys):
     """The command the third line prints for a unit that computes a registry op is a real command."""
-    row = {"registry_op": "silu", "verdict": SUSPICIOUS}
+    row = UnitRow("silu", ["silu"], "SiLU (silu)", None, 0, SUSPICIOUS, "", registry_op="silu")
     command = look_closer(row, "float32").split()
     assert command[:2] == ["opbench", "explain"]
     assert main(command[1:]) in (0, 1)
@@ -89,42 +91,47 @@ NUMBER = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
 
 
 @st.composite
-def ports(draw) -> dict:
-    """A port's result as --json gives it: any paths, op names, cause words and numbers."""
+def ports(draw) -> PortResult:
+    """A port's result: any paths, op names, cause words and numbers."""
     verdicts = st.sampled_from(sorted(STYLES))
+    causes = st.builds(CauseFinding, name=PATH, words=PATH, explains=st.booleans())
     layers = [
-        {
-            "path": draw(PATH),
-            "op": draw(PATH),
-            "verdict": draw(verdicts),
-            "reason": draw(PATH),
-            "typical_ratio": draw(NUMBER),
-            "bound_ratio": draw(NUMBER),
-            "own_code": draw(st.booleans()),
-            "parent": None,
-            "cause": draw(
-                st.one_of(st.none(), st.fixed_dictionaries({"explains": st.booleans(), "words": PATH, "name": PATH}))
-            ),
-            "registry_op": draw(st.one_of(st.none(), PATH)),
-        }
+        UnitRow(
+            path=draw(PATH),
+            covers=[],
+            op=draw(PATH),
+            parent=None,
+            depth=0,
+            verdict=draw(verdicts),
+            reason=draw(PATH),
+            typical_ratio=draw(NUMBER),
+            bound_ratio=draw(NUMBER),
+            own_code=draw(st.booleans()),
+            cause=draw(st.none() | causes),
+            registry_op=draw(st.one_of(st.none(), PATH)),
+        )
         for _ in range(draw(st.integers(1, 4)))
     ]
-    flagged = [r for r in layers if is_flagged(r["verdict"])]
-    return {
-        "port": draw(PATH),
-        "dtype": draw(st.sampled_from(["float32", "bfloat16", "float16"])),
-        "layers": layers,
-        "compared": draw(st.integers(0, 10**6)),
-        "not_compared": draw(st.integers(0, 10**6)),
-        "flagged": len(flagged),
-        "first_not_within": flagged[0]["path"] if flagged and draw(st.booleans()) else None,
-        "output": {"relative_error": draw(NUMBER), "reference_relative_error": draw(NUMBER)},
-        "end_to_end": {"verdict": draw(verdicts), "reason": draw(PATH), "first_departs": draw(st.none() | PATH)},
-        "inputs": [
+    flagged = [r for r in layers if is_flagged(r.verdict)]
+    return PortResult(
+        port=draw(PATH),
+        description="",
+        dtype=draw(st.sampled_from(["float32", "bfloat16", "float16"])),
+        layers=layers,
+        compared=draw(st.integers(0, 10**6)),
+        not_compared=draw(st.integers(0, 10**6)),
+        flagged=len(flagged),
+        runtime_limits=0,
+        worst_introduced=None,
+        first_not_within=flagged[0].path if flagged and draw(st.booleans()) else None,
+        output={"relative_error": draw(NUMBER), "reference_relative_error": draw(NUMBER)},
+        end_to_end=EndToEndVerdict(draw(verdicts), draw(PATH), draw(st.none() | PATH)),
+        seconds=0.0,
+        inputs=[
             {"input": draw(PATH), "layer": draw(PATH), "verdict": draw(verdicts), "reason": draw(PATH)}
             for _ in range(draw(st.integers(0, 1)))
         ],
-    }
+    )
 
 
 @given(ports())
@@ -144,25 +151,25 @@ def test_the_table_gives_one_short_reason_and_the_ratio_alone_within_rounding(fl
     out = text.render(flagged)
     rows = _rows(out)
     (port,) = flagged.ports
-    for row in port["layers"]:
-        line = rows[row["path"]]
-        if row["verdict"] == WITHIN:
+    for row in port.layers:
+        line = rows[row.path]
+        if row.verdict == WITHIN:
             assert f" {ratio(row):.3g}x " in line and "typical of a correct" not in line
         else:
-            assert f"!! {row['verdict']}  {short_reason(row)}" in line  # marked, no colour in a pipe
+            assert f"!! {row.verdict}  {short_reason(row)}" in line  # marked, no colour in a pipe
     assert "derived as" not in out and "why:" not in out
     explained = text.render(flagged, explain=True)
-    assert "why:" in explained and explained.count("derived as") >= port["flagged"]
+    assert "why:" in explained and explained.count("derived as") >= port.flagged
 
 
 def test_only_flagged_shows_the_flagged_units_and_their_parents_and_counts_the_rest(flagged):
     (port,) = flagged.ports
     out = text.render(flagged, only_flagged=True)
     shown = set(_rows(out))
-    wanted = {r["path"] for r in port["layers"] if is_flagged(r["verdict"])}
-    wanted |= {r["parent"] for r in port["layers"] if r["path"] in wanted and r["parent"]}
+    wanted = {r.path for r in port.layers if is_flagged(r.verdict)}
+    wanted |= {r.parent for r in port.layers if r.path in wanted and r.parent}
     assert shown == wanted and wanted == {"layers.0", "layers.0.self_attn", "layers.1", "layers.1.self_attn"}
-    assert f"{len(port['layers']) - len(wanted)} of {len(port['layers'])} units hidden" in out
+    assert f"{len(port.layers) - len(wanted)} of {len(port.layers)} units hidden" in out
     assert "units hidden" not in text.render(flagged)  # 27 units: all shown by default
 
 
@@ -171,7 +178,7 @@ def test_above_fold_units_the_default_shows_the_top_level_and_the_flagged(flagge
     (port,) = flagged.ports
     shown = set(_rows(text.render(flagged)))
     assert shown == {"layers.0", "layers.0.self_attn", "layers.1", "layers.1.self_attn", "norm"}
-    assert set(_rows(text.render(flagged, verbose=True))) == {r["path"] for r in port["layers"]}
+    assert set(_rows(text.render(flagged, verbose=True))) == {r.path for r in port.layers}
 
 
 def test_the_verdict_is_coloured_on_a_terminal_and_never_with_no_color(flagged, monkeypatch):
@@ -216,12 +223,12 @@ def test_json_keeps_every_field_and_the_full_reason(files, capsys):
 def test_the_page_has_the_answer_first_and_each_rows_full_reason_behind_details(flagged):
     page = model_page(flagged)
     answer = page[page.index("<section id='answer'>") : page.index("</section>")]
-    (port,) = flagged.as_dict()["ports"]
+    (port,) = flagged.ports
     link = f"href='#{row_id(0, 'layers.0.self_attn')}'"
     assert link in answer and f"<tr id='{row_id(0, 'layers.0.self_attn')}' class='flagged'>" in page
     assert "<details><summary>How each verdict is derived</summary>" in answer
-    assert page.count("<tr id=") == len(port["layers"])
-    for row in port["layers"]:
+    assert page.count("<tr id=") == len(port.layers)
+    for row in port.layers:
         summary = short_reason(row)
         assert f"<details><summary>{summary}</summary>" in page, summary
     assert len(page) < 150_000, len(page)

@@ -136,8 +136,8 @@ def test_in_place_layers_are_judged_on_what_they_received(user):
     call, the input was the output, and PyTorch against itself read 1e6x the threshold."""
     report = run_model(ModelRun("mymodels:in_place", _x(user, "input"), ["threads:1", "torchscript"]))
     for port in report.ports:
-        assert port["flagged"] == 0 and port["compared"] == 5, [(r["path"], r["reason"]) for r in port["layers"]]
-        assert port["end_to_end"]["verdict"] == "within rounding"
+        assert port.flagged == 0 and port.compared == 5, [(r.path, r.reason) for r in port.layers]
+        assert port.end_to_end.verdict == "within rounding"
     assert report.within_rounding
 
 
@@ -148,7 +148,7 @@ def test_a_forward_that_writes_to_its_input_leaves_the_inputs_alone(user):
     (port,) = report.ports
     assert np.array_equal(np.load(inputs)["x"], before)
     # PyTorch's own float32 output on the same input is a few ulps off the float64 model, not 0.99
-    assert port["output"]["reference_relative_error"] < 1e-6 and report.within_rounding
+    assert port.output["reference_relative_error"] < 1e-6 and report.within_rounding
 
 
 def test_a_factory_that_prints_keeps_json_parseable(user, capsys):
@@ -270,18 +270,18 @@ def test_a_users_factory_imports_transformers_plainly_and_the_default_ports_run_
     report = run_model(ModelRun("mymodels:llama_tiny", ids))
     ort, noopt, torchscript = report.ports
     assert report.absent == [] and report.within_rounding
-    assert torchscript["port"] == "torchscript" and torchscript["flagged"] == 0 and torchscript["compared"] == 24
+    assert torchscript.port == "torchscript" and torchscript.flagged == 0 and torchscript.compared == 24
     for port in (ort, noopt):
-        judged = {r["path"] for r in port["layers"] if r["verdict"] == "within rounding"}
-        assert port["compared"] == 28 and port["flagged"] == 0, port["port"]
+        judged = {r.path for r in port.layers if r.verdict == "within rounding"}
+        assert port.compared == 28 and port.flagged == 0, port.port
         assert {"layers.0", "layers.0.self_attn", "layers.1.mlp", "layers.1.self_attn.q_proj", "norm"} <= judged
-        (skipped,) = [r for r in port["layers"] if r["verdict"] == "not compared"]
-        assert skipped["path"] == "rotary_emb" and "constant at export" in skipped["reason"]
-    reasons = {r["path"]: r["reason"] for r in torchscript["layers"] if r["verdict"] == "not compared"}
+        (skipped,) = [r for r in port.layers if r.verdict == "not compared"]
+        assert skipped.path == "rotary_emb" and "constant at export" in skipped.reason
+    reasons = {r.path: r.reason for r in torchscript.layers if r.verdict == "not compared"}
     assert set(reasons) == {"rotary_emb", "layers.0", "layers.0.self_attn", "layers.1", "layers.1.self_attn"}
     assert "returns a tuple" in reasons["rotary_emb"] and "other arguments" in reasons["layers.0"]
     (threads,) = run_model(ModelRun("mymodels:llama_tiny", ids, ["threads:1"])).ports  # its own modules: every unit
-    assert threads["compared"] == 29 and threads["flagged"] == 0
+    assert threads.compared == 29 and threads.flagged == 0
 
 
 @pytest.mark.slow  # torchvision's MobileNetV3, 141 units
@@ -296,7 +296,7 @@ def test_stock_mobilenet_v3_against_itself_flags_nothing(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     report = run_model(ModelRun("tv:mnv3", "x=1x3x32x32", ["threads:1"]))
     (port,) = report.ports
-    assert port["flagged"] == 0 and port["compared"] == 208 and report.within_rounding  # 141 leaves, 67 parents
+    assert port.flagged == 0 and port.compared == 208 and report.within_rounding  # 141 leaves, 67 parents
 
 
 @pytest.mark.slow  # two torchvision models exported and judged, 7 s each
@@ -316,8 +316,8 @@ def test_stock_mobilenets_against_onnx_runtime_compare_every_layer_and_flag_noth
     for factory, compared, not_compared in (("v2", 159, ["classifier.0"]), ("v3", 173, [])):
         report = run_model(ModelRun(f"mobilenets:{factory}", "x=1x3x32x32", ["onnxruntime"]))
         (port,) = report.ports
-        assert [r["path"] for r in port["layers"] if r["verdict"] == "not compared"] == not_compared, factory
-        assert port["compared"] == compared and port["flagged"] == 0 and report.within_rounding, factory
+        assert [r.path for r in port.layers if r.verdict == "not compared"] == not_compared, factory
+        assert port.compared == compared and port.flagged == 0 and report.within_rounding, factory
 
 
 def test_inf_in_the_inputs_is_data_judged_on_the_finite_part(user):
@@ -330,10 +330,10 @@ def test_inf_in_the_inputs_is_data_judged_on_the_finite_part(user):
     report = run_model(ModelRun("mymodels:in_place", inputs, ["threads:1", "onnxruntime"]))
     assert report.nonfinite == {"inputs": {"input": 1}, "weights": {}, "output": 8}  # row 1 of the 8 outputs per row
     for port in report.ports:
-        assert port["flagged"] == 0 and port["compared"] == 5 and port["end_to_end"]["verdict"] == "within rounding"
-        first = port["layers"][0]
-        assert "32 output element(s) depend on non-finite inputs (x: 1)" in first["reason"]
-        assert 0 < port["output"]["relative_error"] < 1e-6  # the finite rows, at float32's rounding
+        assert port.flagged == 0 and port.compared == 5 and port.end_to_end.verdict == "within rounding"
+        first = port.layers[0]
+        assert "32 output element(s) depend on non-finite inputs (x: 1)" in first.reason
+        assert 0 < port.output["relative_error"] < 1e-6  # the finite rows, at float32's rounding
     assert report.within_rounding
 
 
@@ -376,8 +376,8 @@ def test_the_float64_reference_keeps_a_models_own_float32_casts_in_float64(user)
     _, out32 = run_in(model, {"input": x}, FORMATS["float32"])  # a port's own dtype keeps the casts
     assert out32.dtype == torch.float32 and np.max(np.abs(out32.numpy() - exact) / np.abs(exact)) > 1e-9
     report = run_model(ModelRun("mymodels:casting_norm", "input=4x32", ["threads:1"]))
-    row = report.ports[0]["layers"][0]
-    assert row["max_ulp"] > 0 and row["typical_ratio"] > 0 and row["verdict"] == "within rounding"
+    row = report.ports[0].layers[0]
+    assert row.max_ulp > 0 and row.typical_ratio > 0 and row.verdict == "within rounding"
 
 
 @pytest.mark.slow  # imports transformers
@@ -422,10 +422,10 @@ def test_a_runtimes_own_end_to_end_activations_give_its_own_propagated_error(tmp
     (judged,) = run_model(
         ModelRun("accuracy.workflows.model.zoo:small_cnn", x, activations_files={"p": str(file)})
     ).ports
-    assert judged["first_not_within"] == "bn1"
-    fc = next(r for r in judged["layers"] if r["path"] == "fc")
-    assert fc["propagated"] > 1e-5  # the port's own run carries bn1's error to its output
-    assert judged["output"]["relative_error"] > 1e-5 and judged["end_to_end"]["verdict"] == "beyond rounding"
+    assert judged.first_not_within == "bn1"
+    fc = next(r for r in judged.layers if r.path == "fc")
+    assert fc.propagated > 1e-5  # the port's own run carries bn1's error to its output
+    assert judged.output["relative_error"] > 1e-5 and judged.end_to_end.verdict == "beyond rounding"
 
 
 def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
@@ -440,10 +440,10 @@ def test_a_leaky_relu_slope_is_named_with_the_fitted_slope(user):
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "input.npz", {"input": x}))
     (judged,) = run_model(ModelRun("mymodels:in_place", inputs, activations_files={"p": str(file)})).ports
-    row = next(r for r in judged["layers"] if r["path"] == "3")
-    assert judged["first_not_within"] == "3" and row["verdict"] == "beyond rounding"
-    assert row["cause"].explains and row["cause"].parameters == {"negative_slope": 0.2}
-    assert "TensorFlow's default" in row["cause"].words
+    row = next(r for r in judged.layers if r.path == "3")
+    assert judged.first_not_within == "3" and row.verdict == "beyond rounding"
+    assert row.cause.explains and row.cause.parameters == {"negative_slope": 0.2}
+    assert "TensorFlow's default" in row.cause.words
 
 
 @pytest.mark.slow  # a fresh process: what the terminal shows
@@ -487,4 +487,4 @@ def test_a_block_of_integer_inputs_that_computes_is_judged_on_its_typical_tier(t
     assert judge_unit(lookup, ids, fmt, {"torch": looked_up})["torch"].tier == LOOKUP_TIER
     given = write_arrays(tmp_path / "ids.npz", example_inputs("bert2"))
     report = run_model(ModelRun("accuracy.workflows.model.zoo:bert2", given, ["threads:1"]))
-    assert report.ports[0]["flagged"] == 0
+    assert report.ports[0].flagged == 0

@@ -21,15 +21,17 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes import _distance, causes
 from accuracy.workflows.model.causes.attention import AttentionChange, is_attention, with_change
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.torchvision_import import import_transformers
 from accuracy.workflows.model.trace import float64_throughout, record
+from accuracy.workflows.model.unit import CauseFinding
 from accuracy.workflows.model.zoo import DecoderAttention, bert2, decoder, example_inputs, gpt2_tiny, llama_tiny
 
 SDPA = F.scaled_dot_product_attention
 
 
-def _port(tmp_path, name: str, port, patches: tuple = (), inputs: dict | None = None) -> dict:
+def _port(tmp_path, name: str, port, patches: tuple = (), inputs: dict | None = None) -> PortResult:
     """`port` run as a runtime would, its activations handed over, judged against zoo's `name`;
     `patches`: (object, attribute, value) in force while the port runs (a hand port's own code)."""
     inputs = example_inputs(name) if inputs is None else inputs
@@ -47,11 +49,9 @@ def _port(tmp_path, name: str, port, patches: tuple = (), inputs: dict | None = 
     return judged
 
 
-def _named(port: dict, path: str, cause: str) -> dict:
-    assert port["first_not_within"] == path, [
-        (r["path"], r["verdict"]) for r in port["layers"] if r["verdict"] != WITHIN
-    ]
-    found = next(r for r in port["layers"] if r["path"] == path)["cause"]
+def _named(port: PortResult, path: str, cause: str) -> CauseFinding:
+    assert port.first_not_within == path, [(r.path, r.verdict) for r in port.layers if r.verdict != WITHIN]
+    found = next(r for r in port.layers if r.path == path).cause
     assert found.explains and found.verdict == WITHIN, found
     assert found.name == cause and found.alternatives == (), found
     return found
@@ -177,8 +177,8 @@ def _bfloat16_softmax(x, dim=None, **kwargs):
 def test_bert_softmax_in_bfloat16_is_named_at_its_self_attention(tmp_path):
     port = _port(tmp_path, "bert2", bert2().eval(), ((F, "softmax", _bfloat16_softmax),))
     _named(port, "encoder.layer.0.attention.self", "softmax in bfloat16")
-    rows = {r["path"]: r for r in port["layers"]}
-    assert "cause" not in rows["encoder.layer.0.attention.output.dense"]
+    rows = {r.path: r for r in port.layers}
+    assert rows["encoder.layer.0.attention.output.dense"].cause is None
 
 
 def _explicit_attention(fill: float):
@@ -229,12 +229,12 @@ def test_a_reference_with_the_ports_nan_rows_is_nearer_than_any_without(padded, 
 
 def test_correct_ports_get_no_cause(tmp_path):
     port = _port(tmp_path, "decoder", decoder(sdpa=True))
-    assert port["flagged"] == 0 and all("cause" not in r for r in port["layers"])
+    assert port.flagged == 0 and all(r.cause is None for r in port.layers)
     report = run_model(
         ModelRun("accuracy.workflows.model.zoo:llama_tiny", _ids(tmp_path), ["threads:1", "torchscript"])
     )
-    assert [p["flagged"] for p in report.ports] == [0, 0]
-    assert all("cause" not in row for port in report.ports for row in port["layers"])
+    assert [p.flagged for p in report.ports] == [0, 0]
+    assert all(row.cause is None for port in report.ports for row in port.layers)
 
 
 def _ids(tmp_path):

@@ -26,6 +26,7 @@ from accuracy.workflows.model.causes.layout import _regridded, _tf_same
 from accuracy.workflows.model.causes.normalization import NormWritten
 from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, evaluate_ports, run_model
 from accuracy.workflows.model.trace import record, run_reference
 from accuracy.workflows.model.unit import NamedCause, leaf_units
@@ -71,7 +72,7 @@ def layered_nearest() -> nn.Module:
     return Layered("nearest", 1.5)
 
 
-def _port(tmp_path, spec: str, inputs: dict, port) -> dict:
+def _port(tmp_path, spec: str, inputs: dict, port) -> PortResult:
     calls, out = record(port.eval(), inputs)
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     x = write_arrays(tmp_path / "x.npz", inputs)
@@ -310,8 +311,8 @@ def _inputs(name: str) -> dict:
 def test_each_injected_bug_is_named_at_its_module(tmp_path, port, path, cause, parameter):
     name, make = port
     judged = _port(tmp_path, _spec(name), _inputs(name), make())
-    assert judged["first_not_within"] == path, [(r["path"], r["verdict"]) for r in judged["layers"]]
-    found = next(r for r in judged["layers"] if r["path"] == path)["cause"]
+    assert judged.first_not_within == path, [(r.path, r.verdict) for r in judged.layers]
+    found = next(r for r in judged.layers if r.path == path).cause
     assert found.explains and found.name == cause and found.verdict == WITHIN, found
     if parameter is not None:
         (value,) = found.parameters.values()
@@ -326,7 +327,7 @@ def test_equal_explanations_are_both_said(tmp_path):
     judged = _port(
         tmp_path, _spec("small_cnn"), example_inputs("small_cnn"), _swap("", small_cnn, conv2=_as(_TF32Conv))[1]()
     )
-    found = next(r for r in judged["layers"] if r["path"] == "conv2")["cause"]
+    found = next(r for r in judged.layers if r.path == "conv2").cause
     assert found.name == "products in tfloat32"
     assert found.alternatives == (
         NamedCause("products in float16", "its products rounded to float16 (input and weight; autocast or TF32)", {}),
@@ -335,8 +336,8 @@ def test_equal_explanations_are_both_said(tmp_path):
 
 def test_a_correct_port_of_each_kind_gets_no_cause(tmp_path):
     judged = _port(tmp_path, LAYERED, _layered_inputs(), layered())
-    assert judged["flagged"] == 0 and judged["compared"] == 13, [(r["path"], r["verdict"]) for r in judged["layers"]]
-    assert all(r.get("cause") is None for r in judged["layers"])
+    assert judged.flagged == 0 and judged.compared == 13, [(r.path, r.verdict) for r in judged.layers]
+    assert all(r.cause is None for r in judged.layers)
 
 
 def test_a_bug_no_entry_holds_gets_the_nearest_and_no_cause(tmp_path):
@@ -345,8 +346,8 @@ def test_a_bug_no_entry_holds_gets_the_nearest_and_no_cause(tmp_path):
     judged = _port(
         tmp_path, LAYERED, _layered_inputs(), _edited("", layered, lambda m: m.fc2.weight.mul_(1 + 2**-10))[1]()
     )
-    assert judged["first_not_within"] == "fc2"
-    found = next(r for r in judged["layers"] if r["path"] == "fc2")["cause"]
+    assert judged.first_not_within == "fc2"
+    found = next(r for r in judged.layers if r.path == "fc2").cause
     assert not found.explains and found.words is not None and found.ratio > 1, found
 
 

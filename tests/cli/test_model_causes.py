@@ -14,13 +14,14 @@ from accuracy.judge.verdicts import WITHIN, Verdict
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.rows import PortResult, UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.unit import CauseFinding
 from accuracy.workflows.model.zoo import decoder, example_inputs, small_cnn, small_transformer
 
 
-def _port(tmp_path, name: str, port) -> dict:
+def _port(tmp_path, name: str, port) -> PortResult:
     inputs = example_inputs(name)
     calls, out = record(port, inputs)
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
@@ -31,8 +32,8 @@ def _port(tmp_path, name: str, port) -> dict:
     return judged
 
 
-def _row(port: dict, path: str) -> dict:
-    return next(r for r in port["layers"] if r["path"] == path)
+def _row(port: PortResult, path: str) -> UnitRow:
+    return next(r for r in port.layers if r.path == path)
 
 
 def _bn_eps(model):
@@ -70,8 +71,8 @@ def _bfloat16_weight(model):
 )
 def test_each_catalogued_bug_is_named_with_its_parameter(tmp_path, name, make, bug, path, cause, parameter):
     port = _port(tmp_path, name, bug(make().eval()))
-    assert port["first_not_within"] == path
-    found = _row(port, path)["cause"]
+    assert port.first_not_within == path
+    found = _row(port, path).cause
     assert found.explains and found.name == cause and found.verdict == WITHIN
     if parameter is not None:
         (value,) = found.parameters.values()
@@ -97,7 +98,7 @@ def _gate_and_up_swapped(model):
 
 def test_an_uncatalogued_bug_gets_no_known_cause(tmp_path):
     port = _port(tmp_path, "decoder", _gate_and_up_swapped(decoder()))
-    found = _row(port, "layers.0.mlp")["cause"]
+    found = _row(port, "layers.0.mlp").cause
     assert not found.explains and found.words is None
     _, where, why = ModelReport("decoder", "eval", {}, [port]).answers()
     assert where.startswith("  first not within rounding: layers.0.mlp (DecoderMLP)")
@@ -106,16 +107,16 @@ def test_an_uncatalogued_bug_gets_no_known_cause(tmp_path):
 
 def test_a_correct_port_and_units_within_rounding_get_no_cause():
     report = run_model(ModelRun("accuracy.workflows.model.zoo:small_cnn", "x=2x3x8x8", ["threads:1", "onnxruntime"]))
-    assert all("cause" not in row for port in report.ports for row in port["layers"])
+    assert all(row.cause is None for port in report.ports for row in port.layers)
 
 
 def test_a_finding_is_typed_here_and_json_only_at_the_edge(tmp_path):
     """The cause is a CauseFinding with the Verdict enum in Python; --json writes its fields in
     the order they had as a dict, and reading that JSON back gives the same finding."""
     port = _port(tmp_path, "small_cnn", _bn_eps(small_cnn().eval()))
-    found = _row(port, "bn1")["cause"]
+    found = _row(port, "bn1").cause
     assert isinstance(found, CauseFinding) and found.verdict is Verdict.WITHIN and found.explains
     written = json.loads(dumps(ModelReport("small_cnn", "eval", {}, [port]).as_dict()))
-    cause = _row(written["ports"][0], "bn1")["cause"]
+    cause = next(r for r in written["ports"][0]["layers"] if r["path"] == "bn1")["cause"]
     assert list(cause) == ["name", "words", "parameters", "verdict", "ratio", "explains", "alternatives", "skipped"]
     assert cause["verdict"] == "within rounding" and CauseFinding.of(cause) == found

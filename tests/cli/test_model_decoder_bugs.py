@@ -14,6 +14,7 @@ import torch
 from accuracy.judge.verdicts import WITHIN
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import decoder, example_inputs
@@ -21,7 +22,7 @@ from accuracy.workflows.model.zoo import decoder, example_inputs
 DECODER = "accuracy.workflows.model.zoo:decoder"
 
 
-def _judged_port(tmp_path, **bug) -> dict:
+def _judged_port(tmp_path, **bug) -> PortResult:
     inputs = example_inputs("decoder")
     calls, out = record(decoder(**bug), inputs)
     port = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
@@ -44,14 +45,12 @@ def _judged_port(tmp_path, **bug) -> dict:
 )
 def test_each_bug_is_named_at_the_innermost_module_holding_it(tmp_path, bug, module, own_code):
     port = _judged_port(tmp_path, **bug)
-    assert port["first_not_within"] == module, [
-        (r["path"], r["verdict"]) for r in port["layers"] if r["verdict"] != WITHIN
-    ]
-    row = next(r for r in port["layers"] if r["path"] == module)
-    assert row["own_code"] is own_code
-    inside = [r for r in port["layers"] if r["parent"] == module]
-    assert all(r["verdict"] == WITHIN for r in inside)  # its submodules (q/k/v/o) are right
-    assert port["end_to_end"]["verdict"] != WITHIN or port["flagged"] > 0
+    assert port.first_not_within == module, [(r.path, r.verdict) for r in port.layers if r.verdict != WITHIN]
+    row = next(r for r in port.layers if r.path == module)
+    assert row.own_code is own_code
+    inside = [r for r in port.layers if r.parent == module]
+    assert all(r.verdict == WITHIN for r in inside)  # its submodules (q/k/v/o) are right
+    assert port.end_to_end.verdict != WITHIN or port.flagged > 0
 
 
 @pytest.mark.parametrize(
@@ -59,8 +58,8 @@ def test_each_bug_is_named_at_the_innermost_module_holding_it(tmp_path, bug, mod
 )
 def test_correct_ports_by_other_routes_flag_nothing(tmp_path, route):
     port = _judged_port(tmp_path, **route)
-    assert port["flagged"] == 0, [(r["path"], r["reason"]) for r in port["layers"] if r["verdict"] != WITHIN]
-    assert port["end_to_end"]["verdict"] == WITHIN and port["compared"] == 27
+    assert port.flagged == 0, [(r.path, r.reason) for r in port.layers if r.verdict != WITHIN]
+    assert port.end_to_end.verdict == WITHIN and port.compared == 27
 
 
 def test_the_answer_says_the_difference_is_in_the_parents_own_forward(tmp_path, capsys):
@@ -79,5 +78,5 @@ def test_the_answer_says_the_difference_is_in_the_parents_own_forward(tmp_path, 
 def test_one_thread_against_itself_flags_nothing_in_any_module():
     report = run_model(ModelRun(DECODER, "x=1x8x32", ["threads:1"]))
     (port,) = report.ports
-    assert port["flagged"] == 0 and port["compared"] == 27 and report.within_rounding
-    assert {r["depth"] for r in port["layers"]} == {0, 1, 2}  # layers.0 -> self_attn -> q_proj
+    assert port.flagged == 0 and port.compared == 27 and report.within_rounding
+    assert {r.depth for r in port.layers} == {0, 1, 2}  # layers.0 -> self_attn -> q_proj

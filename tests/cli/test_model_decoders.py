@@ -19,6 +19,7 @@ from chromium import chromium, needs_chromium
 from cli_runner import run_main
 
 from accuracy.workflows.array_files import read_arrays, write_arrays
+from accuracy.workflows.model.rows import UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import example_inputs, gpt2_tiny, llama_tiny
@@ -37,12 +38,12 @@ def test_onnx_ports_judge_gpt2_blocks_and_a_correct_export_flags_nothing(tmp_pat
     )
     assert report.absent == [] and report.within_rounding
     for port in report.ports:
-        rows = {r["path"]: r for r in port["layers"]}
-        assert port["flagged"] == 0 and port["compared"] == 27, port["port"]
+        rows = {r.path: r for r in port.layers}
+        assert port.flagged == 0 and port.compared == 27, port.port
         for parent in ("h.0", "h.0.attn", "h.0.mlp", "h.1"):  # parents judged from their ONNX nodes
-            assert rows[parent]["verdict"] == "within rounding" and rows[parent]["tier"] == "typical tier of check --fn"
+            assert rows[parent].verdict == "within rounding" and rows[parent].tier == "typical tier of check --fn"
         # the position embedding of constant positions is folded at export: listed, with why
-        assert rows["wpe"]["verdict"] == "not compared" and "constant at export" in rows["wpe"]["reason"]
+        assert rows["wpe"].verdict == "not compared" and "constant at export" in rows["wpe"].reason
 
 
 def test_a_modules_further_outputs_are_saved_and_read_back(tmp_path):
@@ -61,7 +62,7 @@ def test_a_modules_further_outputs_are_saved_and_read_back(tmp_path):
     assert not any("/out" in k for k in arrays if not k.startswith("rotary_emb"))  # single-output modules: none
     report = run_model(ModelRun(ZOO + "llama_tiny", inputs, activations_files={"mine": str(saved)}))
     (port,) = report.ports
-    assert report.within_rounding and port["flagged"] == 0 and port["compared"] == 29 and port["not_compared"] == 0
+    assert report.within_rounding and port.flagged == 0 and port.compared == 29 and port.not_compared == 0
 
 
 def test_a_further_output_of_the_wrong_shape_is_bad_input(tmp_path):
@@ -138,13 +139,13 @@ def _edited(path: Path, node_kind: str, index: int, epsilon: float) -> Path:
     return broken
 
 
-def _rows(report) -> dict[str, dict]:
+def _rows(report) -> dict[str, UnitRow]:
     (port,) = report.ports
-    return {r["path"]: r for r in port["layers"]}
+    return {r.path: r for r in port.layers}
 
 
 def _flagged(report) -> set[str]:
-    return {p for p, r in _rows(report).items() if r["verdict"] not in ("within rounding", "not compared")}
+    return {p for p, r in _rows(report).items() if r.verdict not in ("within rounding", "not compared")}
 
 
 @pytest.fixture(scope="module")
@@ -169,19 +170,19 @@ def test_an_ort_optimized_bert_is_judged_with_its_fused_nodes_as_units(bert_opti
     rows = _rows(report)
     # SkipLayerNormalization (the dense's bias, the residual add, the LayerNorm) after a Linear of
     # its own: judged as the sublayer holding them
-    assert rows["encoder.layer.0.attention.output"]["verdict"] == "within rounding"
-    assert "fused with the code around it" in rows["encoder.layer.0.attention.output.LayerNorm"]["reason"]
-    assert rows["encoder.layer.0.attention.output.dense"]["verdict"] == "not compared"
+    assert rows["encoder.layer.0.attention.output"].verdict == "within rounding"
+    assert "fused with the code around it" in rows["encoder.layer.0.attention.output.LayerNorm"].reason
+    assert rows["encoder.layer.0.attention.output.dense"].verdict == "not compared"
     # ... and after a value the file keeps: the LayerNorm judged, fed the reference's own values
-    assert rows["encoder.layer.0.output.LayerNorm"]["verdict"] == "within rounding"
-    assert rows["encoder.layer.0.output.dense"]["covers"] == [
+    assert rows["encoder.layer.0.output.LayerNorm"].verdict == "within rounding"
+    assert rows["encoder.layer.0.output.dense"].covers == [
         "encoder.layer.0.output.dense",
         "encoder.layer.0.output.dropout",
     ]
-    assert rows["encoder.layer.0.intermediate.intermediate_act_fn"]["verdict"] == "within rounding"  # Gelu
+    assert rows["encoder.layer.0.intermediate.intermediate_act_fn"].verdict == "within rounding"  # Gelu
     # a correct export flags nothing, BertEmbeddings (a parent of integer inputs only) included
-    assert _flagged(report) == set() and rows["embeddings"]["verdict"] == "within rounding"
-    assert report.ports[0]["compared"] == 33
+    assert _flagged(report) == set() and rows["embeddings"].verdict == "within rounding"
+    assert report.ports[0].compared == 33
 
     broken = _edited(path, "SkipLayerNormalization", 0, 1e-3)  # BERT's LayerNorm eps is 1e-12
     flagged = _flagged(run_model(ModelRun(ZOO + "bert2", inputs, [], onnx_files={"ort": (str(broken), None)})))
@@ -220,12 +221,12 @@ def test_an_ort_optimized_llama_flags_nothing_and_a_broken_norm_is_named(llama_o
     inputs = _inputs(tmp, "llama_tiny")
     report = run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(path), None)}))
     rows = _rows(report)
-    assert report.within_rounding and _flagged(report) == set() and report.ports[0]["compared"] == 27
+    assert report.within_rounding and _flagged(report) == set() and report.ports[0].compared == 27
     # a norm fused with the residual add before it is still judged, fed the reference's own values
     for norm in ("layers.0.post_attention_layernorm", "layers.1.input_layernorm", "norm"):
-        assert rows[norm]["verdict"] == "within rounding", norm
-    assert rows["layers.0.self_attn"]["verdict"] == "within rounding"
-    assert "fused with the code after it" in rows["layers.1"]["reason"]  # its output never exists as a value
+        assert rows[norm].verdict == "within rounding", norm
+    assert rows["layers.0.self_attn"].verdict == "within rounding"
+    assert "fused with the code after it" in rows["layers.1"].reason  # its output never exists as a value
 
     broken = _edited(path, "SkipSimplifiedLayerNormalization", 0, 1e-2)  # Llama's eps is 1e-6
     flagged = _flagged(run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(broken), None)})))
@@ -249,13 +250,13 @@ def test_a_mapping_file_pairs_values_the_exporters_names_miss(llama_optimized, t
     onnx.save(model, renamed)
     inputs = _inputs(tmp_path, "llama_tiny")
     alone = _rows(run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), None)})))
-    assert alone["layers.0.input_layernorm"]["verdict"] == "not compared"
+    assert alone["layers.0.input_layernorm"].verdict == "not compared"
     mapping = tmp_path / "names.json"
     mapping.write_text(json.dumps({"renamed_norm": "layers.0.input_layernorm"}))
     paired = _rows(
         run_model(ModelRun(ZOO + "llama_tiny", inputs, [], onnx_files={"ort": (str(renamed), str(mapping))}))
     )
-    assert paired["layers.0.input_layernorm"]["verdict"] == "within rounding"
+    assert paired["layers.0.input_layernorm"].verdict == "within rounding"
 
 
 @pytest.mark.slow  # builds BERT to check against

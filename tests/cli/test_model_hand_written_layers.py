@@ -17,6 +17,7 @@ from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.rows import UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 
@@ -133,7 +134,7 @@ def user(tmp_path, monkeypatch):
         yield handcnn_layers
 
 
-def _judged(user, tmp_path, port) -> dict:
+def _judged(user, tmp_path, port) -> dict[str, UnitRow]:
     """The layers `opbench model handcnn_layers:net` reports for `port`'s activations file."""
     torch = pytest.importorskip("torch")
     x = np.random.default_rng(0).normal(size=(2, 3, 12, 12)).astype(np.float32)
@@ -142,7 +143,7 @@ def _judged(user, tmp_path, port) -> dict:
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
     (judged,) = run_model(ModelRun("handcnn_layers:net", inputs, activations_files={"p": str(file)})).ports
-    return {r["path"]: r for r in judged["layers"]}
+    return {r.path: r for r in judged.layers}
 
 
 def test_hand_written_layers_are_known_by_what_they_compute(user):
@@ -187,11 +188,11 @@ def test_correct_hand_written_layers_flag_nothing_and_the_batchnorm_gets_torchs_
     BatchNorm with torch's eps and an affine is judged by the registry's batch_norm, as
     nn.BatchNorm2d is."""
     rows = _judged(user, tmp_path, user.net())
-    assert all(r["verdict"] == "within rounding" for r in rows.values()), {
-        p: (r["verdict"], r.get("cause")) for p, r in rows.items() if r["verdict"] != "within rounding"
+    assert all(r.verdict == "within rounding" for r in rows.values()), {
+        p: (r.verdict, r.cause) for p, r in rows.items() if r.verdict != "within rounding"
     }
-    assert rows["bn1"]["tier"] == "registry op batch_norm"
-    assert rows["bn2"]["tier"] != "registry op batch_norm"  # eps 1e-3, no affine: not the registry's op
+    assert rows["bn1"].tier == "registry op batch_norm"
+    assert rows["bn2"].tier != "registry op batch_norm"  # eps 1e-3, no affine: not the registry's op
 
 
 def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
@@ -233,10 +234,10 @@ def test_bugs_injected_into_hand_written_layers_are_named(user, tmp_path):
                  r"the rest scaled by 1/\(1 - 0.25\)"),
     }  # fmt: skip
     for path, (name, words) in expected.items():
-        cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        cause = rows[path].cause
+        assert rows[path].verdict == "beyond rounding" and cause and cause.explains, (path, cause)
         assert cause.name == name and (cause.words == words or re.fullmatch(words, cause.words)), cause
-    assert rows["head"]["verdict"] == "within rounding"
+    assert rows["head"].verdict == "within rounding"
 
 
 def test_more_bugs_in_hand_written_layers_are_named(user, tmp_path):
@@ -269,8 +270,8 @@ def test_more_bugs_in_hand_written_layers_are_named(user, tmp_path):
         "bn2": ("normalization eps", "PlainNorm eps = 1e-05 (torch's default); this model has 0.001"),
     }
     for path, (name, words) in expected.items():
-        cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        cause = rows[path].cause
+        assert rows[path].verdict == "beyond rounding" and cause and cause.explains, (path, cause)
         assert (cause.name, cause.words) == (name, words), (path, cause)
 
 
@@ -292,7 +293,7 @@ def test_a_hand_written_pool_in_the_other_ceil_mode_is_named(user):
     with torch.no_grad():
         pooled = F.max_pool2d(torch.relu(model.bn1(model.conv1(torch.from_numpy(given["x"])))), 3, 2, 1, ceil_mode=True)
     (result,), _ = evaluate_ports([FilePort("p", arrays | {"pool": pooled.numpy()})], model, given, calls)
-    cause = {r["path"]: r for r in result["layers"]}["pool"]["cause"]
+    cause = {r.path: r for r in result.layers}["pool"].cause
     assert cause and cause.explains and cause.name == "ceil_mode", cause
     assert cause.words == (
         "MaxPool (a MaxPool2d) with ceil_mode=True (the last partial window kept; this model has ceil_mode=False)"

@@ -14,6 +14,7 @@ from user_modules import user_module
 
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
+from accuracy.workflows.model.rows import UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 
@@ -96,7 +97,7 @@ def user(tmp_path, monkeypatch):
         yield directory
 
 
-def _port_of(user, build) -> dict:
+def _port_of(user, build) -> dict[str, UnitRow]:
     """The layers `opbench model handlayers:net` reports for the port `build(reference)` makes."""
     import handlayers
 
@@ -108,7 +109,7 @@ def _port_of(user, build) -> dict:
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "x.npz", {"x": x}))
     (judged,) = run_model(ModelRun("handlayers:net", inputs, activations_files={"p": str(file)})).ports
-    return {r["path"]: r for r in judged["layers"]}
+    return {r.path: r for r in judged.layers}
 
 
 def test_bugs_injected_into_hand_written_layers_are_named(user):
@@ -133,10 +134,10 @@ def test_bugs_injected_into_hand_written_layers_are_named(user):
         "act3": ("LeakyReLU slope", "LeakyReLU slope = 0.2 (TensorFlow's default); this model has 0.1"),
     }
     for path, (name, words) in expected.items():
-        cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause and cause.explains, (path, cause)
+        cause = rows[path].cause
+        assert rows[path].verdict == "beyond rounding" and cause and cause.explains, (path, cause)
         assert (cause.name, cause.words) == (name, words), path
-    assert rows["act2"]["verdict"] == "within rounding" and rows["scores"]["verdict"] == "within rounding"
+    assert rows["act2"].verdict == "within rounding" and rows["scores"].verdict == "within rounding"
 
 
 def test_a_hand_written_softmax_over_another_axis_and_a_rounded_input_are_named(user):
@@ -163,9 +164,9 @@ def test_a_hand_written_softmax_over_another_axis_and_a_rounded_input_are_named(
         return port
 
     rows = _port_of(user, build)
-    assert rows["scores"]["cause"].name == "softmax axis" and rows["scores"]["cause"].parameters == {"dim": 0}
-    assert rows["scores"]["cause"].words == "Scores (a Softmax) over axis 0, not this model's dim=-1"
-    assert rows["square"]["cause"].name == "inputs in bfloat16" and rows["square"]["cause"].explains
+    assert rows["scores"].cause.name == "softmax axis" and rows["scores"].cause.parameters == {"dim": 0}
+    assert rows["scores"].cause.words == "Scores (a Softmax) over axis 0, not this model's dim=-1"
+    assert rows["square"].cause.name == "inputs in bfloat16" and rows["square"].cause.explains
 
 
 def test_a_module_is_probed_once_whatever_the_number_of_causes_asking(user):
@@ -272,7 +273,7 @@ def test_a_hand_written_attention_keeping_its_heads_as_n_head_gets_its_scale_bug
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
         (judged,) = run_model(ModelRun("handattention:tiny", inputs, activations_files={"p": str(file)})).ports
-    cause = {r["path"]: r for r in judged["layers"]}["attn"]["cause"]
+    cause = {r.path: r for r in judged.layers}["attn"].cause
     assert cause.name == "attention scale" and cause.explains, cause
     assert cause.words.startswith("the attention scale 1/sqrt(d_model) for 1/sqrt(head_dim)"), cause.words
     assert abs(cause.parameters["factor"] - 0.5) <= 0.01, cause
@@ -331,10 +332,10 @@ def test_bugs_in_a_hand_written_convolution_are_named(tmp_path, monkeypatch):
         file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
         inputs = str(write_arrays(tmp_path / "x.npz", {"x": x}))
         (judged,) = run_model(ModelRun("handcnn:cnn", inputs, activations_files={"p": str(file)})).ports
-    rows = {r["path"]: r for r in judged["layers"]}
-    assert rows["first"]["cause"].name == "missing bias" and rows["first"]["cause"].explains
-    assert rows["second"]["cause"].name == "weights in bfloat16" and rows["second"]["cause"].explains
-    assert rows["second"]["cause"].words == "its weights stored in bfloat16"
+    rows = {r.path: r for r in judged.layers}
+    assert rows["first"].cause.name == "missing bias" and rows["first"].cause.explains
+    assert rows["second"].cause.name == "weights in bfloat16" and rows["second"].cause.explains
+    assert rows["second"].cause.words == "its weights stored in bfloat16"
 
 
 def test_probing_a_module_leaves_its_state_as_it_was(user):

@@ -105,10 +105,10 @@ def test_a_hand_written_decoder_with_a_config_held_eps_runs_and_its_bugs_are_nam
     file = write_arrays(user / "port.safetensors", activations(calls, out))
     inputs = str(write_arrays(user / "x.npz", {"x": x}))
     (judged,) = run_model(ModelRun("handmade:decoder", inputs, activations_files={"p": str(file)})).ports
-    rows = {r["path"]: r for r in judged["layers"]}
+    rows = {r.path: r for r in judged.layers}
     for path, eps, own in (("norm", 1e-3, "1e-06"), ("bare", 1e-2, "1e-05"), ("gated", 1e-3, "1e-06")):
-        cause = rows[path]["cause"]
-        assert rows[path]["verdict"] == "beyond rounding" and cause.explains, (path, cause)
+        cause = rows[path].cause
+        assert rows[path].verdict == "beyond rounding" and cause.explains, (path, cause)
         assert cause.name == "normalization eps" and abs(cause.parameters["eps"] - eps) <= 0.01 * eps, path
         assert f"this model has {own}" in cause.words
 
@@ -153,7 +153,7 @@ def test_a_unit_the_judge_fails_on_is_not_compared_with_why_and_the_rest_is_judg
 
     monkeypatch.setattr(sweep.Judging, "judge", failing)
     (port,) = run_model(ModelRun("handmade:decoder", "x=4x16", ["threads:1"])).ports
-    rows = {r["path"]: r for r in port["layers"]}
-    assert rows["bare"]["verdict"] == "not compared"
-    assert rows["bare"]["reason"].startswith("the judge failed on it: RuntimeError: a unit the judge cannot take")
-    assert rows["norm"]["verdict"] == "within rounding" and port["compared"] == len(rows) - 1
+    rows = {r.path: r for r in port.layers}
+    assert rows["bare"].verdict == "not compared"
+    assert rows["bare"].reason.startswith("the judge failed on it: RuntimeError: a unit the judge cannot take")
+    assert rows["norm"].verdict == "within rounding" and port.compared == len(rows) - 1

@@ -377,9 +377,9 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
     port = TorchaoPort("torchao-int8-weight", model)
     injected = _torchao_bug(port.quantized.get_submodule("up").weight, bug)
     results, _ = evaluate_ports([port], model, given, calls)
-    rows = {r["path"]: r for r in results[0]["layers"]}
-    assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
-    cause = rows["up"]["cause"]
+    rows = {r.path: r for r in results[0].layers}
+    assert [p for p, r in rows.items() if r.verdict not in (WITHIN_NOISE, "within rounding")] == ["up"]
+    cause = rows["up"].cause
     assert cause.name == bug and cause.explains
     (fitted,) = cause.parameters.values()
     assert fitted == pytest.approx(injected, rel=0.01)  # measured 1.9994; the largest row's step to 0.1%
@@ -410,9 +410,9 @@ def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_fact
 
     calls, _ = run_reference(model, given, "small_transformer")
     results, _ = evaluate_ports([DoubledStep("executorch-int8", model, given, None)], model, given, calls)
-    rows = {r["path"]: r for r in results[0]["layers"]}
-    assert [p for p, r in rows.items() if r["verdict"] not in (WITHIN_NOISE, "within rounding")] == ["up"]
-    cause = rows["up"]["cause"]
+    rows = {r.path: r for r in results[0].layers}
+    assert [p for p, r in rows.items() if r.verdict not in (WITHIN_NOISE, "within rounding")] == ["up"]
+    cause = rows["up"].cause
     assert cause.name == "wrong weight scale" and cause.explains
     assert cause.parameters["factor"] == pytest.approx(2.0, rel=0.01)  # measured 1.9998
 

@@ -143,7 +143,7 @@ def test_a_child_that_crashes_hangs_or_misses_a_library_is_one_line_and_the_othe
     report = run_model(ModelRun(f"{factories}:{factory}", inputs, [OWN, "threads:1"]))
     assert report.absent == [{"port": OWN, "reason": why}]
     (threads,) = report.ports
-    assert threads["port"] == "threads:1" and threads["compared"] == 4 and threads["flagged"] == 0
+    assert threads.port == "threads:1" and threads.compared == 4 and threads.flagged == 0
 
 
 def test_opbench_model_names_the_isa_ports_and_refuses_an_unknown_level(capsys):

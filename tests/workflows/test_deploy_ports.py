@@ -20,6 +20,7 @@ from accuracy.core.files import cache_home
 from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import load_model, record
 from accuracy.workflows.model.zoo import example_inputs
@@ -95,31 +96,31 @@ def _up_weight_in_bfloat16(module) -> None:
         module.weight.data = module.weight.data.to(torch.bfloat16).float()
 
 
-def _port(spec: str, inputs: str, port: str) -> dict:
+def _port(spec: str, inputs: str, port: str) -> PortResult:
     report = run_model(ModelRun(spec, inputs, [port]))
     assert report.absent == []
     (result,) = report.ports
     return result
 
 
-def _flags_nothing(result: dict, units: int) -> None:
-    assert (result["flagged"], result["not_compared"], result["compared"]) == (0, 0, units)
-    own, port = result["output"]["reference_relative_error"], result["output"]["relative_error"]
+def _flags_nothing(result: PortResult, units: int) -> None:
+    assert (result.flagged, result.not_compared, result.compared) == (0, 0, units)
+    own, port = result.output["reference_relative_error"], result.output["relative_error"]
     assert port < 4 * own + 1e-6, (port, own)  # end to end, within a few times PyTorch's own error
 
 
-def _names(result: dict, layer: str) -> None:
-    flagged = [row["path"] for row in result["layers"] if row["verdict"] != "within rounding"]
-    assert result["first_not_within"] == layer and flagged == [layer], flagged
+def _names(result: PortResult, layer: str) -> None:
+    flagged = [row.path for row in result.layers if row.verdict != "within rounding"]
+    assert result.first_not_within == layer and flagged == [layer], flagged
 
 
 @needs_openvino
 def test_openvino_converts_small_cnn_within_rounding_and_reads_every_layer_end_to_end():
     result = _port(SMALL_CNN, CNN_INPUTS, "openvino")
-    assert result["dtype"] == "float32" and "inference precision f32" in result["description"]
+    assert result.dtype == "float32" and "inference precision f32" in result.description
     _flags_nothing(result, 8)
     # conv1 is folded into bn1's node (no node of its own), dropout has none: the rest show theirs
-    shown = [row["path"] for row in result["layers"] if row.get("propagated") is not None]
+    shown = [row.path for row in result.layers if row.propagated is not None]
     assert shown == ["bn1", "relu", "conv2", "relu#2", "flatten", "fc"]
 
 
@@ -143,7 +144,7 @@ def test_the_other_deploy_ports_convert_small_cnn_within_rounding(port, shown):
     _require(port)
     result = _port(SMALL_CNN, CNN_INPUTS, port)
     _flags_nothing(result, 8)
-    assert [row["path"] for row in result["layers"] if row.get("propagated") is not None] == shown
+    assert [row.path for row in result.layers if row.propagated is not None] == shown
 
 
 @SLOW

@@ -81,7 +81,7 @@ def test_pins_that_do_not_resolve_are_one_line_and_the_other_ports_stand(offline
     inputs = write_arrays(tmp_path / "x.npz", _inputs())
     report = run_model(ModelRun(offline, inputs, ["env:torch==0.0.1", "env:torch>>1", "threads:1"]))
     (threads,) = report.ports
-    assert threads["compared"] == 3 and threads["flagged"] == 0
+    assert threads.compared == 3 and threads.flagged == 0
     unresolved, malformed = report.absent
     assert unresolved["port"] == "env:torch==0.0.1"
     assert unresolved["reason"].startswith("its pins do not install: ") and "torch" in unresolved["reason"]

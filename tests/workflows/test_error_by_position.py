@@ -35,13 +35,13 @@ def test_ignored_rope_scaling_is_exact_at_position_0_and_grows_with_position(tmp
     path = write_arrays(tmp_path / "port.safetensors", activations(*record(port, given)))
     report = run_model(ModelRun("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": str(path)}))
     (result,) = report.ports
-    assert result["first_not_within"] == "rotary_emb"
-    row = next(r for r in result["layers"] if r["path"] == "rotary_emb")
-    errors = row["error_by_position"]
+    assert result.first_not_within == "rotary_emb"
+    row = next(r for r in result.layers if r.path == "rotary_emb")
+    errors = row.error_by_position
     assert len(errors) == 8 and errors[0] == 0.0
     # the low frequencies rescaled: the angles' error grows with position (the cosines' oscillates)
     assert 0.1 < errors[1] < 0.2 and max(errors[5:]) > 0.9
-    assert all(r.get("error_by_position") is None for r in result["layers"] if r["verdict"] == "within rounding")
+    assert all(r.error_by_position is None for r in result.layers if r.verdict == "within rounding")
     assert "alt='error by position'" in model_page(report)
 
 
@@ -69,8 +69,8 @@ def test_an_error_that_grows_with_position_points_the_causes_to_the_rotary_scali
     model, given = llama3_base(), base_inputs("transformers_llama3")
     path = _port_file(tmp_path, model, given, "rotary_emb", _scaling_ignored(model.rotary_emb, None))
     report = run_model(ModelRun("accuracy.workflows.model.decoders:llama3_base", dict(given), [], {"port": path}))
-    row = next(r for r in report.ports[0]["layers"] if r["path"] == "rotary_emb")
-    cause = row["cause"]
+    row = next(r for r in report.ports[0].layers if r.path == "rotary_emb")
+    cause = row.cause
     assert cause.name == "rope scaling ignored" and cause.explains
     seen = cause.positions
     assert (seen["shape"], seen["window"]) == (GROWS, None) and seen["onset"] <= 1
@@ -85,8 +85,8 @@ def test_an_error_that_starts_at_the_window_points_the_causes_to_the_window(tmp_
     path = _port_file(tmp_path, model, given, "layers.0.self_attn", with_change(attention, AttentionChange(window=3)))
     report = run_model(ModelRun("accuracy.workflows.model.decoders:mistral_base", dict(given), [], {"port": path}))
     result = report.ports[0]
-    assert result["first_not_within"] == "layers.0.self_attn"
-    cause = next(r for r in result["layers"] if r["path"] == "layers.0.self_attn")["cause"]
+    assert result.first_not_within == "layers.0.self_attn"
+    cause = next(r for r in result.layers if r.path == "layers.0.self_attn").cause
     assert (cause.name, cause.parameters, cause.explains) == ("sliding window off by one", {"window": 3}, True)
     assert cause.positions == {
         "shape": WINDOW,

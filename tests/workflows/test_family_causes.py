@@ -113,8 +113,8 @@ def test_an_lm_head_tied_to_the_embedding_where_the_model_unties_them_is_named(t
     path = write_arrays(tmp_path / "tied.safetensors", activations(*record(port, given)))
     report = run_model(ModelRun("accuracy.workflows.model.decoders:llama", dict(given), [], {"tied": str(path)}))
     (result,) = report.ports
-    assert result["first_not_within"] == "lm_head"
-    cause = next(r for r in result["layers"] if r["path"] == "lm_head")["cause"]
+    assert result.first_not_within == "lm_head"
+    cause = next(r for r in result.layers if r.path == "lm_head").cause
     assert (cause.name, cause.parameters, cause.explains) == (
         "weight from another layer",
         {"layer": "model.embed_tokens"},

@@ -15,6 +15,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.causes.inputs import ModelInput, _fit_normalized
 from accuracy.workflows.model.report import ModelReport
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.zoo import example_inputs, small_cnn
@@ -29,7 +30,7 @@ def _image() -> np.ndarray:
     return (example_inputs("small_cnn")["x"] * 0.25 + 0.5).clip(0, 1).astype(np.float32)
 
 
-def _port(tmp_path, preprocess) -> dict:
+def _port(tmp_path, preprocess) -> PortResult:
     image = _image()
     calls, out = record(small_cnn().eval(), {"x": preprocess(image).astype(np.float32)})
     file = write_arrays(tmp_path / "port.safetensors", activations(calls, out))
@@ -51,8 +52,8 @@ def _port(tmp_path, preprocess) -> dict:
 )
 def test_each_input_cause_injected_into_an_activations_file_is_named(tmp_path, preprocess, name, parameters):
     port = _port(tmp_path, preprocess)
-    assert port["first_not_within"] is None  # each layer is within rounding on the port's own input
-    (row,) = port["inputs"]
+    assert port.first_not_within is None  # each layer is within rounding on the port's own input
+    (row,) = port.inputs
     assert (row["input"], row["layer"]) == ("x", "conv1") and row["verdict"] != WITHIN
     cause = row["cause"]
     assert cause.explains and cause.name == name
@@ -75,18 +76,18 @@ def test_the_answer_says_the_input_is_not_the_models_and_why(tmp_path):
 
 def test_an_uncatalogued_input_change_gets_no_known_cause_with_its_nearest(tmp_path):
     wave = np.float32(1e-3) * np.sin(np.arange(_image().size, dtype=np.float32)).reshape(_image().shape)
-    (row,) = _port(tmp_path, lambda a: a + wave)["inputs"]
+    (row,) = _port(tmp_path, lambda a: a + wave).inputs
     assert row["verdict"] != WITHIN and not row["cause"].explains and row["cause"].ratio > 1e3
 
 
 def test_the_same_input_is_within_rounding_with_no_cause(tmp_path):
-    (row,) = _port(tmp_path, lambda a: a)["inputs"]
+    (row,) = _port(tmp_path, lambda a: a).inputs
     assert row["verdict"] == WITHIN and "cause" not in row
 
 
 def test_ports_fed_the_reference_inputs_get_no_input_row():
     report = run_model(ModelRun(CNN, "x=2x3x8x8", ["threads:1"]))
-    assert report.ports[0]["inputs"] == []
+    assert report.ports[0].inputs == []
 
 
 @settings(max_examples=30, deadline=None)

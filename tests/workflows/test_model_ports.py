@@ -53,10 +53,10 @@ def test_torchscript_runs_each_leaf_from_cpp_and_a_correct_port_flags_no_layer(m
     inputs = write_arrays(tmp_path / "x.npz", example_inputs(model))
     report = run_model(ModelRun(_spec(model), inputs, ["torchscript"]))
     (port,) = report.ports
-    assert port["description"] == FROM_CPP
-    assert report.within_rounding and port["flagged"] == 0 and port["not_compared"] == 0
+    assert port.description == FROM_CPP
+    assert report.within_rounding and port.flagged == 0 and port.not_compared == 0
     calls, _ = record(load_model(_spec(model)), example_inputs(model))
-    assert port["compared"] == len(calls)
+    assert port.compared == len(calls)
     # every leaf call once on identical inputs and once end to end; one C++ module per leaf module
     assert len(handles) == 2 * len(calls)
     assert len(set(handles)) == len({c.path for c in calls})
@@ -147,7 +147,7 @@ def test_each_port_is_freed_before_the_next_is_built_and_the_heap_thawed_after(m
 
     monkeypatch.setattr(sweep.PortJob, "build_or_why", build_or_why)
     report = run_model(ModelRun(_spec("small_cnn"), "x=2x3x8x8", ["threads:1", "onnxruntime-noopt"]))
-    assert [p["flagged"] for p in report.ports] == [0, 0] and len(built) == 2
+    assert [p.flagged for p in report.ports] == [0, 0] and len(built) == 2
     assert min(frozen) > 100_000 and gc.get_freeze_count() == 0  # the frameworks' objects, then none
 
     def interrupted(*args):

@@ -69,8 +69,8 @@ def test_a_flagged_output_says_which_clipping_causes_its_runtime_is_not_tried_fo
     noise = {"variance": np.full(40, step**2 / 12), "clipping": np.zeros(40), "clipped": 0, "points": [{}] * 3}
     noise["runtime"] = runtime
     end = end_to_end(reference + 10 * step / np.sqrt(12) * np.where(np.arange(40) % 2, 1.0, -1.0), reference, noise)
-    assert end["verdict"] == BEYOND and "cause" not in end
-    skipped = {s["name"]: s["reason"] for s in end.get("skipped", [])}
+    assert end.verdict == BEYOND and end.cause is None
+    skipped = {s["name"]: s["reason"] for s in end.skipped or []}
     if runtime == "onnxruntime":
         assert skipped == {}
     else:

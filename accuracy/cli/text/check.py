@@ -21,6 +21,8 @@ def render(report: CheckReport) -> str:
             for o in report.outputs
         ],
     )
-    lines += ["", "why:"] + [f"  {printable(o['label'])}: {explanation(o)}" for o in report.outputs]
+    lines += ["", "why:"] + [
+        f"  {printable(o['label'])}: {explanation(o.get('cause'), o['reason'])}" for o in report.outputs
+    ]
     lines += pairs_section(report.pairs)
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from accuracy.workflows.model.answer import explanation
 def _why(r: dict) -> list[str]:
     """The reason, and the element that decided it: the largest error over its limit (not always
     the largest error in ulps, where the limit varies by element)."""
-    lines = [f"  {r['impl']}: {r['label']}: {explanation(r)}"]
+    lines = [f"  {r['impl']}: {r['label']}: {explanation(r.get('cause'), r['reason'])}"]
     w = r.get("worst") or {}
     if w:
         at = ", ".join(f"{k}={v:.9g}" for k, v in w.get("inputs", {}).items())

@@ -23,9 +23,9 @@ from accuracy.judge.verdicts import (
     WITHIN,
     WITHIN_NOISE,
 )
+from accuracy.workflows.model.rows import PortResult, UnitRow
 from accuracy.workflows.model.unit import CauseFinding
 
-Row = Mapping[str, Any]  # a unit's row or a port's result (UnitRow, PortResult), or its --json form
 Cause = CauseFinding | Mapping[str, Any] | None  # a row's cause, or its --json form
 LINE = 160  # characters per answer line
 INDENTED = LINE - 2  # the second and third lines, indented under the first
@@ -124,22 +124,22 @@ def _headline(text: str) -> str:
     return plain.strip()
 
 
-def ratio(row: Row) -> float | None:
+def ratio(row: UnitRow) -> float | None:
     """The unit's largest ratio to a threshold it is held to (typical tier, worst-case bound):
     how near it comes to being flagged; None where it is held to none (an exact lookup)."""
-    ratios = [r for r in (row.get("typical_ratio"), row.get("bound_ratio")) if r is not None and r == r]
+    ratios = [r for r in (row.typical_ratio, row.bound_ratio) if r is not None and r == r]
     return max(ratios, default=None)
 
 
-def short_reason(row: Row) -> str:
+def short_reason(row: UnitRow) -> str:
     """One short reason per row: the ratio alone for a unit within rounding that has one, else the
     reason's headline."""
     value = ratio(row)
-    if row["verdict"] == WITHIN and value is not None:
+    if row.verdict == WITHIN and value is not None:
         return f"{value:.3g}x"
-    if row["verdict"] == WITHIN_NOISE:
-        return f"{row['quantization']['ratio']:.3g}x noise"
-    return clip(_headline(row["reason"]), SHORT)
+    if row.verdict == WITHIN_NOISE and row.quantization is not None:
+        return f"{row.quantization['ratio']:.3g}x noise"
+    return clip(_headline(row.reason), SHORT)
 
 
 def cause_words(given: Cause) -> str:
@@ -151,11 +151,11 @@ def cause_words(given: Cause) -> str:
     return f"explained by {cause.words}{tail}"
 
 
-def look_closer(row: Row, dtype: str) -> str:
+def look_closer(row: UnitRow, dtype: str) -> str:
     """The one command to look closer at a unit: the registry op it computes, on every
     implementation (`opbench explain`); for any other unit, this run's derivation of its threshold."""
-    if row.get("registry_op"):
-        return f"opbench explain {row['registry_op']} --dtype {dtype}"
+    if row.registry_op:
+        return f"opbench explain {row.registry_op} --dtype {dtype}"
     return RERUN
 
 
@@ -179,83 +179,80 @@ class PortAnswer:
         return [self.verdict, f"  {self.where}", f"  {self.why}"]
 
 
-def _first_input(port: Row) -> dict | None:
-    return next((i for i in port.get("inputs", []) if i["verdict"] != WITHIN), None)
+def _first_input(port: PortResult) -> dict | None:
+    return next((i for i in port.inputs or [] if i["verdict"] != WITHIN), None)
 
 
-def _verdict_line(port: Row, label: str) -> str:
-    out, end = port["output"], port["end_to_end"]
+def _verdict_line(port: PortResult, label: str) -> str:
+    out, end = port.output, port.end_to_end
     output = (
         f"its output {number(out['relative_error'])} from float64 "
         f"(PyTorch's own: {number(out['reference_relative_error'])})"
     )
-    counts = f"{port['compared']} of {port['compared'] + port['not_compared']} units compared"
-    if port["compared"] == 0:
+    counts = f"{port.compared} of {port.compared + port.not_compared} units compared"
+    if port.compared == 0:
         return f"{label}: nothing was compared ({counts}); {output}"
-    if port["first_not_within"] is not None:
-        limits = f" (+{port['runtime_limits']} runtime limits)" if port.get("runtime_limits") else ""
+    if port.first_not_within is not None:
+        limits = f" (+{port.runtime_limits} runtime limits)" if port.runtime_limits else ""
         return (
-            f"{label}: NOT within rounding: {port['flagged']} of {port['compared']} units compared flagged{limits}; "
-            f"{output}"
+            f"{label}: NOT within rounding: {port.flagged} of {port.compared} units compared flagged{limits}; {output}"
         )
-    noise = " or its quantization noise" if any(r["verdict"] == WITHIN_NOISE for r in port["layers"]) else ""
-    if end["verdict"] == BEYOND:
+    noise = " or its quantization noise" if any(r.verdict == WITHIN_NOISE for r in port.layers) else ""
+    if end.verdict == BEYOND:
         beyond = "its quantization noise" if noise else "rounding"
-        return f"{label}: every compared layer within rounding{noise}, but end to end beyond {beyond}: {end['reason']}"
+        return f"{label}: every compared layer within rounding{noise}, but end to end beyond {beyond}: {end.reason}"
     if _first_input(port) is not None:
         return f"{label}: every compared layer within rounding ({counts}), but its input is not the model's"
-    if port.get("runtime_limits"):
+    if port.runtime_limits:
         return (
-            f"{label}: no unit flagged; {port['runtime_limits']} at its runtime's known limit, the others within "
+            f"{label}: no unit flagged; {port.runtime_limits} at its runtime's known limit, the others within "
             f"rounding ({counts}); {output}"
         )
     return f"{label}: every compared layer within rounding{noise} ({counts}), and {output}"
 
 
-def port_answer(port: Row) -> PortAnswer:
-    """The three lines of one port, from its result (`PortResult`, or its --json form)."""
-    label = f"{port['port']} [{port['dtype']}]"
+def port_answer(port: PortResult) -> PortAnswer:
+    """The three lines of one port, from its result."""
+    label = f"{port.port} [{port.dtype}]"
     verdict = clip(_verdict_line(port, label))
-    rows = {r["path"]: r for r in port["layers"]}
+    rows = {r.path: r for r in port.layers}
     given = _first_input(port)
-    first = rows.get(port["first_not_within"] or "")
+    first = rows.get(port.first_not_within or "")
     if given is not None:
         where = (
             f"first not as the model's: its input {given['input']} as {given['layer']} received it: {given['verdict']}"
         )
         return PortAnswer(label, verdict, clip(where, INDENTED), _why(given.get("cause"), RERUN), given["layer"])
     if first is not None:
-        own = ", in its own forward" if first.get("own_code") else ""
-        where = f"first not within rounding: {first['path']} ({first['op']}){own}: {first['verdict']}, "
+        own = ", in its own forward" if first.own_code else ""
+        where = f"first not within rounding: {first.path} ({first.op}){own}: {first.verdict}, "
         where += short_reason(first)
-        why = _why(first.get("cause"), look_closer(first, port["dtype"]))
-        return PortAnswer(label, verdict, clip(where, INDENTED), why, first["path"])
-    if port["end_to_end"]["verdict"] == BEYOND and "quantization" in port["end_to_end"]:
-        departs = port["end_to_end"]["first_departs"]
-        cause = port["end_to_end"].get("cause")
+        why = _why(first.cause, look_closer(first, port.dtype))
+        return PortAnswer(label, verdict, clip(where, INDENTED), why, first.path)
+    end = port.end_to_end
+    if end.verdict == BEYOND and end.quantization is not None:
+        departs, cause = end.first_departs, end.cause
         if cause is not None:  # the points whose clipping, counted apart at each unit, moves the output
             where = f"each unit within its quantization noise; the output's clipping at {departs or _value(cause)}"
             return PortAnswer(label, verdict, clip(where, INDENTED), _why(cause, RERUN), departs)
         where = f"most clipping counted apart at {departs}" if departs else "no unit clips"
         why = f"cause: not one unit: each is within its quantization noise, not its clipping; look closer: {RERUN}"
         return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)
-    if port["end_to_end"]["verdict"] == BEYOND:
-        departs = port["end_to_end"]["first_departs"]
+    if end.verdict == BEYOND:
+        departs = end.first_departs
         where = f"first departs from PyTorch's own at {departs}" if departs else "no unit departs from PyTorch's own"
         why = f"cause: not one unit: each is within rounding; look closer: {RERUN}"
         return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), departs)
-    limited = [r for r in port["layers"] if r["verdict"] == RUNTIME_LIMIT]
+    limited = [r for r in port.layers if r.verdict == RUNTIME_LIMIT]
     if limited:
-        paths = ", ".join(r["path"] for r in limited[:2]) + (
-            f" and {len(limited) - 2} more" if len(limited) > 2 else ""
-        )
+        paths = ", ".join(r.path for r in limited[:2]) + (f" and {len(limited) - 2} more" if len(limited) > 2 else "")
         where = f"runtime limit, not flagged: {paths}"
-        why = f"cause: {limited[0].get('runtime_limit') or 'its runtime'}; look closer: {RERUN}"
-        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), limited[0]["path"])
-    compared = [r for r in port["layers"] if r["verdict"] == WITHIN and ratio(r) is not None]
+        why = f"cause: {limited[0].runtime_limit or 'its runtime'}; look closer: {RERUN}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), clip(why, INDENTED), limited[0].path)
+    compared = [r for r in port.layers if r.verdict == WITHIN and ratio(r) is not None]
     nearest = max(compared, key=lambda r: ratio(r) or 0.0, default=None)
     where = (
-        f"no unit flagged; the nearest, {nearest['path']}, at {number(ratio(nearest))}x its threshold"
+        f"no unit flagged; the nearest, {nearest.path}, at {number(ratio(nearest))}x its threshold"
         if nearest
         else "no unit flagged"
     )
@@ -279,7 +276,7 @@ def _why(cause: Cause, command: str) -> str:
     return clip(f"cause: {words}{tail}", INDENTED)
 
 
-def explanation(row: Row) -> str:
+def explanation(cause: Cause, reason: str) -> str:
     """A row's full reason (a unit's, an input's, a checked output's, an implementation's): its
     cause in words and how its threshold is derived (--explain-verdicts, the page, check, explain)."""
-    return cause_text(row.get("cause")) + row["reason"]
+    return cause_text(cause) + reason

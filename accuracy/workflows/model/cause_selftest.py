@@ -148,8 +148,8 @@ def _activations(port, given: dict, changed, path: str, context: Context, refere
 
 def _named_at(port: PortResult, path: str) -> CauseFinding | None:
     if path == INPUT:
-        return next((r.get("cause") for r in port.get("inputs", []) if r["verdict"] != WITHIN), None)
-    return next((r.get("cause") for r in port["layers"] if r["path"] == path), None)
+        return next((i.get("cause") for i in port.inputs or [] if i["verdict"] != WITHIN), None)
+    return next((r.cause for r in port.layers if r.path == path), None)
 
 
 def _naming_seconds(times: dict[tuple[str, str], float], port: str, path: str, given: dict) -> float | None:
@@ -195,7 +195,7 @@ def model_selftest(progress=None) -> Iterator[dict]:
         ports = [port for _, _, port in injections] + correct
         with timed_explanations() as times:
             results, failed = evaluate_ports(ports, model, given, calls)
-        by_name = {r["port"]: r for r in results}
+        by_name = {r.port: r for r in results}
         for entry, injection, port in injections:
             _judge_injection(entry, injection, by_name.get(port.name), [f for f in failed if f["port"] == port.name])
             injection.seconds = _naming_seconds(times, port.name, injection.path or "", given)
@@ -239,24 +239,29 @@ def _judge_injection(entry: Cause, injection: Injection, result: PortResult | No
     else:
         injection.why = "the unit was not flagged"
     elsewhere = [
-        row["path"]
-        for row in result["layers"]
+        row.path
+        for row in result.layers
         # a module called twice (relu, relu#2) is injected in every call
-        if row["path"].split("#")[0] != injection.path and _explains(row.get("cause"))
+        if row.path.split("#")[0] != injection.path and _explains(row.cause)
     ]
     if elsewhere:  # a cause named on a unit the bug was not injected into: a wrong answer too
         injection.outcome = WRONG
         injection.why += f"; a cause named elsewhere too: {', '.join(elsewhere)}"
 
 
+def _input_causes(result: PortResult) -> list[tuple[str, CauseFinding | None]]:
+    """Each input the port shows its own of, with the cause found for it (or None)."""
+    return [(i["input"], i.get("cause")) for i in result.inputs or []]
+
+
 def _named_on_correct(results: list[PortResult], correct: set[str]) -> list[str]:
     """The causes named on correct ports, on a unit or on an input: each a false cause."""
     return [
-        f"{r['port']}: {row['path']}: {row['cause'].name}"
+        f"{r.port}: {path}: {cause.name}"
         for r in results
-        if r["port"] in correct
-        for row in [*r["layers"], *({"path": i["input"], **i} for i in r.get("inputs", []))]
-        if _explains(row.get("cause"))
+        if r.port in correct
+        for path, cause in [*((row.path, row.cause) for row in r.layers), *_input_causes(r)]
+        if cause is not None and _explains(cause)
     ]
 
 

@@ -117,27 +117,27 @@ def port_rows(report: ModelReport) -> list[dict]:
     """Each port's units counted by verdict, and the flagged ones (verdict, ratio, reason)."""
     rows = []
     for port in report.ports:
-        verdicts = Counter(str(unit["verdict"]) for unit in port["layers"])
+        verdicts = Counter(str(unit.verdict) for unit in port.layers)
         flagged = [
             {
-                "unit": unit["path"],
-                "verdict": str(unit["verdict"]),
-                "typical_ratio": unit.get("typical_ratio"),
-                "bound_ratio": unit.get("bound_ratio"),
-                "reason": unit.get("reason", "")[:REASON_CHARS],
+                "unit": unit.path,
+                "verdict": str(unit.verdict),
+                "typical_ratio": unit.typical_ratio,
+                "bound_ratio": unit.bound_ratio,
+                "reason": unit.reason[:REASON_CHARS],
             }
-            for unit in port["layers"]
-            if unit["verdict"] in FLAGGED
+            for unit in port.layers
+            if unit.verdict in FLAGGED
         ]
         rows.append(
             {
-                "port": port["port"],
-                "compared": port["compared"],
+                "port": port.port,
+                "compared": port.compared,
                 "verdicts": dict(sorted(verdicts.items())),
                 "flagged": len(flagged),
                 "runtime_limits": verdicts.get(RUNTIME_LIMIT, 0),
-                "end_to_end": str(port["end_to_end"]["verdict"]),
-                "seconds": port["seconds"],
+                "end_to_end": str(port.end_to_end.verdict),
+                "seconds": port.seconds,
                 "flagged_units": flagged,
             }
         )

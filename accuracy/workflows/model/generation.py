@@ -403,12 +403,12 @@ def layer_sweep(spec: str, port: GenPort, ids: np.ndarray) -> dict:
     if not report.ports:
         return located | {"not_run": "; ".join(a["reason"] for a in report.absent) or "the port did not run"}
     (result,) = report.ports
-    first = next((r for r in result["layers"] if r["path"] == result["first_not_within"]), None)
+    first = next((r for r in result.layers if r.path == result.first_not_within), None)
     return located | {
-        "first_not_within": result["first_not_within"],
-        "op": first["op"] if first else None,
-        "cause": first.get("cause") if first else None,
-        "end_to_end": result["end_to_end"],
+        "first_not_within": result.first_not_within,
+        "op": first.op if first else None,
+        "cause": first.cause if first else None,
+        "end_to_end": result.end_to_end,
     }
 
 

@@ -10,11 +10,13 @@ evaluation on the inputs it was judged on (its `introduced` error, position by p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from accuracy.core.dtypes import FloatFormat
 from accuracy.workflows.model.answer import is_flagged
+from accuracy.workflows.model.rows import UnitRow
 from accuracy.workflows.model.unit import IsolatedOutput, Unit
 from accuracy.workflows.model.units import float64_reference
 
@@ -41,11 +43,12 @@ def error_by_position(output: np.ndarray, reference: np.ndarray, length: int) ->
     return [float(e) if np.isfinite(e) else float(np.linalg.norm(d)) for e, d in zip(errors, diff, strict=True)]
 
 
-def add_positions(
-    rows: list[dict], units: list[Unit], outputs: Sequence[IsolatedOutput], fmt: FloatFormat, length: int
-) -> None:
-    """Each flagged row's `error_by_position`, from the port's isolated output of its unit."""
-    flagged = {r["path"] for r in rows if is_flagged(r["verdict"])}
+def with_positions(
+    rows: list[UnitRow], units: list[Unit], outputs: Sequence[IsolatedOutput], fmt: FloatFormat, length: int
+) -> list[UnitRow]:
+    """The rows, each flagged one with its `error_by_position`, from the port's isolated output of its unit."""
+    flagged = {r.path for r in rows if is_flagged(r.verdict)}
+    found: dict[str, list[float]] = {}
     for isolated in outputs:
         unit = units[isolated.index]
         if unit.key not in flagged:
@@ -56,4 +59,5 @@ def add_positions(
             continue
         errors = error_by_position(isolated.output, reference, length)
         if errors is not None:
-            next(r for r in rows if r["path"] == unit.key)["error_by_position"] = errors
+            found[unit.key] = errors
+    return [replace(r, error_by_position=found[r.path]) if r.path in found else r for r in rows]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from accuracy.core.dtypes import FloatFormat
 from accuracy.judge.quantization import BEYOND_FACTOR, rms, sqnr_db, threshold
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS, WITHIN_NOISE, Judgement, Verdict
 from accuracy.workflows.model.quantization_causes import clipping_skipped, explain_clipping, explain_quantized
+from accuracy.workflows.model.rows import EndToEndVerdict, UnitRow
 from accuracy.workflows.model.unit import Unit, UnitJudgement
 from accuracy.workflows.model.units import float64_reference, relative
 
@@ -108,28 +110,25 @@ def judge_quantized(unit: Unit, tensors: list, fmt: FloatFormat, output: np.ndar
     return UnitJudgement(judgement, QUANTIZATION_TIER, None, numbers, relative(output, reference), cause)
 
 
-def most_clipped(end: Any, layers: list) -> Any:
+def most_clipped(end: EndToEndVerdict, layers: list[UnitRow]) -> EndToEndVerdict:
     """A quantized port's output beyond its noise while each unit is within its own: the unit
     whose clipping, counted apart, changed its output most against its noise, as where it departs
     (a zero point stuck at 0, a range calibrated on other data)."""
-    if end.get("quantization") is None or end["verdict"] != BEYOND or end["first_departs"] is not None:
+    if end.quantization is None or end.verdict != BEYOND or end.first_departs is not None:
         return end
-    clipped = [r for r in layers if (r.get("quantization") or {}).get("clip_affected")]
+    clipped = [r for r in layers if r.quantization is not None and r.quantization.get("clip_affected")]
     if not clipped:
         return end
-    worst = max(clipped, key=lambda r: r["quantization"]["clip_rms"] / (r["quantization"]["expected_rms"] or 1.0))
-    return end | {"first_departs": worst["path"]}
+    worst = max(clipped, key=lambda r: r.quantization["clip_rms"] / (r.quantization["expected_rms"] or 1.0))  # type: ignore[index]
+    return replace(end, first_departs=worst.path)
 
 
-def accumulated(row: Any) -> None:
-    """The row's accumulated SQNR from the float model (its propagated error), beside its own."""
-    figures = row.get("quantization")
-    if figures is not None and row.get("propagated") is not None:
-        propagated = row["propagated"]
-        figures["sqnr_accumulated_db"] = -20.0 * math.log10(propagated) if propagated > 0 else math.inf
+def accumulated_db(propagated: float) -> float:
+    """A unit's accumulated SQNR from the float model: its propagated error, in decibels, beside its own."""
+    return -20.0 * math.log10(propagated) if propagated > 0 else math.inf
 
 
-def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
+def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> EndToEndVerdict:
     """The port's output judged against the noise of every quantize point of its graph at once,
     its clipping counted as error (a zero point stuck at 0 clips a range the model needs; the
     negative range cut before a ReLU changes no output): a port whose every unit is within its
@@ -137,24 +136,16 @@ def end_to_end(output: np.ndarray, reference: np.ndarray, noise: dict) -> dict:
     figures = noise_figures(output, reference, noise, apart=False)
     verdict, reason = verdict_of(figures)
     if verdict == WITHIN_NOISE:
-        return {"verdict": WITHIN_NOISE, "reason": f"output {reason}", "first_departs": None, "quantization": figures}
+        return EndToEndVerdict(WITHIN_NOISE, f"output {reason}", None, figures)
 
     def judged(changed: np.ndarray) -> tuple[dict, str]:  # the output less some points' clipping
         found = noise_figures(changed, reference, noise, apart=False)
         return found, verdict_of(found)[0]
 
     cause = explain_clipping(output, noise, judged)
-    end: dict[str, Any] = {
-        "verdict": BEYOND,
-        "reason": f"output {reason}",
-        "first_departs": None,
-        "quantization": figures,
-    }
     if cause is not None and cause.explains:
-        end |= {"cause": cause, "first_departs": cause.path}
-    elif skipped := clipping_skipped(noise):
-        end["skipped"] = skipped
-    return end
+        return EndToEndVerdict(BEYOND, f"output {reason}", cause.path, figures, cause=cause)
+    return EndToEndVerdict(BEYOND, f"output {reason}", None, figures, skipped=clipping_skipped(noise) or None)
 
 
 NOISE_HEADER = [
@@ -170,14 +161,14 @@ NOISE_HEADER = [
 ]
 
 
-def noise_rows(shown: list, number: Callable[[Any], str]) -> list[list[str]]:
+def noise_rows(shown: list[UnitRow], number: Callable[[Any], str]) -> list[list[str]]:
     """A quantized port's units against their quantization noise, in the figures of other tools:
     TensorFlow Lite's rmse / scale (0.289 is pure rounding), SQNR own and accumulated (ONNX
     Runtime's qdq_loss_debug), the values its points clipped; `number` writes each figure. One
     table for the terminal and the page."""
     return [
         [
-            "  " * r.get("depth", 0) + " + ".join(r["covers"]),
+            "  " * r.depth + " + ".join(r.covers),
             number(q["expected_rms"]),
             number(q["rms"]),
             number(q["ratio"]),
@@ -188,5 +179,5 @@ def noise_rows(shown: list, number: Callable[[Any], str]) -> list[list[str]]:
             str(q["clipped"]),
         ]
         for r in shown
-        if (q := r.get("quantization")) is not None
+        if (q := r.quantization) is not None
     ]

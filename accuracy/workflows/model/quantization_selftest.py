@@ -168,16 +168,16 @@ def _flipped(graph, name: str) -> None:
 
 def _outcome(result: Any, cause: str, injected: object, path: str | None) -> tuple[str, CauseFinding | None, str]:
     """(outcome, the cause named at the injected layer, why) for one injected port's result."""
-    named = [r for r in result["layers"] if _explains(r.get("cause"))]
+    named = [r for r in result.layers if _explains(r.cause)]
     if path is None:  # the kernels' saturation: wherever a unit is flagged
-        flagged = [r for r in result["layers"] if r["verdict"] in FLAGGED]
+        flagged = [r for r in result.layers if r.verdict in FLAGGED]
         if not flagged:
             return NOT_NAMED, None, "no unit flagged"
-        right = all(_explains(r.get("cause")) and r["cause"].name == cause for r in flagged)
-        return (RIGHT if right else WRONG), flagged[0].get("cause"), ""
-    row = next((r for r in result["layers"] if r["path"] == path), None)
-    found = (row or {}).get("cause")
-    elsewhere = [r["path"] for r in named if r["path"] != path]
+        right = all(_explains(r.cause) and r.cause.name == cause for r in flagged)
+        return (RIGHT if right else WRONG), flagged[0].cause, ""
+    row = next((r for r in result.layers if r.path == path), None)
+    found = row.cause if row is not None else None
+    elsewhere = [r.path for r in named if r.path != path]
     if not found or not found.explains:
         return NOT_NAMED, found, "the layer was not flagged" if not found else "no cause explains it"
     entry = next((c for c in found.entries() if c.name == cause), None)
@@ -212,8 +212,8 @@ def _first_flagging(
         port = QuantizedOnnxFilePort(label, path, {}, model, given)
         results, _ = evaluate_ports([port], model, given, calls)
         layer = _module(graph.graph, node)
-        row = next((r for r in results[0]["layers"] if r["path"] == layer), None) if results else None
-        if row is not None and row["verdict"] in FLAGGED:
+        row = next((r for r in results[0].layers if r.path == layer), None) if results else None
+        if row is not None and row.verdict in FLAGGED:
             return results[0], value, layer
     return None
 
@@ -291,9 +291,9 @@ def _reported(label: str, started: float, injections: list, correct: list, subje
 
     model, given, calls = subject
     results, _ = evaluate_ports(correct, model, given, calls)
-    causes = [(r["port"], row["path"], row.get("cause")) for r in results for row in r["layers"]]
+    causes = [(r.port, row.path, row.cause) for r in results for row in r.layers]
     named_on_correct = [f"{port}: {path}: {cause.name}" for port, path, cause in causes if cause and cause.explains]
-    ends = [(r["port"], r["end_to_end"].get("cause")) for r in results]
+    ends = [(r.port, r.end_to_end.cause) for r in results]
     named_on_correct += [f"{port}: output: {cause.name}" for port, cause in ends if cause and cause.explains]
     report = {
         "model": label,
@@ -347,12 +347,12 @@ def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
         port.name = f"mutant:{cause}"
         injected = _torchao_bug(port.quantized.get_submodule(path).weight, cause)
         results, _ = evaluate_ports([port], model, given, calls)
-        row = next((r for r in results[0]["layers"] if r["path"] == path), None)
-        if row is not None and row["verdict"] in FLAGGED:
+        row = next((r for r in results[0].layers if r.path == path), None)
+        if row is not None and row.verdict in FLAGGED:
             outcome, named, why = _outcome(results[0], cause, injected, path)
             return _injection(cause, f"{name} {port_name}", path, outcome, named, injected, why)
-        if row is not None and row.get("quantization"):
-            ratios.append(f"{path} {row['quantization']['ratio']:.3g}x its noise")
+        if row is not None and row.quantization:
+            ratios.append(f"{path} {row.quantization['ratio']:.3g}x its noise")
     why = f"no injection flagged its layer ({', '.join(ratios)})"
     return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why=why)
 
@@ -383,12 +383,12 @@ def _end_outcome(
     """(outcome, the cause named end to end, why) for a bug that leaves each unit within its noise:
     named right where the cause explains the output, at the unit of the point it names, with its
     parameters `close`, and no unit is given a cause."""
-    if result is None or result["end_to_end"]["verdict"] != BEYOND:
+    if result is None or result.end_to_end.verdict != BEYOND:
         return NOT_NAMED, None, "the output was not flagged"
-    found = result["end_to_end"].get("cause")
+    found = result.end_to_end.cause
     if not found or not found.explains:
         return NOT_NAMED, found, "no clipping explains the output"
-    elsewhere = [r["path"] for r in result["layers"] if _explains(r.get("cause"))]
+    elsewhere = [r.path for r in result.layers if _explains(r.cause)]
     if found.name != cause or elsewhere or not close(found):
         return WRONG, found, f"a cause named at {', '.join(elsewhere)} too" if elsewhere else ""
     return RIGHT, found, ""
@@ -418,7 +418,7 @@ def _stuck_zero(subject: tuple, graph) -> Injection:
         copy.CopyFrom(graph)
         _initializer(copy.graph, zero.name).CopyFrom(numpy_helper.from_array(np.zeros((), np.uint8), zero.name))
         result = _judged_file(subject, copy, STUCK_ZERO)
-        if result is None or result["end_to_end"]["verdict"] != BEYOND:
+        if result is None or result.end_to_end.verdict != BEYOND:
             continue
 
         def close(found: CauseFinding, layer=layer, value=value) -> bool:
@@ -441,7 +441,7 @@ def _other_range(subject: tuple, exported, graph) -> Injection:
     for size in (1.0, NARROWER):
         other = {k: (size * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in given.items()}
         result = _judged_file(subject, _quantized(exported, "ort-int8", [other]), f"{OTHER_RANGE} {size}")
-        if result is None or result["end_to_end"]["verdict"] != BEYOND:
+        if result is None or result.end_to_end.verdict != BEYOND:
             continue
 
         def close(found: CauseFinding) -> bool:

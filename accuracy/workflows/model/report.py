@@ -1,54 +1,31 @@
 """What `opbench model` answers: per port, each unit's row, the first one not within rounding, and
 the end-to-end error; `--json` is `ModelReport.as_dict()`, the terminal text `render()`.
 
-The rows are plain JSON-shaped dicts, typed here (`UnitRow`, `PortResult`), so that the JSON,
-the HTML page (accuracy.report.model_page) and the text read the same fields.
+Each port's rows are built here, each complete once (accuracy.workflows.model.rows: `UnitRow`,
+`EndToEndVerdict`, `PortResult`, frozen dataclasses whose verdicts are the Verdict enum): the
+JSON, the HTML page (accuracy.report.model_page) and the text read the same objects, and the JSON
+is made only at the edge, by each row's `to_json()`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
 from accuracy.core.json_output import json_ready
-from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE, Outcome
+from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE
 from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.answer import Cause, clip, explanation, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
+from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
 from accuracy.workflows.model.units import nonfinite_mismatches, relative
-
-
-class UnitRow(TypedDict, total=False):
-    path: str  # the unit's first call's key
-    covers: list[str]  # every call the unit covers (a fused node covers several)
-    parent: str | None  # the key of the module call it ran inside
-    depth: int  # how many calls it ran inside
-    own_code: bool  # flagged while every unit inside it is within rounding: its own forward differs
-    op: str  # the module kinds, and the registry op where it is judged as one
-    registry_op: str  # that registry op, alone (`opbench explain` takes it)
-    verdict: Outcome
-    reason: str
-    tier: str
-    max_ulp: float | None
-    typical_ratio: float | None
-    bound_ratio: float | None
-    introduced: float  # the unit's normwise relative error on the reference's own inputs
-    inherited: float  # the port's end-to-end difference from the float64 model at the unit's input
-    propagated: float  # ... at its output
-    worst: dict[str, Any]
-    cause: CauseFinding | None  # the known port bug that explains it, or the nearest tried
-    runtime_limit: str  # where the verdict is `runtime limit`: the declared limit that explains it
-    # a quantized port's unit: expected noise, ratio, rmse/scale, SQNR own and accumulated, its points
-    quantization: dict[str, Any]
-    error_by_position: list[float]  # a flagged unit fed token sequences: its error at each position (positions.py)
-
 
 # A port's end-to-end error is judged against PyTorch's own at the port's dtype on the same input:
 # measured on the zoo models, correct ports (ONNX Runtime with and without graph optimizations,
@@ -57,14 +34,6 @@ class UnitRow(TypedDict, total=False):
 # Beyond END_TO_END_FACTOR times the larger of PyTorch's own and the dtype's unit roundoff, the
 # port computes something else, whatever each layer's verdict says (docs/models.md).
 END_TO_END_FACTOR = 100.0
-
-
-class EndToEndVerdict(TypedDict):
-    verdict: Outcome
-    reason: str
-    first_departs: str | None  # the first unit whose propagated difference departs
-    quantization: NotRequired[dict]  # a quantized port's output against its predicted noise
-    cause: NotRequired[CauseFinding]  # the quantize points whose clipping explains it (quantization_causes)
 
 
 @dataclass(frozen=True)
@@ -82,25 +51,6 @@ class PortFacts:
     @classmethod
     def of(cls, port: Port) -> PortFacts:
         return cls(port.name, port.description, port.fmt, port.products, port.runtime, getattr(port, "noise", None))
-
-
-class PortResult(TypedDict):
-    port: str
-    description: str
-    dtype: str
-    first_not_within: str | None
-    compared: int
-    flagged: int
-    runtime_limits: int  # units not within rounding only by a declared limit of the port's runtime
-    not_compared: int
-    worst_introduced: float | None
-    layers: list[UnitRow]
-    output: dict[str, float | None]
-    end_to_end: EndToEndVerdict
-    seconds: float
-    # the port's own first-layer input against the model's (preprocessing), where the port shows it:
-    # [{input, layer, verdict, reason, cause (where not within rounding)}]
-    inputs: NotRequired[list[dict]]
 
 
 @dataclass
@@ -122,9 +72,9 @@ class ModelReport:
         """Exit 0 only if some port ran, every port compared some layer, every compared layer is
         within rounding and no port's end-to-end error is beyond rounding."""
         return bool(self.ports) and all(
-            p["compared"] > 0
-            and p["end_to_end"]["verdict"] != BEYOND
-            and all(r["verdict"] in (WITHIN, WITHIN_NOISE, RUNTIME_LIMIT, NOT_COMPARED) for r in p["layers"])
+            p.compared > 0
+            and p.end_to_end.verdict != BEYOND
+            and all(r.verdict in (WITHIN, WITHIN_NOISE, RUNTIME_LIMIT, NOT_COMPARED) for r in p.layers)
             for p in self.ports
         )
 
@@ -178,31 +128,31 @@ class ModelReport:
                 "its others must carry the reference's inf and NaN"
             )
         for p in self.ports:
-            label = f"{printable(p['port'])} [{p['dtype']}]"
+            label = f"{printable(p.port)} [{p.dtype}]"
             lines += [
                 f"{label}: its input {printable(i['input'])} (as {printable(i['layer'])} received it) is not the "
-                f"model's: {i['verdict']}: {explanation(i)}"
-                for i in p.get("inputs", [])
+                f"model's: {i['verdict']}: {explanation(i.get('cause'), i['reason'])}"
+                for i in p.inputs or []
                 if i["verdict"] != WITHIN
             ]
-            if p["first_not_within"] is not None:
-                first = next(r for r in p["layers"] if r["path"] == p["first_not_within"])
+            if p.first_not_within is not None:
+                first = next(r for r in p.layers if r.path == p.first_not_within)
                 own = (
                     ": the difference is in its own forward, outside its submodules (each within rounding)"
-                    if first.get("own_code")
+                    if first.own_code
                     else ""
                 )
                 lines.append(
-                    f"{label}: first not within rounding: {printable(first['path'])} ({first['op']}){own}: "
-                    f"{first['verdict']}: {explanation(first)}; worst element "
-                    f"{worst_text(first['worst'])}"
+                    f"{label}: first not within rounding: {printable(first.path)} ({first.op}){own}: "
+                    f"{first.verdict}: {explanation(first.cause, first.reason)}; worst element "
+                    f"{worst_text(first.worst or {})}"
                 )
             lines += [
-                f"{label}: {printable(r['path'])}: runtime limit: {r['reason']}"
-                for r in p["layers"]
-                if r["verdict"] == RUNTIME_LIMIT
+                f"{label}: {printable(r.path)}: runtime limit: {r.reason}"
+                for r in p.layers
+                if r.verdict == RUNTIME_LIMIT
             ]
-            lines.append(f"{label}: end to end: {p['end_to_end']['verdict']}: {p['end_to_end']['reason']}")
+            lines.append(f"{label}: end to end: {p.end_to_end.verdict}: {p.end_to_end.reason}")
         return lines
 
 
@@ -235,15 +185,54 @@ def _inherited(unit: Unit, by_key: dict[str, LayerCall], run: EndToEnd, referenc
     return max(errors) if errors else None
 
 
-def _row(unit: Unit, judged: UnitJudgement) -> UnitRow:
-    numbers = {k: v for k, v in judged.numbers.items() if k != "label"}
-    row: UnitRow = {**numbers, "verdict": judged.judgement.verdict, "reason": judged.judgement.reason}
-    row["tier"], row["introduced"] = judged.tier, judged.introduced
-    if judged.cause is not None:
-        row["cause"] = judged.cause
-    if judged.runtime_limit is not None:
-        row["runtime_limit"] = judged.runtime_limit
-    return row
+def _judged_row(base: dict[str, Any], judged: UnitJudgement, propagated: float | None) -> UnitRow:
+    """A compared unit's row: its verdict, how it was judged and the numbers behind it (the
+    quantized unit's accumulated SQNR from the float model, its propagated error, beside its own)."""
+    numbers = judged.numbers
+    figures = numbers.get("quantization")
+    if figures is not None and propagated is not None:
+        figures = figures | {"sqnr_accumulated_db": quantization.accumulated_db(propagated)}
+    return UnitRow(
+        **base,
+        verdict=judged.judgement.verdict,
+        reason=judged.judgement.reason,
+        tier=judged.tier,
+        introduced=judged.introduced,
+        **{k: numbers[k] for k in NUMBERS if k in numbers},
+        quantization=figures,
+        cause=judged.cause,
+        runtime_limit=judged.runtime_limit,
+    )
+
+
+NUMBERS = ("compute", "contract", "max_ulp", "typical_ratio", "bound_ratio", "threshold_ulp", "lapack_ratio", "worst")
+
+
+def _unit_row(
+    unit: Unit, by_key: dict[str, LayerCall], judged: UnitJudgement | None, cause: CauseFinding | None, run: EndToEnd,
+    reference64: dict,
+) -> UnitRow:  # fmt: skip
+    """One unit's row: where it sits, the port's end-to-end difference at its input and output, and
+    its verdict: beyond rounding with the cause that explains its other output shape, not compared
+    (why), or as judged."""
+    kinds = " + ".join(dict.fromkeys(c.kind for c in unit.calls))
+    parent, depth = unit.calls[0].parent, 0
+    while parent is not None:
+        depth += 1
+        parent = by_key[parent].parent
+    propagated = relative(run.outputs[unit.last], reference64[unit.last]) if unit.last in run.outputs else None
+    base: dict[str, Any] = {"path": unit.key, "covers": unit.covers, "parent": unit.calls[0].parent, "depth": depth}
+    base |= {"propagated": propagated, "inherited": _inherited(unit, by_key, run, reference64)}
+    if cause is not None:
+        return UnitRow(**base, op=kinds, verdict=BEYOND, reason=unit.reason, cause=cause, worst={})
+    if unit.reason or judged is None:
+        reason = unit.reason or "no port output for it on identical inputs"
+        if propagated is not None:
+            reason += "; its propagated difference is shown"
+        return UnitRow(**base, op=kinds, verdict=NOT_COMPARED, reason=reason)
+    if judged.op is not None:
+        base |= {"op": f"{kinds} ({judged.op})", "registry_op": judged.op}
+    return _judged_row({"op": kinds} | base, judged, propagated)
 
 
 def port_result(
@@ -262,51 +251,28 @@ def port_result(
     `explained`: the causes of units whose port output has another shape (ceil_mode), by key: such
     a unit is beyond rounding, its reason the shape and its cause the one that explains it."""
     by_key = {c.key: c for c in calls}
-    layers: list[UnitRow] = []
-    for unit in units:
-        kinds = " + ".join(dict.fromkeys(c.kind for c in unit.calls))
-        parent = unit.calls[0].parent
-        row: UnitRow = {"path": unit.key, "covers": unit.covers, "op": kinds, "parent": parent, "depth": 0}
-        while parent is not None:
-            row["depth"] += 1
-            parent = by_key[parent].parent
-        if unit.last in run.outputs:
-            row["propagated"] = relative(run.outputs[unit.last], reference64[unit.last])
-        inherited = _inherited(unit, by_key, run, reference64)
-        if inherited is not None:
-            row["inherited"] = inherited
-        cause = (explained or {}).get(unit.key)
-        if cause is not None:
-            layers.append(row | {"verdict": BEYOND, "reason": unit.reason, "cause": cause, "worst": {}})
-            continue
-        if unit.reason or unit.key not in judged:
-            reason = unit.reason or "no port output for it on identical inputs"
-            if "propagated" in row:
-                reason += "; its propagated difference is shown"
-            layers.append(row | {"verdict": NOT_COMPARED, "reason": reason})
-            continue
-        result = judged[unit.key]
-        if result.op is not None:
-            row["op"] = f"{kinds} ({result.op})"
-            row["registry_op"] = result.op
-        layers.append(row | _row(unit, result))
-        quantization.accumulated(layers[-1])
-    compared = [r for r in layers if r["verdict"] != NOT_COMPARED]
-    flagged = [r for r in compared if is_flagged(r["verdict"])]
+    rows = [
+        _unit_row(unit, by_key, judged.get(unit.key), (explained or {}).get(unit.key), run, reference64)
+        for unit in units
+    ]
+    compared = [r for r in rows if r.verdict != NOT_COMPARED]
+    flagged = [r for r in compared if is_flagged(r.verdict)]
+    first, own_code = _innermost(rows, flagged, by_key)
+    layers = [replace(r, own_code=own_code[r.path]) if r.path in own_code else r for r in rows]
     reference_out = reference64[OUTPUT_KEY]
     output = run.output
-    return {
-        "port": port.name,
-        "description": port.description,
-        "dtype": port.fmt.name,
-        "first_not_within": _innermost(layers, flagged, by_key),
-        "compared": len(compared),
-        "flagged": len(flagged),
-        "runtime_limits": sum(r["verdict"] == RUNTIME_LIMIT for r in compared),
-        "not_compared": len(layers) - len(compared),
-        "worst_introduced": max((r.get("introduced") or 0.0 for r in compared), default=None),
-        "layers": layers,
-        "output": {
+    return PortResult(
+        port=port.name,
+        description=port.description,
+        dtype=port.fmt.name,
+        first_not_within=first,
+        compared=len(compared),
+        flagged=len(flagged),
+        runtime_limits=sum(r.verdict == RUNTIME_LIMIT for r in compared),
+        not_compared=len(layers) - len(compared),
+        worst_introduced=max((r.introduced or 0.0 for r in compared), default=None),
+        layers=layers,
+        output={
             # non-finite where the float64 model's are finite, or the other way: infinitely far, never
             # the finite elements' 0 beside "not finite"
             "relative_error": float("inf")
@@ -317,39 +283,37 @@ def port_result(
             else None,
             "reference_relative_error": relative(own[OUTPUT_KEY], reference_out),
         },
-        "end_to_end": quantization.most_clipped(_end_to_end(port, units, run, reference64, own), layers),
-        "seconds": seconds,
-    }
+        end_to_end=quantization.most_clipped(_end_to_end(port, units, run, reference64, own), layers),
+        seconds=seconds,
+    )
 
 
-def _innermost(layers: list[UnitRow], flagged: list[UnitRow], by_key: dict[str, LayerCall]) -> str | None:
+def _innermost(
+    layers: list[UnitRow], flagged: list[UnitRow], by_key: dict[str, LayerCall]
+) -> tuple[str | None, dict[str, bool]]:
     """The first flagged unit, in execution order, with no flagged unit inside it: where the
-    difference is. A flagged parent whose units inside are all within rounding differs in its own
-    forward (the attention core, a residual add), outside its submodules: its row says so."""
+    difference is; and each such unit's `own_code`. A flagged parent whose units inside are all
+    within rounding differs in its own forward (the attention core, a residual add), outside its
+    submodules: its row says so."""
     inside_flagged: set[str] = set()
     for row in flagged:
-        parent = row["parent"]
+        parent = row.parent
         while parent is not None:
             inside_flagged.add(parent)
             parent = by_key[parent].parent
-    innermost = [r for r in flagged if r["path"] not in inside_flagged]
-    for row in innermost:
-        row["own_code"] = any(r["parent"] == row["path"] for r in layers)
-    return innermost[0]["path"] if innermost else None
+    innermost = [r for r in flagged if r.path not in inside_flagged]
+    own_code = {row.path: any(r.parent == row.path for r in layers) for row in innermost}
+    return (innermost[0].path if innermost else None), own_code
 
 
 def _end_to_end(port: PortFacts, units: list[Unit], run: EndToEnd, reference64: dict, own: dict) -> EndToEndVerdict:
     """The port's end-to-end output judged against PyTorch's own at its dtype (END_TO_END_FACTOR),
     and the first unit whose propagated difference departs from PyTorch's own there."""
     if run.noise is not None:
-        return quantization.end_to_end(run.output, reference64[OUTPUT_KEY], run.noise)  # type: ignore[return-value]
+        return quantization.end_to_end(run.output, reference64[OUTPUT_KEY], run.noise)
     if port.products is not None:
-        return {
-            "verdict": NOT_COMPARED,
-            "reason": f"its products are rounded to {port.products.name}: "
-            f"PyTorch's own {port.fmt.name} run is no yardstick",
-            "first_departs": None,
-        }
+        reason = f"its products are rounded to {port.products.name}: PyTorch's own {port.fmt.name} run is no yardstick"
+        return EndToEndVerdict(NOT_COMPARED, reason, None)
     floor = FORMATS[port.fmt.name].u
 
     def departs(key: str, value) -> bool:
@@ -362,12 +326,12 @@ def _end_to_end(port: PortFacts, units: list[Unit], run: EndToEnd, reference64: 
     reference_out = reference64[OUTPUT_KEY]
     if np.shape(run.output) != np.shape(reference_out):
         reason = f"the port's output has shape {np.shape(run.output)}, the model's {np.shape(reference_out)}"
-        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+        return EndToEndVerdict(BEYOND, reason, first)
     nonfinite = nonfinite_mismatches(run.output, reference_out)
     where = f"; first departs at {first}" if first else ""
     if nonfinite:
         reason = f"{nonfinite} output value(s) not finite where the float64 model's are, or the other way{where}"
-        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+        return EndToEndVerdict(BEYOND, reason, first)
     mine, theirs = relative(run.output, reference_out), relative(own[OUTPUT_KEY], reference_out)
     limit = END_TO_END_FACTOR * max(theirs, floor)
     if mine != mine or mine > limit:
@@ -375,8 +339,8 @@ def _end_to_end(port: PortFacts, units: list[Unit], run: EndToEnd, reference64: 
             f"output error {number(mine)}, over {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own "
             f"({number(theirs)}) on the same input{where}"
         )
-        return {"verdict": BEYOND, "reason": reason, "first_departs": first}
+        return EndToEndVerdict(BEYOND, reason, first)
     reason = (
         f"output error {number(mine)} within {END_TO_END_FACTOR:g}x PyTorch {port.fmt.name}'s own ({number(theirs)})"
     )
-    return {"verdict": WITHIN, "reason": reason, "first_departs": None}
+    return EndToEndVerdict(WITHIN, reason, None)

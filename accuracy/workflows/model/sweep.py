@@ -37,10 +37,11 @@ from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.ports.keras_layers import keras_port
 from accuracy.workflows.model.ports.onnx_file import read_mapping, read_onnx
 from accuracy.workflows.model.ports.onnx_quantized import onnx_file_port, read_calibration
-from accuracy.workflows.model.positions import add_positions, sequence_length
+from accuracy.workflows.model.positions import sequence_length, with_positions
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
-from accuracy.workflows.model.report import ModelReport, PortFacts, PortResult, port_result
+from accuracy.workflows.model.report import ModelReport, PortFacts, port_result
+from accuracy.workflows.model.rows import PortResult
 from accuracy.workflows.model.schedulers import JUDGE_THREADS, Envelope, InProcess, Scheduler, scheduler_for
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.unit import CauseFinding, IsolatedOutput, Unit, UnitJudgement
@@ -111,7 +112,7 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     jobs, scheduler = _checked_jobs(run, given, calls)
     subject = Subject(run.spec, run.train, model, given, calls)
     reports, absent, interrupted = _sweep(jobs, scheduler, subject, progress if scheduler.remote else None)
-    finished = {r["port"] for r in reports} | {a["port"] for a in absent}
+    finished = {r.port for r in reports} | {a["port"] for a in absent}
     not_run = [job.name for job in jobs if job.name not in finished]
     not_saved = None
     if run.save_path is not None:
@@ -623,14 +624,13 @@ def _results(
             own[fmt.name] = activations(*run_in(model, given, fmt))
         units = _units(run, calls)
         judged = {u.key: verdicts[(run.facts.name, u.key)] for u in units if (run.facts.name, u.key) in verdicts}
-        row = port_result(
+        result = port_result(
             run.facts, calls, reference64, own[fmt.name], judged, units, run.run, run.seconds, run.explained
         )
-        row["inputs"] = run.inputs
         length = sequence_length(given)
-        if length is not None:  # token sequences: each flagged unit's error at each position
-            add_positions(row["layers"], units, run.outputs, fmt, length)  # type: ignore[arg-type]
-        results.append(row)
+        # token sequences: each flagged unit's error at each position
+        layers = result.layers if length is None else with_positions(result.layers, units, run.outputs, fmt, length)
+        results.append(replace(result, layers=layers, inputs=run.inputs))
     return results, absent
 
 
