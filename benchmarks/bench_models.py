@@ -38,9 +38,9 @@ def _judged(ports: list[str]) -> dict:
         inputs = write_arrays(Path(tmp) / "x.npz", example_inputs("small_cnn"))
         report = run_model(ModelRun(MODEL, inputs, ports))
     return {
-        p["port"]: {
-            "relative_error": p["output"]["relative_error"],
-            "worst_tier": max(tier(r["verdict"]) for r in p["layers"] if r["verdict"] != NOT_COMPARED),
+        p.port: {
+            "relative_error": p.output["relative_error"],
+            "worst_tier": max(tier(r.verdict) for r in p.layers if r.verdict != NOT_COMPARED),
         }
         for p in report.ports
     }

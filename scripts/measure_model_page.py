@@ -62,17 +62,7 @@ def chromium(profile: Path, *args: str) -> str:
 
 
 def report_of(path: Path) -> ModelReport:
-    data = json.loads(path.read_text())
-    return ModelReport(
-        data["model"],
-        data["mode"],
-        data["inputs"],
-        data["ports"],
-        data["absent_ports"],
-        data["interrupted"],
-        data["ports_not_run"],
-        nonfinite=data["nonfinite"],
-    )
+    return ModelReport.from_json(json.loads(path.read_text()))
 
 
 def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
@@ -86,7 +76,7 @@ def measure(path: Path, folder: Path, screenshots: Path | None) -> dict:
     probed.write_text(page + PROBE)
     dom = chromium(folder / f"profile-{path.stem}", "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
     timings = json.loads(dom.split('<output id="probe">')[1].split("</output>")[0])
-    units = sum(len(p["layers"]) for p in report.ports)
+    units = sum(len(p.layers) for p in report.ports)
     if screenshots:
         chromium(folder / "profile", f"--screenshot={screenshots / f'model-page-{path.stem}.png'}", html.as_uri())
     return {"report": path.name, "units": units, "kib": round(len(page.encode()) / 1024, 1),

@@ -86,15 +86,15 @@ def measure(model_name: str, port: str) -> dict:
     ports = report.ports
     return {
         "model": model_name,
-        "port": port if port != "default" else "+".join(p["port"] for p in ports),
+        "port": port if port != "default" else "+".join(p.port for p in ports),
         "absent": [a["port"] for a in report.absent],
-        "compared": sum(p["compared"] for p in ports),
-        "flagged": sum(p["flagged"] for p in ports),
+        "compared": sum(p.compared for p in ports),
+        "flagged": sum(p.flagged for p in ports),
         "flagged_units": [
-            f"{p['port']} {r['path']}: {r['verdict']} ({r['reason']})"
+            f"{p.port} {r.path}: {r.verdict} ({r.reason})"
             for p in ports
-            for r in p["layers"]
-            if r["verdict"] not in (WITHIN, NOT_COMPARED)
+            for r in p.layers
+            if r.verdict not in (WITHIN, NOT_COMPARED)
         ],
         "wall": wall,
         "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,

@@ -7,7 +7,8 @@ does not apply (NaN) from an error too large to count (inf) without any field ch
 type. In a list the reasons go to `<key>_reason` as a list beside it, null where a value was
 finite. numpy scalars become Python numbers and tuples lists, as `json` would write them. A typed
 row (a frozen dataclass of the model workflow) is written as its `to_json()`: the one place its
-JSON is made, at this edge.
+JSON is made, at this edge. `json_restored` reads a saved output back, each null with a reason
+the non-finite float it was.
 """
 
 from __future__ import annotations
@@ -25,6 +26,28 @@ REASON_SUFFIX = "_reason"
 def json_ready(value: Any) -> Any:
     """`value` with every non-finite float as None and its reason beside it (module doc)."""
     return _encoded(value)[0]
+
+
+def json_restored(value: Any) -> Any:
+    """`value` as `json_ready` wrote it, read back: each null with a reason beside it the
+    non-finite float it was, the reasons dropped (a saved `--json` report read in again)."""
+    if isinstance(value, list):
+        return [json_restored(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        stem = key[: -len(REASON_SUFFIX)] if isinstance(key, str) and key.endswith(REASON_SUFFIX) else None
+        if stem is not None and stem in value and (value[stem] is None or isinstance(value[stem], list)):
+            continue  # why the value beside it is null
+        reason = value.get(f"{key}{REASON_SUFFIX}")
+        if isinstance(reason, str) and item is None:
+            out[key] = float(reason)
+        elif isinstance(reason, list) and isinstance(item, list):
+            out[key] = [json_restored(v) if r is None else float(r) for v, r in zip(item, reason, strict=True)]
+        else:
+            out[key] = json_restored(item)
+    return out
 
 
 def dumps(value: Any, indent: int | None = 2) -> str:

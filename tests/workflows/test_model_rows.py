@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pickle
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accuracy.core.json_output import dumps, json_ready
+from accuracy.core.json_output import dumps, json_ready, json_restored
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
 from accuracy.workflows.model.unit import CauseFinding
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=32)
+NUMBER = FINITE | st.sampled_from([math.inf, -math.inf])  # an error too large to count: null in --json
 TEXT = st.text(st.characters(codec="utf-8"), max_size=20)
 CAUSE = st.builds(CauseFinding, name=TEXT, words=TEXT, explains=st.booleans())
 PLACE = ["path", "covers", "op", "parent", "depth"]
@@ -51,10 +53,10 @@ def unit_rows(draw) -> UnitRow:
         depth=draw(st.integers(0, 4)),
         verdict=NOT_COMPARED if kind == "not compared" else draw(st.sampled_from([WITHIN, BEYOND, RUNTIME_LIMIT])),
         reason=draw(TEXT),
-        propagated=draw(_optional(FINITE)),
-        inherited=draw(_optional(FINITE)),
+        propagated=draw(_optional(NUMBER)),
+        inherited=draw(_optional(NUMBER)),
         own_code=draw(_optional(st.booleans())),
-        error_by_position=draw(_optional(st.lists(FINITE, max_size=3))),
+        error_by_position=draw(_optional(st.lists(NUMBER, max_size=3))),
     )
     if kind == "other shape":
         return dataclasses.replace(row, cause=draw(CAUSE), worst={})
@@ -65,9 +67,9 @@ def unit_rows(draw) -> UnitRow:
         registry_op=draw(_optional(TEXT)),
         tier=draw(TEXT),
         introduced=draw(FINITE),
-        max_ulp=draw(_optional(FINITE)),
-        typical_ratio=draw(_optional(FINITE)),
-        bound_ratio=draw(_optional(FINITE)),
+        max_ulp=draw(_optional(NUMBER)),
+        typical_ratio=draw(_optional(NUMBER)),
+        bound_ratio=draw(_optional(NUMBER)),
         worst={},
         cause=draw(_optional(CAUSE)),
         runtime_limit=draw(_optional(TEXT)),
@@ -97,10 +99,18 @@ def test_a_rows_json_omits_each_field_never_set_and_keeps_the_dicts_key_order(ro
     assert all(written[k] is getattr(row, k) for k in written)
     assert None not in [written[k] for k in written if k not in ("parent", "max_ulp", "typical_ratio", "bound_ratio")]
     text = dumps(row)  # the edge: json_output writes a row through its to_json, strict JSON
-    assert json.loads(text)["verdict"] == row.verdict and list(json.loads(text))[: len(PLACE)] == PLACE
+    assert list(json.loads(text))[: len(PLACE)] == PLACE
+    back = UnitRow.from_json(json_restored(json.loads(text)))  # a saved report read back: the same row
+    assert back == row and type(back.verdict) is type(row.verdict)
 
 
-@given(st.lists(unit_rows(), max_size=3), _optional(st.lists(st.fixed_dictionaries({"input": TEXT}), max_size=1)))
+INPUT_ROW = st.fixed_dictionaries(
+    {"input": TEXT, "layer": TEXT, "verdict": st.sampled_from([WITHIN, BEYOND]), "reason": TEXT},
+    optional={"cause": CAUSE},
+)
+
+
+@given(st.lists(unit_rows(), max_size=3), _optional(st.lists(INPUT_ROW, max_size=1)))
 def test_a_ports_json_has_its_inputs_only_where_the_port_shows_them(layers, inputs):
     end = EndToEndVerdict(WITHIN, "output error 1e-07", None)
     output = {"relative_error": 1e-7, "max_abs_error": 1e-6, "reference_relative_error": 1e-7}
@@ -109,6 +119,8 @@ def test_a_ports_json_has_its_inputs_only_where_the_port_shows_them(layers, inpu
     assert list(written) == PORT + (["inputs"] if inputs is not None else [])
     assert written["layers"] == [json_ready(r.to_json()) for r in layers]
     assert written["end_to_end"] == {"verdict": WITHIN, "reason": "output error 1e-07", "first_departs": None}
+    saved = json.loads(dumps(ModelReport("m", "eval", {}, [port]).as_dict()))
+    assert ModelReport.from_json(saved).ports == [port]  # the page of a saved report is drawn from the same rows
 
 
 def test_an_end_to_end_verdict_writes_its_quantization_cause_and_skipped_causes_only_when_set():

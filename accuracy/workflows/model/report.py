@@ -16,7 +16,7 @@ import numpy as np
 
 from accuracy.core.dtypes import FORMATS, is_floating
 from accuracy.core.formatting import printable
-from accuracy.core.json_output import json_ready
+from accuracy.core.json_output import json_ready, json_restored
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE
 from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
@@ -90,6 +90,16 @@ class ModelReport:
                 "ports_not_run": self.not_run,
                 "nonfinite": self.nonfinite,
             }
+        )
+
+    @classmethod
+    def from_json(cls, data: dict) -> ModelReport:
+        """The report a saved `--json` output was written from (its non-finite numbers read back)."""
+        data = json_restored(data)
+        ports = [PortResult.from_json(p) for p in data["ports"]]
+        absent, interrupted, not_run = data["absent_ports"], data["interrupted"], data["ports_not_run"]
+        return cls(
+            data["model"], data["mode"], data["inputs"], ports, absent, interrupted, not_run, None, data["nonfinite"]
         )
 
     def notes(self) -> list[str]:

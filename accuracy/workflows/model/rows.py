@@ -3,17 +3,20 @@ port's result. Each is made complete once, by the sweep's report (accuracy.workf
 and read by attribute everywhere: the terminal text, the page, the answer lines, the self-tests.
 Their JSON is made only at the edge: `to_json()` (accuracy.core.json_output writes each through
 it) gives the keys and key order of the dicts they replaced, an optional field that was never set
-absent. Frozen: a row that gains a field later (`own_code`, `error_by_position`) is a new row
-(`dataclasses.replace`).
+absent; `from_json` reads that form back (the page of a saved report). Frozen: a row that gains a
+field later (`own_code`, `error_by_position`) is a new row (`dataclasses.replace`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from accuracy.judge.verdicts import Outcome
+from accuracy.judge.verdicts import Outcome, Unjudged, Verdict
 from accuracy.workflows.model.unit import CauseFinding
+
+OUTCOMES: dict[str, Outcome] = {str(o): o for o in (*Verdict, *Unjudged)}  # a verdict's words -> the enum
 
 
 def _present(**given: Any) -> dict[str, Any]:
@@ -74,6 +77,12 @@ class UnitRow:
             out |= _present(cause=self.cause, runtime_limit=self.runtime_limit)
         return out | _present(own_code=self.own_code, error_by_position=self.error_by_position)
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UnitRow:
+        """The row its --json form (read back by json_output.json_restored) was written from."""
+        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        return cls(**given | {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))})
+
 
 @dataclass(frozen=True, slots=True)
 class EndToEndVerdict:
@@ -89,6 +98,11 @@ class EndToEndVerdict:
     def to_json(self) -> dict[str, Any]:
         out = {"verdict": self.verdict, "reason": self.reason, "first_departs": self.first_departs}
         return out | _present(quantization=self.quantization, cause=self.cause, skipped=self.skipped)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EndToEndVerdict:
+        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        return cls(**given | {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +129,19 @@ class PortResult:
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "inputs"}
         return out | _present(inputs=self.inputs)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PortResult:
+        """The result its --json form (read back by json_output.json_restored) was written from."""
+        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        inputs = data.get("inputs")
+        given["layers"] = [UnitRow.from_json(r) for r in data["layers"]]
+        given["end_to_end"] = EndToEndVerdict.from_json(data["end_to_end"])
+        given["inputs"] = None if inputs is None else [_input_row(i) for i in inputs]
+        return cls(**given)
+
+
+def _input_row(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A port's own input judged (preprocessing.input_rows), from its --json form."""
+    row = dict(data) | {"verdict": OUTCOMES[data["verdict"]]}
+    return row | ({"cause": CauseFinding.of(data["cause"])} if "cause" in data else {})
