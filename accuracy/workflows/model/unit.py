@@ -144,7 +144,7 @@ class CauseFinding:
 
     @classmethod
     def of(cls, cause: CauseFinding | Mapping[str, Any] | None) -> CauseFinding | None:
-        """A finding, from itself or its JSON form (the page reads a report's --json form; the
+        """A finding, from itself or its JSON form (a saved report read back, rows.py; the
         causes generation names end to end are given in that form too)."""
         if isinstance(cause, CauseFinding):
             return cause
