@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Self
 
 from accuracy.judge.verdicts import Outcome, Unjudged, Verdict
 from accuracy.workflows.model.unit import CauseFinding
@@ -24,8 +24,19 @@ def _present(**given: Any) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+class _Judged:
+    """A typed row with a verdict and perhaps a cause: `from_json` gives the row its --json form
+    (read back by json_output.json_restored) was written from."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return cls(**_given(cls, data) | _judged(data))
+
+
 @dataclass(frozen=True, slots=True)
-class UnitRow:
+class UnitRow(_Judged):
     """One unit of one port, made complete once (`port_result`); `to_json` is its --json form."""
 
     path: str  # the unit's first call's key
@@ -77,15 +88,9 @@ class UnitRow:
             out |= _present(cause=self.cause, runtime_limit=self.runtime_limit)
         return out | _present(own_code=self.own_code, error_by_position=self.error_by_position)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> UnitRow:
-        """The row its --json form (read back by json_output.json_restored) was written from."""
-        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        return cls(**given | {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))})
-
 
 @dataclass(frozen=True, slots=True)
-class EndToEndVerdict:
+class EndToEndVerdict(_Judged):
     """A port's output judged end to end, and the first unit whose propagated difference departs."""
 
     verdict: Outcome
@@ -98,11 +103,6 @@ class EndToEndVerdict:
     def to_json(self) -> dict[str, Any]:
         out = {"verdict": self.verdict, "reason": self.reason, "first_departs": self.first_departs}
         return out | _present(quantization=self.quantization, cause=self.cause, skipped=self.skipped)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EndToEndVerdict:
-        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        return cls(**given | {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ class PortResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PortResult:
         """The result its --json form (read back by json_output.json_restored) was written from."""
-        given = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        given = _given(cls, data)
         inputs = data.get("inputs")
         given["layers"] = [UnitRow.from_json(r) for r in data["layers"]]
         given["end_to_end"] = EndToEndVerdict.from_json(data["end_to_end"])
@@ -141,7 +141,17 @@ class PortResult:
         return cls(**given)
 
 
+def _given(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `cls` a --json form holds (the ones never set are absent there)."""
+    return {f.name: data[f.name] for f in fields(cls) if f.name in data}
+
+
+def _judged(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A --json form's verdict as the enum, and its cause typed (None where it has none)."""
+    return {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))}
+
+
 def _input_row(data: Mapping[str, Any]) -> dict[str, Any]:
     """A port's own input judged (preprocessing.input_rows), from its --json form."""
-    row = dict(data) | {"verdict": OUTCOMES[data["verdict"]]}
-    return row | ({"cause": CauseFinding.of(data["cause"])} if "cause" in data else {})
+    judged = _judged(data)
+    return dict(data) | (judged if "cause" in data else {"verdict": judged["verdict"]})
