@@ -87,7 +87,7 @@ def measure(model_name: str, port: str) -> dict:
     return {
         "model": model_name,
         "port": port if port != "default" else "+".join(p.port for p in ports),
-        "absent": [a["port"] for a in report.absent],
+        "absent": [a.port for a in report.absent],
         "compared": sum(p.compared for p in ports),
         "flagged": sum(p.flagged for p in ports),
         "flagged_units": [

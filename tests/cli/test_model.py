@@ -204,7 +204,7 @@ def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the CUDA ports run")
     report = run_model(ModelRun(CNN, cnn_inputs, ["cuda", "cuda-tf32", "torchscript"]))
-    assert [a["port"] for a in report.absent] == ["cuda", "cuda-tf32"]
+    assert [a.port for a in report.absent] == ["cuda", "cuda-tf32"]
     assert [p.port for p in report.ports] == ["torchscript"] and report.within_rounding
 
 

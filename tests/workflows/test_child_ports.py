@@ -20,6 +20,7 @@ from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.ports import build_port, child_process
 from accuracy.workflows.model.ports.child_process import ChildPort, Rebuild
+from accuracy.workflows.model.rows import AbsentPort
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import forward, load_model, record
 from accuracy.workflows.model.zoo import example_inputs
@@ -141,7 +142,7 @@ def test_a_child_that_crashes_hangs_or_misses_a_library_is_one_line_and_the_othe
         monkeypatch.setattr(child_process, "TIMEOUT_S", 10.0)
     inputs = write_arrays(tmp_path / "x.npz", _inputs())
     report = run_model(ModelRun(f"{factories}:{factory}", inputs, [OWN, "threads:1"]))
-    assert report.absent == [{"port": OWN, "reason": why}]
+    assert report.absent == [AbsentPort(OWN, why)]
     (threads,) = report.ports
     assert threads.port == "threads:1" and threads.compared == 4 and threads.flagged == 0
 

@@ -83,10 +83,10 @@ def test_pins_that_do_not_resolve_are_one_line_and_the_other_ports_stand(offline
     (threads,) = report.ports
     assert threads.compared == 3 and threads.flagged == 0
     unresolved, malformed = report.absent
-    assert unresolved["port"] == "env:torch==0.0.1"
-    assert unresolved["reason"].startswith("its pins do not install: ") and "torch" in unresolved["reason"]
-    assert "\n" not in unresolved["reason"]
-    assert malformed["reason"].startswith("--port env:torch>>1: 'torch>>1' is not a requirement")
+    assert unresolved.port == "env:torch==0.0.1"
+    assert unresolved.reason.startswith("its pins do not install: ") and "torch" in unresolved.reason
+    assert "\n" not in unresolved.reason
+    assert malformed.reason.startswith("--port env:torch>>1: 'torch>>1' is not a requirement")
     assert not list(environments_root().iterdir())  # the failed build left nothing to be found later
 
 

@@ -54,8 +54,8 @@ def test_each_input_cause_injected_into_an_activations_file_is_named(tmp_path, p
     port = _port(tmp_path, preprocess)
     assert port.first_not_within is None  # each layer is within rounding on the port's own input
     (row,) = port.inputs
-    assert (row["input"], row["layer"]) == ("x", "conv1") and row["verdict"] != WITHIN
-    cause = row["cause"]
+    assert (row.input, row.layer) == ("x", "conv1") and row.verdict != WITHIN
+    cause = row.cause
     assert cause.explains and cause.name == name
     for key, wanted in parameters.items():
         np.testing.assert_allclose(np.array(cause.parameters[key], dtype=float), wanted, rtol=0.1)
@@ -77,12 +77,12 @@ def test_the_answer_says_the_input_is_not_the_models_and_why(tmp_path):
 def test_an_uncatalogued_input_change_gets_no_known_cause_with_its_nearest(tmp_path):
     wave = np.float32(1e-3) * np.sin(np.arange(_image().size, dtype=np.float32)).reshape(_image().shape)
     (row,) = _port(tmp_path, lambda a: a + wave).inputs
-    assert row["verdict"] != WITHIN and not row["cause"].explains and row["cause"].ratio > 1e3
+    assert row.verdict != WITHIN and not row.cause.explains and row.cause.ratio > 1e3
 
 
 def test_the_same_input_is_within_rounding_with_no_cause(tmp_path):
     (row,) = _port(tmp_path, lambda a: a).inputs
-    assert row["verdict"] == WITHIN and "cause" not in row
+    assert row.verdict == WITHIN and row.cause is None and "cause" not in row.to_json()
 
 
 def test_ports_fed_the_reference_inputs_get_no_input_row():

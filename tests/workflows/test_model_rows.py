@@ -1,5 +1,6 @@
-"""The rows of `opbench model` are typed (issue 54): a unit's row, a port's end-to-end verdict and a
-port's result are frozen dataclasses read by attribute, and their JSON is made once, at the edge.
+"""The rows of `opbench model` are typed (issue 54): a unit's row, a port's end-to-end verdict, a
+port's own input judged, a port's result and a port absent are frozen dataclasses read by
+attribute, and their JSON is made once, at the edge.
 
 `--json` must not change with the types: a field that was never set is absent, never `null`, and
 the keys keep the order the dicts had (the zoo's reports are byte-identical before and after).
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from accuracy.core.json_output import dumps, json_ready, json_restored
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
+from accuracy.workflows.model.rows import AbsentPort, EndToEndVerdict, InputRow, PortResult, UnitRow
 from accuracy.workflows.model.unit import CauseFinding
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=32)
@@ -104,9 +105,8 @@ def test_a_rows_json_omits_each_field_never_set_and_keeps_the_dicts_key_order(ro
     assert back == row and type(back.verdict) is type(row.verdict)
 
 
-INPUT_ROW = st.fixed_dictionaries(
-    {"input": TEXT, "layer": TEXT, "verdict": st.sampled_from([WITHIN, BEYOND]), "reason": TEXT},
-    optional={"cause": CAUSE},
+INPUT_ROW = st.builds(
+    InputRow, input=TEXT, layer=TEXT, verdict=st.sampled_from([WITHIN, BEYOND]), reason=TEXT, cause=_optional(CAUSE)
 )
 
 
@@ -119,8 +119,20 @@ def test_a_ports_json_has_its_inputs_only_where_the_port_shows_them(layers, inpu
     assert list(written) == PORT + (["inputs"] if inputs is not None else [])
     assert written["layers"] == [json_ready(r.to_json()) for r in layers]
     assert written["end_to_end"] == {"verdict": WITHIN, "reason": "output error 1e-07", "first_departs": None}
+    for row, own in zip(inputs or [], written.get("inputs", []), strict=True):  # a cause only where one was found
+        assert list(own) == ["input", "layer", "verdict", "reason", *(["cause"] if row.cause is not None else [])]
     saved = json.loads(dumps(ModelReport("m", "eval", {}, [port]).as_dict()))
-    assert ModelReport.from_json(saved).ports == [port]  # the page of a saved report is drawn from the same rows
+    back = ModelReport.from_json(saved).ports
+    assert back == [port]  # the page of a saved report is drawn from the same rows
+    assert all(type(i.verdict) is type(row.verdict) for i, row in zip(back[0].inputs or [], inputs or [], strict=True))
+
+
+@given(st.lists(st.builds(AbsentPort, TEXT, TEXT), max_size=3))
+def test_an_absent_port_writes_its_port_and_reason_and_reads_back_typed(absent):
+    saved = json.loads(dumps(ModelReport("m", "eval", {}, [], absent).as_dict()))
+    assert saved["absent_ports"] == [{"port": a.port, "reason": a.reason} for a in absent]
+    assert all(list(a) == ["port", "reason"] for a in saved["absent_ports"])
+    assert ModelReport.from_json(saved).absent == absent
 
 
 def test_an_end_to_end_verdict_writes_its_quantization_cause_and_skipped_causes_only_when_set():
@@ -140,10 +152,13 @@ def test_rows_are_frozen_and_travel_by_pickle_as_they_are():
     its port's result back pickled: the same typed result arrives, its verdicts the enum."""
     row = UnitRow("fc", ["fc"], "Linear (linear)", None, 0, WITHIN, "0.5x", tier="registry op linear")
     end = EndToEndVerdict(WITHIN, "output error 1e-07", None)
-    port = PortResult("p", "d", "float32", None, 1, 0, 0, 0, 1e-7, [row], {}, end, 0.1, [])
-    for typed, field in ((row, "verdict"), (end, "verdict"), (port, "layers")):
+    given = InputRow("x", "conv1", BEYOND, "3x", CauseFinding(name="BGR for RGB", explains=True))
+    port = PortResult("p", "d", "float32", None, 1, 0, 0, 0, 1e-7, [row], {}, end, 0.1, [given])
+    absent = AbsentPort("cuda", "no CUDA device on this machine")
+    for typed, field in ((row, "verdict"), (end, "verdict"), (port, "layers"), (given, "cause"), (absent, "port")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(typed, field, None)
     assert dataclasses.replace(row, own_code=True).to_json()["own_code"] is True and row.own_code is None
     back = pickle.loads(pickle.dumps(port))
     assert back == port and back.layers[0].verdict is WITHIN and back.end_to_end.verdict is WITHIN
+    assert back.inputs == [given] and back.inputs[0].verdict is BEYOND

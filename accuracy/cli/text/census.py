@@ -30,7 +30,7 @@ def not_run(rows: list[dict]) -> list[str]:
     absent: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         for a in r["absent"]:
-            absent.setdefault((a["port"], a["reason"]), []).append(r["model"])
+            absent.setdefault((a.port, a.reason), []).append(r["model"])
     ran = sum(r["failed"] is None for r in rows)
     for (port, reason), models in absent.items():
         which = f"all {ran} models" if len(models) == ran > 1 else ", ".join(models)

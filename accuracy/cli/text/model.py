@@ -114,7 +114,7 @@ def render(
     shapes = ", ".join(f"{k} {tuple(v)}" for k, v in report.inputs.items())
     lines = [f"{report.model} in {report.mode} mode on {shapes}", ""]
     lines += report.answers()
-    lines += [f"{printable(a['port'])}: absent ({printable(a['reason'])})" for a in report.absent]
+    lines += [f"{printable(a.port)}: absent ({printable(a.reason)})" for a in report.absent]
     if explain:
         lines += ["", "how each verdict is derived:", *(f"  {line}" for line in report.derivations())]
     for p in report.ports:

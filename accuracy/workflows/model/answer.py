@@ -23,7 +23,7 @@ from accuracy.judge.verdicts import (
     WITHIN,
     WITHIN_NOISE,
 )
-from accuracy.workflows.model.rows import PortResult, UnitRow
+from accuracy.workflows.model.rows import InputRow, PortResult, UnitRow
 from accuracy.workflows.model.unit import CauseFinding
 
 Cause = CauseFinding | Mapping[str, Any] | None  # a row's cause, or its --json form
@@ -179,8 +179,8 @@ class PortAnswer:
         return [self.verdict, f"  {self.where}", f"  {self.why}"]
 
 
-def _first_input(port: PortResult) -> dict | None:
-    return next((i for i in port.inputs or [] if i["verdict"] != WITHIN), None)
+def _first_input(port: PortResult) -> InputRow | None:
+    return next((i for i in port.inputs or [] if i.verdict != WITHIN), None)
 
 
 def _verdict_line(port: PortResult, label: str) -> str:
@@ -219,10 +219,8 @@ def port_answer(port: PortResult) -> PortAnswer:
     given = _first_input(port)
     first = rows.get(port.first_not_within or "")
     if given is not None:
-        where = (
-            f"first not as the model's: its input {given['input']} as {given['layer']} received it: {given['verdict']}"
-        )
-        return PortAnswer(label, verdict, clip(where, INDENTED), _why(given.get("cause"), RERUN), given["layer"])
+        where = f"first not as the model's: its input {given.input} as {given.layer} received it: {given.verdict}"
+        return PortAnswer(label, verdict, clip(where, INDENTED), _why(given.cause, RERUN), given.layer)
     if first is not None:
         own = ", in its own forward" if first.own_code else ""
         where = f"first not within rounding: {first.path} ({first.op}){own}: {first.verdict}, "

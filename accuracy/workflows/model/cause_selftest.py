@@ -31,6 +31,7 @@ from accuracy.workflows.model.causes.inputs import KIND, ModelInput
 from accuracy.workflows.model.ports import build_port
 from accuracy.workflows.model.ports.file_port import FilePort
 from accuracy.workflows.model.report import PortResult
+from accuracy.workflows.model.rows import AbsentPort
 from accuracy.workflows.model.trace import record, run_reference
 from accuracy.workflows.model.unit import CauseFinding
 
@@ -148,7 +149,7 @@ def _activations(port, given: dict, changed, path: str, context: Context, refere
 
 def _named_at(port: PortResult, path: str) -> CauseFinding | None:
     if path == INPUT:
-        return next((i.get("cause") for i in port.inputs or [] if i["verdict"] != WITHIN), None)
+        return next((i.cause for i in port.inputs or [] if i.verdict != WITHIN), None)
     return next((r.cause for r in port.layers if r.path == path), None)
 
 
@@ -197,7 +198,7 @@ def model_selftest(progress=None) -> Iterator[dict]:
             results, failed = evaluate_ports(ports, model, given, calls)
         by_name = {r.port: r for r in results}
         for entry, injection, port in injections:
-            _judge_injection(entry, injection, by_name.get(port.name), [f for f in failed if f["port"] == port.name])
+            _judge_injection(entry, injection, by_name.get(port.name), [f for f in failed if f.port == port.name])
             injection.seconds = _naming_seconds(times, port.name, injection.path or "", given)
         named_on_correct = _named_on_correct(results, {p.name for p in correct})
         report = {
@@ -223,12 +224,12 @@ def model_selftest(progress=None) -> Iterator[dict]:
         }
 
 
-def _judge_injection(entry: Cause, injection: Injection, result: PortResult | None, failures: list[dict]) -> None:
+def _judge_injection(entry: Cause, injection: Injection, result: PortResult | None, failures: list[AbsentPort]) -> None:
     """The injection's outcome from its port's result (or its port's failures): the cause named
     at its unit, and none named on a unit it was not injected into."""
     if result is None:
         injection.outcome = NOT_NAMED
-        injection.why = "the port failed: " + "; ".join(f["reason"] for f in failures)
+        injection.why = "the port failed: " + "; ".join(f.reason for f in failures)
         return
     cause = _named_at(result, injection.path or "")
     injection.outcome = _outcome(entry, cause, injection.injected)
@@ -251,7 +252,7 @@ def _judge_injection(entry: Cause, injection: Injection, result: PortResult | No
 
 def _input_causes(result: PortResult) -> list[tuple[str, CauseFinding | None]]:
     """Each input the port shows its own of, with the cause found for it (or None)."""
-    return [(i["input"], i.get("cause")) for i in result.inputs or []]
+    return [(i.input, i.cause) for i in result.inputs or []]
 
 
 def _named_on_correct(results: list[PortResult], correct: set[str]) -> list[str]:

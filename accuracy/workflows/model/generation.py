@@ -401,7 +401,7 @@ def layer_sweep(spec: str, port: GenPort, ids: np.ndarray) -> dict:
         except OpbenchError as exc:
             return located | {"not_run": str(exc)}
     if not report.ports:
-        return located | {"not_run": "; ".join(a["reason"] for a in report.absent) or "the port did not run"}
+        return located | {"not_run": "; ".join(a.reason for a in report.absent) or "the port did not run"}
     (result,) = report.ports
     first = next((r for r in result.layers if r.path == result.first_not_within), None)
     return located | {

@@ -10,8 +10,6 @@ rounding the input causes of the catalogue are tried on it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
@@ -19,6 +17,7 @@ from accuracy.judge.verdicts import BEYOND, WITHIN
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.inputs import ModelInput
 from accuracy.workflows.model.ports.base import Port
+from accuracy.workflows.model.rows import InputRow
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.unit import Unit, port_inputs
 from accuracy.workflows.model.units import judge_unit
@@ -43,7 +42,7 @@ def _first_calls(calls: list[LayerCall], given: dict[str, np.ndarray]) -> list[t
     return found
 
 
-def input_rows(port: Port, calls: list[LayerCall], given: dict[str, np.ndarray]) -> list[dict]:
+def input_rows(port: Port, calls: list[LayerCall], given: dict[str, np.ndarray]) -> list[InputRow]:
     """Per model input whose first layer the port shows its own input for: that input judged
     against the model's, with the cause where it is not within rounding."""
     rows = []
@@ -52,20 +51,15 @@ def input_rows(port: Port, calls: list[LayerCall], given: dict[str, np.ndarray])
         if isinstance(feed, str) or feed.source != port.name:  # the port is fed the reference's inputs
             continue
         theirs, reference = to_numpy(feed.tensors[i]), call.inputs[i]
-        row: dict[str, Any] = {"input": name, "layer": call.key}
         if theirs.shape != tuple(reference.shape):
-            rows.append(
-                row | {"verdict": BEYOND, "reason": f"shape {theirs.shape}, the model's {tuple(reference.shape)}"}
-            )
+            rows.append(InputRow(name, call.key, BEYOND, f"shape {theirs.shape}, the model's {tuple(reference.shape)}"))
             continue
         unit = Unit([LayerCall(name, name, ModelInput(), [reference], None, [None])])
         tensors = port_inputs([reference], port.fmt)
         if np.array_equal(theirs, to_numpy(tensors[0]), equal_nan=True):
-            rows.append(row | {"verdict": WITHIN, "reason": "the same values as the model's input"})
+            rows.append(InputRow(name, call.key, WITHIN, "the same values as the model's input"))
             continue
-        judged = judge_unit(unit, tensors, port.fmt, {port.name: theirs})[port.name]
-        row |= {"verdict": judged.judgement.verdict, "reason": judged.judgement.reason}
-        if judged.judgement.verdict != WITHIN:
-            row["cause"] = explain(unit, tensors, port.fmt, port.name, theirs, None)
-        rows.append(row)
+        judged = judge_unit(unit, tensors, port.fmt, {port.name: theirs})[port.name].judgement
+        cause = explain(unit, tensors, port.fmt, port.name, theirs, None) if judged.verdict != WITHIN else None
+        rows.append(InputRow(name, call.key, judged.verdict, judged.reason, cause))
     return rows

@@ -22,7 +22,7 @@ from accuracy.workflows.model import quantization
 from accuracy.workflows.model.activations_file import OUTPUT_KEY, input_key
 from accuracy.workflows.model.answer import Cause, clip, explanation, is_flagged, number, port_answer, worst_text
 from accuracy.workflows.model.ports.base import EndToEnd, Port
-from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
+from accuracy.workflows.model.rows import AbsentPort, EndToEndVerdict, PortResult, UnitRow
 from accuracy.workflows.model.trace import LayerCall
 from accuracy.workflows.model.unit import CauseFinding, Unit, UnitJudgement
 from accuracy.workflows.model.units import nonfinite_mismatches, relative
@@ -59,7 +59,7 @@ class ModelReport:
     mode: str
     inputs: dict[str, list[int]]
     ports: list[PortResult]
-    absent: list[dict] = field(default_factory=list)
+    absent: list[AbsentPort] = field(default_factory=list)
     # a sweep stopped early (Ctrl-C, a lost Dask scheduler): why, and the ports it never finished
     interrupted: str | None = None
     not_run: list[str] = field(default_factory=list)
@@ -97,7 +97,8 @@ class ModelReport:
         """The report a saved `--json` output was written from (its non-finite numbers read back)."""
         data = json_restored(data)
         ports = [PortResult.from_json(p) for p in data["ports"]]
-        absent, interrupted, not_run = data["absent_ports"], data["interrupted"], data["ports_not_run"]
+        absent = [AbsentPort.from_json(a) for a in data["absent_ports"]]
+        interrupted, not_run = data["interrupted"], data["ports_not_run"]
         return cls(
             data["model"], data["mode"], data["inputs"], ports, absent, interrupted, not_run, None, data["nonfinite"]
         )
@@ -120,7 +121,7 @@ class ModelReport:
                 )
             )
         if not self.ports:
-            absent = f" (absent: {', '.join(printable(a['port']) for a in self.absent)})" if self.absent else ""
+            absent = f" (absent: {', '.join(printable(a.port) for a in self.absent)})" if self.absent else ""
             lines.append(clip(f"no port ran: nothing was compared{absent}"))
         return lines
 
@@ -140,10 +141,10 @@ class ModelReport:
         for p in self.ports:
             label = f"{printable(p.port)} [{p.dtype}]"
             lines += [
-                f"{label}: its input {printable(i['input'])} (as {printable(i['layer'])} received it) is not the "
-                f"model's: {i['verdict']}: {explanation(i.get('cause'), i['reason'])}"
+                f"{label}: its input {printable(i.input)} (as {printable(i.layer)} received it) is not the "
+                f"model's: {i.verdict}: {explanation(i.cause, i.reason)}"
                 for i in p.inputs or []
-                if i["verdict"] != WITHIN
+                if i.verdict != WITHIN
             ]
             if p.first_not_within is not None:
                 first = next(r for r in p.layers if r.path == p.first_not_within)

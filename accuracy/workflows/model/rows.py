@@ -1,10 +1,11 @@
 """The rows of `opbench model`'s answer, typed: a unit's row, a port's end-to-end verdict, a
-port's result. Each is made complete once, by the sweep's report (accuracy.workflows.model.report),
-and read by attribute everywhere: the terminal text, the page, the answer lines, the self-tests.
-Their JSON is made only at the edge: `to_json()` (accuracy.core.json_output writes each through
-it) gives the keys and key order of the dicts they replaced, an optional field that was never set
-absent; `from_json` reads that form back (the page of a saved report). Frozen: a row that gains a
-field later (`own_code`, `error_by_position`) is a new row (`dataclasses.replace`).
+port's own input judged, a port's result, a port absent. Each is made complete once, by the
+sweep's report (accuracy.workflows.model.report), and read by attribute everywhere: the terminal
+text, the page, the answer lines, the self-tests. Their JSON is made only at the edge: `to_json()`
+(accuracy.core.json_output writes each through it) gives the keys and key order of the dicts they
+replaced, an optional field that was never set absent; `from_json` reads that form back (the page
+of a saved report). Frozen: a row that gains a field later (`own_code`, `error_by_position`) is a
+new row (`dataclasses.replace`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,38 @@ class EndToEndVerdict(_Judged):
 
 
 @dataclass(frozen=True, slots=True)
+class InputRow(_Judged):
+    """A port's own input to its first layer judged against the model's (preprocessing.input_rows),
+    with the input cause that explains it where it is not within rounding."""
+
+    input: str  # the model input's name
+    layer: str  # the first layer that received it
+    verdict: Outcome
+    reason: str
+    cause: CauseFinding | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"input": self.input, "layer": self.layer, "verdict": self.verdict, "reason": self.reason}
+        return out | _present(cause=self.cause)
+
+
+@dataclass(frozen=True, slots=True)
+class AbsentPort:
+    """A port asked for that did not run here, with why (a CUDA port without a GPU, a model its
+    converter does not take): `--json`'s `absent_ports`."""
+
+    port: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"port": self.port, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AbsentPort:
+        return cls(data["port"], data["reason"])
+
+
+@dataclass(frozen=True, slots=True)
 class PortResult:
     """One port's result: its units' rows in order, its counts and its end-to-end verdict."""
 
@@ -122,9 +155,8 @@ class PortResult:
     output: dict[str, float | None]
     end_to_end: EndToEndVerdict
     seconds: float
-    # the port's own first-layer input against the model's (preprocessing), where the port shows it:
-    # [{input, layer, verdict, reason, cause (where not within rounding)}]
-    inputs: list[dict] | None = None
+    # the port's own first-layer input against the model's (preprocessing), where the port shows it
+    inputs: list[InputRow] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "inputs"}
@@ -137,7 +169,7 @@ class PortResult:
         inputs = data.get("inputs")
         given["layers"] = [UnitRow.from_json(r) for r in data["layers"]]
         given["end_to_end"] = EndToEndVerdict.from_json(data["end_to_end"])
-        given["inputs"] = None if inputs is None else [_input_row(i) for i in inputs]
+        given["inputs"] = None if inputs is None else [InputRow.from_json(i) for i in inputs]
         return cls(**given)
 
 
@@ -149,9 +181,3 @@ def _given(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 def _judged(data: Mapping[str, Any]) -> dict[str, Any]:
     """A --json form's verdict as the enum, and its cause typed (None where it has none)."""
     return {"verdict": OUTCOMES[data["verdict"]], "cause": CauseFinding.of(data.get("cause"))}
-
-
-def _input_row(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A port's own input judged (preprocessing.input_rows), from its --json form."""
-    judged = _judged(data)
-    return dict(data) | (judged if "cause" in data else {"verdict": judged["verdict"]})

@@ -41,7 +41,7 @@ from accuracy.workflows.model.positions import sequence_length, with_positions
 from accuracy.workflows.model.preprocessing import input_rows
 from accuracy.workflows.model.quantization import QUANTIZATION_TIER, judge_quantized
 from accuracy.workflows.model.report import ModelReport, PortFacts, port_result
-from accuracy.workflows.model.rows import PortResult
+from accuracy.workflows.model.rows import AbsentPort, InputRow, PortResult
 from accuracy.workflows.model.schedulers import JUDGE_THREADS, Envelope, InProcess, Scheduler, scheduler_for
 from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, run_in, run_reference
 from accuracy.workflows.model.unit import CauseFinding, IsolatedOutput, Unit, UnitJudgement
@@ -112,7 +112,7 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     jobs, scheduler = _checked_jobs(run, given, calls)
     subject = Subject(run.spec, run.train, model, given, calls)
     reports, absent, interrupted = _sweep(jobs, scheduler, subject, progress if scheduler.remote else None)
-    finished = {r.port for r in reports} | {a["port"] for a in absent}
+    finished = {r.port for r in reports} | {a.port for a in absent}
     not_run = [job.name for job in jobs if job.name not in finished]
     not_saved = None
     if run.save_path is not None:
@@ -242,7 +242,7 @@ class Subject:
 
 def _sweep(
     jobs: list[PortJob], scheduler: Scheduler, subject: Subject, progress=None
-) -> tuple[list[PortResult], list[dict], str | None]:
+) -> tuple[list[PortResult], list[AbsentPort], str | None]:
     """The one pipeline, whatever runs its work items (accuracy.workflows.model.schedulers): each
     port run (built, its units isolated, end to end), then each unit judged once for all the ports
     fed it the same inputs; then, here, the flagged units' causes and each port's rows. Returns the
@@ -429,7 +429,7 @@ class PortRun:
     outputs: tuple[IsolatedOutput, ...]
     run: EndToEnd | str
     seconds: float
-    inputs: list[dict]  # the port's own first-layer inputs judged against the model's (preprocessing)
+    inputs: list[InputRow]  # the port's own first-layer inputs judged against the model's (preprocessing)
     mismatched: tuple[IsolatedOutput, ...] = ()
     explained: dict[str, CauseFinding] = field(default_factory=dict)
 
@@ -606,7 +606,7 @@ def _results(
     model,
     given: dict,
     calls,
-) -> tuple[list[PortResult], list[dict]]:
+) -> tuple[list[PortResult], list[AbsentPort]]:
     """Each port's result from its runs and its units' verdicts, beside the float64 model and
     PyTorch's own run at the port's dtype; and the absent ports, with why."""
     reference64 = activations(*run_in(model, given, FLOAT64))
@@ -614,10 +614,10 @@ def _results(
     results, absent = [], []
     for name, run in zip(names, runs, strict=True):
         if isinstance(run, str):
-            absent.append({"port": name, "reason": run})
+            absent.append(AbsentPort(name, run))
             continue
         if isinstance(run.run, str):
-            absent.append({"port": name, "reason": run.run})
+            absent.append(AbsentPort(name, run.run))
             continue
         fmt = run.facts.fmt
         if fmt.name not in own:
@@ -634,7 +634,7 @@ def _results(
     return results, absent
 
 
-def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[PortResult], list[dict]]:
+def evaluate_ports(ports: list[Port], model, given: dict, calls) -> tuple[list[PortResult], list[AbsentPort]]:
     """Ports built by the caller (the self-tests), evaluated here through the one pipeline, under
     the same envelope: each port's result, and the ports whose end-to-end run failed, absent with
     its one line. A port's failure to run at all is raised; the caller closes its ports."""
