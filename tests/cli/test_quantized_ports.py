@@ -65,7 +65,7 @@ def test_a_zero_point_stuck_at_0_leaves_every_unit_within_its_noise_and_the_outp
     """An asymmetric uint8 point whose zero point is 0 clips the negative range (ModelTC/MQBench
     PR #189): the unit's clipping is counted apart, the output's is error."""
     model, x = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
-    quantized = _quantized(onnx_graph.export(model, x), "ort-int8", [x])
+    quantized = _quantized(onnx_graph.export(model, x), [x])
     zero = next(t for t in quantized.graph.initializer if t.name == "/proj/Add_output_0_zero_point")
     assert onnx.numpy_helper.to_array(zero) == 135  # the range calibrated: about half of it negative
     zero.CopyFrom(onnx.numpy_helper.from_array(np.zeros((), np.uint8), zero.name))
@@ -96,7 +96,7 @@ def test_a_zero_point_stuck_at_0_leaves_every_unit_within_its_noise_and_the_outp
 @pytest.mark.slow
 def test_a_quantized_file_with_a_wrong_weight_scale_is_flagged_at_that_layer(capsys, tmp_path):
     model, x = zoo.small_cnn().eval(), zoo.example_inputs("small_cnn")
-    quantized = _quantized(onnx_graph.export(model, x), "ort-int8", [x])
+    quantized = _quantized(onnx_graph.export(model, x), [x])
     scale = next(t for t in quantized.graph.initializer if t.name == "conv2.weight_scale")
     doubled = onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scale) * 2, scale.name)
     scale.CopyFrom(doubled)  # the weights dequantized at twice their step: a wrong scale factor

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.core.errors import OpbenchError
 from accuracy.judge.verdicts import BEYOND, SUSPICIOUS
 from accuracy.workflows.model import zoo
 from accuracy.workflows.model.cause_selftest import NOT_INJECTED, NOT_NAMED, RIGHT, WRONG, Injection, parameter_close
@@ -251,7 +252,7 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         given = zoo.example_inputs(name)
         calls, _ = run_reference(model, given, name)
         exported = onnx_graph.export(model, given)
-        graph = _quantized(exported, "ort-int8", [given])
+        graph = _quantized(exported, [given])
         injections = []
         by_cause = _injections(graph.graph)
         with tempfile.TemporaryDirectory() as folder:
@@ -271,7 +272,7 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
             injections.append(_stuck_zero(subject, graph))
             injections.append(_other_range(subject, exported, graph))
         if reduced_range():
-            full = _quantized(exported, "ort-int8", [given], reduce=False)
+            full = _quantized(exported, [given], reduce=False)
             port = QuantizedOnnxPort("mutant:saturates", model, given, full, exported, "8-bit weights without VNNI")
             results, _ = evaluate_ports([port], model, given, calls)
             outcome, named, why = _outcome(results[0], SATURATES, None, None)
@@ -332,18 +333,18 @@ def _steps_differ(weight) -> bool:
 
 def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
     """`cause` injected into each of a torchao port's quantized Linear layers in turn, until one is flagged."""
-    from accuracy.workflows.model.ports.torchao_port import TorchaoPort, _quantized_weight
+    from accuracy.workflows.model.ports.torchao_port import _quantized_weight
     from accuracy.workflows.model.sweep import evaluate_ports
 
     name, model, given, calls = subject
-    weights = {p: _quantized_weight(m) for p, m in TorchaoPort(port_name, model).quantized.named_modules()}
+    weights = {p: _quantized_weight(m) for p, m in _torchao(port_name, model, given).quantized.named_modules()}
     paths = [p for p, w in weights.items() if w is not None and (cause != PER_TENSOR or _steps_differ(w))]
     if not paths:  # small_cnn's fc: its rows' steps within 1% of each other
         why = "no quantized Linear whose rows' steps differ by more than the cause's 2% (per tensor is per row there)"
         return Injection(cause, f"{name} {port_name}", outcome=NOT_INJECTED, why=why)
     ratios = []
     for path in paths:
-        port = TorchaoPort(port_name, model)
+        port = _torchao(port_name, model, given)
         port.name = f"mutant:{cause}"
         injected = _torchao_bug(port.quantized.get_submodule(path).weight, cause)
         results, _ = evaluate_ports([port], model, given, calls)
@@ -355,6 +356,17 @@ def _torchao_injection(port_name: str, cause: str, subject: tuple) -> Injection:
             ratios.append(f"{path} {row.quantization['ratio']:.3g}x its noise")
     why = f"no injection flagged its layer ({', '.join(ratios)})"
     return Injection(cause, f"{name} {port_name}", outcome=NOT_NAMED, why=why)
+
+
+def _torchao(port_name: str, model, given: dict):
+    """The torchao port `port_name` as the port table builds it, its variant bound there."""
+    from accuracy.workflows.model.ports import build_port
+    from accuracy.workflows.model.ports.torchao_port import TorchaoPort
+
+    port = build_port(port_name, model, given)
+    if not isinstance(port, TorchaoPort):
+        raise OpbenchError(f"{port_name}: {port}")
+    return port
 
 
 def _judged_file(subject: tuple, graph, label: str) -> Any:
@@ -440,7 +452,7 @@ def _other_range(subject: tuple, exported, graph) -> Injection:
     rng = np.random.Generator(np.random.PCG64(OTHER_SEED))
     for size in (1.0, NARROWER):
         other = {k: (size * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in given.items()}
-        result = _judged_file(subject, _quantized(exported, "ort-int8", [other]), f"{OTHER_RANGE} {size}")
+        result = _judged_file(subject, _quantized(exported, [other]), f"{OTHER_RANGE} {size}")
         if result is None or result.end_to_end.verdict != BEYOND:
             continue
 

@@ -89,11 +89,11 @@ BUILT_IN = (
     PortSpec("openvino", partial(openvino_port.openvino_port, reduced=False), deploy=True),
     PortSpec("openvino-f16", partial(openvino_port.openvino_port, reduced=True), deploy=True),
     # quantized: judged against the quantization noise they declare (workflows.model.quantization)
-    PortSpec("ort-int8", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
-    PortSpec("ort-int8-tensor", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
-    PortSpec("ort-int8-dynamic", onnx_quantized.ort_int8, ("onnxruntime",), calibrates=True),
-    PortSpec("torchao-int8-weight", torchao_port.torchao_port),
-    PortSpec("torchao-int8-dynamic", torchao_port.torchao_port),
+    PortSpec("ort-int8", partial(onnx_quantized.ort_int8, per_channel=True), ("onnxruntime",), calibrates=True),
+    PortSpec("ort-int8-tensor", partial(onnx_quantized.ort_int8, per_channel=False), ("onnxruntime",), calibrates=True),
+    PortSpec("ort-int8-dynamic", partial(onnx_quantized.ort_int8, dynamic=True), ("onnxruntime",), calibrates=True),
+    PortSpec("torchao-int8-weight", partial(torchao_port.torchao_port, dynamic=False)),
+    PortSpec("torchao-int8-dynamic", partial(torchao_port.torchao_port, dynamic=True)),
     PortSpec("openvino-int8", openvino_int8.openvino_int8, calibrates=True),
     PortSpec("executorch-int8", executorch_int8.executorch_int8, calibrates=True),
 )

@@ -36,7 +36,6 @@ from accuracy.workflows.model.ports.onnx_file import OnnxFilePort
 from accuracy.workflows.model.unit import Unit
 
 CALIBRATION = "--calibration"
-STATIC = {"ort-int8": True, "ort-int8-tensor": False}  # name -> per channel
 
 
 class QuantizedGraph:
@@ -283,7 +282,14 @@ def _unquantizable(float_export, batches: list[dict[str, np.ndarray]]) -> list[s
     return sorted(names)
 
 
-def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], reduce: bool | None = None):
+def _quantized(
+    float_export,
+    batches: list[dict[str, np.ndarray]],
+    reduce: bool | None = None,
+    *,
+    dynamic: bool = False,
+    per_channel: bool = True,
+):
     """The export quantized by onnxruntime.quantization, as the port `name` asks; `reduce`: 7-bit
     weights (None: where the CPU lacks VNNI, `reduced_range`)."""
     reduce = reduced_range() if reduce is None else reduce
@@ -299,7 +305,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], re
         level = logger.level
         logger.setLevel(logging.ERROR)  # the quantizer's advice to pre-process, on the root logger
         try:
-            if name == "ort-int8-dynamic":
+            if dynamic:
                 quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=reduce)
             else:
                 quantize_static(
@@ -307,7 +313,7 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], re
                     target,
                     _reader(batches),
                     quant_format=QuantFormat.QDQ,
-                    per_channel=STATIC[name],
+                    per_channel=per_channel,
                     activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8,
                     reduce_range=reduce,
@@ -319,20 +325,27 @@ def _quantized(float_export, name: str, batches: list[dict[str, np.ndarray]], re
         return onnx.load(target)
 
 
-def ort_int8(name: str, model, inputs: dict[str, np.ndarray], calibration: str | None = None) -> QuantizedOnnxPort:
-    """`ort-int8`, `ort-int8-tensor` and `ort-int8-dynamic`, calibrated on `calibration`'s
-    batches where given, else on the model's inputs."""
+def ort_int8(
+    name: str,
+    model,
+    inputs: dict[str, np.ndarray],
+    calibration: str | None = None,
+    *,
+    dynamic: bool = False,
+    per_channel: bool = True,
+) -> QuantizedOnnxPort:
+    """`ort-int8` (static, `per_channel` weights), `ort-int8-tensor` (per tensor) and
+    `ort-int8-dynamic` (`dynamic`: activations quantized at run time, nothing calibrated); a
+    static port is calibrated on `calibration`'s batches where given, else on the model's inputs."""
     from accuracy.workflows.model import onnx_graph
 
     float_export = cached_export(onnx_graph.export, model, inputs)
     batches = read_calibration(calibration, inputs) if calibration else [inputs]
-    how = {
-        "ort-int8": "static QDQ, per-channel weights",
-        "ort-int8-tensor": "static QDQ, per-tensor weights",
-        "ort-int8-dynamic": "dynamic activations, int8 weights",
-    }[name]
+    weights = "per-channel" if per_channel else "per-tensor"
+    how = "dynamic activations, int8 weights" if dynamic else f"static QDQ, {weights} weights"
     where = f"on {Path(calibration).name}" if calibration else "on the model's inputs"
     how += ", 7-bit weights (no VNNI)" if reduced_range() else ""
-    if name != "ort-int8-dynamic":
+    if not dynamic:
         how += f", calibrated {where}"
-    return QuantizedOnnxPort(name, model, inputs, _quantized(float_export, name, batches), float_export, how)
+    quantized = _quantized(float_export, batches, dynamic=dynamic, per_channel=per_channel)
+    return QuantizedOnnxPort(name, model, inputs, quantized, float_export, how)

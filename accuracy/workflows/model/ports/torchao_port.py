@@ -30,10 +30,10 @@ from accuracy.workflows.model.unit import Unit, leaf_units, port_inputs
 SYMMETRIC_ROW = 127.5  # torchao's symmetric int8 per-row step: max |row| / ((127 - -128) / 2)
 
 
-def _config(name: str):
+def _config(dynamic: bool):
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig
 
-    return Int8WeightOnlyConfig() if name == "torchao-int8-weight" else Int8DynamicActivationInt8WeightConfig()
+    return Int8DynamicActivationInt8WeightConfig() if dynamic else Int8WeightOnlyConfig()
 
 
 def _quantized_weight(module):
@@ -77,16 +77,16 @@ class TorchaoPort(Port):
 
     runtime = "torchao"
 
-    def __init__(self, name: str, model):
+    def __init__(self, name: str, model, dynamic: bool = False):
         import torch
 
         with quiet_stderr():  # torchao's CUDA kernels' libraries, which a CPU build cannot load, on stderr
             from torchao.quantization import quantize_
 
-        self.name, self.dynamic = name, name == "torchao-int8-dynamic"
+        self.name, self.dynamic = name, dynamic  # activations quantized per row at run time too
         self.float_model = converted(model, torch.float32).eval()
         self.quantized = copy.deepcopy(self.float_model)
-        quantize_(self.quantized, _config(name))
+        quantize_(self.quantized, _config(dynamic))
         how = "int8 weights, activations int8 per row at run time" if self.dynamic else "int8 weights only"
         self.description = f"torchao {how} (quantize_ on its Linear layers), run by PyTorch"
         self.noise: dict[str, dict] = {}
@@ -188,7 +188,7 @@ class TorchaoPort(Port):
         }
 
 
-def torchao_port(name: str, model, inputs) -> TorchaoPort | str:
-    """`torchao-int8-weight` and `torchao-int8-dynamic`; absent where torchao is not installed."""
+def torchao_port(name: str, model, inputs, *, dynamic: bool) -> TorchaoPort | str:
+    """`torchao-int8-weight` and `torchao-int8-dynamic` (`dynamic`); absent where torchao is not installed."""
     why = missing("torchao")
-    return why if why is not None else TorchaoPort(name, model)
+    return why if why is not None else TorchaoPort(name, model, dynamic)
