@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from accuracy.core.json_output import dumps, json_ready, json_restored
 from accuracy.judge.verdicts import BEYOND, NOT_COMPARED, RUNTIME_LIMIT, WITHIN, WITHIN_NOISE
+from accuracy.workflows.model.generation import GenerateReport
 from accuracy.workflows.model.report import ModelReport
 from accuracy.workflows.model.rows import AbsentPort, EndToEndVerdict, InputRow, PortResult, UnitRow
 from accuracy.workflows.model.unit import CauseFinding
@@ -162,3 +163,11 @@ def test_rows_are_frozen_and_travel_by_pickle_as_they_are():
     back = pickle.loads(pickle.dumps(port))
     assert back == port and back.layers[0].verdict is WITHIN and back.end_to_end.verdict is WITHIN
     assert back.inputs == [given] and back.inputs[0].verdict is BEYOND
+
+
+def test_generates_absent_ports_are_the_same_typed_rows_with_the_same_json():
+    """`opbench generate` reports a port that did not run as `opbench model` does: the same row."""
+    why = "the decoder with past key/values does not export: TypeError: no"
+    report = GenerateReport("m", [1, 2], 1, [3], [], [AbsentPort("onnxruntime-cache", why)])
+    assert report.as_dict()["absent_ports"] == [{"port": "onnxruntime-cache", "reason": why}]
+    assert report.answers()[-1] == f"onnxruntime-cache: absent: {why}"

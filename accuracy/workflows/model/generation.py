@@ -44,6 +44,7 @@ from accuracy.workflows.model.generation_ports import (
     onnx_port,
     torch_port,
 )
+from accuracy.workflows.model.rows import AbsentPort
 from accuracy.workflows.model.sweep import JUDGE_THREADS, ModelRun
 from accuracy.workflows.model.trace import LayerCall, float64_throughout, load_model, record
 from accuracy.workflows.model.unit import CauseFinding, Unit
@@ -180,7 +181,7 @@ def flip(evidence: Evidence, wanted: int, token: int, step: int) -> dict:
 
 def _ports(
     model: Any, names: list[str], port_models: dict[str, str], files: dict[str, str], text, prompt, steps, vocab
-) -> tuple[list[GenPort], list[dict]]:
+) -> tuple[list[GenPort], list[AbsentPort]]:
     """The ports to decode with (what the user brought checked first: its problems are bad
     input), and the built-in ports absent here, with why."""
     brought = list(port_models) + list(files)
@@ -188,12 +189,12 @@ def _ports(
         raise OpbenchError("a --port-model or --logits label is used twice (or is a --port): give each its own")
     ports = [logits_port(label, path, steps, vocab) for label, path in files.items()]
     ports += [hand_port(label, spec, model) for label, spec in port_models.items()]
-    absent = []
+    absent: list[AbsentPort] = []
     for name in dict.fromkeys(names):
         if name in ("onnxruntime", ONNX_CACHE):
             built = onnx_port(model, text, prompt, steps) if name == "onnxruntime" else onnx_cache_port(model)
             if isinstance(built, str):
-                absent.append({"port": name, "reason": built})
+                absent.append(AbsentPort(name, built))
                 continue
             ports.append(built)
         else:
@@ -227,7 +228,7 @@ def run_generate(
         except Exception as exc:
             if port.rows is not None or port.sweep_port is None:
                 raise OpbenchError(f"{port.name}: it failed on the text: {type(exc).__name__}: {exc}") from None
-            absent.append({"port": port.name, "reason": f"the port failed: {type(exc).__name__}: {exc}"})
+            absent.append(AbsentPort(port.name, f"the port failed: {type(exc).__name__}: {exc}"))
     built = [p for p in built if p.name in rows]
     results = judge_ports(spec, model, text, length, [(p, rows[p.name]) for p in built], sweep)
     return GenerateReport(spec, prompt[0].tolist(), steps, text[0, length:].tolist(), results, absent)
@@ -419,7 +420,7 @@ class GenerateReport:
     steps: int
     tokens: list[int]  # the float64 reference's greedy tokens
     ports: list[dict]
-    absent: list[dict] = field(default_factory=list)
+    absent: list[AbsentPort] = field(default_factory=list)
 
     @property
     def within_rounding(self) -> bool:
@@ -448,7 +449,7 @@ class GenerateReport:
         ]
         for p in self.ports:
             lines += port_lines(p, self.steps)
-        lines += [clip(f"{a['port']}: absent: {a['reason']}") for a in self.absent]
+        lines += [clip(f"{a.port}: absent: {a.reason}") for a in self.absent]
         return lines
 
 
