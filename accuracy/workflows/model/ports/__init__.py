@@ -1,9 +1,10 @@
 """The port table: every port `opbench model --port NAME` can build, one spec each.
 
-A port is one module (a `Port` subclass and a builder) plus one `PortSpec` row here; a package
-adds its own through the `opbench.ports` entry point (a module exporting `PORTS`, a list of
-`PortSpec`). Ports a user brings (an activations file, a Keras model) are not named by `--port`:
-they are `activations.FilePort` and `keras_layers.KerasPort`.
+A port is a `Port` subclass and its builder, in a module of this package, plus one `PortSpec` row
+here (a kind of port may lean on shared glue of the ports floor: the ONNX ports on `onnx_graph`,
+`onnx_noise` and `export_cache`); a package adds its own through the `opbench.ports` entry point
+(a module exporting `PORTS`, a list of `PortSpec`). Ports a user brings (an activations file, a
+Keras model) are not named by `--port`: they are `file_port.FilePort` and `keras_layers.KerasPort`.
 """
 
 from __future__ import annotations
