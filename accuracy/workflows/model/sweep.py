@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -254,7 +254,7 @@ def _sweep(
     envelope = Envelope(torch.get_num_threads(), JUDGE_THREADS, scheduler.remote)
     runs: list[PortRun | str] = []  # in the order of jobs: the port's runs, or why it is absent
     verdicts: dict[tuple[str, str], UnitJudgement] = {}
-    groups: dict[tuple, tuple] = {}
+    groups: dict[GroupKey, Group] = {}
     stopped, finished = None, _Finished(jobs, progress)
     with scheduler.opened(dict.fromkeys(name for job in jobs for name in job.backends)):
         try:
@@ -292,7 +292,7 @@ class _Finished:
         self.done = 0
         self.waiting: dict[str, int] = {}  # port -> its groups not judged yet
 
-    def expect(self, groups: dict[tuple, tuple]) -> None:
+    def expect(self, groups: dict[GroupKey, Group]) -> None:
         for _, _, by_port in groups.values():
             for label in by_port:
                 self.waiting[label] = self.waiting.get(label, 0) + 1
@@ -489,15 +489,32 @@ def _units(run: PortRun, calls: list[LayerCall]) -> list[Unit]:
     return [Unit([by_key[k] for k in u.covers], u.reason) for u in run.units]
 
 
-def _groups(runs: list[PortRun], calls: list[LayerCall]) -> dict[tuple, tuple]:
+class GroupKey(NamedTuple):
+    """What makes units one group: the layers, the dtype, the products' format, whose inputs."""
+
+    covers: tuple[str, ...]
+    fmt: FloatFormat
+    products: FloatFormat | None
+    source: str
+
+
+class Group(NamedTuple):
+    """Units fed the same inputs: the unit, those inputs, and each port's output of it."""
+
+    unit: Unit
+    tensors: list
+    by_port: dict[str, np.ndarray]
+
+
+def _groups(runs: list[PortRun], calls: list[LayerCall]) -> dict[GroupKey, Group]:
     """The units fed the same inputs, judged once for all their ports (a row depends on its port
-    only through its output): (layers, dtype, products, whose inputs) -> (unit, inputs, outputs by port)."""
-    groups: dict[tuple, tuple] = {}
+    only through its output)."""
+    groups: dict[GroupKey, Group] = {}
     for run in runs:
         units = _units(run, calls)
         for o in run.outputs:
-            group = (tuple(units[o.index].covers), run.facts.fmt, run.facts.products, o.source)
-            groups.setdefault(group, (units[o.index], o.tensors, {}))[2][run.facts.name] = o.output
+            key = GroupKey(tuple(units[o.index].covers), run.facts.fmt, run.facts.products, o.source)
+            groups.setdefault(key, Group(units[o.index], o.tensors, {})).by_port[run.facts.name] = o.output
     return groups
 
 
@@ -536,7 +553,7 @@ def _runtimes(runs: Sequence[PortRun | str]) -> dict[str, PortFacts]:
 
 
 def _explain_flagged(
-    groups: dict[tuple, tuple],
+    groups: dict[GroupKey, Group],
     verdicts: dict[tuple[str, str], UnitJudgement],
     model,
     calls,
@@ -589,7 +606,7 @@ def _unpickled_quietly(data: bytes) -> Judging:
         return Judging(*pickle.loads(data))
 
 
-def _judgings(groups: dict[tuple, tuple], facts: dict[str, PortFacts]) -> list[Judging]:
+def _judgings(groups: dict[GroupKey, Group], facts: dict[str, PortFacts]) -> list[Judging]:
     """One work item per group, with the predicted noise of the quantized ports' outputs in it."""
     judgings = []
     for (covers, fmt, products, _), (unit, feed, by_port) in groups.items():
