@@ -200,6 +200,26 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, cnn_i
     assert not saved.exists()
 
 
+@pytest.mark.parametrize(
+    ("asked", "words"),
+    [
+        (["--port", "tpu"], "unknown port"),
+        (["--port", "threads:0"], "expected threads:N with N >= 1"),
+        (["--activations", "x=missing.safetensors"], "missing.safetensors"),
+        (["--port", "torchscript", "--save-activations", "out.txt"], "use a .safetensors or .npz file"),
+    ],
+)
+def test_what_names_a_port_is_checked_before_the_model_is_built(
+    capsys, tmp_path, monkeypatch, cnn_inputs, asked, words
+):
+    """A typo in a port of a model that takes minutes to build and run is one line at once."""
+    built = []
+    monkeypatch.setattr("accuracy.workflows.model.sweep.load_model", lambda *a: built.append(a) or small_cnn())
+    monkeypatch.chdir(tmp_path)
+    assert words in _bad(capsys, CNN, "--inputs", cnn_inputs, *asked)
+    assert built == []
+
+
 def test_cuda_ports_are_absent_without_a_gpu_never_an_error(cnn_inputs):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the CUDA ports run")

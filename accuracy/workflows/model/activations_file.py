@@ -26,7 +26,15 @@ from accuracy.core.errors import OpbenchError
 from accuracy.workflows.array_files import read_arrays, write_arrays
 from accuracy.workflows.model.trace import OUTPUT_KEY, LayerCall
 
-__all__ = ["OUTPUT_KEY", "activations", "input_key", "output_key", "read_activations", "save_activations"]
+__all__ = [
+    "OUTPUT_KEY",
+    "activations",
+    "checked_activations",
+    "input_key",
+    "output_key",
+    "read_activations",
+    "save_activations",
+]
 INPUT_SUFFIX = "/in{}"
 OUTPUT_SUFFIX = "/out{}"
 END_TO_END = "e2e/"  # the prefix of a runtime's own end-to-end activations
@@ -63,7 +71,14 @@ def save_activations(path: Path | str, arrays: dict[str, np.ndarray]) -> Path:
 def read_activations(path: Path | str, calls: list[LayerCall]) -> dict[str, np.ndarray]:
     """A runtime's activations file, checked against the reference model's layers: a key that
     names no layer, a layer output of another shape or a missing model output is bad input."""
-    arrays = read_arrays(path)
+    return checked_activations(path, read_arrays(path), calls)
+
+
+def checked_activations(
+    path: Path | str, arrays: dict[str, np.ndarray], calls: list[LayerCall]
+) -> dict[str, np.ndarray]:
+    """The arrays of the activations file `path`, already read (a file that cannot be read is one
+    line before the model is built), checked against the reference model's layers."""
     expected = {c.key: c for c in calls}
     tensors = {k: t for call in calls for k, t in _tensors(call).items() if t is not None}
     known = {c.key for c in calls if c.output is not None} | {OUTPUT_KEY}

@@ -25,9 +25,9 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.files import no_parent
 from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.array_files import byte_size, check_memory
+from accuracy.workflows.array_files import byte_size, check_memory, read_arrays
 from accuracy.workflows.cluster import ClusterLost, thread_limits, worker_name
-from accuracy.workflows.model.activations_file import activations, read_activations, save_activations
+from accuracy.workflows.model.activations_file import activations, checked_activations, save_activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.cause import Context
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
@@ -95,21 +95,25 @@ class ModelRun:
 
 def run_model(run: ModelRun, progress=None) -> ModelReport:
     """The report `opbench model` prints. Every input is checked before anything is judged or
-    written (`_checked_jobs`): bad input is one OpbenchError. The ports are evaluated by one
-    pipeline (`_sweep`) on the scheduler the run chooses: here, or each port and each unit one
-    work item on a Dask cluster or a plugin's scheduler (`progress(done, total, port, seconds)`
-    after each port, where the work runs elsewhere); the report is the same either way."""
+    written, and what names a port before the model is built (`_checked`): bad input is one
+    OpbenchError. The ports are evaluated by one pipeline (`_sweep`) on the scheduler the run
+    chooses: here, or each port and each unit one work item on a Dask cluster or a plugin's
+    scheduler (`progress(done, total, port, seconds)` after each port, where the work runs
+    elsewhere); the report is the same either way."""
     import torch
 
+    checked = _checked(run)
     model = load_model(run.spec, run.train)
     inputs = run.inputs
     given, source = (dict(inputs), "the inputs") if isinstance(inputs, dict) else (model_inputs(inputs), str(inputs))
+    if run.calibration is not None:  # a bad file is one line before the reference runs
+        read_calibration(run.calibration, given)
     calls, out = run_reference(model, given, source)
     held = sum(t.nbytes for c in calls for t in (*c.inputs, c.output) if isinstance(t, torch.Tensor))
     check_memory(
         MODEL_MEMORY_FACTOR * held, f"the model's activations on {source} ({byte_size(held)})", MODEL_MEMORY_FRACTION
     )
-    jobs, scheduler = _checked_jobs(run, given, calls)
+    jobs, scheduler = checked.jobs(run, calls), checked.scheduler
     subject = Subject(run.spec, run.train, model, given, calls)
     reports, absent, interrupted = _sweep(jobs, scheduler, subject, progress if scheduler.remote else None)
     finished = {r.port for r in reports} | {a.port for a in absent}
@@ -128,22 +132,47 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     return ModelReport(run.spec, mode, shapes, reports, absent, interrupted, not_run, not_saved, nonfinite)
 
 
-def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> tuple[list[PortJob], Scheduler]:
-    """The ports to evaluate and where, once every input naming them is checked: the scheduler,
-    the save path, the files brought (each read, a bad one one line), the port names, their
-    labels, the calibration file."""
+@dataclass(frozen=True)
+class _Checked:
+    """A run's ports, checked before the model is built: where they run, their names, and the
+    arrays of each activations file brought (read, to be matched to the reference's layers)."""
+
+    scheduler: Scheduler
+    names: list[str]
+    files: dict[str, dict[str, np.ndarray]]
+
+    def jobs(self, run: ModelRun, calls: list[LayerCall]) -> list[PortJob]:
+        """The ports to evaluate, once each activations file matches the reference's layers."""
+        files = [
+            FilePort(label, checked_activations(run.activations_files[label], a, calls))
+            for label, a in self.files.items()
+        ]
+        jobs = [
+            PortJob(name, factory=run.spec, train=run.train, calibration=run.calibration)
+            for name in dict.fromkeys(self.names)
+        ]
+        jobs += [PortJob(p.name, file=p) for p in files]
+        jobs += [PortJob(label, onnx=onnx) for label, onnx in run.onnx_files.items()]
+        return jobs + ([PortJob("keras", keras=run.keras)] if run.keras else [])
+
+
+def _checked(run: ModelRun) -> _Checked:
+    """Every input that names a port, checked before any work (the model is not built yet): the
+    scheduler, the save path, the files brought (each read, a bad one one line), the port names
+    and their labels. What needs the model is checked as soon as it exists: the calibration file
+    against its inputs, each activations file against its layers."""
     import torch
 
     scheduler = scheduler_for(run.dask, run.scheduler)
     _check_save_path(run.save_path)
-    file_ports = [FilePort(label, read_activations(path, calls)) for label, path in run.activations_files.items()]
+    files = {label: read_arrays(path) for label, path in run.activations_files.items()}
     if run.keras is not None and scheduler.remote and not isinstance(run.keras, str):
         raise OpbenchError("with --dask, give the Keras port as its factory MODULE:FUNCTION, which workers import")
-    for label, (onnx_path, mapping) in run.onnx_files.items():  # bad files are one line before anything runs
+    for label, (onnx_path, mapping) in run.onnx_files.items():
         read_onnx(label, onnx_path)
         if mapping is not None:
             read_mapping(label, mapping)
-    brought = [p.name for p in file_ports] + list(run.onnx_files) + (["keras"] if run.keras else [])
+    brought = list(files) + list(run.onnx_files) + (["keras"] if run.keras else [])
     names = list(run.ports or ([] if brought else default_ports(torch.cuda.is_available())))
     clash = sorted(set(brought) & set(names))
     if clash:
@@ -152,14 +181,7 @@ def _checked_jobs(run: ModelRun, given: dict, calls: list[LayerCall]) -> tuple[l
         raise OpbenchError("two files you gave (--activations, --onnx) share a label: give each its own")
     for name in names:
         spec_for(name)
-    if run.calibration is not None:  # a bad file is one line before anything runs
-        read_calibration(run.calibration, given)
-    jobs = [
-        PortJob(name, factory=run.spec, train=run.train, calibration=run.calibration) for name in dict.fromkeys(names)
-    ]
-    jobs += [PortJob(p.name, file=p) for p in file_ports]
-    jobs += [PortJob(label, onnx=files) for label, files in run.onnx_files.items()]
-    return jobs + ([PortJob("keras", keras=run.keras)] if run.keras else []), scheduler
+    return _Checked(scheduler, names, files)
 
 
 def _nonfinite(given: dict, model: Any, out: Any) -> dict:
