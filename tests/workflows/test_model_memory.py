@@ -92,3 +92,71 @@ def test_the_float64_copy_is_converted_weight_by_weight_not_copied_whole_first(m
     # a copy at the model's own dtype is still a copy: the port's runs never touch the model
     same = converted(model, torch.float32)
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(same.parameters(), model.parameters(), strict=True))
+
+
+def test_a_model_whose_weights_would_not_fit_is_refused_in_one_line_before_any_port(monkeypatch, capsys):
+    """The estimate counts the weights, not only the activations: small_cnn's 8.7 KiB of
+    activations fit anywhere, its run with the default ports does not fit below the estimate."""
+    from accuracy.cli.main import main
+    from accuracy.core import limits
+    from accuracy.workflows.model import memory
+    from accuracy.workflows.model.ports import default_ports
+    from accuracy.workflows.model.zoo import small_cnn
+
+    model = small_cnn()
+    weights = memory.model_bytes(model)
+    held = 4 * (384 + 14 * 128 + 10)  # its 8 layers' float32 inputs and outputs on 2 images of 3x8x8
+    needed = memory.needed_bytes(weights, held, default_ports(gpu=False))
+    # each weight copy counted: the model, and the judge's float64 copy of a whole-model unit
+    assert needed == memory.RUNTIME_BYTES + weights * (1 + memory.JUDGE_COPIES) + memory.ACTIVATION_FACTOR * held
+    built = []
+    monkeypatch.setattr("accuracy.workflows.model.sweep.build_port", lambda *a, **k: built.append(a) or "never")
+    monkeypatch.setattr(limits, "available_memory", lambda: needed - 1)
+    assert main(["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and built == []
+    assert f"the model's weights ({weights / (1 << 10):.3g} KiB) and its activations on x=2x3x8x8" in captured.err
+    assert "more than the budget of" in captured.err and "nothing was judged" in captured.err
+
+
+def test_a_large_weight_with_few_activations_is_counted():
+    """A 64 MiB linear layer on one row: 0.5 KiB of activations, which the old estimate (60 bytes
+    per activation byte) let through on 100 KiB of memory; its run holds the weight four times."""
+    from accuracy.workflows.model import memory
+
+    layer = nn.Sequential(nn.Linear(4096, 4096))
+    calls, _ = record(layer, {"input": torch.zeros(1, 4096)})
+    weights, held = memory.model_bytes(layer), memory.activation_bytes(calls)
+    assert weights == (4096 * 4096 + 4096) * 4 and held == 2 * 4096 * 4
+    assert memory.needed_bytes(weights, held, ["torchscript"]) > 4 * weights
+
+
+@pytest.mark.slow
+def test_the_estimate_is_above_the_measured_peak_of_a_run(tmp_path):
+    """small_cnn on 8,192 images with the default ports, in a process of its own (peak RSS is a
+    process's high-water mark): the estimate is an upper bound of what it held."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, resource, torch\n"
+        "from accuracy.workflows.model import memory, sweep\n"
+        "from accuracy.workflows.model.trace import load_model, model_inputs, run_reference\n"
+        "spec, inputs = 'accuracy.workflows.model.zoo:small_cnn', 'x=8192x3x8x8'\n"
+        "model = load_model(spec, False)\n"
+        "calls, _ = run_reference(model, model_inputs(inputs), inputs)\n"
+        "report = sweep.run_model(sweep.ModelRun(spec, inputs))\n"
+        "print(json.dumps({'needed': memory.needed_bytes(memory.model_bytes(model), memory.activation_bytes(calls),"
+        " [p['port'] for p in report.ports]), 'peak': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
+        " 'flagged': sum(p['flagged'] for p in report.ports), 'ports': len(report.ports)}))\n"
+    )
+    env = {"OPBENCH_CACHE": str(tmp_path)}
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=os.environ | env
+    )
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["ports"] == 3 and measured["flagged"] == 0
+    assert measured["peak"] < measured["needed"]

@@ -247,15 +247,17 @@ def first_tensor(out):
     raise OpbenchError(f"the model returned a {type(out).__name__}, not a tensor (or a tuple starting with one)")
 
 
-def converted(module, dtype, device: str = "cpu"):
+def converted(module, dtype, device: str = "cpu", stand_ins: dict[int, Any] | None = None):
     """A copy of `module` with its floating parameters and buffers in `dtype` on `device`, each
     converted straight from the original: a whole copy first, converted after, held the model
-    once more at its own precision (Qwen2.5-0.5B's float64 reference: 2 GB beside its 4)."""
+    once more at its own precision (Qwen2.5-0.5B's float64 reference: 2 GB beside its 4).
+    `stand_ins`: submodules put in the copy as they are, in place of those whose id they are
+    keyed by (a port's own leaves: their weights are not copied only to be replaced)."""
     import torch
 
-    memo: dict[int, Any] = {}
+    memo: dict[int, Any] = dict(stand_ins or {})
     for tensor in (*module.parameters(), *module.buffers()):
-        if tensor.is_floating_point():
+        if tensor.is_floating_point() and id(tensor) not in memo:
             copied = tensor.detach().to(device=device, dtype=dtype, copy=True)
             is_parameter = isinstance(tensor, torch.nn.Parameter)
             memo[id(tensor)] = torch.nn.Parameter(copied, tensor.requires_grad) if is_parameter else copied
