@@ -282,11 +282,22 @@ class Graph:
         graph's folder where they are apart."""
         return session(model, optimized, self.folder)
 
-    def probe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every activation tensor's value in one unoptimized run: their true shapes and dtypes
-        (shape inference leaves a transformer's dynamic dimensions unknown). Sequences (the dynamo
-        exporter's SplitToSequence) are left out: no module gives one."""
-        names = [o for n in self.model.graph.node for o in n.output if o and o not in self.constants]
+    def boundaries(self, modules: set[str]) -> set[str]:
+        """The activation tensors each module call's nodes read from outside or give out: all a
+        port pairs with the calls (`probe` of these alone)."""
+        return {name for nodes in self.groups(modules).values() for names in self.boundary(nodes) for name in names}
+
+    def probe(self, feeds: dict[str, np.ndarray], among: set[str] | None = None) -> dict[str, np.ndarray]:
+        """Every activation tensor's value in one unoptimized run (those `among` names, where
+        given): their true shapes and dtypes (shape inference leaves a transformer's dynamic
+        dimensions unknown). Sequences (the dynamo exporter's SplitToSequence) are left out: no
+        module gives one."""
+        names = [
+            o
+            for n in self.model.graph.node
+            for o in n.output
+            if o and o not in self.constants and (among is None or o in among)
+        ]
         with self.exposing(names, keep=False) as probe:
             values = run(self.session(probe, optimized=False), feeds)
         return {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
