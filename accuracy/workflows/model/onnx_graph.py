@@ -351,5 +351,9 @@ def session(model, optimized: bool, folder: Path | None = None):
 
 
 def run(sess, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The session's outputs by name, each copied out of ONNX Runtime's memory: an array it returns
+    is a view that keeps the session's arena alive, and a port's kept unit outputs held every
+    unit session's arena after the session was gone (Qwen2.5-0.5B: gigabytes per port)."""
     names = outputs or [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds), strict=True))
+    values = sess.run(names, feeds)
+    return {n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in zip(names, values, strict=True)}
