@@ -173,3 +173,24 @@ def test_a_sessions_outputs_are_the_callers_own_memory_not_views_that_keep_its_a
         assert value.flags.owndata and value.base is None
     np.testing.assert_array_equal(next(iter(outputs.values())), model(torch.from_numpy(inputs["input"])).detach())
     port.close()
+
+
+def test_torchscripts_end_to_end_copy_keeps_its_traced_leaves_without_copying_their_weights():
+    """The model's copy for the end-to-end run took its traced leaves in place of its own: each
+    leaf's weights were copied only to be replaced (Qwen2.5-0.5B's 2 GB)."""
+    from accuracy.workflows.model.ports import build_port
+
+    model, inputs = _mlp(), _inputs()
+    calls, _ = record(model, {"input": torch.from_numpy(inputs["input"])})
+    with build_port("torchscript", model, inputs) as port:
+        units = [u for u in port.units(calls) if not u.reason]
+        for unit in units:
+            port.isolated(unit, unit.calls[0].inputs)
+        stand_ins = port._stand_ins()
+        copied = converted(model, torch.float32, "cpu", stand_ins)
+        own = {p.data_ptr() for p in model.parameters()}
+        assert {p.data_ptr() for p in copied.parameters()} == own  # the leaves' weights: the model's own
+        assert len(stand_ins) == 3 and all(getattr(m, "ported", False) for m in stand_ins.values())  # ReLU too
+        ran = port.end_to_end(inputs, units)
+    expected = model(torch.from_numpy(inputs["input"])).detach().numpy()
+    np.testing.assert_allclose(ran.output, expected, rtol=1e-6, atol=1e-6)
