@@ -105,10 +105,13 @@ def test_a_model_whose_weights_would_not_fit_is_refused_in_one_line_before_any_p
 
     model = small_cnn()
     weights = memory.model_bytes(model)
-    held = 4 * (384 + 14 * 128 + 10)  # its 8 layers' float32 inputs and outputs on 2 images of 3x8x8
+    calls, _ = record(model, {"x": torch.zeros(2, 3, 8, 8)})
+    held = memory.call_bytes(calls)
+    assert sum(held) == 4 * (384 + 14 * 128 + 10)  # its 8 layers' float32 inputs and outputs on 2 images of 3x8x8
     needed = memory.needed_bytes(weights, held, default_ports(gpu=False))
     # each weight copy counted: the model, and the judge's float64 copy of a whole-model unit
-    assert needed == memory.RUNTIME_BYTES + weights * (1 + memory.JUDGE_COPIES) + memory.ACTIVATION_FACTOR * held
+    activations = memory.ACTIVATION_FACTOR * sum(held) + memory.LARGEST_CALL_FACTOR * max(held)
+    assert needed == memory.RUNTIME_BYTES + weights * (1 + memory.JUDGE_COPIES) + activations
     built = []
     monkeypatch.setattr("accuracy.workflows.model.sweep.build_port", lambda *a, **k: built.append(a) or "never")
     monkeypatch.setattr(limits, "available_memory", lambda: needed - 1)
@@ -126,8 +129,8 @@ def test_a_large_weight_with_few_activations_is_counted():
 
     layer = nn.Sequential(nn.Linear(4096, 4096))
     calls, _ = record(layer, {"input": torch.zeros(1, 4096)})
-    weights, held = memory.model_bytes(layer), memory.activation_bytes(calls)
-    assert weights == (4096 * 4096 + 4096) * 4 and held == 2 * 4096 * 4
+    weights, held = memory.model_bytes(layer), memory.call_bytes(calls)
+    assert weights == (4096 * 4096 + 4096) * 4 and sum(held) == 2 * 4096 * 4
     assert memory.needed_bytes(weights, held, ["torchscript"]) > 4 * weights
 
 
@@ -147,7 +150,7 @@ def test_the_estimate_is_above_the_measured_peak_of_a_run(tmp_path):
         "model = load_model(spec, False)\n"
         "calls, _ = run_reference(model, model_inputs(inputs), inputs)\n"
         "report = sweep.run_model(sweep.ModelRun(spec, inputs))\n"
-        "print(json.dumps({'needed': memory.needed_bytes(memory.model_bytes(model), memory.activation_bytes(calls),"
+        "print(json.dumps({'needed': memory.needed_bytes(memory.model_bytes(model), memory.call_bytes(calls),"
         " [p['port'] for p in report.ports]), 'peak': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
         " 'flagged': sum(p['flagged'] for p in report.ports), 'ports': len(report.ports)}))\n"
     )
