@@ -190,7 +190,19 @@ def test_torchscripts_end_to_end_copy_keeps_its_traced_leaves_without_copying_th
         for unit in units:
             port.isolated(unit, unit.calls[0].inputs)
         stand_ins = port._stand_ins()
-        copied = converted(model, torch.float32, "cpu", stand_ins)
+        made = []
+        real_to = torch.Tensor.to
+        with pytest.MonkeyPatch.context() as patch:  # no weight of a traced leaf is copied, even for a moment
+
+            def to(self, *args, **kwargs):
+                out = real_to(self, *args, **kwargs)
+                if out.data_ptr() != self.data_ptr():
+                    made.append(tuple(self.shape))
+                return out
+
+            patch.setattr(torch.Tensor, "to", to)
+            copied = converted(model, torch.float32, "cpu", stand_ins)
+        assert made == []
         own = {p.data_ptr() for p in model.parameters()}
         assert {p.data_ptr() for p in copied.parameters()} == own  # the leaves' weights: the model's own
         assert len(stand_ins) == 3 and all(getattr(m, "ported", False) for m in stand_ins.values())  # ReLU too

@@ -256,8 +256,10 @@ def converted(module, dtype, device: str = "cpu", stand_ins: dict[int, Any] | No
     import torch
 
     memo: dict[int, Any] = dict(stand_ins or {})
+    replaced = [m for m in module.modules() if id(m) in memo]
+    kept = {id(t) for m in replaced for t in (*m.parameters(), *m.buffers())}  # theirs are not copied
     for tensor in (*module.parameters(), *module.buffers()):
-        if tensor.is_floating_point() and id(tensor) not in memo:
+        if tensor.is_floating_point() and id(tensor) not in memo and id(tensor) not in kept:
             copied = tensor.detach().to(device=device, dtype=dtype, copy=True)
             is_parameter = isinstance(tensor, torch.nn.Parameter)
             memo[id(tensor)] = torch.nn.Parameter(copied, tensor.requires_grad) if is_parameter else copied
