@@ -225,6 +225,7 @@ MODEL_FLOORS = (
             "generation_cache",
             "generation_onnx_cache",
             "generation_ports",
+            "memory",
         ),
     ),
     ("judging", ("units", "unit_cache", "quantization", "quantization_causes", "positions")),

@@ -941,18 +941,26 @@ def test_arrays_that_would_not_fit_in_memory_are_refused_before_loading(tmp_path
 
 
 def test_a_model_whose_activations_would_not_fit_in_memory_is_refused_before_judging(monkeypatch, capsys):
-    """The model's peak follows its activations (every layer's inputs and output), not its inputs:
-    checked after the reference run, before any port runs or any unit is judged."""
-    from accuracy.core import limits
-    from accuracy.workflows.model.sweep import MODEL_MEMORY_FACTOR
+    """The model's peak follows its weights and its activations (every layer's inputs and output),
+    not its inputs: checked after the reference run, before any port runs or any unit is judged."""
+    import torch
 
-    monkeypatch.setattr(limits, "available_memory", lambda: 200_000)  # the 6 KB input fits, 8.7 KB x 60 does not
+    from accuracy.core import limits
+    from accuracy.workflows.model import memory
+    from accuracy.workflows.model.ports import default_ports
+    from accuracy.workflows.model.trace import record
+    from accuracy.workflows.model.zoo import small_cnn
+
+    monkeypatch.setattr(limits, "available_memory", lambda: 200_000)  # the 6 KB input fits, the run does not
     assert cli.main(["model", "accuracy.workflows.model.zoo:small_cnn", "--inputs", "x=2x3x8x8"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     # float32 inputs and outputs of its 8 layers on 2 images of 3x8x8: the image, 14 maps of 4x4x4, 10 logits
     held = 4 * (384 + 14 * 128 + 10)
-    assert f"the model's activations on x=2x3x8x8 ({held / (1 << 10):.3g} KiB)" in captured.err
-    assert f"need about {MODEL_MEMORY_FACTOR * held / (1 << 10):.3g} KiB of memory" in captured.err
-    # the factor is an upper estimate (a transformer holds less per byte): all the memory is the budget
+    assert f"its activations on x=2x3x8x8 ({held / (1 << 10):.3g} KiB)" in captured.err
+    model = small_cnn()
+    calls, _ = record(model, {"x": torch.zeros(2, 3, 8, 8)})
+    needed = memory.needed_bytes(memory.model_bytes(model), memory.call_bytes(calls), default_ports(gpu=False))
+    assert f"need about {needed / (1 << 30):.3g} GiB of memory" in captured.err
+    # the estimate is an upper one: all the memory is the budget
     assert "more than the budget of 195 KiB (the memory available now)" in captured.err

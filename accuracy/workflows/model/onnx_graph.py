@@ -16,6 +16,11 @@ Two exporters, tried in turn:
 Every module at every level gets its nodes: a parent's are its children's and its own (the
 attention core, a residual add). Isolated sub-graphs come from `onnx.utils.Extractor`, which keeps
 every node between the given input and output tensors (the weights' Identity nodes included).
+
+A graph's weights can live apart from it, in one file (`weights_apart`): the proto, each unit's
+sub-graph and the serialized bytes each session is made from then hold only where each weight is,
+and each session reads its own weights from the file (Qwen2.5-0.5B's 2 GB were copied into every
+one of these, and the process passed 24 GB).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import io
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +44,10 @@ OPSET = 17  # LayerNormalization is an ONNX op from opset 17 on
 DYNAMO_OPSET = 18  # the opset onnxscript's torch library is written for
 SCOPES = "pkg.torch.onnx.name_scopes"  # the dynamo exporter's node metadata: its module scopes
 _CALL_SUFFIX = re.compile(r"(.+)_(\d+)")
+WEIGHTS_FILE = "weights.bin"  # a graph's weights apart from it (`weights_apart`), in its folder
+APART_BYTES = 1024  # smaller constants (shapes, scalars) stay in the proto: shape inference reads them
+# ONNX Runtime's option for a model given as bytes whose weights are in a file: the file's folder
+EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 def export(model, inputs: dict[str, np.ndarray]):
@@ -170,10 +180,11 @@ class Graph:
     constants: set[str] = field(default_factory=set)
     producer: dict[str, Any] = field(default_factory=dict)
     consumers: dict[str, list] = field(default_factory=dict)
+    folder: Path | None = None  # where its weights are, apart from it (`weights_apart`); None: in it
 
     @classmethod
-    def of(cls, model) -> Graph:
-        graph = cls(model)
+    def of(cls, model, folder: Path | None = None) -> Graph:
+        graph = cls(model, folder=folder)
         g = model.graph
         graph.constants = {t.name for t in g.initializer}
         for node in g.node:  # topological order: a node of constants only gives a constant
@@ -266,13 +277,29 @@ class Graph:
             del graph.output[:]
             graph.output.extend(own)
 
-    def probe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every activation tensor's value in one unoptimized run: their true shapes and dtypes
-        (shape inference leaves a transformer's dynamic dimensions unknown). Sequences (the dynamo
-        exporter's SplitToSequence) are left out: no module gives one."""
-        names = [o for n in self.model.graph.node for o in n.output if o and o not in self.constants]
+    def session(self, model, optimized: bool):
+        """A session of `model` (this graph, or a sub-graph of it), its weights read from this
+        graph's folder where they are apart."""
+        return session(model, optimized, self.folder)
+
+    def boundaries(self, modules: set[str]) -> set[str]:
+        """The activation tensors each module call's nodes read from outside or give out: all a
+        port pairs with the calls (`probe` of these alone)."""
+        return {name for nodes in self.groups(modules).values() for names in self.boundary(nodes) for name in names}
+
+    def probe(self, feeds: dict[str, np.ndarray], among: set[str] | None = None) -> dict[str, np.ndarray]:
+        """Every activation tensor's value in one unoptimized run (those `among` names, where
+        given): their true shapes and dtypes (shape inference leaves a transformer's dynamic
+        dimensions unknown). Sequences (the dynamo exporter's SplitToSequence) are left out: no
+        module gives one."""
+        names = [
+            o
+            for n in self.model.graph.node
+            for o in n.output
+            if o and o not in self.constants and (among is None or o in among)
+        ]
         with self.exposing(names, keep=False) as probe:
-            values = run(session(probe, optimized=False), feeds)
+            values = run(self.session(probe, optimized=False), feeds)
         return {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
 
 
@@ -294,8 +321,21 @@ def _expose(graph, names: list[str], dtypes: dict[str, np.dtype] | None, keep: b
             graph.output.append(onnx.helper.make_tensor_value_info(name, kind, None))
 
 
-def session(model, optimized: bool):
-    """An ONNX Runtime CPU session with its default optimizations (fusions included) or none."""
+def weights_apart(model, folder: Path) -> None:
+    """The weights of `model` (initializers of APART_BYTES or more) written to one file in
+    `folder` and dropped from the proto, in place: it keeps each one's place in the file, and a
+    session made with that folder (`session`) reads them from there."""
+    from onnx import external_data_helper
+
+    external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location=WEIGHTS_FILE, size_threshold=APART_BYTES
+    )
+    external_data_helper.write_external_data_tensors(model, str(folder))  # clears each one's raw_data
+
+
+def session(model, optimized: bool, folder: Path | None = None):
+    """An ONNX Runtime CPU session with its default optimizations (fusions included) or none;
+    `folder`: where the model's weights are, where they are apart from it (`weights_apart`)."""
     from accuracy.backends.onnxruntime import imported_quietly
 
     ort = imported_quietly()
@@ -305,9 +345,15 @@ def session(model, optimized: bool):
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     options.log_severity_level = 4  # fatal only: a failed run is reported as one line by the caller
+    if folder is not None:
+        options.add_session_config_entry(EXTERNAL_FOLDER, str(folder))
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def run(sess, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The session's outputs by name, each copied out of ONNX Runtime's memory: an array it returns
+    is a view that keeps the session's arena alive, and a port's kept unit outputs held every
+    unit session's arena after the session was gone (Qwen2.5-0.5B: gigabytes per port)."""
     names = outputs or [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds), strict=True))
+    values = sess.run(names, feeds)
+    return {n: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for n, v in zip(names, values, strict=True)}

@@ -25,11 +25,12 @@ from accuracy.core.errors import OpbenchError, first_line
 from accuracy.core.files import no_parent
 from accuracy.core.heap import release_freed_memory
 from accuracy.judge.verdicts import WITHIN
-from accuracy.workflows.array_files import byte_size, check_memory, read_arrays
+from accuracy.workflows.array_files import read_arrays
 from accuracy.workflows.cluster import ClusterLost, thread_limits, worker_name
 from accuracy.workflows.model.activations_file import activations, checked_activations, save_activations
 from accuracy.workflows.model.causes import explain
 from accuracy.workflows.model.causes.cause import Context
+from accuracy.workflows.model.memory import check_model_memory
 from accuracy.workflows.model.ports import build_port, default_ports, spec_for
 from accuracy.workflows.model.ports.base import EndToEnd, Port
 from accuracy.workflows.model.ports.child_process import Rebuild
@@ -47,14 +48,6 @@ from accuracy.workflows.model.trace import LayerCall, load_model, model_inputs, 
 from accuracy.workflows.model.unit import CauseFinding, IsolatedOutput, Unit, UnitJudgement
 from accuracy.workflows.model.units import as_runtime_limit, judge_unit
 
-# Peak memory per byte of the reference run's activations (every layer's inputs and output),
-# measured as the growth of peak RSS between small_cnn on 128 and 512 images: 48 with the
-# torchscript port (nested units), 57 with the three default ports. An upper estimate: a
-# transformer holds less per activation byte (BERT-base, 128 tokens, default ports: 8.9 GB peak
-# for 265 MiB of activations, 34), so the model is refused only past all the memory available
-# now, not half of it (half refused BERT-base on 22 GB).
-MODEL_MEMORY_FACTOR = 60
-MODEL_MEMORY_FRACTION = 1.0
 FLOAT64 = FORMATS["float64"]
 
 
@@ -100,7 +93,6 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     chooses: here, or each port and each unit one work item on a Dask cluster or a plugin's
     scheduler (`progress(done, total, port, seconds)` after each port, where the work runs
     elsewhere); the report is the same either way."""
-    import torch
 
     checked = _checked(run)
     model = load_model(run.spec, run.train)
@@ -109,11 +101,8 @@ def run_model(run: ModelRun, progress=None) -> ModelReport:
     if run.calibration is not None:  # a bad file is one line before the reference runs
         read_calibration(run.calibration, given)
     calls, out = run_reference(model, given, source)
-    held = sum(t.nbytes for c in calls for t in (*c.inputs, c.output) if isinstance(t, torch.Tensor))
-    check_memory(
-        MODEL_MEMORY_FACTOR * held, f"the model's activations on {source} ({byte_size(held)})", MODEL_MEMORY_FRACTION
-    )
     jobs, scheduler = checked.jobs(run, calls), checked.scheduler
+    check_model_memory(model, calls, [job.name for job in jobs], source)  # before any port is built
     subject = Subject(run.spec, run.train, model, given, calls)
     reports, absent, interrupted = _sweep(jobs, scheduler, subject, progress if scheduler.remote else None)
     finished = {r.port for r in reports} | {a.port for a in absent}
