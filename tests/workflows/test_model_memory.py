@@ -151,8 +151,8 @@ def test_the_estimate_is_above_the_measured_peak_of_a_run(tmp_path):
         "calls, _ = run_reference(model, model_inputs(inputs), inputs)\n"
         "report = sweep.run_model(sweep.ModelRun(spec, inputs))\n"
         "print(json.dumps({'needed': memory.needed_bytes(memory.model_bytes(model), memory.call_bytes(calls),"
-        " [p['port'] for p in report.ports]), 'peak': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
-        " 'flagged': sum(p['flagged'] for p in report.ports), 'ports': len(report.ports)}))\n"
+        " [p.port for p in report.ports]), 'peak': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
+        " 'flagged': sum(p.flagged for p in report.ports), 'ports': len(report.ports)}))\n"
     )
     env = {"OPBENCH_CACHE": str(tmp_path)}
     import os
