@@ -26,7 +26,7 @@ from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.activations_file import activations
 from accuracy.workflows.model.answer import LINE, STYLES, is_flagged, look_closer, port_answer, ratio, short_reason
 from accuracy.workflows.model.report import ModelReport
-from accuracy.workflows.model.rows import EndToEndVerdict, PortResult, UnitRow
+from accuracy.workflows.model.rows import EndToEndVerdict, InputRow, PortResult, UnitRow
 from accuracy.workflows.model.sweep import ModelRun, run_model
 from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.unit import CauseFinding
@@ -127,10 +127,7 @@ def ports(draw) -> PortResult:
         output={"relative_error": draw(NUMBER), "reference_relative_error": draw(NUMBER)},
         end_to_end=EndToEndVerdict(draw(verdicts), draw(PATH), draw(st.none() | PATH)),
         seconds=0.0,
-        inputs=[
-            {"input": draw(PATH), "layer": draw(PATH), "verdict": draw(verdicts), "reason": draw(PATH)}
-            for _ in range(draw(st.integers(0, 1)))
-        ],
+        inputs=[InputRow(draw(PATH), draw(PATH), draw(verdicts), draw(PATH)) for _ in range(draw(st.integers(0, 1)))],
     )
 
 
