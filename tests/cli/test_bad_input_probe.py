@@ -176,7 +176,13 @@ def test_a_model_run_killed_by_sigterm_or_sighup_ends_in_one_line(tmp_path, stop
         "import pathlib\nimport time\n\n\ndef model():\n    pathlib.Path('started').touch()\n    time.sleep(600)\n"
     )
     env = {"PYTHONPATH": str(tmp_path)}
-    process = start_opbench("model", "slow:model", "--inputs", "x=2x16", cwd=tmp_path, env=env)
+
+    def as_at_a_terminal() -> None:  # a suite run under `nohup` hands its children SIGHUP ignored, which opbench keeps
+        signal.signal(getattr(signal, stop), signal.SIG_DFL)
+
+    process = start_opbench(
+        "model", "slow:model", "--inputs", "x=2x16", cwd=tmp_path, env=env, preexec_fn=as_at_a_terminal
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (tmp_path / "started").exists():
