@@ -14,6 +14,7 @@ import threading
 import warnings
 
 from accuracy import __version__
+from accuracy.core import interrupts
 from accuracy.core.errors import OpbenchError
 from accuracy.core.formatting import printable
 
@@ -105,21 +106,28 @@ def main(argv: list[str] | None = None) -> int:
 def _terminate_as_interrupt(received: list[str]) -> dict:
     """SIGTERM and SIGHUP (`kill`, a job scheduler, a closed terminal) end any command as Ctrl-C
     does, one line and exit status 2 (`opbench model` died silently with -15); `received` gets the
-    signal's name. A signal ignored at start (`nohup`) stays ignored; a process forked from this
-    one dies of it as it would have (a Dask worker, a fork server). Returns the handlers replaced."""
+    signal's name. All three wait for a framework call held by `interrupts.held()` to finish. A
+    signal ignored at start (`nohup`) stays ignored; a process forked from this one dies of it as
+    it would have (a Dask worker, a fork server). Returns the handlers replaced."""
     main = os.getpid()
 
     def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != main and signum == signal.SIGINT:  # Python's own handler, as before the fork
+            signal.signal(signum, signal.default_int_handler)
+            raise KeyboardInterrupt
         if os.getpid() != main:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
+        if signum != signal.SIGINT:
+            received.append(signal.Signals(signum).name)
+        interrupts.stop()
 
     if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
         return {}
     stops = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_DFL]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        stops.append(signal.SIGINT)
     return {sig: signal.signal(sig, interrupt) for sig in stops}
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import Impl, OpInfo, get_op
+from accuracy.core import interrupts
 from accuracy.core.dtypes import FloatFormat, get_format
 from accuracy.core.errors import OpbenchError
 from accuracy.core.limits import check_size
@@ -56,11 +57,12 @@ class Case:
         With `threads`, every pool the backend uses is limited to that many threads.
         """
         backend = get_backend(impl.backend)
-        native = {name: backend.to_native(v) for name, v in (self.inputs if inputs is None else inputs).items()}
-        with np.errstate(all="ignore"), backend.thread_limit(threads) if threads else nullcontext():
-            out = backend.call(impl.fn, native)
-            backend.synchronize()
-        return backend.to_numpy(out, self.fmt)
+        with interrupts.held():  # Ctrl-C inside a framework's C++ callback aborted the process
+            native = {name: backend.to_native(v) for name, v in (self.inputs if inputs is None else inputs).items()}
+            with np.errstate(all="ignore"), backend.thread_limit(threads) if threads else nullcontext():
+                out = backend.call(impl.fn, native)
+                backend.synchronize()
+            return backend.to_numpy(out, self.fmt)
 
     @cached_property
     def evidence(self) -> Evidence:
