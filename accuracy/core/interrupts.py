@@ -13,6 +13,7 @@ and Python still runs the handler in the main thread at once.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 _depth = 0  # held blocks open in the main thread, the only one Python runs signal handlers in
@@ -20,7 +21,7 @@ _pending = False
 
 
 @contextmanager
-def held():
+def held() -> Iterator[None]:
     """Run the block to its end; a stop signal received meanwhile raises KeyboardInterrupt after it."""
     global _depth, _pending
     if threading.current_thread() is not threading.main_thread():
