@@ -15,6 +15,7 @@ import pytest
 import torch
 from cli_runner import run_main
 from hidden_tools import hide
+from user_modules import user_module
 
 from accuracy.core.files import cache_home
 from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
@@ -214,6 +215,38 @@ def test_the_leaves_converted_as_one_program_give_the_bits_each_gives_converted_
     other = [t * 0.5 if t.is_floating_point() else t for t in fed]  # not the reference's
     assert together.isolated(units[0], other).tobytes() == alone.isolated(each[0], other).tobytes()
     assert together.isolated(units[0], other).tobytes() != together.isolated(units[0], fed).tobytes()
+
+
+VMAP_MASK = """
+import torch
+
+class Masked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        index = torch.arange(x.shape[-1])
+        mask = torch.vmap(lambda row: index <= row)(index)  # as transformers builds attention masks
+        return self.fc(x).masked_fill(~mask, 0.0)
+
+def masked():
+    torch.manual_seed(0)
+    return Masked().eval()
+"""
+
+
+@SLOW
+@RUNTIMES
+def test_executorch_takes_a_model_that_builds_its_mask_with_vmap(tmp_path, monkeypatch):
+    """Every Llama-family model of transformers was absent on ExecuTorch ("SerializeError: Failed
+    serializing node lazy_load_decompositions"): its vmap left torch.export's pre-dispatch calls in
+    the program the ETRecord keeps."""
+    _require("executorch-portable")
+    with user_module(tmp_path, monkeypatch, "vmap_mask", VMAP_MASK):
+        result = _port("vmap_mask:masked", "x=2x16x16", "executorch-portable")
+    _flags_nothing(result, 1)
+    assert result.end_to_end.verdict == "within rounding"
 
 
 @needs_openvino

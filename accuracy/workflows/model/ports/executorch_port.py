@@ -65,7 +65,10 @@ class ExecuTorchPort(ConvertedPort):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        exported = torch.export.export(module, example)
+        # to the inference IR first: a vmap in the model (transformers builds its attention masks
+        # with one) leaves torch.export's pre-dispatch calls in the graph, which the ETRecord's
+        # serializer of torch 2.13 cannot write (pytorch#181263); to_edge decomposes further anyway
+        exported = torch.export.export(module, example).run_decompositions({})
         partitioners = [XnnpackPartitioner()] if self.delegate else []
         return to_edge_transform_and_lower(
             exported, partitioner=partitioners, generate_etrecord=etrecord
