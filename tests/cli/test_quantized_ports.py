@@ -447,3 +447,37 @@ def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_
         return [(r["kind"], r["scale"], r["zero_point"], r["range"]) for r in map(_point_row, _points(graph))]
 
     assert rows(cut) == rows(alone) and len(rows(alone)) == 3  # its input, its weights, its output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("has_bias", [True, False])
+def test_convert_pt2es_qat_folding_is_left_out_only_where_none_of_its_patterns_can_match(monkeypatch, has_bias):
+    """The folding of QAT conv-BN exports its 56 patterns on every convert_pt2e of a graph with a
+    BatchNorm (about 25 CPU-s of a pass): kept where torchao's own pattern could match, left out
+    for a BatchNorm leaf prepared for post-training quantization, which torchao leaves as it is."""
+    import torch.nn.functional as F
+    from torchao.quantization.pt2e import qat_utils, quantize_pt2e
+    from torchao.quantization.pt2e.utils import _get_aten_graph_module_for_pattern
+
+    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, qat_conv_bn
+
+    example = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *(torch.randn(1) for _ in range(4)))
+    kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(True, has_bias, has_bias, False)
+    pattern = qat_utils._get_quantized_qat_conv_bn_pattern(True, has_bias, has_bias, F.conv2d, False)
+    assert qat_conv_bn(_get_aten_graph_module_for_pattern(pattern, example, False, **kwargs))
+
+    folding, folded = quantize_pt2e._fold_conv_bn_qat, []
+    real = quantize_pt2e.convert_pt2e
+
+    def convert(model, *args, **kwargs):
+        folded.append(quantize_pt2e._fold_conv_bn_qat is folding)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(quantize_pt2e, "convert_pt2e", convert)
+    model = zoo.small_cnn().eval()
+    port = ExecuTorchInt8Port("executorch-int8", model, zoo.example_inputs("small_cnn"), None)
+    x = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    quantized = port._quantized(model.bn1, [(x,)])
+    assert folded == [False] and quantize_pt2e._fold_conv_bn_qat is folding  # restored after
+    with torch.no_grad():
+        assert torch.equal(quantized(x), model.bn1(x))  # a BatchNorm alone: left in float

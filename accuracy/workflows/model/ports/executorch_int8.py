@@ -19,6 +19,7 @@ model is the converted graph cut to that part. The whole model, quantized once, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -192,6 +193,37 @@ def error_model(graph_module, tensors: tuple, part: int | None = None) -> dict:
     return graph_noise(base, squares, draws, plain, clipped, rows, scale) | {"weights": _declared(graph_module, points)}
 
 
+def qat_conv_bn(graph_module) -> bool:
+    """Whether convert_pt2e's folding of QAT conv-BN could match in this graph: each of its patterns
+    feeds a BatchNorm the convolution's output divided by the BN's scale factor (plus the
+    convolution's bias: a div or an add), as only prepare_qat_pt2e writes it. A graph prepared for
+    post-training quantization, as here, holds none; its BatchNorms stay as they are either way."""
+    import torch
+    from torchao.quantization.pt2e.utils import _is_bn_node
+
+    feeds = (torch.ops.aten.div.Tensor, torch.ops.aten.add.Tensor)
+    return any(
+        _is_bn_node(n) and isinstance(n.args[0], torch.fx.Node) and n.args[0].target in feeds
+        for n in graph_module.graph.nodes
+    )
+
+
+@contextlib.contextmanager
+def _qat_folding(needed: bool):
+    """convert_pt2e without its QAT conv-BN folding where no pattern of it can match: a graph with a
+    BatchNorm (a CNN's leaves converted together hold one alone) has it export its 56 patterns by
+    torch.export on every call, about 25 CPU-s of a pass here, to find nothing."""
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    folding = quantize_pt2e._fold_conv_bn_qat
+    if not needed:
+        quantize_pt2e._fold_conv_bn_qat = lambda model: model
+    try:
+        yield
+    finally:
+        quantize_pt2e._fold_conv_bn_qat = folding
+
+
 class ExecuTorchInt8Port(ExecuTorchPort):
     """The model quantized by the XNNPACK quantizer (PT2E), run by ExecuTorch's XNNPACK delegate;
     the leaves quantized in one program of independent parts, each on the reference's inputs to
@@ -223,7 +255,8 @@ class ExecuTorchInt8Port(ExecuTorchPort):
             prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), quantizer)
             for batch in batches:
                 prepared(*batch)
-            return convert_pt2e(prepared)
+            with _qat_folding(qat_conv_bn(prepared)):
+                return convert_pt2e(prepared)
 
     def _program(self, quantized, example: tuple) -> _Method:
         with _quiet():
