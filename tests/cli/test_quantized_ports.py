@@ -450,34 +450,40 @@ def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("has_bias", [True, False])
-def test_convert_pt2es_qat_folding_is_left_out_only_where_none_of_its_patterns_can_match(monkeypatch, has_bias):
-    """The folding of QAT conv-BN exports its 56 patterns on every convert_pt2e of a graph with a
-    BatchNorm (about 25 CPU-s of a pass): kept where torchao's own pattern could match, left out
-    for a BatchNorm leaf prepared for post-training quantization, which torchao leaves as it is."""
+def test_the_qat_conv_bn_patterns_are_left_out_only_where_none_can_match(monkeypatch):
+    """The XNNPACK quantizer's QAT conv-BN annotations and convert_pt2e's folding export their
+    patterns on every pass (about 5 and 11-25 CPU-s): both kept where a pattern could match (a
+    convolution's output into a BatchNorm; torchao's folded pattern), both left out for a
+    BatchNorm leaf prepared for post-training quantization, which stays in float as it was."""
     import torch.nn.functional as F
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import OP_TO_ANNOTATOR
     from torchao.quantization.pt2e import qat_utils, quantize_pt2e
     from torchao.quantization.pt2e.utils import _get_aten_graph_module_for_pattern
 
-    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, qat_conv_bn
+    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, conv_bn_possible
 
     example = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *(torch.randn(1) for _ in range(4)))
-    kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(True, has_bias, has_bias, False)
-    pattern = qat_utils._get_quantized_qat_conv_bn_pattern(True, has_bias, has_bias, F.conv2d, False)
-    assert qat_conv_bn(_get_aten_graph_module_for_pattern(pattern, example, False, **kwargs))
+    for bias in (True, False):
+        kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(True, bias, bias, False)
+        pattern = qat_utils._get_quantized_qat_conv_bn_pattern(True, bias, bias, F.conv2d, False)
+        assert conv_bn_possible(_get_aten_graph_module_for_pattern(pattern, example, False, **kwargs))
+    model = zoo.small_cnn().eval()
+    x = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    conv_bn = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), model.bn1).eval()
+    assert conv_bn_possible(torch.export.export(conv_bn, (x,)).module())
 
-    folding, folded = quantize_pt2e._fold_conv_bn_qat, []
+    folding, folded, annotated = quantize_pt2e._fold_conv_bn_qat, [], []
     real = quantize_pt2e.convert_pt2e
 
-    def convert(model, *args, **kwargs):
+    def convert(graph, *args, **kwargs):
         folded.append(quantize_pt2e._fold_conv_bn_qat is folding)
-        return real(model, *args, **kwargs)
+        return real(graph, *args, **kwargs)
 
     monkeypatch.setattr(quantize_pt2e, "convert_pt2e", convert)
-    model = zoo.small_cnn().eval()
+    for name in ("conv_bn", "conv_bn_relu", "conv_transpose_bn", "conv_transpose_bn_relu"):
+        monkeypatch.setitem(OP_TO_ANNOTATOR, name, lambda *args, name=name: annotated.append(name))
     port = ExecuTorchInt8Port("executorch-int8", model, zoo.example_inputs("small_cnn"), None)
-    x = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
     quantized = port._quantized(model.bn1, [(x,)])
-    assert folded == [False] and quantize_pt2e._fold_conv_bn_qat is folding  # restored after
+    assert folded == [False] and annotated == [] and quantize_pt2e._fold_conv_bn_qat is folding  # restored
     with torch.no_grad():
         assert torch.equal(quantized(x), model.bn1(x))  # a BatchNorm alone: left in float

@@ -193,26 +193,44 @@ def error_model(graph_module, tensors: tuple, part: int | None = None) -> dict:
     return graph_noise(base, squares, draws, plain, clipped, rows, scale) | {"weights": _declared(graph_module, points)}
 
 
-def qat_conv_bn(graph_module) -> bool:
-    """Whether convert_pt2e's folding of QAT conv-BN could match in this graph: each of its patterns
-    feeds a BatchNorm the convolution's output divided by the BN's scale factor (plus the
-    convolution's bias: a div or an add), as only prepare_qat_pt2e writes it. A graph prepared for
-    post-training quantization, as here, holds none; its BatchNorms stay as they are either way."""
+def conv_bn_possible(graph_module) -> bool:
+    """Whether a pattern of QAT conv-BN could match here: each feeds a BatchNorm an operation's
+    output (a convolution's in the XNNPACK quantizer's conv-BN annotations; divided by the BN's
+    scale factor, plus its bias, in convert_pt2e's folding). A graph prepared for post-training
+    quantization, as here, holds none where prepare_pt2e fused each convolution's BatchNorm; a
+    BatchNorm alone (a CNN's leaves converted together hold one) takes the graph's input."""
     import torch
-    from torchao.quantization.pt2e.utils import _is_bn_node
 
-    feeds = (torch.ops.aten.div.Tensor, torch.ops.aten.add.Tensor)
     return any(
-        _is_bn_node(n) and isinstance(n.args[0], torch.fx.Node) and n.args[0].target in feeds
+        "batch_norm" in str(n.target) and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "call_function"
         for n in graph_module.graph.nodes
+        if n.op == "call_function"
     )
+
+
+def _quantizer():
+    """ExecuTorch's XNNPACKQuantizer (int8: per-channel symmetric weights), its QAT conv-BN
+    patterns left out where none can match: it exports each of their 12 by torch.export on every
+    prepare_pt2e, about 5 CPU-s here, to annotate nothing in a post-training graph."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    class Quantizer(XNNPACKQuantizer):
+        def annotate(self, model):
+            if not conv_bn_possible(model):
+                self.SUPPORTED_PATTERNS = [p for p in XNNPACKQuantizer.SUPPORTED_PATTERNS if "_bn" not in p.name]
+            return super().annotate(model)
+
+    return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
 
 
 @contextlib.contextmanager
 def _qat_folding(needed: bool):
     """convert_pt2e without its QAT conv-BN folding where no pattern of it can match: a graph with a
-    BatchNorm (a CNN's leaves converted together hold one alone) has it export its 56 patterns by
-    torch.export on every call, about 25 CPU-s of a pass here, to find nothing."""
+    BatchNorm has it export its 56 patterns by torch.export on every call, about 11-25 CPU-s of a
+    pass here, to find nothing."""
     from torchao.quantization.pt2e import quantize_pt2e
 
     folding = quantize_pt2e._fold_conv_bn_qat
@@ -245,17 +263,12 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         import torch
 
         with _quiet(), torch.no_grad():
-            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-                XNNPACKQuantizer,
-                get_symmetric_quantization_config,
-            )
             from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-            quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-            prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), quantizer)
+            prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), _quantizer())
             for batch in batches:
                 prepared(*batch)
-            with _qat_folding(qat_conv_bn(prepared)):
+            with _qat_folding(conv_bn_possible(prepared)):
                 return convert_pt2e(prepared)
 
     def _program(self, quantized, example: tuple) -> _Method:
