@@ -25,6 +25,10 @@ from accuracy.workflows.model.trace import model_inputs
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+# the ExecuTorch int8 tests on one worker: ExecuTorch's exporter, the XNNPACK backend's pattern
+# graphs and torchao's PT2E are loaded once (the five tests: 96 CPU-s each in its own process,
+# 44 together), not on every worker that draws one
+EXECUTORCH_INT8 = pytest.mark.xdist_group("executorch-int8")
 
 
 def _initializer(model, name: str):
@@ -302,6 +306,7 @@ def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise()
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_executorchs_int8_port_through_the_xnnpack_quantizer_flags_nothing_and_its_error_is_its_noise(capsys):
     args = ["--inputs", "x=2x3x8x8", "--port", "executorch-int8", "--json"]
     status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
@@ -322,6 +327,7 @@ def test_executorchs_int8_port_through_the_xnnpack_quantizer_flags_nothing_and_i
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_an_executorch_int8_program_with_a_doubled_weight_step_is_beyond_its_noise():
     """small_cnn quantized by the XNNPACK quantizer, then conv2's per-channel weight steps doubled
     in the converted graph before lowering: ExecuTorch's output against the float64 model is beyond
@@ -386,6 +392,7 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_factor():
     """small_transformer's `up` quantized by the XNNPACK quantizer, its per-channel weight steps
     doubled in the converted graph before lowering: that unit alone is flagged, and the weights
@@ -416,6 +423,7 @@ def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_fact
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_be_alone():
     """small_transformer's leaves quantized, lowered and loaded as one program (one PT2E pass: a
     BatchNorm's QAT folding alone costs about 25 s of patterns a pass), each part calibrated on
@@ -448,6 +456,7 @@ def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_the_qat_conv_bn_patterns_are_left_out_only_where_none_can_match(monkeypatch):
     """The XNNPACK quantizer's QAT conv-BN annotations and convert_pt2e's folding export their
     patterns on every pass (about 5 and 11-25 CPU-s): both kept where a pattern could match (a
