@@ -467,30 +467,36 @@ def test_the_qat_conv_bn_patterns_are_left_out_only_where_none_can_match(monkeyp
     from torchao.quantization.pt2e import qat_utils, quantize_pt2e
     from torchao.quantization.pt2e.utils import _get_aten_graph_module_for_pattern
 
-    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, conv_bn_possible
+    from accuracy.workflows.model.ports.executorch_int8 import (
+        ExecuTorchInt8Port,
+        conv_bn_possible,
+        qat_folding_where_possible,
+    )
 
+    folded, annotated = [], []
+
+    def folding(graph):
+        folded.append(graph)
+        return graph
+
+    monkeypatch.setattr(quantize_pt2e, "_fold_conv_bn_qat", folding)
     example = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *(torch.randn(1) for _ in range(4)))
     for bias in (True, False):
         kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(True, bias, bias, False)
         pattern = qat_utils._get_quantized_qat_conv_bn_pattern(True, bias, bias, F.conv2d, False)
-        assert conv_bn_possible(_get_aten_graph_module_for_pattern(pattern, example, False, **kwargs))
+        graph = _get_aten_graph_module_for_pattern(pattern, example, False, **kwargs)
+        with qat_folding_where_possible():
+            quantize_pt2e._fold_conv_bn_qat(graph)
+        assert conv_bn_possible(graph) and folded.pop() is graph  # folded: torchao's own pattern
     model = zoo.small_cnn().eval()
     x = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
     conv_bn = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), model.bn1).eval()
     assert conv_bn_possible(torch.export.export(conv_bn, (x,)).module())
 
-    folding, folded, annotated = quantize_pt2e._fold_conv_bn_qat, [], []
-    real = quantize_pt2e.convert_pt2e
-
-    def convert(graph, *args, **kwargs):
-        folded.append(quantize_pt2e._fold_conv_bn_qat is folding)
-        return real(graph, *args, **kwargs)
-
-    monkeypatch.setattr(quantize_pt2e, "convert_pt2e", convert)
     for name in ("conv_bn", "conv_bn_relu", "conv_transpose_bn", "conv_transpose_bn_relu"):
         monkeypatch.setitem(OP_TO_ANNOTATOR, name, lambda *args, name=name: annotated.append(name))
     port = ExecuTorchInt8Port("executorch-int8", model, zoo.example_inputs("small_cnn"), None)
     quantized = port._quantized(model.bn1, [(x,)])
-    assert folded == [False] and annotated == [] and quantize_pt2e._fold_conv_bn_qat is folding  # restored
+    assert folded == [] and annotated == [] and quantize_pt2e._fold_conv_bn_qat is folding  # restored
     with torch.no_grad():
         assert torch.equal(quantized(x), model.bn1(x))  # a BatchNorm alone: left in float

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from typing import Any
 
 import numpy as np
@@ -226,20 +227,24 @@ def _quantizer():
     return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
 
 
+_FOLDING = threading.Lock()  # one convert_pt2e at a time sets and restores torchao's folding
+
+
 @contextlib.contextmanager
-def _qat_folding(needed: bool):
-    """convert_pt2e without its QAT conv-BN folding where no pattern of it can match: a graph with a
-    BatchNorm has it export its 56 patterns by torch.export on every call, about 11-25 CPU-s of a
-    pass here, to find nothing."""
+def qat_folding_where_possible():
+    """convert_pt2e's QAT conv-BN folding only on a graph where one of its patterns can match: on a
+    graph with a BatchNorm it exports its 56 patterns by torch.export on every call, about 11-25
+    CPU-s of a pass here, to find nothing in a post-training graph. Decided graph by graph, so
+    that any other caller meanwhile (a user's QAT in another thread) is folded as before."""
     from torchao.quantization.pt2e import quantize_pt2e
 
-    folding = quantize_pt2e._fold_conv_bn_qat
-    if not needed:
-        quantize_pt2e._fold_conv_bn_qat = lambda model: model
-    try:
-        yield
-    finally:
-        quantize_pt2e._fold_conv_bn_qat = folding
+    with _FOLDING:
+        folding = quantize_pt2e._fold_conv_bn_qat
+        quantize_pt2e._fold_conv_bn_qat = lambda model: folding(model) if conv_bn_possible(model) else model
+        try:
+            yield
+        finally:
+            quantize_pt2e._fold_conv_bn_qat = folding
 
 
 class ExecuTorchInt8Port(ExecuTorchPort):
@@ -268,7 +273,7 @@ class ExecuTorchInt8Port(ExecuTorchPort):
             prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), _quantizer())
             for batch in batches:
                 prepared(*batch)
-            with _qat_folding(conv_bn_possible(prepared)):
+            with qat_folding_where_possible():
                 return convert_pt2e(prepared)
 
     def _program(self, quantized, example: tuple) -> _Method:
