@@ -17,6 +17,9 @@ from tests.cli_runner import run_main
 LLAMA = "accuracy.workflows.model.decoders:llama"
 PROMPT = "5,17,42,8"
 STEPS = 18  # the bfloat16 port's first other token is at step 17
+# the tests of `llama_report` on one worker, so that it is computed once per `make test` (spread
+# over the workers it was computed on two, ~40 s each under the suite's load)
+ON_LLAMA_REPORT = pytest.mark.xdist_group("generate-llama-report")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,7 @@ def _port(report: dict, name: str) -> dict:
     return next(p for p in report["ports"] if p["port"] == name)
 
 
+@ON_LLAMA_REPORT
 def test_bfloat16_leaves_the_text_through_a_near_tie_and_is_called_a_tie(llama_report):
     port = _port(llama_report, "bfloat16")
     assert port["flagged"] == 0 and all(s["verdict"] == WITHIN for s in port["steps"])
@@ -41,6 +45,7 @@ def test_bfloat16_leaves_the_text_through_a_near_tie_and_is_called_a_tie(llama_r
     assert step["flip_words"] == f"a tie: margin {step['margin']:.2g}, band {step['band']:.2g}"
 
 
+@ON_LLAMA_REPORT
 def test_a_wrong_rope_base_is_not_rounding_at_its_step_and_module(llama_report):
     port = _port(llama_report, "rope")
     assert port["dtype"] == "float32" and port["flagged"] == STEPS and port["first_beyond"] == 0
@@ -54,6 +59,7 @@ def test_a_wrong_rope_base_is_not_rounding_at_its_step_and_module(llama_report):
     assert abs(sweep["cause"]["parameters"]["theta"] - 5e5) <= 5e4  # the hand port's 500,000 for 10,000
 
 
+@ON_LLAMA_REPORT
 def test_the_answer_reads_in_three_lines_per_port(llama_report, capsys):
     from accuracy.workflows.model.generation import GenerateReport
 
@@ -75,6 +81,7 @@ def test_the_answer_reads_in_three_lines_per_port(llama_report, capsys):
     assert all(len(line) <= 160 for line in lines)
 
 
+@ON_LLAMA_REPORT
 def test_a_runtimes_logits_file_is_judged_as_the_port_that_wrote_it(tmp_path, llama_report):
     """The bfloat16 port's own logits, written as a runtime writes them, get its verdicts."""
     from accuracy.workflows.model.decoders import llama

@@ -25,6 +25,10 @@ from accuracy.workflows.model.trace import model_inputs
 
 SMALL_CNN = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ("ort-int8", "ort-int8-tensor", "ort-int8-dynamic")
+# the ExecuTorch int8 tests on one worker: ExecuTorch's exporter, the XNNPACK backend's pattern
+# graphs and torchao's PT2E are loaded once (the five tests: 96 CPU-s each in its own process,
+# 44 together), not on every worker that draws one
+EXECUTORCH_INT8 = pytest.mark.xdist_group("executorch-int8")
 
 
 def _initializer(model, name: str):
@@ -200,12 +204,10 @@ def test_the_closed_form_variance_of_a_linear_layer_is_that_of_rounding_its_weig
     x, weight = rng.standard_normal((3, 24)), rng.standard_normal((5, 24))
     steps = np.abs(weight).max(axis=1) / 127
     row_steps = np.abs(x).max(axis=1, keepdims=True) / SYMMETRIC_ROW
-    errors = []
-    for _ in range(4000):  # a random offset of each grid: rounding error uniform on a step
-        w = weight + (rng.uniform(-0.5, 0.5, weight.shape) * steps[:, None])
-        xs = x + rng.uniform(-0.5, 0.5, x.shape) * row_steps if dynamic else x
-        errors.append(xs @ w.T - x @ weight.T)
-    measured = np.mean(np.square(errors), axis=0)
+    draws = 4000  # a random offset of each grid in each draw: rounding error uniform on a step
+    w = weight + rng.uniform(-0.5, 0.5, (draws, *weight.shape)) * steps[:, None]
+    xs = x + rng.uniform(-0.5, 0.5, (draws, *x.shape)) * row_steps if dynamic else x
+    measured = np.mean(np.square(xs @ w.transpose(0, 2, 1) - x @ weight.T), axis=0)
     predicted = linear_variance(x, weight, steps, dynamic)
     # 4000 draws: each variance to about 3% (the second-order term x-noise * w-noise is 1e-4 of it)
     np.testing.assert_allclose(measured, predicted, rtol=0.1)
@@ -304,6 +306,7 @@ def test_an_openvino_int8_model_with_a_doubled_weight_step_is_beyond_its_noise()
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_executorchs_int8_port_through_the_xnnpack_quantizer_flags_nothing_and_its_error_is_its_noise(capsys):
     args = ["--inputs", "x=2x3x8x8", "--port", "executorch-int8", "--json"]
     status, out, _ = run_main(capsys, "model", SMALL_CNN, *args)
@@ -324,6 +327,7 @@ def test_executorchs_int8_port_through_the_xnnpack_quantizer_flags_nothing_and_i
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_an_executorch_int8_program_with_a_doubled_weight_step_is_beyond_its_noise():
     """small_cnn quantized by the XNNPACK quantizer, then conv2's per-channel weight steps doubled
     in the converted graph before lowering: ExecuTorch's output against the float64 model is beyond
@@ -388,6 +392,7 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_factor():
     """small_transformer's `up` quantized by the XNNPACK quantizer, its per-channel weight steps
     doubled in the converted graph before lowering: that unit alone is flagged, and the weights
@@ -418,6 +423,7 @@ def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_fact
 
 
 @pytest.mark.slow
+@EXECUTORCH_INT8
 def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_be_alone():
     """small_transformer's leaves quantized, lowered and loaded as one program (one PT2E pass: a
     BatchNorm's QAT folding alone costs about 25 s of patterns a pass), each part calibrated on
@@ -447,3 +453,50 @@ def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_
         return [(r["kind"], r["scale"], r["zero_point"], r["range"]) for r in map(_point_row, _points(graph))]
 
     assert rows(cut) == rows(alone) and len(rows(alone)) == 3  # its input, its weights, its output
+
+
+@pytest.mark.slow
+@EXECUTORCH_INT8
+def test_the_qat_conv_bn_patterns_are_left_out_only_where_none_can_match(monkeypatch):
+    """The XNNPACK quantizer's QAT conv-BN annotations and convert_pt2e's folding export their
+    patterns on every pass (about 5 and 11-25 CPU-s): both kept where a pattern could match (a
+    convolution's output into a BatchNorm; torchao's folded pattern), both left out for a
+    BatchNorm leaf prepared for post-training quantization, which stays in float as it was."""
+    import torch.nn.functional as F
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import OP_TO_ANNOTATOR
+    from torchao.quantization.pt2e import qat_utils, quantize_pt2e
+    from torchao.quantization.pt2e.utils import _get_aten_graph_module_for_pattern
+
+    from accuracy.workflows.model.ports.executorch_int8 import (
+        ExecuTorchInt8Port,
+        conv_bn_possible,
+        qat_folding_where_possible,
+    )
+
+    folded, annotated = [], []
+
+    def folding(graph):
+        folded.append(graph)
+        return graph
+
+    monkeypatch.setattr(quantize_pt2e, "_fold_conv_bn_qat", folding)
+    example = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *(torch.randn(1) for _ in range(4)))
+    for bias in (True, False):
+        kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(True, bias, bias, False)
+        pattern = qat_utils._get_quantized_qat_conv_bn_pattern(True, bias, bias, F.conv2d, False)
+        graph = _get_aten_graph_module_for_pattern(pattern, example, False, **kwargs)
+        with qat_folding_where_possible():
+            quantize_pt2e._fold_conv_bn_qat(graph)
+        assert conv_bn_possible(graph) and folded.pop() is graph  # folded: torchao's own pattern
+    model = zoo.small_cnn().eval()
+    x = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    conv_bn = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), model.bn1).eval()
+    assert conv_bn_possible(torch.export.export(conv_bn, (x,)).module())
+
+    for name in ("conv_bn", "conv_bn_relu", "conv_transpose_bn", "conv_transpose_bn_relu"):
+        monkeypatch.setitem(OP_TO_ANNOTATOR, name, lambda *args, name=name: annotated.append(name))
+    port = ExecuTorchInt8Port("executorch-int8", model, zoo.example_inputs("small_cnn"), None)
+    quantized = port._quantized(model.bn1, [(x,)])
+    assert folded == [] and annotated == [] and quantize_pt2e._fold_conv_bn_qat is folding  # restored
+    with torch.no_grad():
+        assert torch.equal(quantized(x), model.bn1(x))  # a BatchNorm alone: left in float

@@ -37,7 +37,9 @@ PORT_CLASSES = {
     "executorch-portable": ExecuTorchPort,
 }
 # the end-to-end conversions on one worker: ExecuTorch's exporter and runtime (and OpenVINO) are
-# imported once per `make test` instead of once on each worker (ExecuTorch alone ~10 CPU-s)
+# imported once per `make test` instead of once on each worker (ExecuTorch alone ~10 CPU-s). The
+# tests that convert in a child process (LiteRT's environment, the terminal's) import neither
+# here: they run on any worker beside the group, off its one worker's serial path.
 SLOW = pytest.mark.slow
 RUNTIMES = pytest.mark.xdist_group("deploy-runtimes")
 
@@ -278,7 +280,6 @@ assert port.isolated(unit, unit.calls[0].inputs).shape == (2, 4)
 
 
 @SLOW
-@RUNTIMES
 def test_executorch_leaves_the_terminal_clean():
     """Its runtime's C++ side logged five lines (XNNPACK's cpuinfo) on stderr as a program first loaded."""
     _require("executorch")
@@ -358,7 +359,6 @@ def test_a_runtime_not_installed_makes_its_port_absent_with_a_reason(monkeypatch
 
 
 @SLOW
-@RUNTIMES
 def test_litert_converts_and_runs_in_its_own_environment_and_a_correct_conversion_flags_nothing(
     capsys, monkeypatch, tmp_path
 ):

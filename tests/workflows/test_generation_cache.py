@@ -14,6 +14,10 @@ from accuracy.workflows.model.generation_cache import CACHE_BUGS
 from accuracy.workflows.model.generation_ports import ONNX_CACHE, cache_port, onnx_cache_port
 
 STEPS = 6
+# each module fixture's tests on one worker, so that it is computed once per `make test`: spread
+# over the workers, the ONNX one was computed on three (25-32 s each) and the other on two
+ON_JUDGED = pytest.mark.xdist_group("generation-cache")
+ON_JUDGED_ONNX = pytest.mark.xdist_group("generation-cache-onnx")
 
 
 def _judged(build, bugs: list[str]) -> dict[str, dict]:
@@ -31,12 +35,14 @@ def judged():
     return _judged(cache_port, list(CACHE_BUGS))
 
 
+@ON_JUDGED
 def test_a_correct_cached_port_flags_nothing(judged):
     port = judged["cache"]
     assert (port["compared"], port["flagged"], port["flips"], port["end_to_end_cause"]) == (STEPS, 0, 0, None)
     assert 0 < port["worst_ratio"] < 1
 
 
+@ON_JUDGED
 @pytest.mark.parametrize("bug", list(CACHE_BUGS))
 def test_each_cache_bug_is_named(judged, bug):
     port = judged[f"cache ({bug})"]
@@ -56,6 +62,7 @@ def judged_onnx():
     return _judged(onnx_cache_port, ORT_BUGS)
 
 
+@ON_JUDGED_ONNX
 def test_onnx_runtime_decoding_with_past_key_values_flags_nothing(judged_onnx):
     """The dynamo exporter's graph with past key/values as inputs and outputs, prefilled on an
     empty cache and fed one token a step: within rounding of the float64 full recompute at each."""
@@ -64,6 +71,7 @@ def test_onnx_runtime_decoding_with_past_key_values_flags_nothing(judged_onnx):
     assert port["dtype"] == "float32" and 0 < port["worst_ratio"] < 1
 
 
+@ON_JUDGED_ONNX
 @pytest.mark.parametrize("bug", ORT_BUGS)
 def test_each_cache_bug_of_an_onnx_runtime_decode_is_named(judged_onnx, bug):
     port = judged_onnx[f"{ONNX_CACHE} ({bug})"]

@@ -19,7 +19,9 @@ model is the converted graph cut to that part. The whole model, quantized once, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 from typing import Any
 
 import numpy as np
@@ -192,6 +194,59 @@ def error_model(graph_module, tensors: tuple, part: int | None = None) -> dict:
     return graph_noise(base, squares, draws, plain, clipped, rows, scale) | {"weights": _declared(graph_module, points)}
 
 
+def conv_bn_possible(graph_module) -> bool:
+    """Whether a pattern of QAT conv-BN could match here: each feeds a BatchNorm an operation's
+    output (a convolution's in the XNNPACK quantizer's conv-BN annotations; divided by the BN's
+    scale factor, plus its bias, in convert_pt2e's folding). A graph prepared for post-training
+    quantization, as here, holds none where prepare_pt2e fused each convolution's BatchNorm; a
+    BatchNorm alone (a CNN's leaves converted together hold one) takes the graph's input."""
+    import torch
+
+    return any(
+        "batch_norm" in str(n.target) and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "call_function"
+        for n in graph_module.graph.nodes
+        if n.op == "call_function"
+    )
+
+
+def _quantizer():
+    """ExecuTorch's XNNPACKQuantizer (int8: per-channel symmetric weights), its QAT conv-BN
+    patterns left out where none can match: it exports each of their 12 by torch.export on every
+    prepare_pt2e, about 5 CPU-s here, to annotate nothing in a post-training graph."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    class Quantizer(XNNPACKQuantizer):
+        def annotate(self, model):
+            if not conv_bn_possible(model):
+                self.SUPPORTED_PATTERNS = [p for p in XNNPACKQuantizer.SUPPORTED_PATTERNS if "_bn" not in p.name]
+            return super().annotate(model)
+
+    return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+
+
+_FOLDING = threading.Lock()  # one convert_pt2e at a time sets and restores torchao's folding
+
+
+@contextlib.contextmanager
+def qat_folding_where_possible():
+    """convert_pt2e's QAT conv-BN folding only on a graph where one of its patterns can match: on a
+    graph with a BatchNorm it exports its 56 patterns by torch.export on every call, about 11-25
+    CPU-s of a pass here, to find nothing in a post-training graph. Decided graph by graph, so
+    that any other caller meanwhile (a user's QAT in another thread) is folded as before."""
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    with _FOLDING:
+        folding = quantize_pt2e._fold_conv_bn_qat
+        quantize_pt2e._fold_conv_bn_qat = lambda model: folding(model) if conv_bn_possible(model) else model
+        try:
+            yield
+        finally:
+            quantize_pt2e._fold_conv_bn_qat = folding
+
+
 class ExecuTorchInt8Port(ExecuTorchPort):
     """The model quantized by the XNNPACK quantizer (PT2E), run by ExecuTorch's XNNPACK delegate;
     the leaves quantized in one program of independent parts, each on the reference's inputs to
@@ -213,17 +268,13 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         import torch
 
         with _quiet(), torch.no_grad():
-            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-                XNNPACKQuantizer,
-                get_symmetric_quantization_config,
-            )
             from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-            quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-            prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), quantizer)
+            prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), _quantizer())
             for batch in batches:
                 prepared(*batch)
-            return convert_pt2e(prepared)
+            with qat_folding_where_possible():
+                return convert_pt2e(prepared)
 
     def _program(self, quantized, example: tuple) -> _Method:
         with _quiet():
