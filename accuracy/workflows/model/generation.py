@@ -39,6 +39,7 @@ from accuracy.workflows.model.generation_ports import (
     GenPort,
     Logits,
     hand_port,
+    logits_arrays,
     logits_port,
     onnx_cache_port,
     onnx_port,
@@ -180,15 +181,14 @@ def flip(evidence: Evidence, wanted: int, token: int, step: int) -> dict:
 
 
 def _ports(
-    model: Any, names: list[str], port_models: dict[str, str], files: dict[str, str], text, prompt, steps, vocab
+    model: Any, names: list[str], port_models: dict[str, str], logits: list[GenPort], text, prompt, steps
 ) -> tuple[list[GenPort], list[AbsentPort]]:
     """The ports to decode with (what the user brought checked first: its problems are bad
-    input), and the built-in ports absent here, with why."""
-    brought = list(port_models) + list(files)
+    input; `logits`: the --logits files' ports), and the built-in ports absent here, with why."""
+    brought = list(port_models) + [p.name for p in logits]
     if len(set(brought)) != len(brought) or set(brought) & set(names):
         raise OpbenchError("a --port-model or --logits label is used twice (or is a --port): give each its own")
-    ports = [logits_port(label, path, steps, vocab) for label, path in files.items()]
-    ports += [hand_port(label, spec, model) for label, spec in port_models.items()]
+    ports = logits + [hand_port(label, spec, model) for label, spec in port_models.items()]
     absent: list[AbsentPort] = []
     for name in dict.fromkeys(names):
         if name in ("onnxruntime", ONNX_CACHE):
@@ -214,13 +214,16 @@ def run_generate(
     """The report `opbench generate` prints: the reference's greedy text and each port's steps."""
     if not 1 <= steps <= MOST_STEPS:
         raise OpbenchError(f"--steps {steps}: give 1 to {MOST_STEPS}")
+    files = logits_files or {}
+    brought = {label: logits_arrays(label, path) for label, path in files.items()}
     model = load_model(spec)
     prompt = prompt_ids(inputs)
     with get_backend("torch").thread_limit(JUDGE_THREADS):  # as the layer sweep judges (sweep.py)
         text, vocab = reference_text(model, prompt, steps)
     length = prompt.shape[1]
     names = list(ports or ([] if port_models or logits_files else DEFAULT_PORTS))
-    built, absent = _ports(model, names, port_models or {}, logits_files or {}, text, length, steps, vocab)
+    logits = [logits_port(label, path, brought[label], steps, vocab) for label, path in files.items()]
+    built, absent = _ports(model, names, port_models or {}, logits, text, length, steps)
     rows = {}
     for port in built:
         try:

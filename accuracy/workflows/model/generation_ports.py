@@ -191,9 +191,9 @@ def hand_port(label: str, spec: str, model: Any) -> GenPort:
     return GenPort(label, f"a hand port in PyTorch ({spec})", FORMATS[name], None, port)
 
 
-def logits_port(label: str, path: str, steps: int, vocab: int) -> GenPort:
-    """`--logits LABEL=FILE`, read strictly: anything but LOGITS_FORMAT at --steps and the
-    model's vocabulary is one line."""
+def logits_arrays(label: str, path: str) -> dict[str, np.ndarray]:
+    """`--logits LABEL=FILE`'s arrays, read before the model is built: a file that is not
+    LOGITS_FORMAT is one line at once, not after a long build."""
     where = f"--logits {label}={path}"
     if Path(path).suffix.lower() not in (".npz", ".safetensors"):
         raise OpbenchError(f"{where}: expected {LOGITS_FORMAT}")
@@ -202,6 +202,13 @@ def logits_port(label: str, path: str, steps: int, vocab: int) -> GenPort:
     if "logits" not in arrays or extra:
         held = ", ".join(sorted(arrays)) or "nothing"
         raise OpbenchError(f"{where}: holds {held}; expected {LOGITS_FORMAT}")
+    return arrays
+
+
+def logits_port(label: str, path: str, arrays: dict[str, np.ndarray], steps: int, vocab: int) -> GenPort:
+    """The port of a --logits file's `arrays` (logits_arrays), held to --steps and the model's
+    vocabulary: anything else is one line."""
+    where = f"--logits {label}={path}"
     logits, tokens = np.asarray(arrays["logits"]), arrays.get("tokens")
     dtype = "bfloat16" if logits.dtype.name == "bfloat16" else logits.dtype.name
     if dtype not in ("float32", "float16", "bfloat16", "float64") or logits.shape != (steps, vocab):
