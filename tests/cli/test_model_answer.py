@@ -32,6 +32,8 @@ from accuracy.workflows.model.trace import record
 from accuracy.workflows.model.unit import CauseFinding
 from accuracy.workflows.model.zoo import decoder, example_inputs
 
+pytestmark = pytest.mark.xdist_group("model-answer")  # the flagged decoder report, judged once, not on each worker
+
 DECODER = "accuracy.workflows.model.zoo:decoder"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -13,6 +13,8 @@ from accuracy.report.html_page import SHOWN_ROWS, Column, _table
 from accuracy.report.render import write_report
 from accuracy.report.synthetic import write_result_file
 
+pytestmark = pytest.mark.xdist_group("report-tables")  # the two pages, drawn once, not on each worker
+
 WITHIN = '<td><span class="within">within rounding</span></td>'
 LINEAR, VAR = '<td><a href="#op-linear">linear</a></td>', '<td><a href="#op-var">var</a></td>'
 NUMPY_FORMULA, TORCH_VAR = "<td><code>numpy:x @ W.T + b</code></td>", "<td><code>torch:torch.var(x)</code></td>"
@@ -35,6 +37,7 @@ SIGMOID_REASON = (
     "max error 5.8e+04x the worst-case rounding bound (5.8e+08 ulp); known finding: MLAS keeps absolute, not "
     "relative, accuracy: 1.4% relative error at x = -11.6"
 )
+
 VAR_REASON = "computes something else by design (ddof=0); max error 16x the worst-case rounding bound (1.6e+05 ulp)"
 
 

@@ -20,6 +20,8 @@ from accuracy.workflows.model.quantization_causes import (
 )
 from accuracy.workflows.model.quantization_selftest import quantization_selftest
 
+pytestmark = pytest.mark.xdist_group("quantization-selftest")  # its self-test, measured once, not on each worker
+
 
 @pytest.fixture(scope="module")
 def measured():
