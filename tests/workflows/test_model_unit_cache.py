@@ -430,3 +430,26 @@ def test_an_edit_of_the_kernels_or_the_emulation_misses(tmp_path, monkeypatch, m
     finally:
         monkeypatch.undo()
         judge_code.cache_clear()
+
+
+def test_a_class_source_in_the_key_is_inspects_own(tmp_path, monkeypatch):
+    """The key's class source comes from one parse of its file: the text inspect.getsource gives,
+    for a decorated class, a class nested in a class or in a function, and the second of two
+    same-named classes (inspect's first), so that an entry cached before is found again."""
+    import inspect
+
+    from accuracy.workflows.model import state_key
+
+    (tmp_path / "opbench_source_probe.py").write_text(
+        "import dataclasses\n\n"
+        "@dataclasses.dataclass\n"
+        "class Decorated:\n    x: int = 1\n\n"
+        "class Outer:\n    class Inner:\n        pass\n\n"
+        "def factory():\n    class Local:\n        pass\n    return Local\n\n"
+        "if True:\n    class Twice:\n        first = 1\nelse:\n    class Twice:\n        second = 2\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = importlib.import_module("opbench_source_probe")
+    for cls in (probe.Decorated, probe.Outer, probe.Outer.Inner, probe.factory(), probe.Twice, torch.nn.Linear):
+        assert state_key._source(cls) == inspect.getsource(cls), cls.__qualname__
+    assert "first = 1" in state_key._source(probe.Twice)

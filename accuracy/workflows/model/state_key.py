@@ -9,10 +9,12 @@ raises Uncacheable: the computation is then done afresh, never read from a cache
 
 from __future__ import annotations
 
+import ast
 import enum
 import functools
 import hashlib
 import inspect
+import linecache
 import types
 from pathlib import Path
 from typing import Any
@@ -91,10 +93,39 @@ def _code(key: Key, code: types.CodeType) -> None:
 
 @functools.cache
 def _source(cls: type) -> str:
+    """inspect.getsource(cls), found in its file's one parse: inspect parses the whole file again
+    for each class (transformers' modeling files: a tenth of a second each, every process)."""
     try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
+        file = inspect.getsourcefile(cls)
+        module = inspect.getmodule(cls, file)
+        lines = linecache.getlines(file, module.__dict__) if file and module else []
+        start = _class_starts(file, tuple(lines)).get(cls.__qualname__) if lines else None
+        if start is None or inspect.unwrap(cls) is not cls:  # inspect's own way, where it differs
+            return inspect.getsource(cls)
+        return "".join(inspect.getblock(lines[start:]))
+    except (OSError, TypeError, SyntaxError):
         raise Uncacheable(f"no source for {cls.__qualname__}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _class_starts(file: str, lines: tuple[str, ...]) -> dict[str, int]:
+    """The first line (its first decorator's) of each class in a source file by qualname, the
+    first in the order inspect's own search meets them, as inspect.findsource numbers them."""
+    starts: dict[str, int] = {}
+
+    def visit(node: ast.AST, stack: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, (*stack, child.name, "<locals>"))
+            elif isinstance(child, ast.ClassDef):
+                first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+                starts.setdefault(".".join((*stack, child.name)), first - 1)
+                visit(child, (*stack, child.name))
+            else:
+                visit(child, stack)
+
+    visit(ast.parse("".join(lines)), ())
+    return starts
 
 
 # each class's digest by the identity of the class and of its methods' code objects, which the
