@@ -18,6 +18,7 @@ from hidden_tools import hide
 from user_modules import user_module
 
 from accuracy.core.files import cache_home
+from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model.ports import build_port, deploy, executorch_port, openvino_port
 from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
 from accuracy.workflows.model.ports.openvino_port import OpenVinoPort
@@ -249,6 +250,43 @@ def test_executorch_takes_a_model_that_builds_its_mask_with_vmap(tmp_path, monke
         result = _port("vmap_mask:masked", "x=2x16x16", "executorch-portable")
     _flags_nothing(result, 1)
     assert result.end_to_end.verdict == "within rounding"
+
+
+TANH_GELU = """
+import torch
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(approximate="tanh")).eval()
+"""
+
+
+@SLOW
+@RUNTIMES
+def test_xnnpacks_gelu_is_flagged_and_named_exactly_where_it_ignores_the_tanh_approximation(tmp_path, monkeypatch):
+    """Gemma's MLP on ExecuTorch 1.5.1's XNNPACK (the census): every GELU ran as the erf GELU,
+    approximate="tanh" or not (executorch#22851, fixed in a later release), and its units were
+    flagged, rightly. What the delegate computes is measured here, not assumed: the unit is flagged
+    with the swap named where it is the erf GELU, and within rounding where it is the tanh one."""
+    _require("executorch")
+    with user_module(tmp_path, monkeypatch, "tanh_gelu", TANH_GELU):
+        model = load_model("tanh_gelu:mlp")
+        inputs = {"input": np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)}
+        calls, _ = record(model, inputs)
+        port = build_port("executorch", model, inputs)
+        gelu = port.units(calls)[1]
+        fed = gelu.calls[0].inputs[0].double()
+        ran = torch.from_numpy(np.asarray(port.isolated(gelu, gelu.calls[0].inputs), np.float64))
+        erf = (ran - torch.nn.functional.gelu(fed)).abs().max() < (
+            ran - torch.nn.functional.gelu(fed, approximate="tanh")
+        ).abs().max()
+        (result,) = run_model(ModelRun("tanh_gelu:mlp", write_arrays(tmp_path / "x.npz", inputs), ["executorch"])).ports
+    row = next(r for r in result.layers if r.path == "1")
+    if erf:  # ExecuTorch 1.5.1 here
+        assert row.verdict == "beyond rounding" and result.first_not_within == "1", row
+        assert row.cause is not None and row.cause.explains and row.cause.words == "the erf GELU for the tanh GELU"
+    else:
+        assert row.verdict == "within rounding" and result.flagged == 0, row
 
 
 @needs_openvino
