@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from hidden_tools import hide
+from user_modules import user_module
 
 from accuracy.backends import get_backend
 from accuracy.cli.main import main
@@ -60,6 +61,37 @@ def test_torchscript_runs_each_leaf_from_cpp_and_a_correct_port_flags_no_layer(m
     # every leaf call once on identical inputs and once end to end; one C++ module per leaf module
     assert len(handles) == 2 * len(calls)
     assert len(set(handles)) == len({c.path for c in calls})
+
+
+READS_A_LEAF = """
+import torch
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 4, 3, stride=2)
+
+    def forward(self, x):
+        assert x.shape[-1] % self.conv.stride[0] == 0  # as Whisper's encoder checks its input length
+        return self.conv(x)
+
+def encoder():
+    torch.manual_seed(0)
+    return Encoder().eval()
+"""
+
+
+def test_a_forward_that_reads_a_leafs_attributes_runs_with_the_leaf_traced(tmp_path, monkeypatch):
+    """Whisper's encoder reads its convolutions' `stride`: the census found the torchscript port
+    absent ("'Ported' object has no attribute 'stride'"), as a traced leaf kept only its tensors."""
+    with user_module(tmp_path, monkeypatch, "reads_a_leaf", READS_A_LEAF):
+        inputs = write_arrays(
+            tmp_path / "x.npz", {"x": np.random.default_rng(0).standard_normal((2, 4, 16), np.float32)}
+        )
+        report = run_model(ModelRun("reads_a_leaf:encoder", inputs, ["torchscript"]))
+    assert report.absent == [] and report.within_rounding
+    (port,) = report.ports
+    assert (port.compared, port.flagged) == (1, 0)
 
 
 @pytest.mark.parametrize("model", MODELS)

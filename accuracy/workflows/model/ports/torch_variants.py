@@ -37,9 +37,19 @@ def _ported_leaf(fn, original):
                 self.register_parameter(name, parameter)
             for name, buffer in original.named_buffers(recurse=False):
                 self.register_buffer(name, buffer)
+            self.__dict__["original"] = original  # its plain attributes, read from here on
 
         def forward(self, *args, **kwargs):
             return self.fn(*args, **kwargs)
+
+        def __getattr__(self, name: str):
+            """The original's plain attributes too: Whisper's encoder reads its convolutions' `stride`."""
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                if "original" not in self.__dict__:
+                    raise
+                return getattr(self.__dict__["original"], name)
 
     return Ported()
 
