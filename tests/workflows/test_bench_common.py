@@ -251,6 +251,33 @@ def test_every_setup_cache_is_the_one_scratch_folder_and_each_scan_reads_its_own
     importlib.reload(references)
 
 
+def _discovered_setup_caches(env: dict) -> set:
+    """The setup_cache keys asv's discovery (asv_runner) finds for bench_products in a fresh process."""
+    import os
+    import subprocess
+
+    code = (
+        "from asv_runner.discovery import disc_benchmarks\n"
+        "found = [b for b in disc_benchmarks('benchmarks') if b.name.startswith('bench_products.')]\n"
+        "print(sorted({str(b.setup_cache_key) for b in found}))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300, env=dict(os.environ, **env)
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(eval(proc.stdout))
+
+
+@pytest.mark.slow
+def test_opbench_runs_passes_share_their_folder_without_a_setup_cache_process(tmp_path):
+    """asv starts a process per setup_cache key, pass and batch; in `opbench run` (its measurements
+    folder set) the generated classes have none to start, in a plain `asv run` they share one."""
+    assert _discovered_setup_caches({"OPBENCH_MEASUREMENTS": str(tmp_path)}) == {"None"}
+    [key] = _discovered_setup_caches({"OPBENCH_MEASUREMENTS": ""})
+    assert key.startswith("common:")
+
+
 def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: str = "bench_products") -> set[str]:
     """The libraries a fresh process has imported after importing a suite module (every one:
     "*"), as asv's `benchmark.py ASV_COMMAND ...` process would."""

@@ -266,6 +266,37 @@ def converted(module, dtype, device: str = "cpu", stand_ins: dict[int, Any] | No
     return copy.deepcopy(module, memo).to(device=device, dtype=dtype)
 
 
+def converted_in_place(module, dtype, held, others: set[int]) -> bool:
+    """`module`'s floating parameters and buffers replaced by new tensors rounded to `dtype` and
+    held in `held`, as `converted(module, dtype).to(held)` holds them, without copying the module:
+    for a module that is the caller's throwaway copy (a cause's changed reference, evaluated once),
+    whose second copy cost the cause search most of its time. No tensor is changed in place (a
+    change may share one with the model). False, and nothing done, where a copy is needed to get
+    the same: a submodule in `others` (ids of the model's own), a module with a conversion of its
+    own (`_apply`: an RNN's flat weights), a complex tensor."""
+    import torch
+
+    modules = list(module.modules())
+    stores = [store for m in modules for store in (m._parameters, m._buffers)]
+    tensors = [t for store in stores for t in store.values() if t is not None]
+    if (
+        any(id(m) in others or type(m)._apply is not torch.nn.Module._apply for m in modules)
+        or any(t.is_complex() for t in tensors)
+    ):  # fmt: skip
+        return False
+    rounded: dict[int, Any] = {}  # by the original's id: tied parameters stay tied
+    for store in stores:
+        for name, tensor in store.items():
+            if tensor is None or not tensor.is_floating_point():
+                continue
+            if id(tensor) not in rounded:
+                value = tensor.detach().to(device="cpu", dtype=dtype, copy=True).to(held)
+                is_parameter = isinstance(tensor, torch.nn.Parameter)
+                rounded[id(tensor)] = torch.nn.Parameter(value, tensor.requires_grad) if is_parameter else value
+            store[name] = rounded[id(tensor)]
+    return True
+
+
 def run_calls(calls: list[LayerCall], modules: list, tensors: list):
     """Calls judged as one unit, each on `modules` (copies of theirs): the first as it was called,
     on `tensors`; each next one on the previous one's output alone (the leaves one fused port node

@@ -34,7 +34,7 @@ from accuracy.reference.exact import Exact
 from accuracy.workflows.model import state_key, trace, unit_cache
 from accuracy.workflows.model.kinds import judged_as
 from accuracy.workflows.model.state_key import source_digest
-from accuracy.workflows.model.trace import converted, float64_throughout, run_calls
+from accuracy.workflows.model.trace import converted, converted_in_place, float64_throughout, run_calls
 from accuracy.workflows.model.unit import Unit, UnitJudgement
 from accuracy.workflows.model.unit_cache import cached_function_evidence, unit_key
 
@@ -118,12 +118,22 @@ def nonfinite_mismatches(value, reference) -> int:
     return int(np.count_nonzero(~(np.isfinite(v) & np.isfinite(r)) & ~same))
 
 
-def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat) -> np.ndarray:
+def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat, throwaway: set[int] | None = None) -> np.ndarray:
     """The unit in float64 with its parameters rounded to `fmt`, on copies of `inputs` (XGLM's
-    positional embedding adds its offset to the position ids it is given, in place)."""
+    positional embedding adds its offset to the position ids it is given, in place).
+    `throwaway`: the unit's modules are the caller's own copies, not used again, sharing no
+    submodule with those whose ids it holds (the model's): rounded where they are, not copied."""
     import torch
 
-    modules = _modules(unit, fmt, torch.float64)
+    if throwaway is None:
+        modules = _modules(unit, fmt, torch.float64)
+    else:
+        dtype = torch_dtype(fmt)
+        modules = [
+            c.module if converted_in_place(c.module, dtype, torch.float64, throwaway)
+            else converted(c.module, dtype).to(torch.float64)
+            for c in unit.calls
+        ]  # fmt: skip
     copies = [t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone() for t in inputs]
     with torch.no_grad(), float64_throughout():
         return to_numpy(run_calls(unit.calls, modules, copies))

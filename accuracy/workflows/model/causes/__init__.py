@@ -91,10 +91,11 @@ def _fitted(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     from scipy.optimize import minimize_scalar
 
     low, high = cause.values(unit.calls[0].module)  # type: ignore[misc]
+    model = _model_modules(unit, context)
 
     def distance(log_value: float) -> float:
         changed = _changed(unit, cause, float(10.0**log_value), context)
-        return relative(output, float64_reference(changed, tensors, fmt))
+        return relative(output, float64_reference(changed, tensors, fmt, throwaway=model))
 
     grid = np.linspace(np.log10(low), np.log10(high), 25)
     best = grid[int(np.argmin([distance(g) for g in grid]))]
@@ -110,10 +111,18 @@ def _chosen(cause: Cause, unit: Unit, tensors: list, fmt: FloatFormat, output: n
     candidates = list(cause.choices(unit.calls[0].module, context))  # type: ignore[misc]
     if not candidates:
         return None
+    model = _model_modules(unit, context)
     distances = [
-        relative(output, float64_reference(_changed(unit, cause, c, context), tensors, fmt)) for c in candidates
+        relative(output, float64_reference(_changed(unit, cause, c, context), tensors, fmt, throwaway=model))
+        for c in candidates
     ]
     return candidates[int(np.nanargmin(np.asarray(distances, dtype=np.float64)))]
+
+
+def _model_modules(unit: Unit, context: Context) -> set[int]:
+    """The ids of the modules a changed copy must not be rounded in place if it holds one: the
+    unit's own and the model's around it (a change that reuses one of them is copied again)."""
+    return {id(m) for c in unit.calls for m in c.module.modules()} | {id(m) for m in context.modules.values()}
 
 
 Distance = tuple[float, float]
