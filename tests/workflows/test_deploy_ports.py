@@ -252,6 +252,35 @@ def test_executorch_takes_a_model_that_builds_its_mask_with_vmap(tmp_path, monke
     assert result.end_to_end.verdict == "within rounding"
 
 
+TRANSPOSED = """
+import torch
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(self.conv(x).permute(0, 2, 1))  # a view, as Whisper's encoder feeds its layers
+
+def encoder():
+    torch.manual_seed(0)
+    return Encoder().eval()
+"""
+
+
+@SLOW
+@RUNTIMES
+def test_executorch_judges_a_leaf_fed_a_transposed_view(tmp_path, monkeypatch):
+    """Whisper's encoder on ExecuTorch compared none of its 22 units ("Input 3 for method forward
+    should be contiguous or channels-last"): a leaf's recorded input can be a view."""
+    _require("executorch-portable")
+    with user_module(tmp_path, monkeypatch, "transposed", TRANSPOSED):
+        result = _port("transposed:encoder", "x=2x4x6", "executorch-portable")
+    _flags_nothing(result, 2)
+
+
 TANH_GELU = """
 import torch
 

@@ -135,7 +135,10 @@ class _Method:
     def __call__(self, arrays) -> list[np.ndarray]:
         import torch
 
-        return [out.numpy() for out in self.method.execute([torch.from_numpy(a) for a in arrays])]
+        # its runtime takes contiguous inputs only; a leaf's recorded input may be a view (Whisper
+        # feeds its layer norm the transposed convolution output)
+        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+        return [out.numpy() for out in self.method.execute(tensors)]
 
 
 def executorch_port(name: str, model, inputs, delegate: bool) -> ExecuTorchPort | str:
