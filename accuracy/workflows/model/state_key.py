@@ -98,6 +98,8 @@ def _source(cls: type) -> str:
     try:
         file = inspect.getsourcefile(cls)
         module = inspect.getmodule(cls, file)
+        if file:
+            linecache.checkcache(file)  # as inspect does: a file edited since it was read (a reloaded module)
         lines = linecache.getlines(file, module.__dict__) if file and module else []
         start = _class_starts(file, tuple(lines)).get(cls.__qualname__) if lines else None
         if start is None or inspect.unwrap(cls) is not cls:  # inspect's own way, where it differs
