@@ -28,6 +28,7 @@ from accuracy.core.threads import all_cores
 from accuracy.judge.metric_table import BY_NAME, Metric, benchmark_class_name, tracks
 from accuracy.reference.inputs import DEFAULT_CONDITION
 from accuracy.run.profiles import Profile, current_profile
+from accuracy.run.suite_passes import MEASUREMENTS_VAR
 from accuracy.workflows.evaluation import Case
 
 RUNS = 3  # runs per case: outputs that differ among them make the case not reproducible
@@ -73,7 +74,7 @@ def shared(scratch: Path | None, key: str, measure: Callable[[], dict]) -> dict:
     recorded too: the other tracks of the case fail with its message instead of measuring again,
     and so do they where the measuring process died (each would wait for asv's timeout again).
     Without a scratch folder (a direct call, as in the tests) it measures every time."""
-    folder = os.environ.get("OPBENCH_MEASUREMENTS") or scratch  # suite_passes.MEASUREMENTS_VAR
+    folder = os.environ.get(MEASUREMENTS_VAR) or scratch
     if folder is None:
         return measure()
     where = "|".join(os.environ.get(v, "") for v in ("ASV_ENV_NAME", "ASV_COMMIT")) + f"|{sys.prefix}"
@@ -126,10 +127,10 @@ class _OpBenchmark:
     warmup_time = 0.02
     sample_time = 0.02
 
-    # `opbench run` gives both passes one measurements folder (suite_passes.MEASUREMENTS_VAR, read
-    # by `shared`): asv's setup_cache there only started one more process per pass and batch,
-    # which imported the suite to return a folder nothing read (~1 CPU-s)
-    if not os.environ.get("OPBENCH_MEASUREMENTS"):
+    # `opbench run` gives both passes one measurements folder (MEASUREMENTS_VAR, read by `shared`):
+    # asv's setup_cache there only started one more process per pass and batch, which imported the
+    # suite to return a folder nothing read (~1 CPU-s)
+    if not os.environ.get(MEASUREMENTS_VAR):
         setup_cache = scratch_folder
 
     def setup(self, *args):

@@ -58,10 +58,17 @@ def registry_case(unit: Unit, inputs: list[np.ndarray], fmt: FloatFormat):
     return entry, named
 
 
-def _modules(unit: Unit, fmt: FloatFormat, dtype) -> list:
+def _modules(unit: Unit, fmt: FloatFormat, dtype, throwaway: set[int] | None = None) -> list:
     """Copies of the unit's modules, their parameters rounded to `fmt` (the port's own), then held
-    in `dtype`: the copy is ours, so it is converted in place."""
-    return [converted(c.module, torch_dtype(fmt)).to(dtype) for c in unit.calls]
+    in `dtype`: the copy is ours, so it is converted in place. With `throwaway` (float64_reference's),
+    a module the caller will not use again is rounded where it is instead of copied, where it can be."""
+    rounded = torch_dtype(fmt)
+    return [
+        c.module
+        if throwaway is not None and converted_in_place(c.module, rounded, dtype, throwaway)
+        else converted(c.module, rounded).to(dtype)
+        for c in unit.calls
+    ]
 
 
 def unit_function(unit: Unit, fmt: FloatFormat, inputs: list):
@@ -125,15 +132,7 @@ def float64_reference(unit: Unit, inputs: list, fmt: FloatFormat, throwaway: set
     submodule with those whose ids it holds (the model's): rounded where they are, not copied."""
     import torch
 
-    if throwaway is None:
-        modules = _modules(unit, fmt, torch.float64)
-    else:
-        dtype = torch_dtype(fmt)
-        modules = [
-            c.module if converted_in_place(c.module, dtype, torch.float64, throwaway)
-            else converted(c.module, dtype).to(torch.float64)
-            for c in unit.calls
-        ]  # fmt: skip
+    modules = _modules(unit, fmt, torch.float64, throwaway)
     copies = [t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone() for t in inputs]
     with torch.no_grad(), float64_throughout():
         return to_numpy(run_calls(unit.calls, modules, copies))
