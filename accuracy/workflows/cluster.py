@@ -359,6 +359,7 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
         cluster = None
         try:
             if dask.startswith(LOCAL_PREFIX):
+                workers = _local_workers(dask)  # before anything starts: a bad count starts no fork server
                 # One thread per worker process: the kernels inside each task use one thread too.
                 # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in its workers, which turns off glibc's
                 # dynamic mmap threshold: every large array is then mapped afresh, and a scan chunk
@@ -370,7 +371,7 @@ def work_pool(dask: str | None, threads: int = 1, preload: Iterable[str] = ()) -
                 )
                 settings.enter_context(_forked_from_a_preloaded_server(preload))
                 cluster = LocalCluster(
-                    n_workers=_local_workers(dask),
+                    n_workers=workers,
                     threads_per_worker=1,
                     processes=True,
                     host="127.0.0.1",

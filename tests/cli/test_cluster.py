@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -71,6 +72,18 @@ def _dask(*args: str) -> subprocess.Popen:
     )
 
 
+def _worker(address: str) -> subprocess.Popen:
+    """A one-thread `dask worker` process joining the scheduler at `address`."""
+    return _dask("worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1")
+
+
+def _wait_for_workers(address: str, n: int) -> None:
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(n, timeout=120)
+
+
 @pytest.fixture
 def dask_cluster(tmp_path):
     """A real `dask scheduler` and two one-thread `dask worker` processes on 127.0.0.1."""
@@ -87,14 +100,8 @@ def dask_cluster(tmp_path):
             except (OSError, ValueError, KeyError):
                 time.sleep(0.2)
         assert address, "the Dask scheduler did not start in 60 s"
-        workers = [
-            _dask("worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1")
-            for _ in range(2)
-        ]
-        from distributed import Client
-
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
+        workers = [_worker(address) for _ in range(2)]
+        _wait_for_workers(address, 2)
         yield address, scheduler, workers
     finally:
         for process in [*workers, scheduler]:
@@ -112,9 +119,12 @@ def _exp_float16(**kwargs):
 def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_survives_a_killed_worker_and_not_its_scheduler(
     dask_cluster, monkeypatch, capsys
 ):
-    """One cluster (three processes that import the stack: seconds each) for the scan's three
-    outcomes: the in-process bits; the same bits with a worker killed mid-scan (dask reruns its
-    chunks); and, with the scheduler killed mid-scan, one line and the partial table."""
+    """One cluster (processes that import the stack: seconds each) for the scan's outcomes: the
+    in-process bits; the same bits with a worker killed mid-scan (dask reruns its chunks); with
+    the last worker killed mid-scan, one line (issue 40 item 15: the scheduler kept the chunks
+    pending and the scan waited silently for ever); and, on a fresh worker, with the scheduler
+    killed a sixteenth of the way in, one line and the partial table, and nothing logged of
+    distributed (issue 57 item 3: the client's failed reconnection logged two tracebacks)."""
     address, scheduler, workers = dask_cluster
     here = as_rows(_exp_float16())
     assert here[0]["checked"] == 1 << 16 and here[0]["complete"]
@@ -132,9 +142,29 @@ def test_scan_on_a_cluster_is_bitwise_the_in_process_scan_survives_a_killed_work
     assert killed and workers[0].wait() == -signal.SIGKILL
     assert not result.interrupted and as_rows(result) == here
 
-    partial, err = _scan_killing(scheduler, address, monkeypatch, capsys)
+    with monkeypatch.context() as short_wait:
+        short_wait.setattr(cluster, "NO_WORKERS_WAIT_S", 3)
+        _, err = _scan_killing(workers[1], address, monkeypatch, capsys)
+    assert err.count("\n") == 1 and f"the Dask cluster at {address} has had no workers for 3 s" in err
+
+    workers.append(_worker(address))  # the fixture ends it
+    _wait_for_workers(address, 1)
+    logged = _distributed_logged(monkeypatch)
+    partial, err = _scan_killing(scheduler, address, monkeypatch, capsys, at=16)
     assert partial["implementations"][0]["checked"] == partial["inputs"]
     assert err.count("\n") == 1 and f"the Dask scheduler at {address} went away" in err
+    assert [r.getMessage() for r in logged if r.levelno >= logging.WARNING] == []
+
+
+def _distributed_logged(monkeypatch) -> list[logging.LogRecord]:
+    """Every record distributed's loggers emit from now on (their handlers replaced)."""
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = logged.append  # type: ignore[method-assign]
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
+    for name in names:
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [handler])
+    return logged
 
 
 def test_the_pages_scan_on_a_local_cluster_is_bitwise_the_in_process_one(capsys):
@@ -194,10 +224,14 @@ def test_a_worker_with_another_stack_is_refused_by_name():
     ],
 )
 def test_bad_dask_addresses_are_one_line(address, message, capsys, monkeypatch):
+    """And nothing started for them: a bad worker count started (and replaced) the fork server of
+    the local workers, which loads every framework the scan runs."""
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)
+    servers = _forkservers(psutil.Process())
     assert main(["scan", "exp", "--dtype", "float16", "--dask", address]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+    assert _forkservers(psutil.Process()) == servers
 
 
 def _model(capsys, *args: str) -> tuple[int, dict, str]:
@@ -342,12 +376,18 @@ def test_a_model_sweep_on_a_scheduler_and_a_factory_its_workers_cannot_import(
     assert done + report["ports_not_run"] == ports  # ports are collected in order: the rest were not run
 
 
-def _forkserver(proc: subprocess.Popen) -> psutil.Process | None:
-    for child in psutil.Process(proc.pid).children():
+def _forkservers(process: psutil.Process) -> list[psutil.Process]:
+    """The multiprocessing fork servers `process` started."""
+    found = []
+    for child in process.children():
         with contextlib.suppress(psutil.Error):
             if "forkserver" in " ".join(child.cmdline()):
-                return child
-    return None
+                found.append(child)
+    return found
+
+
+def _forkserver(proc: subprocess.Popen) -> psutil.Process | None:
+    return next(iter(_forkservers(psutil.Process(proc.pid))), None)
 
 
 def _reached(moment: str, proc: subprocess.Popen, started: float) -> bool:
@@ -510,27 +550,14 @@ def test_local_workers_fork_from_one_server_that_loaded_their_backends(tmp_path)
     assert deaf and not held and seen["here"][2] is False
 
 
-def test_a_scan_whose_last_worker_dies_ends_in_one_line(dask_cluster, monkeypatch, capsys):
-    """Issue 40 item 15: with the only worker killed mid-scan, the scheduler kept the chunks pending
-    and the scan waited silently for ever; now one line and the partial table."""
-
-    address, _scheduler, workers = dask_cluster
-    monkeypatch.setattr(cluster, "NO_WORKERS_WAIT_S", 3)
-    os.killpg(workers[1].pid, signal.SIGKILL)
-    workers[1].wait()
-
-    _, err = _scan_killing(workers[0], address, monkeypatch, capsys)
-    assert err.count("\n") == 1 and f"the Dask cluster at {address} has had no workers for 3 s" in err
-
-
-def _scan_killing(process, address, monkeypatch, capsys) -> tuple[dict, str]:
-    """`scan --json --dask address`, killing `process` (its process group) a quarter of the way in:
-    the partial report (checked to be partial) and stderr."""
+def _scan_killing(process, address, monkeypatch, capsys, at: int = 4) -> tuple[dict, str]:
+    """`scan --json --dask address`, killing `process` (its process group) 1/`at` of the way in (16:
+    after the first of the 16 chunks): the partial report (checked to be partial) and stderr."""
     from accuracy.cli import scan_command
 
     class Kill(scan_command._Progress):
         def __call__(self, done, total, seconds):
-            if done >= total // 4 and process.poll() is None:
+            if done >= total // at and process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
 
     monkeypatch.setattr(scan_command, "_Progress", Kill)
@@ -541,31 +568,3 @@ def _scan_killing(process, address, monkeypatch, capsys) -> tuple[dict, str]:
     partial = json.loads(out)
     assert partial["interrupted"] and 0 < partial["inputs"] < partial["total"] == 1 << 16
     return partial, err
-
-
-def test_a_scheduler_killed_early_in_a_scan_logs_nothing_of_distributed(dask_cluster, monkeypatch, capsys):
-    """Killed a sixteenth of the way in, the client's failed reconnection logged two tracebacks
-    (`distributed.client - ERROR`) before opbench's one line (issue 57, item 3)."""
-    import logging
-
-    from accuracy.cli import scan_command
-
-    address, scheduler, _ = dask_cluster
-    logged: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.DEBUG)
-    handler.emit = logged.append  # type: ignore[method-assign]
-    names = ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
-    for name in names:
-        monkeypatch.setattr(logging.getLogger(name), "handlers", [handler])
-
-    class Kill(scan_command._Progress):
-        def __call__(self, done, total, seconds):
-            if scheduler.poll() is None:
-                os.killpg(scheduler.pid, signal.SIGKILL)
-
-    monkeypatch.setattr(scan_command, "_Progress", Kill)
-    monkeypatch.setattr("accuracy.workflows.scan.CHUNK", CHUNK)
-    assert main(["scan", "exp", "--dtype", "float16", "--impl", "numpy:np.exp", "--json", "--dask", address]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"the Dask scheduler at {address} went away" in err
-    assert [r.getMessage() for r in logged if r.levelno >= logging.WARNING] == []
