@@ -3,14 +3,17 @@ directory, never half a file (issue 40 items 1 to 3)."""
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
+from pathlib import Path
 
 import pytest
 
 from accuracy.core.errors import OpbenchError
 from accuracy.report.model_page import write_model_page
 from accuracy.report.render import write_report
+from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.workflows.model.report import ModelReport
 
 MODEL_REPORT = ModelReport("tiny", "eval", {}, [])
@@ -36,16 +39,31 @@ def test_model_page_onto_a_full_disk_leaves_nothing_behind(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_report_never_replaces_a_users_directory(shared_results, tmp_path):
-    thesis = tmp_path / "thesis"
-    thesis.mkdir()
+def _one_result(root: Path) -> Path:
+    """A results directory of one benchmark at one commit: where a report goes does not depend on
+    what it holds (the report tests' shared results draw ~4 CPU-s of plots per report)."""
+    benchmark = SyntheticBenchmark("linear.Linear.track_max_ulp", "track", "ulp", ("impl",), (("numpy:matmul",),))
+    results = root / "results"
+    write_machine(results, "box")
+    write_benchmarks(results, [benchmark])
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    write_result_file(results, "box", "py3.11", "0" * 40, when, [benchmark], lambda bench, combo: 1.0)
+    return results
+
+
+def test_a_report_never_replaces_a_users_directory(tmp_path):
+    results = _one_result(tmp_path / "in")
+    out = tmp_path / "out"
+    thesis = out / "thesis"
+    thesis.mkdir(parents=True)
     (thesis / "chapter1.tex").write_text("\\chapter{Results}")
     with pytest.raises(OpbenchError, match="opbench did not create"):
-        write_report(shared_results, tmp_path, "thesis")
+        write_report(results, out, "thesis")
     assert [p.name for p in thesis.iterdir()] == ["chapter1.tex"]
-    first = write_report(shared_results, tmp_path, "latest")
-    assert write_report(shared_results, tmp_path, "latest") == first  # its own directory is replaced
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "thesis"]
+    first = write_report(results, out, "latest")
+    assert first.is_file()
+    assert write_report(results, out, "latest") == first  # its own directory is replaced
+    assert sorted(p.name for p in out.iterdir()) == ["latest", "thesis"]
 
 
 def test_model_page_into_a_missing_directory_is_one_line(tmp_path):
