@@ -94,5 +94,17 @@ def make_results_dir(root: Path, seed: int = 0) -> Path:
     return results
 
 
+def make_one_result_dir(root: Path) -> Path:
+    """A results directory of one benchmark at one commit, under root/results: for the claims about
+    where and how a report is written, which do not depend on what it holds (a report of the
+    fixture above draws ~4 CPU-s of plots)."""
+    benchmark = SyntheticBenchmark("linear.Linear.track_max_ulp", "track", "ulp", ("impl",), (("numpy:matmul",),))
+    results = Path(root) / "results"
+    write_machine(results, MACHINE)
+    write_benchmarks(results, [benchmark])
+    write_result_file(results, MACHINE, OPENBLAS, COMMITS[0], DATES[0], [benchmark], lambda bench, combo: 1.0)
+    return results
+
+
 def params_label(combo: tuple) -> str:
     return ", ".join(f"{name}={value}" for name, value in zip(PARAM_NAMES, combo, strict=False))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cli_runner import run_opbench
-from fixtures_report import GFLOPS, INJECTED
+from fixtures_report import GFLOPS, INJECTED, make_one_result_dir
 
 import accuracy.cli.main
 from accuracy.cli import report_command as report_cli
@@ -81,8 +81,9 @@ def test_skipped_files_are_warned_on_stderr(opbench_main, shared_results, tmp_pa
 
 
 @pytest.mark.slow
-def test_python_dash_m_accuracy_report(shared_results, tmp_path):
-    done = run_opbench("report", "--results", shared_results, "--out", tmp_path)
+def test_python_dash_m_accuracy_report(tmp_path):
+    """The module runs as the console script does (the report's contents: the tests above)."""
+    done = run_opbench("report", "--results", make_one_result_dir(tmp_path / "in"), "--out", tmp_path)
     assert done.returncode == 0, done.stderr
     assert {p.name for p in (tmp_path / "latest").iterdir()} >= REPORT_FILES
     bad = run_opbench("report", "--results", tmp_path / "none")

@@ -3,17 +3,15 @@ directory, never half a file (issue 40 items 1 to 3)."""
 
 from __future__ import annotations
 
-import datetime
 import errno
 import os
-from pathlib import Path
 
 import pytest
+from fixtures_report import make_one_result_dir
 
 from accuracy.core.errors import OpbenchError
 from accuracy.report.model_page import write_model_page
 from accuracy.report.render import write_report
-from accuracy.report.synthetic import SyntheticBenchmark, write_benchmarks, write_machine, write_result_file
 from accuracy.workflows.model.report import ModelReport
 
 MODEL_REPORT = ModelReport("tiny", "eval", {}, [])
@@ -39,20 +37,8 @@ def test_model_page_onto_a_full_disk_leaves_nothing_behind(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
-def _one_result(root: Path) -> Path:
-    """A results directory of one benchmark at one commit: where a report goes does not depend on
-    what it holds (the report tests' shared results draw ~4 CPU-s of plots per report)."""
-    benchmark = SyntheticBenchmark("linear.Linear.track_max_ulp", "track", "ulp", ("impl",), (("numpy:matmul",),))
-    results = root / "results"
-    write_machine(results, "box")
-    write_benchmarks(results, [benchmark])
-    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    write_result_file(results, "box", "py3.11", "0" * 40, when, [benchmark], lambda bench, combo: 1.0)
-    return results
-
-
 def test_a_report_never_replaces_a_users_directory(tmp_path):
-    results = _one_result(tmp_path / "in")
+    results = make_one_result_dir(tmp_path / "in")
     out = tmp_path / "out"
     thesis = out / "thesis"
     thesis.mkdir(parents=True)
