@@ -31,6 +31,7 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 # named after: each of their patterns holds `_softmax` or `upsample_bilinear2d` (ExecuTorch 1.5.1)
 PATTERN_OPS = ("softmax", "attention", "upsample")
 _PATTERNS = threading.Lock()  # one lowering at a time sets and restores XNNPACK's pattern graphs
+_MATERIALIZING = threading.Lock()  # one export at a time sets and restores torch's materializing
 
 
 @contextlib.contextmanager
@@ -82,6 +83,31 @@ def xnnpack_patterns_where_possible(exported):
             sdpa.get_graphs, bilinear_2d.get_graphs_dict = found
 
 
+@contextlib.contextmanager
+def cia_ops_materialized_once():
+    """torch.export's decompositions materialize every C++ CompositeImplicitAutograd operator in
+    torch.ops, once for each operator namespace on each of the several decompositions of a lowering
+    (1,560 times for 8 lowerings here: a fifth of their CPU). Materializing is idempotent: here it
+    runs again only where the dispatcher's registrations changed since it last ran."""
+    import torch
+    from torch._export import utils
+
+    with _MATERIALIZING:
+        materialize, done = utils._materialize_cpp_cia_ops, []
+
+        def where_changed() -> None:
+            registered = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+            if done != [registered]:
+                materialize()
+                done[:] = [registered]
+
+        utils._materialize_cpp_cia_ops = where_changed
+        try:
+            yield
+        finally:
+            utils._materialize_cpp_cia_ops = materialize
+
+
 class ExecuTorchPort(ConvertedPort):
     converter = "torch.export + executorch.exir"
     runtime = "executorch"
@@ -102,11 +128,12 @@ class ExecuTorchPort(ConvertedPort):
         # to the inference IR first: a vmap in the model (transformers builds its attention masks
         # with one) leaves torch.export's pre-dispatch calls in the graph, which the ETRecord's
         # serializer of torch 2.13 cannot write (pytorch#181263); to_edge decomposes further anyway
-        exported = torch.export.export(module, example).run_decompositions({})
-        partitioners = [XnnpackPartitioner()] if self.delegate else []
-        with xnnpack_patterns_where_possible(exported):
-            lowered = to_edge_transform_and_lower(exported, partitioner=partitioners, generate_etrecord=etrecord)
-        return lowered.to_executorch()
+        with cia_ops_materialized_once():
+            exported = torch.export.export(module, example).run_decompositions({})
+            partitioners = [XnnpackPartitioner()] if self.delegate else []
+            with xnnpack_patterns_where_possible(exported):
+                lowered = to_edge_transform_and_lower(exported, partitioner=partitioners, generate_etrecord=etrecord)
+            return lowered.to_executorch()
 
     def convert(self, module, example: tuple):
         with _quiet():
