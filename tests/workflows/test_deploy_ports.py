@@ -455,3 +455,34 @@ def test_building_the_port_table_imports_no_runtime(monkeypatch):
     assert isinstance(openvino_port.openvino_port("openvino", None, {}, reduced=False), str)
     assert isinstance(executorch_port.executorch_port("executorch", None, {}, delegate=True), str)
     assert "openvino" not in sys.modules and "executorch" not in sys.modules
+
+
+class _Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@RUNTIMES
+def test_xnnpacks_sdpa_and_upsample_patterns_are_left_out_only_where_none_can_match():
+    """Building the patterns costs about 6 CPU-s a process (measured: small_cnn's and
+    small_transformer's XNNPACK programs are the same bytes with and without them): a program
+    with a softmax, an attention or a bilinear upsample keeps them; one without, and only while
+    it lowers, has none."""
+    _require("executorch")
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+    x = torch.randn(1, 2, 4, 4)
+    plain = torch.export.export(torch.nn.Sequential(torch.nn.Conv2d(2, 2, 1), torch.nn.ReLU()).eval(), (x,))
+    for module in (torch.nn.Softmax(-1), torch.nn.Upsample(scale_factor=2, mode="bilinear")):
+        exported = torch.export.export(module.eval(), (x,)).run_decompositions({})
+        assert executorch_port.patterns_possible(exported)
+        with executorch_port.xnnpack_patterns_where_possible(exported):
+            assert sdpa.get_graphs is not list and bilinear_2d.get_graphs_dict is not dict
+    q = torch.randn(1, 2, 4, 8)
+    attention = torch.export.export(_Attention().eval(), (q, q, q)).run_decompositions({})
+    assert executorch_port.patterns_possible(attention)
+    assert not executorch_port.patterns_possible(plain.run_decompositions({}))
+    found = sdpa.get_graphs, bilinear_2d.get_graphs_dict
+    with executorch_port.xnnpack_patterns_where_possible(plain):
+        assert sdpa.get_graphs() == [] and bilinear_2d.get_graphs_dict() == {}
+    assert (sdpa.get_graphs, bilinear_2d.get_graphs_dict) == found

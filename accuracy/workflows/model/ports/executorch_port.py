@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,11 @@ from accuracy.workflows.model.unit import Unit
 # what importing and running the exporter logs that says nothing about the model: torchao's CUDA
 # kernels missing from a CPU build, torch's deprecation of registering Enum constants
 IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+# what an operator of a graph that XNNPACK's SDPA or bilinear-upsample patterns could match is
+# named after: each of their patterns holds `_softmax` or `upsample_bilinear2d` (ExecuTorch 1.5.1)
+PATTERN_OPS = ("softmax", "attention", "upsample")
+_PATTERNS = threading.Lock()  # one lowering at a time sets and restores XNNPACK's pattern graphs
+_MATERIALIZING = threading.Lock()  # one export at a time sets and restores torch's materializing
 
 
 @contextlib.contextmanager
@@ -48,6 +54,60 @@ def _quiet():
             logger.setLevel(level)
 
 
+def patterns_possible(exported) -> bool:
+    """Whether XNNPACK's SDPA or bilinear-upsample patterns could match the program: it names an
+    operator of theirs (or one that lowers to one: an attention)."""
+    return any(
+        any(word in str(node.target) for word in PATTERN_OPS)
+        for node in exported.graph.nodes
+        if node.op == "call_function"
+    )
+
+
+@contextlib.contextmanager
+def xnnpack_patterns_where_possible(exported):
+    """XNNPACK's lowering matches SDPA and bilinear-upsample patterns that it builds by exporting
+    and lowering six small models, about 6 CPU-s the first time in a process: left out for a
+    program that holds none of their operators, where none can match."""
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+    with _PATTERNS:
+        if patterns_possible(exported):
+            yield
+            return
+        found = sdpa.get_graphs, bilinear_2d.get_graphs_dict
+        sdpa.get_graphs, bilinear_2d.get_graphs_dict = list, dict
+        try:
+            yield
+        finally:
+            sdpa.get_graphs, bilinear_2d.get_graphs_dict = found
+
+
+@contextlib.contextmanager
+def cia_ops_materialized_once():
+    """torch.export's decompositions materialize every C++ CompositeImplicitAutograd operator in
+    torch.ops, once for each operator namespace on each of the several decompositions of a lowering
+    (1,560 times for 8 lowerings here: a fifth of their CPU). Materializing is idempotent: here it
+    runs again only where the dispatcher's registrations changed since it last ran."""
+    import torch
+    from torch._export import utils
+
+    with _MATERIALIZING:
+        materialize, done = utils._materialize_cpp_cia_ops, []
+
+        def where_changed() -> None:
+            registered = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+            if done != [registered]:
+                materialize()
+                done[:] = [registered]
+
+        utils._materialize_cpp_cia_ops = where_changed
+        try:
+            yield
+        finally:
+            utils._materialize_cpp_cia_ops = materialize
+
+
 class ExecuTorchPort(ConvertedPort):
     converter = "torch.export + executorch.exir"
     runtime = "executorch"
@@ -68,11 +128,12 @@ class ExecuTorchPort(ConvertedPort):
         # to the inference IR first: a vmap in the model (transformers builds its attention masks
         # with one) leaves torch.export's pre-dispatch calls in the graph, which the ETRecord's
         # serializer of torch 2.13 cannot write (pytorch#181263); to_edge decomposes further anyway
-        exported = torch.export.export(module, example).run_decompositions({})
-        partitioners = [XnnpackPartitioner()] if self.delegate else []
-        return to_edge_transform_and_lower(
-            exported, partitioner=partitioners, generate_etrecord=etrecord
-        ).to_executorch()
+        with cia_ops_materialized_once():
+            exported = torch.export.export(module, example).run_decompositions({})
+            partitioners = [XnnpackPartitioner()] if self.delegate else []
+            with xnnpack_patterns_where_possible(exported):
+                lowered = to_edge_transform_and_lower(exported, partitioner=partitioners, generate_etrecord=etrecord)
+            return lowered.to_executorch()
 
     def convert(self, module, example: tuple):
         with _quiet():

@@ -8,6 +8,9 @@ asks for f16 where the CPU computes it natively (else bf16), and is judged in th
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from accuracy.core.dtypes import FORMATS
@@ -18,6 +21,33 @@ from accuracy.workflows.model.unit import Unit
 MODULE = "__module."  # the PyTorch frontend names a node made for module PATH "__module.PATH/aten::..."
 HINTS = {"FP16": ("f16", "float16"), "BF16": ("bf16", "bfloat16")}  # CPU capability -> (hint, format judged)
 NOT_NODES = {"Constant", "Parameter", "Result"}
+_TELEMETRY = threading.Lock()  # one conversion at a time sets and restores the converter's telemetry
+
+
+@contextlib.contextmanager
+def _no_telemetry():
+    """`convert_model` with OpenVINO's usage telemetry off: unless opted out, each call sends
+    about five events to Google Analytics, each from a process forked off this one (measured: 0.5
+    CPU-s a conversion here, and a port converts every leaf), to report opbench's conversions,
+    not the user's. The user's own choice holds for their conversions, before and after."""
+    from openvino.tools.ovc import convert_impl
+
+    with _TELEMETRY:
+        init, held = convert_impl.init_ovc_telemetry, []
+
+        def without(*args, **kwargs):
+            telemetry = init(*args, **kwargs)
+            held.append((telemetry, getattr(telemetry, "consent", False)))
+            telemetry.consent = False
+            return telemetry
+
+        convert_impl.init_ovc_telemetry = without
+        try:
+            yield
+        finally:
+            convert_impl.init_ovc_telemetry = init
+            for telemetry, consent in held:
+                telemetry.consent = consent
 
 
 class OpenVinoPort(ConvertedPort):
@@ -37,7 +67,8 @@ class OpenVinoPort(ConvertedPort):
 
     def _ov_model(self, module, example: tuple):
         """The module as an OpenVINO model, with static shapes: those of its example inputs."""
-        ov_model = self.ov.convert_model(module, example_input=example)
+        with _no_telemetry():
+            ov_model = self.ov.convert_model(module, example_input=example)
         ov_model.reshape({i: list(t.shape) for i, t in enumerate(example)})
         return ov_model
 
