@@ -143,6 +143,8 @@ MOVING_OPS = {
 
 
 def _floats(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if type(value) is torch.Tensor:  # most ops give one tensor: tree_map's flattening cost more than its rounding
+        return fn(value) if value.is_floating_point() else value
     return tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, value)
 
 
@@ -320,6 +322,8 @@ def _formula(name: str) -> bool:
 
 
 def _gives_floats(out: Any) -> bool:
+    if type(out) is torch.Tensor:  # one tensor, as `_floats`
+        return out.is_floating_point()
     return any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_flatten(out)[0])
 
 

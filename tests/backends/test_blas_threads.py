@@ -16,7 +16,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from accuracy.backends import get_backend
-from accuracy.backends.blas import discover_providers, gemm_thread_reproducibility
+from accuracy.backends.blas import discover_providers, gemm_thread_reproducibility, load_provider
 from accuracy.backends.blas.controllers import SerialBLASController
 from accuracy.core.threads import all_cores, thread_limit
 
@@ -241,3 +241,16 @@ def test_reproducibility_report_is_consistent(name, dtype):
 @pytest.mark.parametrize("name", NAMES)
 def test_same_thread_count_is_bitwise_identical(name):
     assert gemm_thread_reproducibility(PROVIDERS[name], n=64, threads=1).bitwise_identical
+
+
+def test_a_library_loaded_by_path_after_a_limit_is_limited_by_the_next(numpy_openblas, tmp_path):
+    """thread_limit keeps threadpoolctl's cached controller, which lists the loaded libraries
+    again only after an import: a BLAS the backend loads by path under a name threadpoolctl
+    knows (nothing registered) must still be in the next limit."""
+    with thread_limit(2):
+        pass  # the cache now holds the libraries loaded so far
+    late = load_provider(copy_with_dependencies(numpy_openblas, tmp_path / "libopenblas_late.so"))
+    with late.threads(3):
+        with thread_limit(1):
+            inside = late.num_threads
+        assert (inside, late.num_threads) == (1, 3)

@@ -21,6 +21,7 @@ from threadpoolctl import (
     OpenBLASController,
     ThreadpoolController,
     register,
+    reset_cached_controller,
 )
 
 from accuracy.core.private_apis import blas_symbol
@@ -152,7 +153,10 @@ def _controller_class(path: str, lib: ctypes.CDLL) -> type[LibController]:
 
 def controller_for(path: str, lib: ctypes.CDLL) -> ThreadpoolController:
     """threadpoolctl's view of the loaded library at ``path`` alone, registering a controller for
-    it first if threadpoolctl has none; LookupError if threadpoolctl cannot list the file at all."""
+    it first if threadpoolctl has none; LookupError if threadpoolctl cannot list the file at all.
+    The cached controller (accuracy.core.threads) is dropped: the file was loaded without an import,
+    which is what threadpoolctl watches to read the loaded libraries again."""
+    reset_cached_controller()
     real = os.path.realpath(path)
     found = ThreadpoolController().select(filepath=real)
     if not len(found):
