@@ -275,6 +275,20 @@ def test_the_cli_answers_without_importing_what_it_does_not_run(args):
 
 
 @pytest.mark.slow
+def test_check_of_outputs_within_rounding_imports_no_framework(tmp_path):
+    """`opbench check` of outputs that are within rounding answers without torch (1.6 s of its 3):
+    only an output the cause catalogue may explain loads torch's modules."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.normal(size=s).astype("f4") for s in ((4, 8), (3, 8), (3,)))
+    np.savez(tmp_path / "lin.npz", x=x, W=w, b=b)
+    np.save(tmp_path / "out.npy", (x.astype("f8") @ w.T.astype("f8") + b).astype("f4"))
+    args = ("check", "linear", "--inputs", str(tmp_path / "lin.npz"), "--output", f"a={tmp_path / 'out.npy'}")
+    assert _loaded_after(*args) & set(FRAMEWORK_MODULES) == set()
+
+
+@pytest.mark.slow
 def test_info_names_every_framework_and_its_version_without_importing_one():
     """`opbench info` answers in a second (issue 20): versions from the installed metadata;
     `--full` imports the frameworks for their runtime details."""
