@@ -36,11 +36,13 @@ ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 # Importing TensorFlow imports Keras (eagerly, for its optimizers' registrations), and both import
 # libraries for features opbench never calls: pandas and matplotlib.pyplot (Keras' DataFrame
-# slicing and image gallery) and JAX (TFLite's JAX conversion). Those not loaded yet are hidden from
-# that one import, as if not installed: it took 7.8-8.8 CPU-s here with them, 4.8-5.7 without. Only
-# on the importing thread and only during the import: a later `import pandas` (the report) or
-# opbench's JAX backend loads them as usual, and Keras goes on without the two features.
-NOT_IMPORTED_WITH_TENSORFLOW = ("pandas", "matplotlib", "jax")
+# slicing and image gallery), JAX (TFLite's JAX conversion) and scikit-learn (Keras' scikit-learn
+# wrappers, with scipy.stats). Those not loaded yet are hidden from that one import, as if not
+# installed: it took 7.8-8.8 CPU-s here with them, 4.8-5.7 without the first three, and 3.0 instead
+# of 4.3 without scikit-learn too. Only on the importing thread and only during the import: a later
+# `import pandas` (the report) or opbench's JAX backend loads them as usual, and Keras goes on
+# without those features.
+NOT_IMPORTED_WITH_TENSORFLOW = ("pandas", "matplotlib", "jax", "sklearn")
 
 
 class _HiddenDuringImport(importlib.abc.MetaPathFinder):

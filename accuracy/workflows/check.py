@@ -37,7 +37,6 @@ from accuracy.judge.verdicts import WITHIN, Evidence
 from accuracy.workflows.array_files import as_array, read_array, read_arrays
 from accuracy.workflows.explain import pairwise
 from accuracy.workflows.model.answer import explanation, worst_text
-from accuracy.workflows.model.op_causes import with_cause
 
 CHECK_COLUMNS = ("max_ulp", "typical_ratio", "bound_ratio")  # from the metric table, as explain's
 OWN_RESULT = "{}@{}"  # the label of a user function's own result: name@dtype
@@ -207,7 +206,10 @@ def check_op(
     judgements = {label: evidence.judge(a, None, contract, compute) for label, a in arrays.items()}
     rows = [judged_row(label, arrays[label], evidence.exact, j) for label, j in judgements.items()]
     for row in rows:
-        with_cause(row, op.name, rounded, fmt, arrays[row["label"]], compute)
+        if row["verdict"] != WITHIN:  # the cause catalogue imports torch (seconds): only for an output it may explain
+            from accuracy.workflows.model.op_causes import with_cause
+
+            with_cause(row, op.name, rounded, fmt, arrays[row["label"]], compute)
     return CheckReport(
         op.name, fmt.name, {k: list(a.shape) for k, a in rounded.items()}, rows, pairwise(arrays, judgements)
     )

@@ -1,8 +1,12 @@
-"""The command line, run as a user would: `python -m accuracy ...` in a subprocess."""
+"""The command line, run as a user would: `python -m accuracy ...` in a subprocess where the claim is
+about a real process (what it imports, its stderr from C++, the console script's exit), else `main`
+in this process (tests/cli_runner.py), which answers the same."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -14,9 +18,9 @@ from core_ops import CORE_OPS
 from accuracy.backends import get_backend
 from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import all_ops
+from accuracy.cli.main import main
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -29,8 +33,8 @@ from accuracy.catalog.registry import all_ops
         (["selftest", "sum", "--dtype", "float8"], "unknown dtype"),
     ],
 )
-def test_user_errors_exit_2_with_one_line(args, needle):
-    out = run_opbench(*args)
+def test_user_errors_exit_2_with_one_line(capsys, args, needle):
+    out = run_main(capsys, *args)
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -40,12 +44,12 @@ def test_user_errors_exit_2_with_one_line(args, needle):
 
 @pytest.fixture(scope="module")
 def listing():
-    out = run_opbench("list", "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["list", "--json"]) == 0
+    return json.loads(out.getvalue())
 
 
-@pytest.mark.slow
 def test_list_json(listing):
     ops = {o["op"]: o for o in listing}
     assert len(ops) >= 18
@@ -75,9 +79,8 @@ def test_list_json(listing):
     assert "bfloat16" not in next(i for i in ops["exp"]["implementations"] if i["name"] == "numpy:np.exp")["dtypes"]
 
 
-@pytest.mark.slow
-def test_list_text():
-    out = run_opbench("list")
+def test_list_text(capsys):
+    out = run_main(capsys, "list")
     assert out.returncode == 0
     assert "torch:F.linear" in out.stdout and "layer_norm" in out.stdout
 
@@ -101,8 +104,8 @@ def test_info_json():
 
 
 @pytest.mark.slow  # (every framework's linear, in text, is the README's block: tests/test_docs.py)
-def test_explain_json():
-    out = run_opbench("explain", "dot", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
+def test_explain_json(capsys):
+    out = run_main(capsys, "explain", "dot", "--dtype", "float32", "--json", "--size", "256", "--threads", "1")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["op"] == "dot" and report["dtype"] == "float32" and report["size"] == 256
@@ -130,10 +133,10 @@ def test_explain_stderr_is_clean_of_tensorflow_logs(monkeypatch, level):
 
 
 @pytest.mark.slow
-def test_explain_text_answers_first():
+def test_explain_text_answers_first(capsys):
     """The verdicts, then only the pairs whose difference is not rounding (every pair under -v); the
     header counts what ran."""
-    out = run_opbench("explain", "std", "--dtype", "float64", "--threads", "1")
+    out = run_main(capsys, "explain", "std", "--dtype", "float64", "--threads", "1")
     assert out.returncode == 0, out.stderr
     assert "beyond rounding (semantics: ddof=0)" in out.stdout and "within rounding" in out.stdout
     assert "pairwise discrepancy" in out.stdout and "element nearest its limit" in out.stdout
@@ -161,10 +164,9 @@ def test_explain_text_answers_first():
 
 @pytest.mark.slow  # end to end: runs the self-test's mutants in subprocesses
 def test_selftest_command_reports_both_targets(capsys):
-    out = run_opbench("selftest", "dot", "--small", "--dtype", "float32")  # frameworks: test_cluster
+    out = run_main(capsys, "selftest", "dot", "--small", "--dtype", "float32")  # frameworks: test_cluster
     assert out.returncode == 0, out.stderr
     assert "0 false alarms" in out.stdout and "mutants caught" in out.stdout
-    # the same command in this process, whose frameworks are loaded already
     done = run_main(capsys, "selftest", "sum", "--small", "--dtype", "float64", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -172,7 +174,6 @@ def test_selftest_command_reports_both_targets(capsys):
     assert {c["condition"] for c in report["cases"]} == {"random", "cancelling"}
 
 
-@pytest.mark.slow
 def test_torch_cuda_backend_is_absent_here_and_listed_nowhere(listing):
     torch = pytest.importorskip("torch")
     cuda = get_backend("torch-cuda")
@@ -209,16 +210,14 @@ def test_torch_cuda_runs_bit_for_bit_and_within_rounding():
         assert j.verdict == "within rounding", j
 
 
-@pytest.mark.slow
-def test_unknown_condition_is_one_line_and_exit_2():
-    proc = run_opbench("explain", "solve", "--condition", "nosuch")
+def test_unknown_condition_is_one_line_and_exit_2(capsys):
+    proc = run_main(capsys, "explain", "solve", "--condition", "nosuch")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "opbench: error: op 'solve' has no condition 'nosuch'; choose from random, ill"
     ]
 
 
-@pytest.mark.slow
 def test_listed_conditions(listing):
     conditions = {o["op"]: o["conditions"] for o in listing}
     assert conditions["solve"] == conditions["inv"] == ["random", "ill"]
@@ -273,6 +272,20 @@ def test_the_cli_answers_without_importing_what_it_does_not_run(args):
     """`--help`, `list` and a bad-input error import no framework, pandas, matplotlib, scipy.linalg or
     asv: each costs seconds (torch alone 11 s under load), which issue 20 budgets at 1.5 s."""
     assert _loaded_after(*args) == set()
+
+
+@pytest.mark.slow
+def test_check_of_outputs_within_rounding_imports_no_framework(tmp_path):
+    """`opbench check` of outputs that are within rounding answers without torch (1.6 s of its 3):
+    only an output the cause catalogue may explain loads torch's modules."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.normal(size=s).astype("f4") for s in ((4, 8), (3, 8), (3,)))
+    np.savez(tmp_path / "lin.npz", x=x, W=w, b=b)
+    np.save(tmp_path / "out.npy", (x.astype("f8") @ w.T.astype("f8") + b).astype("f4"))
+    args = ("check", "linear", "--inputs", str(tmp_path / "lin.npz"), "--output", f"a={tmp_path / 'out.npy'}")
+    assert _loaded_after(*args) & set(FRAMEWORK_MODULES) == set()
 
 
 @pytest.mark.slow

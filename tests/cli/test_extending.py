@@ -271,18 +271,24 @@ def _package(root: Path, name: str, source: str, entry_points: str) -> Path:
 @pytest.mark.slow
 def test_contract_implementation_joins_a_builtin_op(tmp_path):
     """Row "implementation": an `opbench.impls` entry point adds implementations to `exp`; they are
-    listed, explained, judged per dtype and timed by asv; a name exp already has is left out."""
+    listed, explained, judged per dtype and timed by asv; a name exp already has is left out, said
+    once. Both dtypes are explained by one fresh process, as `opbench explain` runs (its main), so
+    that TensorFlow's and torch's seconds of import are paid once."""
     site = _package(tmp_path, "opbench_exp_more", IMPLS_PLUGIN, "[opbench.impls]\nmore = opbench_exp_more\n")
-    out = run_opbench("explain", "exp", "--dtype", "float32", "--size", "256", "--json", env=_finding(site))
-    assert out.returncode == 0, out.stderr
-    rows = {r["impl"]: r for r in json.loads(out.stdout)["implementations"]}
+    explain = "from accuracy.cli.main import main\nfor dtype in ('float32', 'float16'):\n    print(main({}))\n".format(
+        "['explain', 'exp', '--dtype', dtype, '--size', '256', '--json']"
+    )
+    done = _python(site, explain)
+    assert done.returncode == 0, done.stderr
+    out, _, rest = done.stdout.partition("\n0\n")  # each report, then main's exit status
+    rows = {r["impl"]: r for r in json.loads(out)["implementations"]}
     assert rows["numpy:exp via float64"]["verdict"] == "within rounding"
     assert rows["numpy:exp via float64"]["max_ulp"] <= 0.5 + 2**-28  # float64 exp rounded once
     assert rows["numpy:exp2 in float16"]["verdict"] == "within rounding"  # np.exp at float32
-    assert out.stderr.count("already has one of that name") == 1
-    half = run_opbench("explain", "exp", "--dtype", "float16", "--size", "256", "--json", env=_finding(site))
-    assert half.returncode == 0, half.stderr
-    row = next(r for r in json.loads(half.stdout)["implementations"] if r["impl"] == "numpy:exp2 in float16")
+    assert done.stderr.count("already has one of that name") == 1
+    half, _, status = rest.rpartition("\n0\n")
+    assert status == ""
+    row = next(r for r in json.loads(half)["implementations"] if r["impl"] == "numpy:exp2 in float16")
     assert row["label"] == "beyond rounding (semantics: 2**x in float16)"
     code = "from benchmarks import bench_elementwise as b; print(b.Exp.params[0])"
     asv = _python(site, code)
@@ -406,7 +412,7 @@ def test_per_dtype_declarations_apply_at_their_dtype_only():
 
 
 @pytest.mark.slow  # end to end: the plugin is found by a fresh process
-def test_contract_port_is_one_module_and_one_spec_row(tmp_path):
+def test_contract_port_is_one_module_and_one_spec_row(tmp_path, capsys):
     """Row "port": an `opbench.ports` entry point adds a port that `opbench model --port` builds and
     judges unit by unit like a built-in one: its one wrong layer is the first not within rounding."""
     site = _package(tmp_path, "opbench_doubled", PORT_PLUGIN, "[opbench.ports]\ndoubled = opbench_doubled\n")
@@ -418,7 +424,7 @@ def test_contract_port_is_one_module_and_one_spec_row(tmp_path):
     assert doubled["port"] == "doubled-bias" and doubled["description"] == "PyTorch with fc's bias doubled"
     assert doubled["first_not_within"] == "fc" and doubled["flagged"] == 1 and doubled["compared"] == 8
     assert threads["flagged"] == 0
-    unknown = run_opbench("model", model, "--inputs", "x=2x3x8x8", "--port", "doubled-bias")
+    unknown = run_main(capsys, "model", model, "--inputs", "x=2x3x8x8", "--port", "doubled-bias")  # no plugin here
     assert unknown.returncode == 2 and "doubled-bias" not in unknown.stderr.partition("choose from")[2]
 
 
