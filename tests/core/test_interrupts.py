@@ -14,6 +14,7 @@ from accuracy.cli.main import _terminate_as_interrupt
 from accuracy.core import interrupts
 from accuracy.workflows.evaluation import make_case
 
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal starts it: a nohup'd run ignores it, and so would this
 case = make_case("exp", "float32")
 impl = case.op.available_impls("float32")[0]
 backend = get_backend(impl.backend)
