@@ -19,14 +19,13 @@ model is the converted graph cut to that part. The whole model, quantized once, 
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import threading
 from typing import Any
 
 import numpy as np
 
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
+from accuracy.core.patching import replaced
 from accuracy.judge.quantization import NOISE_SEED, samples
 from accuracy.workflows.model.onnx_noise import graph_noise
 from accuracy.workflows.model.ports.base import EndToEnd
@@ -227,10 +226,6 @@ def _quantizer():
     return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
 
 
-_FOLDING = threading.Lock()  # one convert_pt2e at a time sets and restores torchao's folding
-
-
-@contextlib.contextmanager
 def qat_folding_where_possible():
     """convert_pt2e's QAT conv-BN folding only on a graph where one of its patterns can match: on a
     graph with a BatchNorm it exports its 56 patterns by torch.export on every call, about 11-25
@@ -238,13 +233,10 @@ def qat_folding_where_possible():
     that any other caller meanwhile (a user's QAT in another thread) is folded as before."""
     from torchao.quantization.pt2e import quantize_pt2e
 
-    with _FOLDING:
-        folding = quantize_pt2e._fold_conv_bn_qat
-        quantize_pt2e._fold_conv_bn_qat = lambda model: folding(model) if conv_bn_possible(model) else model
-        try:
-            yield
-        finally:
-            quantize_pt2e._fold_conv_bn_qat = folding
+    def where_possible(folding):
+        return lambda model: folding(model) if conv_bn_possible(model) else model
+
+    return replaced(quantize_pt2e, "_fold_conv_bn_qat", where_possible)
 
 
 class ExecuTorchInt8Port(ExecuTorchPort):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from accuracy.core.errors import quiet_stderr
+from accuracy.core.patching import replaced
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
 from accuracy.workflows.model.trace import call_key
@@ -30,8 +30,6 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 # what an operator of a graph that XNNPACK's SDPA or bilinear-upsample patterns could match is
 # named after: each of their patterns holds `_softmax` or `upsample_bilinear2d` (ExecuTorch 1.5.1)
 PATTERN_OPS = ("softmax", "attention", "upsample")
-_PATTERNS = threading.Lock()  # one lowering at a time sets and restores XNNPACK's pattern graphs
-_MATERIALIZING = threading.Lock()  # one export at a time sets and restores torch's materializing
 
 
 @contextlib.contextmanager
@@ -71,19 +69,18 @@ def xnnpack_patterns_where_possible(exported):
     program that holds none of their operators, where none can match."""
     from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 
-    with _PATTERNS:
-        if patterns_possible(exported):
-            yield
-            return
-        found = sdpa.get_graphs, bilinear_2d.get_graphs_dict
-        sdpa.get_graphs, bilinear_2d.get_graphs_dict = list, dict
-        try:
-            yield
-        finally:
-            sdpa.get_graphs, bilinear_2d.get_graphs_dict = found
+    possible = patterns_possible(exported)
+
+    def none_unless_possible(empty):
+        return lambda built: built if possible else empty
+
+    with (
+        replaced(sdpa, "get_graphs", none_unless_possible(list)),
+        replaced(bilinear_2d, "get_graphs_dict", none_unless_possible(dict)),
+    ):
+        yield
 
 
-@contextlib.contextmanager
 def cia_ops_materialized_once():
     """torch.export's decompositions materialize every C++ CompositeImplicitAutograd operator in
     torch.ops, once for each operator namespace on each of the several decompositions of a lowering
@@ -92,20 +89,18 @@ def cia_ops_materialized_once():
     import torch
     from torch._export import utils
 
-    with _MATERIALIZING:
-        materialize, done = utils._materialize_cpp_cia_ops, []
+    def where_changed(materialize):
+        done: list = []
 
-        def where_changed() -> None:
+        def materialized() -> None:
             registered = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
             if done != [registered]:
                 materialize()
                 done[:] = [registered]
 
-        utils._materialize_cpp_cia_ops = where_changed
-        try:
-            yield
-        finally:
-            utils._materialize_cpp_cia_ops = materialize
+        return materialized
+
+    return replaced(utils, "_materialize_cpp_cia_ops", where_changed)
 
 
 class ExecuTorchPort(ConvertedPort):

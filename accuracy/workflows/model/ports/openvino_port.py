@@ -9,11 +9,11 @@ asks for f16 where the CPU computes it natively (else bf16), and is judged in th
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import numpy as np
 
 from accuracy.core.dtypes import FORMATS
+from accuracy.core.patching import replaced
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing, program_feed
 from accuracy.workflows.model.unit import Unit
@@ -21,7 +21,6 @@ from accuracy.workflows.model.unit import Unit
 MODULE = "__module."  # the PyTorch frontend names a node made for module PATH "__module.PATH/aten::..."
 HINTS = {"FP16": ("f16", "float16"), "BF16": ("bf16", "bfloat16")}  # CPU capability -> (hint, format judged)
 NOT_NODES = {"Constant", "Parameter", "Result"}
-_TELEMETRY = threading.Lock()  # one conversion at a time sets and restores the converter's telemetry
 
 
 @contextlib.contextmanager
@@ -32,22 +31,23 @@ def _no_telemetry():
     not the user's. The user's own choice holds for their conversions, before and after."""
     from openvino.tools.ovc import convert_impl
 
-    with _TELEMETRY:
-        init, held = convert_impl.init_ovc_telemetry, []
+    held = []
 
-        def without(*args, **kwargs):
+    def without_consent(init):
+        def init_without(*args, **kwargs):
             telemetry = init(*args, **kwargs)
             held.append((telemetry, getattr(telemetry, "consent", False)))
             telemetry.consent = False
             return telemetry
 
-        convert_impl.init_ovc_telemetry = without
-        try:
+        return init_without
+
+    try:
+        with replaced(convert_impl, "init_ovc_telemetry", without_consent):
             yield
-        finally:
-            convert_impl.init_ovc_telemetry = init
-            for telemetry, consent in held:
-                telemetry.consent = consent
+    finally:
+        for telemetry, consent in held:
+            telemetry.consent = consent
 
 
 class OpenVinoPort(ConvertedPort):
