@@ -120,11 +120,15 @@ class ExecuTorchPort(ConvertedPort):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        # to the inference IR first: a vmap in the model (transformers builds its attention masks
-        # with one) leaves torch.export's pre-dispatch calls in the graph, which the ETRecord's
-        # serializer of torch 2.13 cannot write (pytorch#181263); to_edge decomposes further anyway
+        # for an ETRecord, to the inference IR first: a vmap in the model (transformers builds its
+        # attention masks with one) leaves torch.export's pre-dispatch calls in the graph, which the
+        # ETRecord's serializer of torch 2.13 cannot write (pytorch#181263). Without one, to_edge's
+        # own decompositions take the graph there: the same program bytes (small_cnn, small_mixed,
+        # small_transformer, decoder, llama_tiny, both kernels, and int8), a fifth of the CPU less
         with cia_ops_materialized_once():
-            exported = torch.export.export(module, example).run_decompositions({})
+            exported = torch.export.export(module, example)
+            if etrecord:
+                exported = exported.run_decompositions({})
             partitioners = [XnnpackPartitioner()] if self.delegate else []
             with xnnpack_patterns_where_possible(exported):
                 lowered = to_edge_transform_and_lower(exported, partitioner=partitioners, generate_etrecord=etrecord)
