@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import inspect
 import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -230,6 +232,13 @@ def _track_method(metric: Metric):
 
 for _metric in tracks():
     setattr(_OpBenchmark, _metric.track, _track_method(_metric))
+# asv records each benchmark's code, read with inspect from its methods and setup, anew for each of
+# the suite's ~580 benchmarks though they share these ~30 functions (0.4 of a discovery's 2 CPU-s
+# here, paid by every asv call of a run); each carries its source as asv reads it (`pretty_source`)
+for _method in vars(_OpBenchmark).values():
+    if inspect.isfunction(_method):
+        _lines = inspect.getsourcelines(_method)[0]
+        _method.pretty_source = textwrap.dedent("\n".join(line.rstrip() for line in _lines))
 MEASURING_TRACK = BY_NAME["verdict_tier"].track  # in the measure pass, with time_op: it measures each case
 
 

@@ -153,9 +153,14 @@ def _module_at(name: str, path: Path) -> ModuleType:
 
 
 def _distribution(module: str) -> str:
-    """The distribution installing `module` (tensorflow-cpu here, tensorflow elsewhere)."""
-    from importlib.metadata import packages_distributions
+    """The distribution installing `module` (tensorflow-cpu here, tensorflow elsewhere): one whose
+    top_level.txt names it, beside the package. Only where none does, every distribution's file
+    list (`packages_distributions`: 0.17 CPU-s of each fingerprint here, against 0.04)."""
+    from importlib.metadata import distributions, packages_distributions
 
+    for dist in distributions(path=[str(_package_dir(module).parent)]):
+        if module in (dist.read_text("top_level.txt") or "").split():
+            return dist.metadata["Name"]
     return packages_distributions().get(module, [module])[0]
 
 

@@ -54,3 +54,11 @@ def torch_cpu_library() -> Path | None:
         return None
     path = Path(spec.origin).parent / "lib" / "libtorch_cpu.so"
     return path if path.is_file() else None
+
+
+def transformers_without_sklearn(transformers: Any) -> None:
+    """Keep transformers from importing scikit-learn (1.5 CPU-s of the 5.8 a Llama costs to import
+    here): its generation module, which every model class loads, imports it for one use, the ROC
+    curve of assisted decoding, which opbench never runs. transformers reads the flag
+    `import_utils._sklearn_available` at each use and has no public switch for it (as USE_TF is)."""
+    transformers.utils.import_utils._sklearn_available = False

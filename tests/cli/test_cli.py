@@ -254,8 +254,8 @@ FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "onnxruntime")
 HEAVY = (*FRAMEWORK_MODULES, "pandas", "matplotlib", "scipy.linalg", "asv")
 
 
-def _loaded_after(*args: str) -> set[str]:
-    """The heavy modules a fresh `opbench ARGS` process has imported when it exits."""
+def _output_and_loaded_after(*args: str) -> tuple[str, set[str]]:
+    """What a fresh `opbench ARGS` process prints, and the heavy modules it has imported when it exits."""
     code = (
         "import sys\nfrom accuracy.cli.main import main\n"
         f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
@@ -263,7 +263,12 @@ def _loaded_after(*args: str) -> set[str]:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return set(proc.stdout.split("\n")[-2].split())
+    *output, loaded, _ = proc.stdout.split("\n")
+    return "\n".join(output), set(loaded.split())
+
+
+def _loaded_after(*args: str) -> set[str]:
+    return _output_and_loaded_after(*args)[1]
 
 
 @pytest.mark.slow
@@ -289,17 +294,18 @@ def test_check_of_outputs_within_rounding_imports_no_framework(tmp_path):
 
 
 @pytest.mark.slow
-def test_info_names_every_framework_and_its_version_without_importing_one():
+def test_info_names_every_framework_and_its_version_without_importing_one(capsys):
     """`opbench info` answers in a second (issue 20): versions from the installed metadata;
     `--full` imports the frameworks for their runtime details."""
     from importlib.metadata import version
 
-    assert _loaded_after("info") & set(FRAMEWORK_MODULES) == set()
-    out = run_opbench("info", "--json")
+    text, loaded = _output_and_loaded_after("info")
+    assert loaded & set(FRAMEWORK_MODULES) == set()
+    assert f"torch {version('torch')} (runtime details: opbench info --full)" in text
+    out = run_main(capsys, "info", "--json")  # what it says, as a fresh process says it (from the metadata)
     frameworks = json.loads(out.stdout)["frameworks"]
     assert frameworks["onnxruntime"]["version"] == version("onnxruntime")
     assert frameworks["jax"]["version"] == version("jax") and "--full" in frameworks["jax"]["runtime"]
-    assert f"torch {version('torch')} (runtime details: opbench info --full)" in run_opbench("info").stdout
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ upgrade that moves one fails here, not in a user's run (accuracy/core/private_ap
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 from pathlib import Path
 
@@ -89,3 +90,19 @@ def test_torchs_cpu_library_is_found_without_importing_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["libtorch_cpu.so", "False"]
     assert private_apis.torch_cpu_library() == Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+
+
+def test_transformers_loads_its_model_classes_without_scikit_learn():
+    """scikit-learn is installed (NNCF needs it), and transformers' generation module, which every
+    model class loads, imports it where the flag says it is available; opbench's transformers says
+    not, so that a Llama loads 1.5 CPU-s sooner."""
+    import inspect
+
+    from accuracy.workflows.model.torchvision_import import import_transformers
+
+    assert importlib.util.find_spec("sklearn") is not None
+    transformers = import_transformers()
+    from transformers.generation import candidate_generator
+
+    assert "if is_sklearn_available():\n    from sklearn" in inspect.getsource(candidate_generator)
+    assert transformers.utils.import_utils.is_sklearn_available() is False

@@ -393,3 +393,33 @@ def test_only_asv_forkserver_preloads_the_libraries_its_benchmarks_call():
     Discovery and setup_cache import no framework."""
     assert {"torch", "scipy.linalg", "tensorflow", "jax", "onnxruntime"} <= _imported_by_the_suite("run_server")
     assert _imported_by_the_suite("discover") == set()
+
+
+def test_asv_records_each_benchmarks_code_without_reading_the_source_again(monkeypatch):
+    """Every method a generated benchmark class shares carries its source as asv reads it: a
+    discovery records the same code (the classes' and the suite's, in benchmarks.json) without
+    reading any source again, where it read it for each of ~580 benchmarks."""
+    import inspect
+
+    from asv_runner.benchmarks.time import TimeBenchmark
+    from asv_runner.benchmarks.track import TrackBenchmark
+
+    from benchmarks.common import _OpBenchmark
+
+    def discovered(name: str):
+        bench = bench_products.Dot()
+        kind = TimeBenchmark if name.startswith("time_") else TrackBenchmark
+        return kind(f"bench_products.Dot.{name}", getattr(bench, name), [bench, bench_products]).code
+
+    names = ["time_op", "track_max_ulp", "track_verdict_tier"]
+    with monkeypatch.context() as read_as_asv_does:
+        for method in vars(_OpBenchmark).values():
+            if inspect.isfunction(method):
+                read_as_asv_does.delattr(method, "pretty_source", raising=False)
+        read = [discovered(name) for name in names]
+    assert "def track(self, *args):" in read[1] and "def setup(self, *args):" in read[1]
+    reads, getsourcelines = [], inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda obj: reads.append(obj.__name__) or getsourcelines(obj))
+    assert [discovered(name) for name in names] == read
+    # only the line of the setup_cache a test process has: asv's key of it (no `opbench run` has one)
+    assert set(reads) <= {"scratch_folder"}

@@ -133,3 +133,15 @@ def test_only_an_error_far_off_at_position_0_rules_the_window_out():
     # its words say what was seen, not the rotary frequencies, where the window explains
     assert rising.as_dict(windowed)["words"] == "its error grows with position (0 at position 0, 0.016 at 31)"
     assert rising.as_dict()["words"].endswith(": the rotary frequencies or their scaling")
+
+
+def test_a_unit_without_a_sequence_needs_no_rank_correlation(monkeypatch):
+    """Only an error that starts after position 0 is ranked (scipy.stats' Spearman rho, 0.5 CPU-s to
+    import): the cause search of a unit with no sequence (`opbench check linear`) or an error there
+    from position 0 never imports it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # `from scipy.stats import ...` fails
+    reference, module = np.ones((2, 8, 4)), type("Linear", (), {})()
+    assert positional_shape(reference * 1.1, reference, None, FORMATS["float32"], module) is None
+    assert _shape([0.82, 1.6, 1.2, 1.0, 0.95, 0.9, 1.1, 0.95], 4).kind == FIRST

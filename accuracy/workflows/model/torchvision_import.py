@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from accuracy.core.errors import OpbenchError
+from accuracy.core.private_apis import transformers_without_sklearn
 
 UNGUARDED_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -93,4 +94,5 @@ def import_transformers() -> ModuleType:
     prepare_plain_imports()
     import transformers
 
+    transformers_without_sklearn(transformers)
     return transformers

@@ -75,8 +75,6 @@ def positional_shape(
 ) -> Shape | None:
     """The shape of the port's error along a sequence of `length` tokens; None where the unit has
     no such axis, the sequence is short, or the output matches the reference."""
-    from scipy.stats import spearmanr
-
     if length is None or length < FEWEST_POSITIONS:
         return None
     errors = error_by_position(output, reference, length)
@@ -92,6 +90,8 @@ def positional_shape(
     if onset == 0:
         far = bool(error[0] >= max(JUMP * error[worst], FAR, FAR_ROUNDOFFS * fmt.u))
         return Shape(FIRST, 0, window, f"its error is there from position 0 ({error[0]:.2g})", "", far)
+    from scipy.stats import spearmanr  # here: importing scipy.stats takes 0.5 CPU-s, and most units have no sequence
+
     rho = float(spearmanr(np.arange(length), error).statistic)
     if window is not None and onset <= window and error[onset] >= JUMP * error[worst]:
         where = "the sliding window's width" if onset == window else f"inside the sliding window of {window} keys"
