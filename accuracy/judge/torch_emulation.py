@@ -127,11 +127,14 @@ def _folded_batch_norm(
         decomposition = decomposition_table[torch.ops.aten.native_batch_norm.default]
         return decomposition(x, weight, bias, running_mean, running_var, training, momentum, eps)
     channels = (1, -1, *([1] * (x.dim() - 2)))
-    rounded = 1 / torch.sqrt(running_var + eps)
-    if weight is not None:
-        rounded = rounded * weight
+
+    def scale() -> torch.Tensor:
+        inverse = 1 / torch.sqrt(running_var + eps)
+        return inverse if weight is None else inverse * weight
+
+    rounded = scale()
     with _disable_current_modes():  # the exact alpha and x - mean, carrying no rounding
-        alpha = rounded.new_ones(()) / torch.sqrt(running_var + eps) * (1 if weight is None else weight)
+        alpha = scale()
         deviation = x - running_mean.reshape(channels)
     shift = running_mean * alpha
     beta = -shift if bias is None else bias - shift
