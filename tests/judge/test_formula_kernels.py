@@ -169,7 +169,8 @@ def test_onnx_runtimes_folded_batch_norm_is_within_rounding_and_a_wrong_eps_is_n
             bn.float()
             evidence = function_evidence(batch_norm, "batch_norm", "torch", {"in0": x}, FLOAT32, own, reference)
         port = kernel(OnnxRuntimeBackend(), x=x, w=w, b=b, mean=mean, var=var)
-        assert not np.array_equal(port, own)  # another kernel's roundings, not torch's bits
+        worst = np.max(np.abs(port - reference) / np.spacing(np.abs(port).astype(np.float32)))
+        assert worst > 1000  # the cancellation is real: thousands of ulps of outputs near 0
         judged = evidence.judge(port, None, None, None)
         assert judged.verdict == WITHIN and judged.typical_ratio < 0.5, (seed, judged.typical_ratio)
         wrong = wrong_eps(OnnxRuntimeBackend(), x=x, w=w, b=b, mean=mean, var=var)
