@@ -571,8 +571,16 @@ def test_ctrl_c_in_an_extensions_python_code_still_exits_2_not_by_the_signal(tmp
 
 @pytest.mark.slow
 def test_ctrl_c_in_explain_prints_one_line():
+    """Ctrl-C once explain is at work: past interpreter start-up (Python's own, with its own
+    message), at the first framework library it loads (torch's, ~0.6 CPU-s in), not after a fixed
+    5 s sleep that spent 5 CPU-s computing and, on a busy machine, could still be starting up."""
     proc = start_opbench("explain", "matmul", "--size", "1500")
-    time.sleep(5)  # past interpreter start-up, which is Python's own and prints its own message
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if "/libtorch_cpu.so" in Path(f"/proc/{proc.pid}/maps").read_text():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "explain ended before it loaded torch's library"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, out + err
