@@ -109,6 +109,10 @@ def _source(cls: type) -> str:
         raise Uncacheable(f"no source for {cls.__qualname__}") from None
 
 
+# the nodes a class statement can be inside: statements, and the bodies of `except` and `case`
+BODIES = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 @functools.lru_cache(maxsize=64)
 def _class_starts(file: str, lines: tuple[str, ...]) -> dict[str, int]:
     """The first line (its first decorator's) of each class in a source file by qualname, the
@@ -123,7 +127,7 @@ def _class_starts(file: str, lines: tuple[str, ...]) -> dict[str, int]:
                 first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
                 starts.setdefault(".".join((*stack, child.name)), first - 1)
                 visit(child, (*stack, child.name))
-            else:
+            elif isinstance(child, BODIES):  # an expression holds no class: its nodes are not walked
                 visit(child, stack)
 
     visit(ast.parse("".join(lines)), ())
