@@ -106,3 +106,43 @@ def test_transformers_loads_its_model_classes_without_scikit_learn():
 
     assert "if is_sklearn_available():\n    from sklearn" in inspect.getsource(candidate_generator)
     assert transformers.utils.import_utils.is_sklearn_available() is False
+
+
+def test_transformers_eager_masks_skip_a_packed_format_that_is_not_there_with_the_same_logits(monkeypatch):
+    """Without a mask or a cache, transformers' mask arguments carry a packed-sequence mask even for
+    one sequence; opbench's drops it there, for eager attention only, and keeps a packed one: the
+    tiny Llama's logits are bitwise the same on one sequence and on two packed ones."""
+    import copy
+    import sys
+
+    from accuracy.workflows.model.decoders import llama
+
+    model = llama()
+    masking_utils = sys.modules["transformers.masking_utils"]
+    own = getattr(masking_utils._preprocess_mask_arguments, "__wrapped__", masking_utils._preprocess_mask_arguments)
+    monkeypatch.setattr(masking_utils, "_preprocess_mask_arguments", own)  # transformers' own, restored after
+    ids, packed = torch.tensor([[5, 17, 42, 8, 11, 98]]), torch.tensor([[0, 1, 2, 0, 1, 2]])
+    embeds, cache_position = torch.zeros(1, 6, model.config.hidden_size), torch.arange(6)
+
+    def packed_mask(config, positions):
+        return masking_utils._preprocess_mask_arguments(config, embeds, None, cache_position, None, positions, None)[2]
+
+    def logits():
+        with torch.no_grad():
+            return [
+                model(input_ids=ids, position_ids=at, use_cache=False).logits for at in (cache_position[None], packed)
+            ]
+
+    assert packed_mask(model.config, cache_position[None]) is not None  # transformers' own: a mask for one sequence
+    before = logits()
+    private_apis.transformers_unpacked_without_mask(masking_utils)
+    private_apis.transformers_unpacked_without_mask(masking_utils)  # once only
+    assert masking_utils._preprocess_mask_arguments.__wrapped__ is own
+    assert packed_mask(model.config, cache_position[None]) is None
+    assert packed_mask(model.config, packed).tolist() == [[0, 0, 0, 1, 1, 1]]
+    sdpa = copy.deepcopy(model.config)
+    sdpa._attn_implementation = "sdpa"  # its mask may be skipped for is_causal without it: kept
+    assert packed_mask(sdpa, cache_position[None]) is not None
+    after = logits()
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    assert not torch.equal(after[0], after[1])  # the packed mask still masks
