@@ -7,7 +7,6 @@ no public API serves.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -63,39 +62,3 @@ def transformers_without_sklearn(transformers: Any) -> None:
     curve of assisted decoding, which opbench never runs. transformers reads the flag
     `import_utils._sklearn_available` at each use and has no public switch for it (as USE_TF is)."""
     transformers.utils.import_utils._sklearn_available = False
-
-
-def transformers_unpacked_without_mask(masking_utils: Any) -> None:
-    """Keep transformers' eager attention from masking a packed-sequence format that is not there.
-
-    Without an attention mask or a cache, `masking_utils._preprocess_mask_arguments` always gives
-    a packed-sequence mask from the position ids (its own comment: it would return None when
-    nothing is packed, but cannot under export), and each forward then builds its causal mask
-    through vmap with an indexing mask function: a fifth of `opbench generate`'s Llama time, under
-    opbench's dispatch modes. Where the last token's sequence index is 0 (one sequence) every key
-    is in the query's sequence, so the mask is the causal mask alone: this gives None there, for
-    eager attention only (its boolean mask is the same and nothing else reads it; SDPA's would let
-    the mask be skipped for is_causal, another kernel), never while tracing, compiling or
-    exporting (a value-dependent branch) nor on a tensor subclass (fake or functional tensors)."""
-    import torch
-
-    preprocess = masking_utils._preprocess_mask_arguments
-    if getattr(preprocess, "opbench_unpacked", False):
-        return
-
-    @functools.wraps(preprocess)  # its __wrapped__: transformers' own
-    def unpacked(config: Any, *args: Any, **kwargs: Any) -> Any:
-        result = preprocess(config, *args, **kwargs)
-        packed = result[2] if isinstance(result, tuple) and len(result) == 5 else None
-        if (
-            type(packed) is torch.Tensor
-            and getattr(config, "_attn_implementation", None) == "eager"
-            and not torch.jit.is_tracing()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-            and not torch.compiler.is_compiling()
-            and not packed.detach().cpu().numpy()[:, -1].any()
-        ):
-            return (*result[:2], None, *result[3:])
-        return result
-
-    unpacked.opbench_unpacked = True  # type: ignore[attr-defined]
-    masking_utils._preprocess_mask_arguments = unpacked

@@ -9,7 +9,6 @@ in a forward pass (torchvision's BasicBlock calls its `relu` twice) gives one ke
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from accuracy.backends.pytorch import torch_dtype
 from accuracy.core.dtypes import FORMATS, FloatFormat
 from accuracy.core.errors import OpbenchError
 from accuracy.core.loading import load_function
-from accuracy.core.private_apis import transformers_unpacked_without_mask
 from accuracy.core.waiting import said_while_waiting
 from accuracy.reference.inputs import normal, seed_for
 from accuracy.workflows.array_files import parse_shapes, read_arrays
@@ -391,9 +389,6 @@ def load_model(spec: str, train: bool = False):
         raise OpbenchError(f"{spec}: the factory failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
         raise OpbenchError(f"{spec}: the factory returned a {type(model).__name__}, not a torch.nn.Module")
-    masks = sys.modules.get("transformers.masking_utils")  # loaded by the model's classes, if at all
-    if masks is not None:
-        transformers_unpacked_without_mask(masks)
     return model.train(train)
 
 
