@@ -393,66 +393,60 @@ def test_a_bug_in_a_torchao_linear_is_named_with_its_parameter_and_the_causes_th
 
 @pytest.mark.slow
 @EXECUTORCH_INT8
-def test_a_doubled_weight_step_in_an_executorch_int8_leaf_is_named_with_its_factor():
-    """small_transformer's `up` quantized by the XNNPACK quantizer, its per-channel weight steps
-    doubled in the converted graph before lowering: that unit alone is flagged, and the weights
-    read from the graph name a wrong weight scale of factor 2."""
-    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, _points
+def test_executorch_int8_quantizes_the_leaves_in_one_pass_and_names_a_doubled_weight_step_in_one_with_its_factor():
+    """small_transformer's leaves quantized, lowered and loaded as one program (one PT2E pass: a
+    BatchNorm's QAT folding alone costs about 25 s of patterns a pass), each part calibrated on
+    its leaf's own inputs: `up` cut from it declares the points `up` quantized alone declares, and
+    its error model reads those points only. Then `up`'s per-channel weight steps doubled in that
+    converted graph before lowering: that unit alone is flagged, and the weights read from the
+    graph name a wrong weight scale of factor 2. (One test: both claims are on the one pass.)"""
+    from accuracy.workflows.model.ports.deploy import _out_of_place
+    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, _point_row, _points, part_graph
+    from accuracy.workflows.model.ports.executorch_port import _quiet
     from accuracy.workflows.model.sweep import evaluate_ports
     from accuracy.workflows.model.trace import run_reference
 
     model, given = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
     up = tuple(model.up.weight.shape)
+    calls, _ = run_reference(model, given, "small_transformer")
+    passes: list = []
 
     class DoubledStep(ExecuTorchInt8Port):
+        def _quantized(self, module, batches):
+            passes.append(module)
+            return super()._quantized(module, batches)
+
+        def units(self, calls):
+            self.built = super().units(calls)
+            self.passes = len(passes)  # the passes the leaves took
+            return self.built
+
         def convert(self, module, example):  # the leaves' one program: `up` is the part whose weight has its shape
             quantized = self._quantized(module, [example])
+            with _quiet():  # copying the graph module: torch's deprecation of a pytree spec class
+                self.as_converted = copy.deepcopy(quantized)
             (weight,) = [p for p in _points(quantized) if p[0] == "weight" and getattr(quantized, p[2]).shape == up]
             getattr(quantized, weight[1].args[1].target).mul_(2)
             program = self._program(quantized, example)
             self._graphs[id(program)] = quantized
             return program
 
-    calls, _ = run_reference(model, given, "small_transformer")
-    results, _ = evaluate_ports([DoubledStep("executorch-int8", model, given, None)], model, given, calls)
+    port = DoubledStep("executorch-int8", model, given, None)
+    results, _ = evaluate_ports([port], model, given, calls)
+    assert port.passes == 1 and all("part" in u.detail for u in port.built)
+    (unit,) = [u for u in port.built if u.key == "up"]
+    cut = part_graph(port.as_converted, unit.detail["part"])
+    alone = port._quantized(_out_of_place(model.up), [tuple(unit.calls[0].inputs)])
+
+    def points(graph) -> list[tuple]:
+        return [(r["kind"], r["scale"], r["zero_point"], r["range"]) for r in map(_point_row, _points(graph))]
+
+    assert points(cut) == points(alone) and len(points(alone)) == 3  # its input, its weights, its output
     rows = {r.path: r for r in results[0].layers}
     assert [p for p, r in rows.items() if r.verdict not in (WITHIN_NOISE, "within rounding")] == ["up"]
     cause = rows["up"].cause
     assert cause.name == "wrong weight scale" and cause.explains
     assert cause.parameters["factor"] == pytest.approx(2.0, rel=0.01)  # measured 1.9998
-
-
-@pytest.mark.slow
-@EXECUTORCH_INT8
-def test_executorch_int8_quantizes_the_leaves_in_one_pass_each_part_as_it_would_be_alone():
-    """small_transformer's leaves quantized, lowered and loaded as one program (one PT2E pass: a
-    BatchNorm's QAT folding alone costs about 25 s of patterns a pass), each part calibrated on
-    its leaf's own inputs: `up` cut from it declares the points `up` quantized alone declares, and
-    its error model reads those points only."""
-    from accuracy.workflows.model.ports.deploy import _out_of_place
-    from accuracy.workflows.model.ports.executorch_int8 import ExecuTorchInt8Port, _point_row, _points, part_graph
-    from accuracy.workflows.model.trace import run_reference
-
-    model, given = zoo.small_transformer().eval(), zoo.example_inputs("small_transformer")
-    calls, _ = run_reference(model, given, "small_transformer")
-    passes = []
-
-    class Counted(ExecuTorchInt8Port):
-        def _quantized(self, module, batches):
-            passes.append(module)
-            return super()._quantized(module, batches)
-
-    port = Counted("executorch-int8", model, given, None)
-    units = port.units(calls)
-    assert len(passes) == 1 and all("part" in u.detail for u in units)
-    (up,) = [u for u in units if u.key == "up"]
-    cut = part_graph(port._graphs[id(port._together.program)], up.detail["part"])
-    alone = port._quantized(_out_of_place(model.up), [tuple(up.calls[0].inputs)])
-
-    def rows(graph) -> list[tuple]:
-        return [(r["kind"], r["scale"], r["zero_point"], r["range"]) for r in map(_point_row, _points(graph))]
-
-    assert rows(cut) == rows(alone) and len(rows(alone)) == 3  # its input, its weights, its output
 
 
 @pytest.mark.slow

@@ -71,13 +71,14 @@ def test_small_size_against_exact(op, impl):
 )
 def test_every_declared_finding_reproduces(op, impl):
     """A finding is a claim about a library: at explain's default size or the asv suite's first size, it
-    must still break the worst-case bound at one of its float32/float64 dtypes (else it is stale)."""
-    ratios = {
-        (dtype, size): Case(op, get_format(dtype), size).measure(impl).bound_ratio
-        for dtype in ("float32", "float64")
-        if dtype in impl.dtypes
-        for size in (op.default_size, op.bench_sizes[0])
-    }
+    must still break the worst-case bound at one of its float32/float64 dtypes (else it is stale).
+    Measured in that order until one breaks it: the claim needs one (a stale one measures all)."""
+    cases = [(d, s) for d in ("float32", "float64") if d in impl.dtypes for s in (op.default_size, op.bench_sizes[0])]
+    ratios: dict[tuple, float] = {}
+    for dtype, size in cases:
+        ratios[dtype, size] = Case(op, get_format(dtype), size).measure(impl).bound_ratio
+        if ratios[dtype, size] > 1:
+            break
     assert max(ratios.values()) > 1, (impl.name, impl.finding, ratios)
 
 
