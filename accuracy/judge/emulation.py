@@ -33,6 +33,7 @@ from accuracy.judge import kernels
 
 CARRIER = np.longdouble
 _INPUT = "input"  # memo entries holding the runs' shared inputs in CARRIER, by their id
+_MISSING = object()  # no memo entry
 _OWN_COPIES = "own copies"  # set in a memo whose formula writes into its inputs
 Moments = tuple[np.ndarray, np.ndarray]  # a product and the standard deviation of its rounding errors
 # functions a correctly rounded IEEE 754 operation computes; every other float ufunc is a libm call
@@ -90,6 +91,12 @@ class _Context:
     rng: np.random.Generator | None
     memo: dict[Hashable, Any]  # per-operand results and the inputs shared by repeated random runs
     opaque: list[str] = field(default_factory=list)
+    # a libm step's (half-width, absolute error) by function and the kernels' state it was read in
+    # (kernels.here(), kept alive here so that its ids name it): read once per run, not per step
+    steps: dict[tuple[str, int, int], tuple[float, float, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.narrower = self.store != self.fmt  # results stored in a format narrower than computed in
 
     @property
     def random(self) -> np.random.Generator:
@@ -109,17 +116,26 @@ class _Context:
             return self.fmt.round(array.astype(np.float64)).astype(CARRIER)
         width, absolute = 0.5, 0.0
         if ufunc is not None:  # a kernel's approximation may widen a function's step (accuracy.judge.kernels)
-            width = kernels.step_ulps(ufunc.__name__, 0.5 if ufunc in _IEEE_UFUNCS else LIBM_ULPS)
-            absolute = kernels.absolute_error(ufunc.__name__)
+            width, absolute = self._step(ufunc)
         if absolute:
             half = np.maximum(width * ulp(array, self.fmt), absolute)
             return array + (self.random.uniform(-1.0, 1.0, np.shape(array)) * half).astype(CARRIER)
         return array + self.noise(array, width).astype(CARRIER)
 
+    def _step(self, ufunc: np.ufunc) -> tuple[float, float]:
+        """`ufunc`'s step half-width in ulps and absolute error, as the kernels in force give them."""
+        state = kernels.here()
+        key = (ufunc.__name__, id(state[0]), id(state[1]))
+        if key not in self.steps:
+            width = kernels.step_ulps(ufunc.__name__, 0.5 if ufunc in _IEEE_UFUNCS else LIBM_ULPS)
+            self.steps[key] = (width, kernels.absolute_error(ufunc.__name__), state)
+        width, absolute, _ = self.steps[key]
+        return width, absolute
+
     def to_storage(self, values: ArrayLike) -> np.ndarray:
         """An operation's result stored in the narrower format (float16 computed in float32)."""
         array = np.asarray(values)
-        if self.store == self.fmt or array.dtype.kind != "f":
+        if not self.narrower or array.dtype.kind != "f":
             return array
         if self.mode == "nearest":
             return self.store.round(array.astype(np.float64)).astype(CARRIER)
@@ -151,9 +167,10 @@ class _Context:
         return _INPUT, id(owner), a.ctypes.data - owner.ctypes.data, a.shape, a.strides
 
     def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-        if key not in self.memo:  # kept as copies: a formula may write into an operand after its use
-            self.memo[tuple(part.kept() if isinstance(part, _Operand) else part for part in key)] = compute()
-        return self.memo[key]
+        found = self.memo.get(key, _MISSING)  # one lookup: comparing operand keys compares their values
+        if found is _MISSING:  # kept as copies: a formula may write into an operand after its use
+            found = self.memo[tuple(part.kept() if isinstance(part, _Operand) else part for part in key)] = compute()
+        return found
 
     def concatenate(self, arrays: Sequence[ArrayLike], axis: int | None) -> np.ndarray:
         """np.concatenate, one array shared by the random runs where its parts are the same in
@@ -313,7 +330,7 @@ _CONTEXT: contextvars.ContextVar[_Context] = contextvars.ContextVar("emulation")
 
 def _call_wide(ufunc: np.ufunc, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The ufunc in long double where it has such a loop, else in float64 (scipy.special)."""
-    wide = [np.asarray(x, dtype=CARRIER) if np.asarray(x).dtype.kind == "f" else x for x in args]
+    wide = [a.astype(CARRIER, copy=False) if (a := np.asarray(x)).dtype.kind == "f" else x for x in args]
     try:
         return ufunc(*wide, **kwargs)
     except TypeError:

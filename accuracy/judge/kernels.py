@@ -100,6 +100,12 @@ def inside(op: str) -> Iterator[None]:
         _INSIDE.reset(token)
 
 
+def here() -> tuple[tuple[Approximation, ...], tuple[str, ...]]:
+    """The approximations in force and the fused ops being evaluated: what `step_ulps` and
+    `absolute_error` read (an emulation keeps their answers while these stay the same objects)."""
+    return _IN_FORCE.get(), _INSIDE.get()
+
+
 def absolute_error(function: str) -> float:
     """The largest absolute error an approximation in force gives `function` at this point (0: none)."""
     here = _INSIDE.get()

@@ -199,10 +199,9 @@ def _correct(op: OpInfo, dtype: str, everything: bool) -> list[Impl]:
     ]
 
 
-def _emulated_least(case: Case, evidence: Evidence, impl: Impl) -> float:
-    """The least accurate correct algorithm at `impl`'s compute precision, by emulation: the op's
-    formula in recursive round-to-nearest, and the Monte Carlo runs' expected error."""
-    compute = compute_format(impl, case.fmt, case.op.family)
+def _emulated_least(case: Case, evidence: Evidence, compute: FloatFormat) -> float:
+    """The least accurate correct algorithm at the compute precision `compute`, by emulation: the
+    op's formula in recursive round-to-nearest, and the Monte Carlo runs' expected error."""
     emulated = []
     nearest = emulate(case.op.working_formula, evidence.inputs64, compute, "nearest", store=case.fmt)
     if nearest is not None:
@@ -227,7 +226,10 @@ def selftest_case(
     calls = {i.name: [case.run(i) for _ in range(VARYING_CALLS if i.varies_run_to_run else 1)] for i in correct}
     report.judged = sum(len(outputs) for outputs in calls.values())
     base = next((impl for impl in correct if not impl.varies_run_to_run), correct[0])
-    emulated = {impl.name: _emulated_least(case, evidence, impl) for impl in correct}
+    # the implementations sharing a compute precision share its emulation (one deterministic run)
+    computes = {impl.name: compute_format(impl, case.fmt, op.family) for impl in correct}
+    least = {c: _emulated_least(case, evidence, c) for c in dict.fromkeys(computes.values())}
+    emulated = {name: least[compute] for name, compute in computes.items()}
     errors = {impl.name: [_max_ulp(o, evidence) for o in calls[impl.name]] for impl in correct}
     reproducible = [max(errors[impl.name]) for impl in correct if not impl.varies_run_to_run]
     report.least_ulp = max([HALF_ULP, *reproducible, *emulated.values()])

@@ -6,6 +6,7 @@ finite number and (where asked) NaN/Inf all turn up; exact expectations use Frac
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from fractions import Fraction
@@ -62,6 +63,7 @@ def next_up(fmt, value):
     return from_bits(fmt, to_bits(np.asarray(value, dtype=fmt.np_dtype)) + 1)
 
 
+@functools.cache  # one strategy per format: a new one per example was validated anew each time (most of the CPU)
 def values_of(fmt, *, finite=True, nonzero=False, normal=False):
     """Scalars of `fmt` drawn uniformly over bit patterns (so every binade is equally likely)."""
     n_bits = fmt.np_dtype.itemsize * 8
@@ -223,6 +225,7 @@ def test_ulp_error_at_format_boundaries(name):
     assert float(ulp_error(-zero, np.float64(0.0))) == 0.0
 
 
+@functools.cache  # as values_of
 def _near_midpoints(fmt):
     """float64 values at, and a few float64 ulps either side of, midpoints between fmt values."""
 
