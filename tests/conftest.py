@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,13 +22,16 @@ from hypothesis import settings
 # share a user's: an entry is keyed by its inputs and checked by its digest on every read, so a test
 # gets the same bits computed or read, and the exact references and typical models many tests need
 # are computed once per run instead of once per test. Tests of the cache itself take `cache_path`.
-_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-if _RUN:
-    _SESSION_CACHE = os.path.join(tempfile.gettempdir(), f"opbench-test-cache-{_RUN}")
-    os.makedirs(_SESSION_CACHE, mode=0o700, exist_ok=True)  # a cache others can write to is refused
-else:
-    _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")
-os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
+# The process that starts the run (xdist's controller, or the one process of `-n 0`) makes the cache
+# and removes it when the run ends (pytest_unconfigure); its workers inherit its environment.
+# (Each worker made its own before and nobody removed any: /tmp held 1,180 of them, and the disk
+# filled.)
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_SESSION_CACHE = os.environ.get("OPBENCH_TEST_RUN_CACHE", "") if _WORKER else ""
+_MADE_HERE = not _SESSION_CACHE
+if _MADE_HERE:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")  # 0o700: a cache others can write to is refused
+os.environ["OPBENCH_TEST_RUN_CACHE"] = os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
 
 # Hypothesis' profiles: `make test` (CI) draws each property's examples in full (hypothesis' 100
 # where a test sets no count); `make test-fast`, the edit loop, names HYPOTHESIS_PROFILE=edit-loop
@@ -43,9 +47,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # `make test` runs on every core (pytest-xdist). asv keeps its machine list in ~/.asv-machine.json and
 # rewrites it without a lock, so each worker gets its own HOME; the caches stay shared (the compiled
 # LibTorch extension, pip's wheels) because XDG_CACHE_HOME still names the real one.
-if os.environ.get("PYTEST_XDIST_WORKER"):
+_WORKER_HOME = None
+if _WORKER:
     os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    os.environ["HOME"] = tempfile.mkdtemp(prefix=f"opbench-test-home-{os.environ['PYTEST_XDIST_WORKER']}-")
+    os.environ["HOME"] = _WORKER_HOME = tempfile.mkdtemp(prefix=f"opbench-test-home-{_WORKER}-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """What this process made for the run goes with it: the run's cache, a worker's HOME."""
+    for made in (_SESSION_CACHE if _MADE_HERE else None, _WORKER_HOME):
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects: a sweep's later cases are slow
