@@ -69,11 +69,11 @@ bench-self: setup
 # (AMD EPYC, 2 cores, side by side under the same load).
 PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q --dist loadgroup
 
-# one worker more than cores: the end-to-end tests wait on their subprocesses (asv's runs, Dask's
-# start, the Ctrl-C tests' pauses), and a third worker fills that time (297 s against 307 s here);
-# the 25 slowest tests are listed at the end, where the loop's time goes
+# one worker per core: the suite is CPU-bound (180-188% of 2 cores), and a third worker only added
+# its own imports and the switching between three (same AMD host, same commit, warm: -n 3 510 s and
+# 966 CPU-s, -n 2 460 s and 845 CPU-s); the 25 slowest tests are listed at the end
 test: setup browser
-	$(PYTEST) -n $$(( $$(getconf _NPROCESSORS_ONLN) + 1 )) --durations=25
+	$(PYTEST) -n $$(getconf _NPROCESSORS_ONLN) --durations=25
 
 # the unit tests without the end-to-end ones (asv runs, subprocesses), one worker per core, fewer
 # hypothesis examples (tests/conftest.py): the loop while editing
