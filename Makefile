@@ -69,9 +69,10 @@ bench-self: setup
 # (AMD EPYC, 2 cores, side by side under the same load).
 PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q --dist loadgroup
 
-# one worker per core: the suite is CPU-bound (180-188% of 2 cores), and a third worker only added
-# its own imports and the switching between three (same AMD host, same commit, warm: -n 3 510 s and
-# 966 CPU-s, -n 2 460 s and 845 CPU-s); the 25 slowest tests are listed at the end
+# one worker per core: the suite is CPU-bound (174-188% of 2 cores), and a third worker only added
+# its own imports and the switching between three (AMD host, 131f048: -n 3 520 s in a fresh clone,
+# -n 2 460 s and 845 CPU-s warm in that clone; -n 2 at 3aa04bd in a fresh clone 477 s; see
+# docs/asv-suite.md); the 25 slowest tests are listed at the end
 test: setup browser
 	$(PYTEST) -n $$(getconf _NPROCESSORS_ONLN) --durations=25
 
