@@ -10,6 +10,7 @@ the CPU's own flags decide, never torch's answer.
 
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,3 +77,53 @@ def lacks(name: str, flags: frozenset[str] | None = None) -> str | None:
     if missing:
         return f"this CPU lacks {', '.join(missing)} (ATen's {name} kernels need {', '.join(level.flags)})"
     return None
+
+
+# The CPU flags each ONEDNN_MAX_CPU_ISA lets oneDNN's kernels use, of those ONEDNN_FEATURES asks
+# about (oneDNN's cpu_isa_t names; a name not here, ALL and DEFAULT cap none of them)
+_VNNI_BF16_FP16 = ("avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "avx_ne_convert")
+ONEDNN_ISA_FLAGS: dict[str, frozenset[str]] = {
+    name: frozenset(flags)
+    for name, flags in {
+        "SSE41": (),
+        "AVX": (),
+        "AVX2": (),
+        "AVX2_VNNI": ("avx_vnni",),
+        "AVX2_VNNI_2": ("avx_vnni", "avx_ne_convert"),
+        "AVX512_CORE": ("avx512f",),
+        "AVX512_CORE_VNNI": ("avx512f", "avx512_vnni"),
+        "AVX512_CORE_BF16": ("avx512f", "avx512_vnni", "avx512_bf16"),
+        "AVX512_CORE_FP16": _VNNI_BF16_FP16,
+        "AVX10_1_512": _VNNI_BF16_FP16,
+    }.items()
+}
+# a feature: (the CPU flags that give it, the flags oneDNN needs of them to run it)
+ONEDNN_FEATURES = {
+    "int8": (("avx512_vnni", "avx_vnni", "amx_int8"), ("avx512_vnni", "avx_vnni", "amx_int8")),
+    "bf16": (("avx512_bf16", "amx_bf16"), ("avx512f",)),  # oneDNN computes bf16 from avx512_core up
+    "f16": (("avx512_fp16", "amx_fp16"), ("avx512f",)),  # by analogy with bf16: not measured
+}
+
+
+def onednn_capped(feature: str, flags: frozenset[str] | None = None, environ=os.environ) -> str | None:
+    """Why oneDNN's kernels here cannot run this CPU's `feature` (int8, bf16, f16), or None.
+
+    `ONEDNN_MAX_CPU_ISA` caps oneDNN, but the frameworks above it (PyTorch, OpenVINO's CPU plugin)
+    plan int8 ranges and bf16 graphs by the CPU itself. Measured on a Zen 4 (avx512_vnni,
+    avx512_bf16): capped below its VNNI (AVX2, AVX2_VNNI, AVX512_CORE), torch._int_mm's int8
+    products saturate (42,944 off) and OpenVINO's int8 convolutions are 21x their noise; capped below
+    AVX512_CORE, OpenVINO's bf16 primitives fail to build. A CPU without those instructions gives
+    neither: the frameworks see that it lacks them."""
+    cap = environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    allowed = ONEDNN_ISA_FLAGS.get(cap)
+    flags = cpu_flags() if flags is None else flags
+    if allowed is None or not flags:
+        return None
+    gives, needs = ONEDNN_FEATURES[feature]
+    has = [f for f in gives if f in flags]
+    if not has or allowed & {f for f in needs if f in flags}:
+        return None
+    return (
+        f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from this CPU's {feature} ({', '.join(has)}), which the runtime "
+        f"still plans by: its {feature} kernels compute wrong or fail (unset it to judge this port)"
+    )

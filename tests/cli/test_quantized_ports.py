@@ -16,6 +16,7 @@ from cli_runner import run_main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accuracy.backends import cpu_levels
 from accuracy.judge.verdicts import BEYOND, WITHIN_NOISE
 from accuracy.workflows.array_files import write_arrays
 from accuracy.workflows.model import onnx_graph, zoo
@@ -185,7 +186,11 @@ def test_torchaos_int8_ports_flag_nothing_and_their_linear_layers_error_is_their
     args = ["--port", "torchao-int8-weight", "--port", "torchao-int8-dynamic", "--json"]
     status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x4x16", *args)
     assert status == 0
-    for port in json.loads(out)["ports"]:
+    result, capped = json.loads(out), cpu_levels.onednn_capped("int8")
+    # where ONEDNN_MAX_CPU_ISA keeps oneDNN from the CPU's VNNI, torch._int_mm saturates: the dynamic port is absent
+    assert result["absent_ports"] == ([{"port": "torchao-int8-dynamic", "reason": capped}] if capped else [])
+    assert len(result["ports"]) == (1 if capped else 2)
+    for port in result["ports"]:
         rows = {r["path"]: r for r in port["layers"]}
         assert port["flagged"] == 0 and port["end_to_end"]["verdict"] == WITHIN_NOISE
         for path in ("proj", "up", "down"):  # the Linear layers torchao quantizes
@@ -215,8 +220,11 @@ def test_the_closed_form_variance_of_a_linear_layer_is_that_of_rounding_its_weig
 
 @pytest.mark.slow
 def test_openvinos_int8_port_through_nncf_flags_nothing_and_its_error_is_its_noise(capsys):
+    """32 images, not 2: the output's RMS error is a sample of its noise, and 2 images' (20 values)
+    gave 1.03 on a Zen 3 AVX2 host and 1.52 on a Zen 4 AVX-512 VNNI host, whose int8 kernels round
+    otherwise; 32 images give 0.96 there."""
     factory = "accuracy.workflows.model.zoo:small_cnn"
-    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=2x3x8x8", "--port", "openvino-int8", "--json")
+    status, out, _ = run_main(capsys, "model", factory, "--inputs", "x=32x3x8x8", "--port", "openvino-int8", "--json")
     assert status == 0
     (port,) = json.loads(out)["ports"]
     rows = {r["path"]: r for r in port["layers"]}
@@ -224,11 +232,11 @@ def test_openvinos_int8_port_through_nncf_flags_nothing_and_its_error_is_its_noi
     for path in ("conv1", "conv2", "fc"):  # the layers NNCF quantizes: their input and their weights
         figures = rows[path]["quantization"]
         assert rows[path]["verdict"] == WITHIN_NOISE
-        assert 0.7 < figures["ratio"] < 1.4  # measured 1.10, 0.975, 1.08
+        assert 0.7 < figures["ratio"] < 1.4  # measured 1.00, 0.78, 0.97 (Zen 4)
         assert {p["kind"] for p in figures["points"]} == {"activation", "weight"}
     assert rows["relu"]["verdict"] == "within rounding"  # NNCF leaves a ReLU alone in float
     end = port["end_to_end"]
-    assert end["verdict"] == WITHIN_NOISE and 0.7 < end["quantization"]["ratio"] < 1.4  # measured 1.03
+    assert end["verdict"] == WITHIN_NOISE and 0.7 < end["quantization"]["ratio"] < 1.4  # measured 0.96
 
 
 def _fake_quantized(step: float, levels: int, shape: tuple):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from accuracy.backends import TORCH_VARIANTS, get_backend
+from accuracy.backends import TORCH_VARIANTS, cpu_levels, get_backend
 from accuracy.catalog.registry import all_ops, get_op
 from accuracy.workflows.evaluation import make_case
 
@@ -55,6 +59,39 @@ def test_torch_compile_runs_on_the_same_inputs_and_stays_within_rounding():
     verdicts = {case.judge(case.op.impl(name)).verdict for name in ("torch-compile:F.gelu", "torch:F.gelu")}
     assert verdicts == {"within rounding"}
     assert 0 < compiled.bound_ratio <= 1
+
+
+COMPILED_SUM = """
+import numpy as np, torch
+from accuracy.backends.pytorch import TorchCompileBackend
+x = np.random.default_rng(60).standard_normal(1000).astype(np.float32)
+total = TorchCompileBackend().call(lambda t, x: t.sum(x), {"x": torch.from_numpy(x)})
+print(torch.backends.cpu.get_cpu_capability(), float(total), float(x.astype(np.float64).sum()))
+"""
+
+
+@pytest.mark.slow
+def test_torch_compile_keeps_its_disk_cache_apart_per_dispatch_level(tmp_path):
+    """Inductor's FX graph cache omits ATen's dispatch level from its key: loaded under a lower
+    ATEN_CPU_CAPABILITY, an AVX-512 graph summed wrong (17.19 for 28.92) and an AVX2 graph failed to
+    build at DEFAULT. The highest level this CPU has compiles first, then each lower one, all on
+    one cache directory; each sum is the float64 sum to float32 rounding."""
+    levels = [name for name in cpu_levels.LEVELS if not cpu_levels.lacks(name)][::-1]
+    if len(levels) < 2:
+        pytest.skip("one dispatch level only: this CPU is not x86, or lists no flags")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    for level in levels:
+        done = subprocess.run(
+            [sys.executable, "-c", COMPILED_SUM],
+            env={**env, **cpu_levels.LEVELS[level].knobs},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        capability, compiled, exact = done.stdout.split()
+        assert capability.lower() == level
+        assert abs(float(compiled) - float(exact)) < 1e-4 * (1 + abs(float(exact)))
 
 
 def test_torch_compile_compiles_once_and_runs_one_call_at_a_time_from_many_threads(monkeypatch):

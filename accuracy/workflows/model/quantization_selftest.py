@@ -281,8 +281,9 @@ def quantization_selftest(progress=None) -> Iterator[dict]:
         yield _reported(f"{name} (quantized)", started, injections, correct, (model, given, calls), progress)
         if missing("torchao") is None:
             started = time.perf_counter()
-            injections = [_torchao_injection(p, c, (name, model, given, calls)) for p in TORCHAO_PORTS for c in TORCHAO]
-            correct = [p for p in (build_port(c, model, given) for c in TORCHAO_PORTS) if not isinstance(p, str)]
+            built = [build_port(c, model, given) for c in TORCHAO_PORTS]
+            correct = [p for p in built if not isinstance(p, str)]  # a port absent here has no mutants either
+            injections = [_torchao_injection(p.name, c, (name, model, given, calls)) for p in correct for c in TORCHAO]
             yield _reported(f"{name} (torchao)", started, injections, correct, (model, given, calls), progress)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.backends import cpu_levels
 from accuracy.core.errors import quiet_stderr
 from accuracy.judge.quantization import NOISE_SEED, samples
 from accuracy.workflows.model.onnx_noise import graph_noise
@@ -51,7 +52,7 @@ class OpenVinoInt8Port(OpenVinoPort):
         where = f"calibrated on {calibration}" if calibration else "calibrated on the model's inputs"
         self.description = (
             f"OpenVINO {self.ov.__version__.partition('-')[0]} int8 (nncf {nncf.__version__} quantize, "
-            f"{where}, bias correction off{SEVEN_BIT if reduced_range() else ''}) on CPU"
+            f"{where}, bias correction off{SEVEN_BIT if _seven_bit() else ''}) on CPU"
         )
         self.noise: dict[str, dict] = {}
         self._leaves: dict[int, Any] = {}  # each compiled leaf's quantized model, by the compiled one's id
@@ -83,7 +84,7 @@ class OpenVinoInt8Port(OpenVinoPort):
         nncf.set_log_level(logging.ERROR)
         options = AdvancedQuantizationParameters(
             disable_bias_correction=True,
-            overflow_fix=OverflowFix.ENABLE if reduced_range() else OverflowFix.DISABLE,
+            overflow_fix=OverflowFix.ENABLE if _seven_bit() else OverflowFix.DISABLE,
         )
         with quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):  # its progress bars
             try:
@@ -118,6 +119,12 @@ class OpenVinoInt8Port(OpenVinoPort):
         run = EndToEnd(outputs, output)
         run.noise = noise | {"runtime": "openvino"}  # the causes say what they skip
         return run
+
+
+def _seven_bit() -> bool:
+    """7-bit weights where OpenVINO's oneDNN runs int8 without VNNI: on a CPU without it, and on one
+    with it where ONEDNN_MAX_CPU_ISA caps oneDNN below it (its u8s8 products saturate in int16 alike)."""
+    return reduced_range() or cpu_levels.onednn_capped("int8") is not None
 
 
 def _constant(output) -> np.ndarray | None:

@@ -12,6 +12,7 @@ import contextlib
 
 import numpy as np
 
+from accuracy.backends import cpu_levels
 from accuracy.core.dtypes import FORMATS
 from accuracy.core.patching import replaced
 from accuracy.workflows.model.ports.base import EndToEnd
@@ -140,7 +141,7 @@ def precision(reduced: bool) -> tuple[str, str] | str:
     capabilities = cpu_capabilities()
     for capability, hint in HINTS.items():
         if capability in capabilities:
-            return hint
+            return cpu_levels.onednn_capped(hint[0]) or hint
     return (
         "this CPU computes neither f16 nor bf16 natively "
         f"(OpenVINO's CPU capabilities: {', '.join(capabilities) or 'none reported'})"

@@ -19,6 +19,7 @@ import copy
 
 import numpy as np
 
+from accuracy.backends import cpu_levels
 from accuracy.backends.pytorch import tensor_to_numpy as to_numpy
 from accuracy.core.errors import quiet_stderr
 from accuracy.judge.quantization import NOISE_SAMPLES, NOISE_SEED
@@ -189,6 +190,8 @@ class TorchaoPort(Port):
 
 
 def torchao_port(name: str, model, inputs, *, dynamic: bool) -> TorchaoPort | str:
-    """`torchao-int8-weight` and `torchao-int8-dynamic` (`dynamic`); absent where torchao is not installed."""
-    why = missing("torchao")
+    """`torchao-int8-weight` and `torchao-int8-dynamic` (`dynamic`); absent where torchao is not
+    installed, and the dynamic port where oneDNN cannot run this CPU's int8 (its int8 x int8
+    products are torch._int_mm's, which picks oneDNN's VNNI path by the CPU)."""
+    why = missing("torchao") or (cpu_levels.onednn_capped("int8") if dynamic else None)
     return why if why is not None else TorchaoPort(name, model, dynamic)
