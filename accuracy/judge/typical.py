@@ -49,7 +49,7 @@ RANDOM_RUNS = 64
 # thresholds, mostly stop at 8 runs (docs/verdicts.md, "Monte Carlo runs in stages").
 RUN_STAGES = (8, 16, 32, RANDOM_RUNS)
 SEED = 20190  # Monte Carlo runs are seeded: the same inputs give bitwise the same verdict
-MODEL_VERSION = 7  # bump when the emulation or the threshold changes: cached models are keyed by it
+MODEL_VERSION = 8  # bump when the emulation or the threshold changes: cached models are keyed by it
 
 
 @dataclass(frozen=True)
