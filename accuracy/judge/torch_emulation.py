@@ -778,11 +778,13 @@ def _looped_sum_error(func: Any, args: Any, kwargs: dict[str, Any], compute: Flo
     if compute.np_dtype not in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)):
         return None
     x = args[0]
+    if x.dim() == 0:  # one term (`dim=0` of a scalar names no dimension to move)
+        return None
     given = args[1] if len(args) > 1 else kwargs.get("dim")
     if given is None or (isinstance(given, (list, tuple)) and not given):
         dims = list(range(x.dim()))
     else:
-        dims = sorted({d % max(x.dim(), 1) for d in ([given] if isinstance(given, int) else given)})
+        dims = sorted({d % x.dim() for d in ([given] if isinstance(given, int) else given)})
     keep = [d for d in range(x.dim()) if d not in dims]
     terms = np.asarray(x.detach().permute(*keep, *dims).reshape(*[x.shape[d] for d in keep], -1).numpy(), np.float64)
     if terms.shape[-1] < 2:

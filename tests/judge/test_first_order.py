@@ -191,3 +191,13 @@ def test_a_global_average_allows_a_loop_that_sums_near_equal_pixels():
     random_order = np.sqrt(recursive_sum_variance(f64.sum(1), np.square(f64).sum(1), np.full(4, k), FORMATS["float32"]))
     assert np.all(error[:2] > 10 * random_order[:2] / k)  # the saturated channels: far beyond a random order
     assert np.all(error <= 1.01 * rms.ravel())
+
+
+def test_a_sum_over_a_scalars_only_dimension_is_modelled_as_over_all_of_them():
+    """`dim=0` of a 0-d tensor is allowed by torch and names its one term: modelled as the sum over
+    all its dimensions (the loop model tried to move that dimension and raised)."""
+    x = np.random.default_rng(60).standard_normal((3, 4))
+    with torch.no_grad(), float64_throughout():
+        whole, *_ = first_order_spread(lambda x: torch.sum(x.sum()), {"x": x}, FORMATS["float32"])
+        named, *_ = first_order_spread(lambda x: torch.sum(x.sum(), dim=0), {"x": x}, FORMATS["float32"])
+    assert whole.item() > 0 and named.item() == whole.item()
