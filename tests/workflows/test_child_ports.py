@@ -128,7 +128,7 @@ def test_the_probe_reads_the_cpus_flags(tmp_path):
     ("factory", "why"),
     [
         ("crashes", "the child process died of SIGSEGV"),
-        ("hangs", "the child process did not finish in 10 s (killed)"),
+        ("hangs", "the child process did not finish in 3 s (killed)"),
         (
             "misses_a_library",
             "the child process failed: ModuleNotFoundError: No module named 'opbench_no_such_library'",
@@ -139,7 +139,7 @@ def test_a_child_that_crashes_hangs_or_misses_a_library_is_one_line_and_the_othe
     factories, monkeypatch, tmp_path, factory, why
 ):
     if factory == "hangs":  # killed wherever it is by then: in torch's import or asleep
-        monkeypatch.setattr(child_process, "TIMEOUT_S", 10.0)
+        monkeypatch.setattr(child_process, "TIMEOUT_S", 3.0)
     inputs = write_arrays(tmp_path / "x.npz", _inputs())
     report = run_model(ModelRun(f"{factories}:{factory}", inputs, [OWN, "threads:1"]))
     assert report.absent == [AbsentPort(OWN, why)]
