@@ -15,6 +15,7 @@ import copy
 import time
 from typing import Any
 
+from accuracy.backends import get_backend
 from accuracy.backends.pytorch import tensor_to_numpy
 from accuracy.core.dtypes import FORMATS
 from accuracy.judge.verdicts import WITHIN
@@ -22,6 +23,7 @@ from accuracy.workflows.model import decoders
 from accuracy.workflows.model.cause_selftest import NOT_NAMED, RIGHT, WRONG, parameter_close
 from accuracy.workflows.model.causes import explain, families
 from accuracy.workflows.model.causes.cause import Cause, Context
+from accuracy.workflows.model.schedulers import JUDGE_THREADS
 from accuracy.workflows.model.trace import run_reference
 from accuracy.workflows.model.unit import CauseFinding, Unit, port_inputs
 from accuracy.workflows.model.units import judge_unit
@@ -83,13 +85,17 @@ def inject(model_name: str, entries: tuple[Cause, ...] = families.CAUSES) -> lis
         # another shape (a partial rotary's cos and sin) is flagged by it, as the sweep's mismatched units
         mismatched = output.shape != correct.shape
         outputs = {"correct": correct} if mismatched else {LABEL: output, "correct": correct}
-        judged = judge_unit(unit, tensors, FLOAT32, outputs)
+        # judged and explained on the sweep's one judging thread: a tiny decoder's float64 linear
+        # on two threads of a loaded machine took 5 to 20 times the CPU
+        with get_backend("torch").thread_limit(JUDGE_THREADS):
+            judged = judge_unit(unit, tensors, FLOAT32, outputs)
         row = {"model": model_name, "cause": entry.name, "path": call.key, "injected": value}
         row["correct_within"] = judged["correct"].judgement.verdict == WITHIN
         if not mismatched and judged[LABEL].judgement.verdict == WITHIN:
             rows.append(row | {"outcome": NOT_NAMED, "why": "the injected unit was not flagged"})
             continue
-        cause = explain(unit, tensors, FLOAT32, LABEL, output, None, context)
+        with get_backend("torch").thread_limit(JUDGE_THREADS):
+            cause = explain(unit, tensors, FLOAT32, LABEL, output, None, context)
         outcome = _outcome(entry, cause, value)
         named = cause.name if cause.explains else None
         rows.append(row | {"outcome": outcome, "named": named, "parameters": cause.parameters})
