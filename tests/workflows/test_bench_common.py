@@ -427,3 +427,21 @@ def test_asv_records_each_benchmarks_code_without_reading_the_source_again(monke
     assert [discovered(name) for name in names] == read
     # only the line of the setup_cache a test process has: asv's key of it (no `opbench run` has one)
     assert set(reads) <= {"scratch_folder"}
+
+
+def test_asv_hashes_each_shared_code_once(monkeypatch):
+    """asv_runner hashes every benchmark's code though each of ours names its version: the suite
+    memoizes the hash, so the code every generated class shares is hashed once."""
+    from asv_runner.benchmarks import _base
+    from asv_runner.benchmarks.track import TrackBenchmark
+
+    from benchmarks.common import _hash_each_code_once
+
+    hashed = []
+    plain = getattr(_base.code_fingerprint, "__wrapped__", _base.code_fingerprint)
+    monkeypatch.setattr(_base, "code_fingerprint", lambda code: hashed.append(code) or plain(code))
+    _hash_each_code_once()
+    for cls in (bench_products.Dot, bench_products.Gemv, bench_linalg.Solve):
+        bench = cls()
+        TrackBenchmark(f"{cls.__name__}.track_max_ulp", bench.track_max_ulp, [bench, bench_products])
+    assert len(hashed) == 1 and _base.code_fingerprint(hashed[0]) == plain(hashed[0])
