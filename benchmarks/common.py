@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import get_cached_controller
 
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import all_ops, get_op
@@ -294,11 +295,21 @@ def benchmark_classes(family: str) -> dict[str, type]:
                 **hidden,
             },
         )
-    # asv's forkserver forks every benchmark process from here: frozen objects are skipped by the
-    # children's garbage collector, so it does not touch (and copy) the preloaded frameworks' pages
-    # (measured: 0.39 s per forked process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen)
-    gc.freeze()
+    ready_to_fork()
     return classes
+
+
+def ready_to_fork() -> None:
+    """The end of a suite module's import, where asv's forkserver forks every benchmark process from
+    once it has imported the last. Frozen objects are skipped by the children's garbage collector,
+    so it does not touch (and copy) the preloaded frameworks' pages (measured: 0.39 s per forked
+    process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen). Every measuring process
+    limits its threads through threadpoolctl's cached controller, which reads each loaded library
+    (/proc/self/maps): read here, after the preloads, it is inherited (10 ms of a Dot verdict's
+    35); threadpoolctl reads them again in a process that has imported a module since."""
+    if FORKSERVER and current_pass() != READ:
+        get_cached_controller()
+    gc.freeze()
 
 
 def _listing_only() -> None:
