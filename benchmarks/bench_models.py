@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from accuracy.run.profiles import current_profile
 
-from .common import hide_outside_measure_pass
+from .common import hide_outside_measure_pass, ready_to_fork
 
 MODEL = "accuracy.workflows.model.zoo:small_cnn"
 PORTS = ["onnxruntime", "onnxruntime-noopt", "torchscript", "bfloat16"]
@@ -111,3 +111,4 @@ if current_profile().name == "full":
 
 
 hide_outside_measure_pass(globals())  # `opbench run`'s read pass runs the generated tracks only
+ready_to_fork()

@@ -19,7 +19,7 @@ from accuracy.reference.exact_gemm import exact_matmul
 from accuracy.run.profiles import FULL, QUICK, current_profile
 from accuracy.workflows.scan import SCAN_TRACKS, as_rows, scan, scan_class_name, scannable, select_impls
 
-from .common import hide_outside_measure_pass, scratch_folder, shared
+from .common import hide_outside_measure_pass, ready_to_fork, scratch_folder, shared
 
 SCANNED = ("exp", "log", "tanh", "sin")  # float32 whole-domain scans of the full profile
 
@@ -173,3 +173,4 @@ if current_profile() == QUICK:  # the quick profile times the ops only
 
 
 hide_outside_measure_pass(globals())  # `opbench run`'s read pass runs the generated tracks only
+ready_to_fork()

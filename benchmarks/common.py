@@ -9,6 +9,7 @@ profile (quick, default, full) that picks how lean the grid is and which tracks 
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import inspect
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import get_cached_controller
 
 from accuracy.backends import get_backend
 from accuracy.catalog.registry import all_ops, get_op
@@ -293,11 +295,21 @@ def benchmark_classes(family: str) -> dict[str, type]:
                 **hidden,
             },
         )
-    # asv's forkserver forks every benchmark process from here: frozen objects are skipped by the
-    # children's garbage collector, so it does not touch (and copy) the preloaded frameworks' pages
-    # (measured: 0.39 s per forked process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen)
-    gc.freeze()
+    ready_to_fork()
     return classes
+
+
+def ready_to_fork() -> None:
+    """The end of a suite module's import, where asv's forkserver forks every benchmark process from
+    once it has imported the last. Frozen objects are skipped by the children's garbage collector,
+    so it does not touch (and copy) the preloaded frameworks' pages (measured: 0.39 s per forked
+    process with TensorFlow, JAX and ONNX Runtime loaded, 0.001 s frozen). Every measuring process
+    limits its threads through threadpoolctl's cached controller, which reads each loaded library
+    (/proc/self/maps): read here, after the preloads, it is inherited (10 ms of a Dot verdict's
+    35); threadpoolctl reads them again in a process that has imported a module since."""
+    if FORKSERVER and current_pass() != READ:
+        get_cached_controller()
+    gc.freeze()
 
 
 def _listing_only() -> None:
@@ -311,3 +323,17 @@ def _listing_only() -> None:
 
 
 _listing_only()
+
+
+def _hash_each_code_once() -> None:
+    """asv_runner 0.3 hashes each benchmark's code token by token even where the benchmark names
+    its version (every generated one does), and then drops the hash: the same ~30 functions'
+    code, tokenized anew for each of ~580 benchmarks in every discovery and forkserver of a run
+    (0.1 CPU-s of a discovery's 0.7). The hash is a function of the code alone: memoized, each
+    code is hashed once and every benchmark gets the same value."""
+    base = sys.modules.get("asv_runner.benchmarks._base")  # only where asv imports the suite
+    if base is not None and hasattr(base, "code_fingerprint") and not hasattr(base.code_fingerprint, "cache_info"):
+        base.code_fingerprint = functools.cache(base.code_fingerprint)
+
+
+_hash_each_code_once()

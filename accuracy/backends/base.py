@@ -91,8 +91,11 @@ class ScipyBackend(Backend):
 
     @cached_property
     def namespace(self):
+        """scipy with the submodules the catalog's implementations call. Not scipy.signal, which
+        none calls and which imports scipy.stats and parses hundreds of docstrings (0.8 CPU-s of
+        every asv forkserver that preloads scipy, and of every process that runs a scipy op)."""
         scipy = importlib.import_module("scipy")
-        for sub in ("special", "linalg", "linalg.blas", "signal", "fft"):
+        for sub in ("special", "linalg", "linalg.blas", "fft"):
             importlib.import_module(f"scipy.{sub}")
         return scipy
 

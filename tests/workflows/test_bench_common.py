@@ -281,7 +281,8 @@ def test_opbench_runs_passes_share_their_folder_without_a_setup_cache_process(tm
 def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: str = "bench_products") -> set[str]:
     """The libraries a fresh process has imported after importing a suite module (every one:
     "*"), as asv's `benchmark.py ASV_COMMAND ...` process would; `libtorch_cpu.so` where torch's
-    CPU library is loaded without torch being imported (bound before the BLAS providers load)."""
+    CPU library is loaded without torch being imported (bound before the BLAS providers load);
+    `threads read` where threadpoolctl's cached controller is current, for the forked processes."""
     import os
     import subprocess
 
@@ -295,7 +296,9 @@ def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: st
         f"import sys\nsys.argv = ['benchmark.py', {asv_command!r}]\n{modules}"
         "names = [m for m in ('torch', 'scipy.linalg', 'tensorflow', 'jax', 'onnxruntime') if m in sys.modules]\n"
         "mapped = 'torch' not in sys.modules and '/libtorch_cpu.so' in open('/proc/self/maps').read()\n"
-        "print(' '.join(names + ['libtorch_cpu.so'] * mapped))"
+        "import threadpoolctl\n"
+        "read = threadpoolctl._CACHED_SYS_MODULES_LEN == len(sys.modules)\n"
+        "print(','.join(names + ['libtorch_cpu.so'] * mapped + ['threads read'] * read))"
     )
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
@@ -307,7 +310,7 @@ def _imported_by_the_suite(asv_command: str, env: dict | None = None, module: st
         env=dict(os.environ, **(env or {})),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return set(proc.stdout.split())
+    return set(filter(None, proc.stdout.strip().split(",")))
 
 
 @pytest.mark.slow
@@ -315,11 +318,12 @@ def test_each_pass_forks_from_a_server_with_only_the_frameworks_it_runs():
     """`opbench run`'s read pass: asv forks every track process from a server that imported the
     suite alone (a fork costs in proportion to the server's memory), for every module. The measure
     pass preloads as a plain `asv run` does (the test below), unless a `--bench` selection names
-    what its benchmarks run: that, and nothing else."""
+    what its benchmarks run: that, and nothing else; and it has read the libraries its processes
+    limit the threads of, so that each inherits that instead of reading them again."""
     # torch's library bound all the same: a read track whose case was never measured measures it
     assert _imported_by_the_suite("run_server", {PASS_VAR: READ}, "*") == {"libtorch_cpu.so"}
     selected = {PASS_VAR: MEASURE, PRELOAD_VAR: "numpy,torch"}
-    assert _imported_by_the_suite("run_server", selected) == {"torch"}
+    assert _imported_by_the_suite("run_server", selected) == {"torch", "threads read"}
 
 
 def _benchmarks(module, env: dict, monkeypatch) -> set[str]:
@@ -427,3 +431,21 @@ def test_asv_records_each_benchmarks_code_without_reading_the_source_again(monke
     assert [discovered(name) for name in names] == read
     # only the line of the setup_cache a test process has: asv's key of it (no `opbench run` has one)
     assert set(reads) <= {"scratch_folder"}
+
+
+def test_asv_hashes_each_shared_code_once(monkeypatch):
+    """asv_runner hashes every benchmark's code though each of ours names its version: the suite
+    memoizes the hash, so the code every generated class shares is hashed once."""
+    from asv_runner.benchmarks import _base
+    from asv_runner.benchmarks.track import TrackBenchmark
+
+    from benchmarks.common import _hash_each_code_once
+
+    hashed = []
+    plain = getattr(_base.code_fingerprint, "__wrapped__", _base.code_fingerprint)
+    monkeypatch.setattr(_base, "code_fingerprint", lambda code: hashed.append(code) or plain(code))
+    _hash_each_code_once()
+    for cls in (bench_products.Dot, bench_products.Gemv, bench_linalg.Solve):
+        bench = cls()
+        TrackBenchmark(f"{cls.__name__}.track_max_ulp", bench.track_max_ulp, [bench, bench_products])
+    assert len(hashed) == 1 and _base.code_fingerprint(hashed[0]) == plain(hashed[0])

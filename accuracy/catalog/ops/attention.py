@@ -10,7 +10,7 @@ import math
 
 import mpmath
 import numpy as np
-import scipy.special
+import scipy
 
 from accuracy.backends.jax import dot_product_attention
 from accuracy.backends.onnxruntime import ATTENTION

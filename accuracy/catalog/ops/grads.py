@@ -12,7 +12,7 @@ from functools import partial
 
 import mpmath
 import numpy as np
-import scipy.special
+import scipy
 
 from accuracy.catalog.ops.common import (
     CONV_BATCH,

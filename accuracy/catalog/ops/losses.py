@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
-import scipy.special
+import scipy
 
 from accuracy.catalog.ops.common import IN_STORAGE
 from accuracy.catalog.registry import Impl, OpInfo
