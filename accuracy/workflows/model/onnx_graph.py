@@ -102,7 +102,7 @@ def dynamo_export(model, inputs: dict[str, np.ndarray]):
     kwargs: dict = {k: torch.tensor(v) for k, v in inputs.items()}  # copies, as in `export`
     if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in kwargs:
         kwargs["use_cache"] = False
-    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()), _torchlib_read_once():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             model, (), kwargs=kwargs, dynamo=True, opset_version=DYNAMO_OPSET, optimize=False, verbose=False
@@ -110,6 +110,38 @@ def dynamo_export(model, inputs: dict[str, np.ndarray]):
     if program is None:
         raise OpbenchError("the dynamo exporter gave no program")
     return program.model_proto
+
+
+# [(the torchlib registry's contents, onnxscript's list of its functions for them)]: one a process
+_TORCHLIB: list[tuple[tuple, list]] = []
+
+
+def _torchlib_read_once():
+    """Each dynamo export builds its ONNX registry from onnxscript's torchlib, whose list of
+    functions re-parses the source of each of its ~1,000 traced functions for their domain (0.3
+    CPU-s an export here). The list is made again only where the torchlib registry's functions
+    changed since it was last made; otherwise a copy of it, of the same functions."""
+    import importlib
+
+    from onnxscript.function_libs.torch_lib import ops, registration
+    from torch.onnx._internal._lazy_import import onnxscript_apis
+
+    from accuracy.core.patching import replaced
+
+    del ops  # imported for its registrations, as onnxscript's list imports it
+
+    def once(listed):
+        def torchlib_ops() -> list:
+            contents = tuple(
+                (name, (*f.overloads,), (*f.complex,)) for name, f in registration.default_registry.items()
+            )
+            if not _TORCHLIB or _TORCHLIB[0][0] != contents:
+                _TORCHLIB[:] = [(contents, listed())]
+            return list(_TORCHLIB[0][1])
+
+        return torchlib_ops
+
+    return replaced(importlib.import_module(onnxscript_apis._name), "get_torchlib_ops", once)
 
 
 def module_call_of(node_name: str, modules: set[str]) -> tuple[str, int] | None:

@@ -30,7 +30,7 @@ from accuracy.judge.quantization import NOISE_SEED, samples
 from accuracy.workflows.model.onnx_noise import graph_noise
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import missing, program_feed
-from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort, _Method, _quiet, cia_ops_materialized_once
+from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort, _Method, _quiet, lighter_lowering
 from accuracy.workflows.model.ports.onnx_quantized import read_calibration
 from accuracy.workflows.model.trace import first_tensor
 from accuracy.workflows.model.unit import Unit, port_inputs
@@ -259,7 +259,7 @@ class ExecuTorchInt8Port(ExecuTorchPort):
         """`module` exported and quantized by prepare_pt2e / convert_pt2e, calibrated on `batches`."""
         import torch
 
-        with _quiet(), torch.no_grad(), cia_ops_materialized_once():
+        with _quiet(), torch.no_grad(), lighter_lowering():
             from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
             prepared = prepare_pt2e(torch.export.export(module, batches[0]).module(), _quantizer())

@@ -103,6 +103,65 @@ def cia_ops_materialized_once():
     return replaced(utils, "_materialize_cpp_cia_ops", where_changed)
 
 
+def py_kernels_registered_plainly():
+    """Each decomposition of a lowering overrides the Python kernels of torch's 513 preservable
+    CompositeImplicitAutograd operators for its length, about 22 registrations each through
+    `OperatorBase.py_impl`, whose inner decorator evaluates its typing annotations (`Callable[_P,
+    _T]`) on every call: 30 of the override's 70 ms, 134 overrides in test_deploy_ports. A dispatch
+    key's kernel is registered here as py_impl registers it (refused where one is, the dispatch
+    cache cleared), without the annotations; any other key (a mode, a transform) goes to py_impl."""
+    import torch
+    from torch._C import DispatchKey
+
+    def plainly(py_impl):
+        def registering(self, key):
+            if not isinstance(key, DispatchKey) or key == DispatchKey.Python:
+                return py_impl(self, key)
+
+            def register(fn):
+                if key in self.py_kernels:
+                    raise RuntimeError(f"Trying to override a python impl for {key} on operator {self.name()}")
+                self.py_kernels[key] = fn
+                self._dispatch_cache.clear()
+                return fn
+
+            return register
+
+        return registering
+
+    return replaced(torch._ops.OperatorBase, "py_impl", plainly)
+
+
+def node_sources_shared():
+    """torch.fx's provenance: each NodeSource made from a node deep-copies the node's chain of
+    sources, which grows with every pass of a lowering (4 of test_quantized_ports' 63 profiled
+    CPU-s). A NodeSource is not changed once made (passes make new ones, and new lists): here it
+    holds a copy of the node's list, of the same sources; the node's own list, which later passes
+    append to, stays apart from it."""
+    import copy
+
+    from torch.fx.traceback import NodeSource
+
+    def sharing(init):
+        def made(self, node, pass_name: str = "", action=None) -> None:
+            init(self, None, pass_name, action)
+            if node:
+                self.node_info = self.NodeInfo(name=node.name, target=str(node.target), graph_id=id(node.graph))
+                self.from_node = copy.copy(node.meta["from_node"]) if "from_node" in node.meta else []
+
+        return made
+
+    return replaced(NodeSource, "__init__", sharing)
+
+
+@contextlib.contextmanager
+def lighter_lowering():
+    """A torch.export lowering's work for nothing left out (the same program): the CIA operators
+    materialized once, their kernels registered plainly, the nodes' provenance shared."""
+    with cia_ops_materialized_once(), py_kernels_registered_plainly(), node_sources_shared():
+        yield
+
+
 class ExecuTorchPort(ConvertedPort):
     converter = "torch.export + executorch.exir"
     runtime = "executorch"
@@ -125,7 +184,7 @@ class ExecuTorchPort(ConvertedPort):
         # ETRecord's serializer of torch 2.13 cannot write (pytorch#181263). Without one, to_edge's
         # own decompositions take the graph there: the same program bytes (small_cnn, small_mixed,
         # small_transformer, decoder, llama_tiny, both kernels, and int8), a fifth of the CPU less
-        with cia_ops_materialized_once():
+        with lighter_lowering():
             exported = torch.export.export(module, example)
             if etrecord:
                 exported = exported.run_decompositions({})
