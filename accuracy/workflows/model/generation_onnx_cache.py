@@ -71,6 +71,8 @@ def export_cached(model: Any, inputs: dict | None = None) -> Any:
     (`inputs`: export_cache's key only; the graph takes any length)."""
     from torch.export import Dim
 
+    from accuracy.workflows.model import onnx_graph
+
     layers, kv, head_dim = kv_geometry(model)
     step = CachedStep(copy.deepcopy(model).float().eval(), layers)
     ids, positions = torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
@@ -78,7 +80,12 @@ def export_cached(model: Any, inputs: dict | None = None) -> Any:
     tokens, held = Dim("tokens", min=1, max=MOST_TOKENS), Dim("past", min=0, max=MOST_TOKENS)
     shapes = ({1: tokens}, {1: tokens}, tuple({2: held} for _ in past))
     feeds, outputs = names(layers)
-    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        quiet_stderr(),
+        contextlib.redirect_stdout(io.StringIO()),
+        onnx_graph.torchlib_read_once(),
+    ):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             step,

@@ -102,7 +102,7 @@ def dynamo_export(model, inputs: dict[str, np.ndarray]):
     kwargs: dict = {k: torch.tensor(v) for k, v in inputs.items()}  # copies, as in `export`
     if "use_cache" in inspect.signature(model.forward).parameters and "use_cache" not in kwargs:
         kwargs["use_cache"] = False
-    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()), _torchlib_read_once():
+    with warnings.catch_warnings(), quiet_stderr(), contextlib.redirect_stdout(io.StringIO()), torchlib_read_once():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             model, (), kwargs=kwargs, dynamo=True, opset_version=DYNAMO_OPSET, optimize=False, verbose=False
@@ -116,11 +116,12 @@ def dynamo_export(model, inputs: dict[str, np.ndarray]):
 _TORCHLIB: list[tuple[tuple, list]] = []
 
 
-def _torchlib_read_once():
-    """Each dynamo export builds its ONNX registry from onnxscript's torchlib, whose list of
-    functions re-parses the source of each of its ~1,000 traced functions for their domain (0.3
-    CPU-s an export here). The list is made again only where the torchlib registry's functions
-    changed since it was last made; otherwise a copy of it, of the same functions."""
+def torchlib_read_once():
+    """Each dynamo export (this module's, generation_onnx_cache's) builds its ONNX registry from
+    onnxscript's torchlib, whose list of functions re-parses the source of each of its ~1,000
+    traced functions for their domain (0.3 CPU-s an export here). The list is made again only where
+    the torchlib registry's functions changed since it was last made; otherwise a copy of it, of
+    the same functions."""
     import importlib
 
     from onnxscript.function_libs.torch_lib import ops, registration
