@@ -67,7 +67,12 @@ bench-self: setup
 # 3.6-7.6 ms a call under that load against 26 us with OMP_WAIT_POLICY=PASSIVE (threads sleep
 # instead; the same threads, the same bits), and two of the model test files 102 -> 63 user CPU-s
 # (AMD EPYC, 2 cores, side by side under the same load).
-PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q --dist loadgroup
+# One OpenMP thread a process: `make test` runs one worker per core, and each worker's (and each of
+# its children's) two-thread pools only took turns on the core the other worker needs (a fresh
+# clone's `make test` 425 s, with one thread 394 s; 2,497 passed and 9 skipped both; AMD EPYC Zen 4,
+# 2 cores). A test whose claim needs more threads sets them itself (threadpoolctl, set_num_threads),
+# as it must on a one-core machine.
+PYTEST := PYTHONDONTWRITEBYTECODE= OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --dist loadgroup
 
 # one worker per core: the suite is CPU-bound (174-188% of 2 cores), and a third worker only added
 # its own imports and the switching between three (AMD host, 131f048: -n 3 520 s in a fresh clone,

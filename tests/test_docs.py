@@ -2,7 +2,11 @@
 
 A block's language says what it is: `sh` and `python` blocks run (each in a fresh directory with
 `.venv` pointing at this interpreter's environment; a python block that defines `test_` functions
-runs under pytest), and every other block must say why not. An HTML comment right before a block
+runs under pytest), and every other block must say why not. A block of `.venv/bin/opbench` lines
+and nothing else runs each through `main` in this process, as the console script calls it: a fresh
+process paid 1.5-3.5 CPU-s of imports a command (`explain std` 1.6 CPU-s against 0.03), and what
+only a fresh process shows (its exit on signals, the libraries' logs at import) has tests of its
+own. An HTML comment right before a block
 says more, `;`-separated:
 
 - `<!-- slow -->`: the block runs under @pytest.mark.slow;
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from accuracy.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -159,6 +165,36 @@ def _same_output(shown: str, actual: str) -> list[str]:
     return missing
 
 
+OPBENCH_LINE = re.compile(r"^\.venv/bin/opbench( [^|<>;&$`\\\"'*?]*)$")
+
+
+def opbench_lines(block: Block) -> list[list[str]] | None:
+    """Each line's arguments where the block is `.venv/bin/opbench` commands only (comments
+    aside), else None: a pipe, a redirection, a variable or quoting is the shell's to run."""
+    commands = []
+    for line in block.code.splitlines():
+        line = line.split(" #")[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        found = OPBENCH_LINE.match(line)
+        if block.lang != "sh" or not found:
+            return None
+        commands.append(found[1].split())
+    return commands or None
+
+
+def run_in_process(commands: list[list[str]], capfd: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess:
+    """The commands in order, as `bash -c` runs them: the status is the last one's."""
+    capfd.readouterr()
+    for args in commands:
+        try:
+            status = main(args)
+        except SystemExit as exit_:  # argparse's own exits, as the interpreter reads them
+            status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(commands[-1], status, out, err)
+
+
 def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
     (workdir / ".venv").symlink_to(Path(sys.executable).parent.parent)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -177,8 +213,14 @@ def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
     [pytest.param(b, marks=[pytest.mark.slow] if b.mark("slow") is not None else []) for b in ALL_BLOCKS if b.runs],
     ids=lambda b: b.id,
 )
-def test_the_block_runs_as_written(block: Block, tmp_path):
-    out = run_block(block, tmp_path)
+def test_the_block_runs_as_written(block: Block, tmp_path, monkeypatch, capfd):
+    commands = opbench_lines(block)
+    if commands:
+        (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+        monkeypatch.chdir(tmp_path)
+        out = run_in_process(commands, capfd)
+    else:
+        out = run_block(block, tmp_path)
     expected = int(block.mark("exit") or 0)
     assert out.returncode == expected, (
         f"{block.id} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
