@@ -874,14 +874,14 @@ def _serve(reply: bytes | None) -> int:
     [
         ("ucx://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
         ("tls://127.0.0.1:8786", "expected tcp://HOST:PORT (a running Dask scheduler) or local:N; tls://, ucx://"),
-        ("silent", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
-        ("http", "answered nothing in 2 s (a scheduler greets at once); is it a Dask scheduler?"),
+        ("silent", "answered nothing in 1 s (a scheduler greets at once); is it a Dask scheduler?"),
+        ("http", "answered nothing in 1 s (a scheduler greets at once); is it a Dask scheduler?"),
     ],
 )
 def test_a_dask_address_that_is_no_scheduler_is_one_line(capsys, monkeypatch, no_hang, address, message):
     from accuracy.workflows import cluster
 
-    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)  # a silent server is waited out
     if address in ("silent", "http"):
         address = f"tcp://127.0.0.1:{_serve(None if address == 'silent' else b'HTTP/1.1 400 Bad Request' * 8)}"
     done = run_main(capsys, "scan", "exp", "--dtype", "float16", "--dask", address)
