@@ -147,6 +147,18 @@ def suite_results(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def two_torch_threads():
+    """torch's pool at two threads for the test: `make test` runs each worker on one
+    (OMP_NUM_THREADS=1), where a `threads:1` port would be the reference's own run again."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def one_thread_count():
     """MKL's and OpenMP's pools set to torch's count, the count a child port is started with: an
     earlier test in the same worker may have left a BLAS pool at another (threadpoolctl), and a

@@ -286,7 +286,7 @@ def test_a_users_factory_imports_transformers_plainly_and_the_default_ports_run_
 
 @pytest.mark.slow  # two torchvision models exported and judged, 7 s each
 def test_stock_mobilenets_against_themselves_and_onnx_runtime_compare_every_layer_and_flag_nothing(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, two_torch_threads
 ):
     """The stock classes at a quarter of their width. Against itself (threads:1), MobileNetV3-Small
     judges the same 208 units (its 19 in-place Hardswish among them) in a third of the time of the

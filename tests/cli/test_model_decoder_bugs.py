@@ -75,7 +75,7 @@ def test_the_answer_says_the_difference_is_in_the_parents_own_forward(tmp_path, 
     )
 
 
-def test_one_thread_against_itself_flags_nothing_in_any_module():
+def test_one_thread_against_itself_flags_nothing_in_any_module(two_torch_threads):
     report = run_model(ModelRun(DECODER, "x=1x8x32", ["threads:1"]))
     (port,) = report.ports
     assert port.flagged == 0 and port.compared == 27 and report.within_rounding

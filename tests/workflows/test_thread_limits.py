@@ -60,9 +60,13 @@ def test_a_worker_thread_enters_its_limits_once_and_keeps_them():
 
 def test_here_the_limits_last_for_the_block_only():
     before = torch.get_num_threads()
-    with thread_limits([get_backend("torch")], 1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+    torch.set_num_threads(3)  # not `make test`'s one a worker: the count the block must restore
+    try:
+        with thread_limits([get_backend("torch")], 1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 @given(st.integers(1, 1 << 40), st.integers(1, 4096))
