@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from accuracy.cli.main import main
+from cli_runner import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -184,15 +183,10 @@ def opbench_lines(block: Block) -> list[list[str]] | None:
 
 
 def run_in_process(commands: list[list[str]], capfd: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess:
-    """The commands in order, as `bash -c` runs them: the status is the last one's."""
-    capfd.readouterr()
-    for args in commands:
-        try:
-            status = main(args)
-        except SystemExit as exit_:  # argparse's own exits, as the interpreter reads them
-            status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(commands[-1], status, out, err)
+    """The commands in order, as `bash -c` runs them: their output together, the last one's status."""
+    done = [run_main(capfd, *args) for args in commands]
+    out, err = "".join(d.stdout for d in done), "".join(d.stderr for d in done)
+    return subprocess.CompletedProcess(commands[-1], done[-1].returncode, out, err)
 
 
 def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
