@@ -106,3 +106,17 @@ def test_transformers_loads_its_model_classes_without_scikit_learn():
 
     assert "if is_sklearn_available():\n    from sklearn" in inspect.getsource(candidate_generator)
     assert transformers.utils.import_utils.is_sklearn_available() is False
+
+
+def test_the_lowering_shortcuts_mirror_the_torch_code_they_were_written_against():
+    """executorch_port's py_kernels_registered_plainly and node_sources_shared do what torch 2.13's
+    `OperatorBase.py_impl` and `NodeSource.__init__` do, leaving out their costs: they copy that
+    code, so a torch whose code differs fails here, to have them checked again, not in a lowering."""
+    import hashlib
+    import inspect
+
+    from torch.fx.traceback import NodeSource
+
+    mirrored = {f.__qualname__: f for f in (torch._ops.OperatorBase.py_impl, NodeSource.__init__)}
+    digests = {name: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:16] for name, f in mirrored.items()}
+    assert digests == {"OperatorBase.py_impl": "8173bd205b783783", "NodeSource.__init__": "99395e7f40a4a049"}

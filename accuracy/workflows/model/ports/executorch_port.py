@@ -157,7 +157,8 @@ def node_sources_shared():
 @contextlib.contextmanager
 def lighter_lowering():
     """A torch.export lowering's work for nothing left out (the same program): the CIA operators
-    materialized once, their kernels registered plainly, the nodes' provenance shared."""
+    materialized once, their kernels registered plainly, the nodes' provenance shared. The last two
+    copy torch's code: tests/core/test_private_apis.py fails where torch's differs."""
     with cia_ops_materialized_once(), py_kernels_registered_plainly(), node_sources_shared():
         yield
 
