@@ -165,13 +165,20 @@ def _rename_no_clobber(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], None], *, replace: bool = True) -> Path:
+def write_atomic(
+    path: Path | str,
+    content: str | bytes | Callable[[BinaryIO], None],
+    *,
+    replace: bool = True,
+    durable: bool = True,
+) -> Path:
     """Write `content` (text, bytes, or a function that writes to a binary handle) to `path` atomically.
 
     Raises OpbenchError (one line) on any OSError; the old file, if any, is untouched and the
     temporary file is removed whatever went wrong, including a KeyboardInterrupt. `replace=False`
     (a file for the user that was not there when the run began): a file that appeared at `path`
-    since is kept, and the write is refused, never over it.
+    since is kept, and the write is refused, never over it. `durable=False` skips the two fsyncs
+    (the file's, then its directory's) for what can be computed again and is checked when read.
     """
     path = Path(path)
     refuse_symlink(path)
@@ -188,7 +195,8 @@ def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], N
             else:
                 content(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results and reports are read by others
         if replace:
             os.replace(tmp, path)
@@ -202,7 +210,8 @@ def write_atomic(path: Path | str, content: str | bytes | Callable[[BinaryIO], N
         if isinstance(exc, OSError):
             raise OpbenchError(os_error_line("write", path, exc)) from None
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
     return path
 
 

@@ -5,6 +5,7 @@ the model, while a kernel off by more stays flagged."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -91,11 +92,29 @@ def test_a_runtime_limit_is_a_declared_finding_or_says_what_was_measured(limit):
     assert limit.words.endswith("not your port")
 
 
+class _Swept(NamedTuple):
+    """What every limit is held to on one op: its exact values, the libm bound, the spacing of
+    float32 at them and the slope the sigmoid's absolute error is scaled by (23 million each)."""
+
+    exact: np.ndarray
+    libm: np.ndarray
+    spacing: np.ndarray
+    slope: np.ndarray | float
+
+
 @pytest.fixture(scope="module")
-def swept() -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The 23 million inputs of the sweep, and each op's exact values on them as first asked for:
-    the same for every limit (each took a second to compute)."""
+def swept() -> tuple[np.ndarray, dict[str, _Swept]]:
+    """The 23 million inputs of the sweep, and each op's `_Swept` as first asked for: the same for
+    every limit (the exact values took a second to compute, the rest a third of a second)."""
     return _every_97th(120.0), {}
+
+
+def _swept_op(x: np.ndarray, op: str) -> _Swept:
+    x64 = x.astype(np.float64)
+    exact = EXACT[op](x64)
+    libm = 4 * F32.u * np.abs(exact) + F32.smallest_subnormal
+    spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    return _Swept(exact, libm, spacing, np.abs(x64) if op == "silu" else 1.0)
 
 
 @pytest.mark.xdist_group("runtime-limits-sweep")  # one worker computes the module's sweep
@@ -105,17 +124,13 @@ def test_the_error_model_covers_the_real_kernel(limit, op, swept):
     """Every 97th float32 bit pattern in (-120, 120), both signs: |error| <= the modelled bound,
     the registry's libm bound 4u|f(x)| widened to the sigmoid step's absolute error (times |x| in
     x * sigmoid(x)) and its ulps (plus the product's own rounding); and beyond the libm bound alone."""
-    x, exacts = swept
-    x64 = x.astype(np.float64)
-    if op not in exacts:
-        exacts[op] = EXACT[op](x64)
-    exact = exacts[op]
+    x, ops = swept
+    if op not in ops:
+        ops[op] = _swept_op(x, op)
+    exact, libm, spacing, slope = ops[op]
     error = np.abs(KERNELS[limit](op)(x).astype(np.float64) - exact)
     approximation = limit.approximation
-    libm = 4 * F32.u * np.abs(exact) + F32.smallest_subnormal
     ulps = approximation.ulps + (0.5 if op == "silu" else 0.0)
-    slope = np.abs(x64) if op == "silu" else 1.0
-    spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
     bound = np.maximum(np.maximum(libm, approximation.absolute * slope), ulps * spacing)
     assert (error <= bound).all(), f"{x[np.argmax(error / bound)]}: {(error / bound).max():.3g}x the model"
     assert (error > libm).any()  # the limit is real: the libm bound alone does not hold the kernel

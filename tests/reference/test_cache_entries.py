@@ -52,3 +52,22 @@ def test_a_fifo_entry_never_blocks(cache_path):
     assert (cache_dir() / f"{KEY}.npz").is_file()  # replaced by the real entry
     again: list[int] = []
     assert np.array_equal(cached(KEY, _compute_counted(again)).hi, COMPUTED.hi) and again == []
+
+
+def test_an_entry_is_written_without_fsync_and_a_torn_one_is_computed_again(cache_path, monkeypatch, tmp_path):
+    """An entry is checked by its digest when read, so the two fsyncs a result file gets (its own,
+    its directory's) buy an entry nothing: it is written without them, and one a crash cut short is
+    recomputed, never read. A result file still gets both."""
+    from accuracy.core.files import write_atomic
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    calls: list[int] = []
+    assert cached(KEY, _compute_counted(calls)) == COMPUTED and calls == [1] and synced == []
+    write_atomic(tmp_path / "result.json", "{}")
+    assert len(synced) == 2
+
+    entry = cache_dir() / f"{KEY}.npz"
+    entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])  # as a crash may leave it
+    assert cached(KEY, _compute_counted(calls)) == COMPUTED and calls == [1, 1]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -431,23 +433,36 @@ def test_a_runtime_not_installed_makes_its_port_absent_with_a_reason(monkeypatch
     assert f"{port}: absent ({module} is not installed (pip install 'opbench[deploy]'))" in result.stdout
 
 
+def _models_page_deploy_line() -> list[str]:
+    """docs/models.md's line running the deploy ports in child processes (OpenVINO, LiteRT), as
+    `main` takes it: the test below runs it in place of the docs test (the block is marked not
+    run), which built the same environment and converted the same model a second time."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    block = page.split("<!-- not run: tests/workflows/test_deploy_ports.py runs this line", 1)[1]
+    return shlex.split(block.split("```sh\n", 1)[1].split("\n```", 1)[0])[1:]
+
+
 @SLOW
 def test_litert_converts_and_runs_in_its_own_environment_and_a_correct_conversion_flags_nothing(
     capsys, monkeypatch, tmp_path
 ):
     """litert-torch 0.10.0 beside this torch with uv's override of xdsl's typing-extensions bound,
-    built from uv's cache alone (UV_OFFLINE: never a download in a test) in a cache of the test's own."""
+    built from uv's cache alone (UV_OFFLINE: never a download in a test) in a cache of the test's own;
+    beside OpenVINO's port, as docs/models.md shows both."""
     monkeypatch.setenv("UV_CACHE_DIR", os.environ.get("UV_CACHE_DIR") or str(cache_home() / "uv"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("UV_OFFLINE", "1")
-    result = run_main(capsys, "model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", "litert", "--json")
+    words = _models_page_deploy_line()
+    assert words == ["model", SMALL_CNN, "--inputs", CNN_INPUTS, "--port", "openvino", "--port", "litert"]
+    result = run_main(capsys, *words, "--json")
     assert result.returncode == 0, result.stdout[-2000:]
-    (port,) = json.loads(result.stdout)["ports"]
-    assert port["description"].startswith(
+    openvino, litert = json.loads(result.stdout)["ports"]
+    assert litert["description"].startswith(
         "LiteRT: litert-torch==0.10.0 to .tflite, run by ai-edge-litert's interpreter"
     )
-    assert "override typing-extensions==4.16.0" in port["description"]
-    assert port["compared"] == 8 and port["flagged"] == 0 and port["not_compared"] == 0
+    assert "override typing-extensions==4.16.0" in litert["description"]
+    assert litert["compared"] == 8 and litert["flagged"] == 0 and litert["not_compared"] == 0
+    assert openvino["port"] == "openvino" and openvino["compared"] > 0 and openvino["flagged"] == 0
     assert "building its environment with uv: litert-torch==0.10.0 torch==" in result.stderr
 
 
