@@ -2,11 +2,12 @@
 
 A block's language says what it is: `sh` and `python` blocks run (each in a fresh directory with
 `.venv` pointing at this interpreter's environment; a python block that defines `test_` functions
-runs under pytest), and every other block must say why not. A block of `.venv/bin/opbench` lines
-and nothing else runs each through `main` in this process, as the console script calls it: a fresh
-process paid 1.5-3.5 CPU-s of imports a command (`explain std` 1.6 CPU-s against 0.03), and what
-only a fresh process shows (its exit on signals, the libraries' logs at import) has tests of its
-own. An HTML comment right before a block
+runs under pytest), and every other block must say why not. In a `sh` block, each plain
+`.venv/bin/opbench` line runs through `main` in this process, as the console script calls it, and
+the lines between (a `cat` of a file, a python script) run in bash, in order: a fresh process paid
+1.5-3.5 CPU-s of imports a command (`explain std` 1.6 CPU-s against 0.03; README's Keras port 5 s,
+TensorFlow's import), and what only a fresh process shows (its exit on signals, the libraries' logs
+at import) has tests of its own. An HTML comment right before a block
 says more, `;`-separated:
 
 - `<!-- slow -->`: the block runs under @pytest.mark.slow;
@@ -167,38 +168,71 @@ def _same_output(shown: str, actual: str) -> list[str]:
 OPBENCH_LINE = re.compile(r"^\.venv/bin/opbench( [^|<>;&$`\\\"'*?]*)$")
 
 
-def opbench_lines(block: Block) -> list[list[str]] | None:
-    """Each line's arguments where the block is `.venv/bin/opbench` commands only (comments
-    aside), else None: a pipe, a redirection, a variable or quoting is the shell's to run."""
-    commands = []
-    for line in block.code.splitlines():
-        line = line.split(" #")[0].strip()
-        if not line or line.startswith("#"):
+HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?")
+
+
+def statements(code: str) -> list[str]:
+    """The block's commands as bash reads them: a line ending in a backslash joined to the next,
+    a here-document kept whole with the line that starts it; comment lines dropped."""
+    found, lines = [], iter(code.splitlines())
+    for line in lines:
+        while line.endswith("\\"):
+            line = line[:-1] + next(lines, "").lstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
-        found = OPBENCH_LINE.match(line)
-        if block.lang != "sh" or not found:
-            return None
-        commands.append(found[1].split())
-    return commands or None
+        heredoc = HEREDOC.search(line)
+        if heredoc:
+            body = []
+            for more in lines:
+                body.append(more)
+                if more.strip() == heredoc[1]:
+                    break
+            line = "\n".join([line, *body])
+        found.append(line)
+    return found
 
 
-def run_in_process(commands: list[list[str]], capfd: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess:
-    """The commands in order, as `bash -c` runs them: their output together, the last one's status."""
-    done = [run_main(capfd, *args) for args in commands]
+def opbench_steps(block: Block) -> list[list[str] | str] | None:
+    """A `sh` block as steps: each plain `.venv/bin/opbench` line's arguments (run in this process),
+    and the bash text between them; None where no line is a plain opbench command (a pipe, a
+    redirection, a variable or quoting is the shell's to run)."""
+    if block.lang != "sh":
+        return None
+    steps: list[list[str] | str] = []
+    for statement in statements(block.code):
+        found = OPBENCH_LINE.match(statement.split(" #")[0].strip())
+        if found:
+            steps.append(found[1].split())
+        elif steps and isinstance(steps[-1], str):
+            steps[-1] += "\n" + statement
+        else:
+            steps.append(statement)
+    return steps if any(isinstance(step, list) for step in steps) else None
+
+
+def _bash(code: str, workdir: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(["bash", "-c", code], cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+def run_steps(
+    steps: list[list[str] | str], workdir: Path, capfd: pytest.CaptureFixture[str]
+) -> subprocess.CompletedProcess:
+    """The steps in order, as `bash -c` runs the block: their output together, the last one's status."""
+    done = [run_main(capfd, *step) if isinstance(step, list) else _bash(step, workdir) for step in steps]
     out, err = "".join(d.stdout for d in done), "".join(d.stderr for d in done)
-    return subprocess.CompletedProcess(commands[-1], done[-1].returncode, out, err)
+    return subprocess.CompletedProcess(steps[-1], done[-1].returncode, out, err)
 
 
 def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
     (workdir / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     if block.lang == "sh":
-        command = ["bash", "-c", block.code]
-    else:
-        (workdir / "test_block.py").write_text(block.code, encoding="utf-8")
-        command = [sys.executable, "test_block.py"]
-        if re.search(r"^def test_", block.code, re.M):
-            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "test_block.py"]
+        return _bash(block.code, workdir)
+    (workdir / "test_block.py").write_text(block.code, encoding="utf-8")
+    command = [sys.executable, "test_block.py"]
+    if re.search(r"^def test_", block.code, re.M):
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "test_block.py"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -208,11 +242,11 @@ def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
     ids=lambda b: b.id,
 )
 def test_the_block_runs_as_written(block: Block, tmp_path, monkeypatch, capfd):
-    commands = opbench_lines(block)
-    if commands:
+    steps = opbench_steps(block)
+    if steps:
         (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
         monkeypatch.chdir(tmp_path)
-        out = run_in_process(commands, capfd)
+        out = run_steps(steps, tmp_path, capfd)
     else:
         out = run_block(block, tmp_path)
     expected = int(block.mark("exit") or 0)
@@ -223,6 +257,26 @@ def test_the_block_runs_as_written(block: Block, tmp_path, monkeypatch, capfd):
         assert bad not in out.stderr, f"{block.id}: {bad} in stderr:\n{out.stderr[-3000:]}"
     for shown in outputs_of(block):
         assert _same_output(shown.code, out.stdout) == [], f"{shown.id} shows what {block.id} does not print"
+
+
+def test_a_blocks_opbench_lines_are_steps_of_their_own_and_the_rest_bash_in_order():
+    code = (
+        "mkdir -p scratch  # a comment\n"
+        "cat > scratch/port.py <<'PY'\n.venv/bin/opbench list\nPY\n"
+        "# a comment line\n"
+        ".venv/bin/opbench model m:f --inputs x.npz \\\n  --port torchscript\n"
+        ".venv/bin/python scratch/port.py\n"
+        ".venv/bin/opbench list --json > list.json\n"
+        ".venv/bin/opbench explain exp  # a comment\n"
+    )
+    assert opbench_steps(Block(ROOT, 1, "sh", code, ())) == [
+        "mkdir -p scratch  # a comment\ncat > scratch/port.py <<'PY'\n.venv/bin/opbench list\nPY",
+        ["model", "m:f", "--inputs", "x.npz", "--port", "torchscript"],
+        ".venv/bin/python scratch/port.py\n.venv/bin/opbench list --json > list.json",
+        ["explain", "exp"],
+    ]
+    assert opbench_steps(Block(ROOT, 1, "sh", "echo hi | cat\n.venv/bin/opbench list | head\n", ())) is None
+    assert opbench_steps(Block(ROOT, 1, "python", ".venv/bin/opbench list\n", ())) is None
 
 
 def test_an_output_block_is_compared_by_labels_and_verdicts():
