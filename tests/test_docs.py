@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +237,12 @@ def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
 
 
+def _places(module) -> list[str]:
+    """Where a module was loaded from: its file, or a (namespace) package's folders."""
+    folders = getattr(module, "__path__", None)
+    return [p for p in [getattr(module, "__file__", None), *(folders if isinstance(folders, Iterable) else ())] if p]
+
+
 @pytest.mark.parametrize(
     "block",
     [pytest.param(b, marks=[pytest.mark.slow] if b.mark("slow") is not None else []) for b in ALL_BLOCKS if b.runs],
@@ -246,7 +253,14 @@ def test_the_block_runs_as_written(block: Block, tmp_path, monkeypatch, capfd):
     if steps:
         (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
         monkeypatch.chdir(tmp_path)
-        out = run_steps(steps, tmp_path, capfd)
+        monkeypatch.setattr(sys, "path", list(sys.path))  # opbench puts the directory of a user's factory first
+        before = set(sys.modules)
+        try:
+            out = run_steps(steps, tmp_path, capfd)
+        finally:  # the block's own modules (scratch.ported) are not the next block's
+            for name in set(sys.modules) - before:
+                if any(Path(place).is_relative_to(tmp_path) for place in _places(sys.modules[name])):
+                    del sys.modules[name]
     else:
         out = run_block(block, tmp_path)
     expected = int(block.mark("exit") or 0)
