@@ -211,9 +211,13 @@ def opbench_steps(block: Block) -> list[list[str] | str] | None:
     return steps if any(isinstance(step, list) for step in steps) else None
 
 
-def _bash(code: str, workdir: Path) -> subprocess.CompletedProcess:
+def _run(command: list[str], workdir: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(["bash", "-c", code], cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _bash(code: str, workdir: Path) -> subprocess.CompletedProcess:
+    return _run(["bash", "-c", code], workdir)
 
 
 def run_steps(
@@ -226,15 +230,13 @@ def run_steps(
 
 
 def run_block(block: Block, workdir: Path) -> subprocess.CompletedProcess:
-    (workdir / ".venv").symlink_to(Path(sys.executable).parent.parent)
     if block.lang == "sh":
         return _bash(block.code, workdir)
     (workdir / "test_block.py").write_text(block.code, encoding="utf-8")
     command = [sys.executable, "test_block.py"]
     if re.search(r"^def test_", block.code, re.M):
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "test_block.py"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    return _run(command, workdir)
 
 
 def _places(module) -> list[str]:
@@ -249,9 +251,9 @@ def _places(module) -> list[str]:
     ids=lambda b: b.id,
 )
 def test_the_block_runs_as_written(block: Block, tmp_path, monkeypatch, capfd):
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     steps = opbench_steps(block)
     if steps:
-        (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
         monkeypatch.chdir(tmp_path)
         monkeypatch.setattr(sys, "path", list(sys.path))  # opbench puts the directory of a user's factory first
         before = set(sys.modules)

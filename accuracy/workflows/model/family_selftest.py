@@ -89,12 +89,11 @@ def inject(model_name: str, entries: tuple[Cause, ...] = families.CAUSES) -> lis
         # on two threads of a loaded machine took 5 to 20 times the CPU
         with get_backend("torch").thread_limit(JUDGE_THREADS):
             judged = judge_unit(unit, tensors, FLOAT32, outputs)
-        row = {"model": model_name, "cause": entry.name, "path": call.key, "injected": value}
-        row["correct_within"] = judged["correct"].judgement.verdict == WITHIN
-        if not mismatched and judged[LABEL].judgement.verdict == WITHIN:
-            rows.append(row | {"outcome": NOT_NAMED, "why": "the injected unit was not flagged"})
-            continue
-        with get_backend("torch").thread_limit(JUDGE_THREADS):
+            row = {"model": model_name, "cause": entry.name, "path": call.key, "injected": value}
+            row["correct_within"] = judged["correct"].judgement.verdict == WITHIN
+            if not mismatched and judged[LABEL].judgement.verdict == WITHIN:
+                rows.append(row | {"outcome": NOT_NAMED, "why": "the injected unit was not flagged"})
+                continue
             cause = explain(unit, tensors, FLOAT32, LABEL, output, None, context)
         outcome = _outcome(entry, cause, value)
         named = cause.name if cause.explains else None
