@@ -32,6 +32,18 @@ _MADE_HERE = not _SESSION_CACHE
 if _MADE_HERE:
     _SESSION_CACHE = tempfile.mkdtemp(prefix="opbench-test-cache-")  # 0o700: a cache others can write to is refused
 os.environ["OPBENCH_TEST_RUN_CACHE"] = os.environ["OPBENCH_CACHE"] = _SESSION_CACHE
+# Model conversions (ONNX exports, ExecuTorch programs) are kept from run to run instead, beside the
+# LibTorch build in the user's cache folder but apart from opbench's own: an entry's key holds the
+# converter's code and the libraries' versions as well as the model and its inputs (export_cache),
+# so an edit of a port converts again. Converting was 58 of a run's ~640 test CPU-s (AMD EPYC,
+# 2 cores). Tests of a cache take `cache_path`, which holds their conversions too.
+if _MADE_HERE:
+    _CACHE_HOME = os.environ.get("XDG_CACHE_HOME", "")
+    os.environ["OPBENCH_CONVERSION_CACHE"] = os.path.join(
+        _CACHE_HOME if os.path.isabs(_CACHE_HOME) else os.path.join(os.path.expanduser("~"), ".cache"),
+        "opbench-tests",
+        "conversions",
+    )
 
 # Hypothesis' profiles: `make test` (CI) draws each property's examples in full (hypothesis' 100
 # where a test sets no count); `make test-fast`, the edit loop, names HYPOTHESIS_PROFILE=edit-loop
@@ -126,9 +138,11 @@ def _in_process_unless_slow(item: pytest.Item):
 
 @pytest.fixture
 def cache_path(tmp_path, monkeypatch):
-    """A private, empty reference cache for this test (not created until something is cached)."""
+    """A private, empty reference cache for this test (not created until something is cached),
+    which holds its conversions too."""
     cache = tmp_path / "refcache"
     monkeypatch.setenv("OPBENCH_CACHE", str(cache))
+    monkeypatch.delenv("OPBENCH_CONVERSION_CACHE", raising=False)
     return cache
 
 

@@ -28,23 +28,37 @@ from accuracy.reference.exact import Exact
 CACHE_FORMAT = 4
 
 
-def cache_dir() -> Path:
-    """OPBENCH_CACHE, else $XDG_CACHE_HOME/opbench/refs; refused if others could write to it (a
-    forged entry there needs no secret: it would be read as the exact reference)."""
-    path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
-    check_private_directory(path, "the reference cache")
+# Model conversions (ONNX exports, ExecuTorch programs) are kept in the reference cache unless
+# this names a folder of their own: their keys hold the converter's code and versions, so the test
+# suite keeps them across runs there while each run's references start empty (tests/conftest.py).
+CONVERSIONS = "OPBENCH_CONVERSION_CACHE"
+
+
+def _location(variable: str) -> tuple[Path, str]:
+    """The folder `variable` names (else the reference cache's), and what it is called in a message."""
+    if variable != "OPBENCH_CACHE" and os.environ.get(variable):
+        return Path(os.environ[variable]), f"the conversion cache ({variable})"
+    return Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs"), "the reference cache"
+
+
+def cache_dir(variable: str = "OPBENCH_CACHE") -> Path:
+    """OPBENCH_CACHE (or `variable`, where set), else $XDG_CACHE_HOME/opbench/refs; refused if
+    others could write to it (a forged entry there needs no secret: it would be read as the exact
+    reference)."""
+    path, what = _location(variable)
+    check_private_directory(path, what)
     return path
 
 
 _said_unusable: set[Path] = set()  # each unusable cache is said once per process
 
 
-def usable_cache_dir() -> Path | None:
+def usable_cache_dir(variable: str = "OPBENCH_CACHE") -> Path | None:
     """`cache_dir()`, or None where it cannot be used at all (a file where a directory of its path
     should be, no permission to look): the cache is optional, so the command runs without it and
     says so in one warning; `explain` refused (exit 2) with XDG_CACHE_HOME naming a file. A cache
     others could write to is still refused: its entries would be trusted."""
-    path = Path(os.environ.get("OPBENCH_CACHE") or cache_home() / "opbench" / "refs")
+    path, what = _location(variable)
     try:
         is_dir = path.is_dir() or not path.exists()
         problem = None if is_dir else "a file, not a directory"
@@ -60,9 +74,9 @@ def usable_cache_dir() -> Path | None:
     if problem is not None:
         if path not in _said_unusable:
             _said_unusable.add(path)
-            warn(f"the reference cache {path} cannot be used ({problem}); running without it (slower)")
+            warn(f"{what} {path} cannot be used ({problem}); running without it (slower)")
         return None
-    return cache_dir()
+    return cache_dir(variable)
 
 
 def cache_key(op_name: str, op_version: int, fmt_name: str, inputs: dict[str, np.ndarray]) -> str:
@@ -91,10 +105,10 @@ def _arrays_digest(key: str, arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def load_arrays(key: str) -> dict[str, np.ndarray] | None:
+def load_arrays(key: str, variable: str = "OPBENCH_CACHE") -> dict[str, np.ndarray] | None:
     """The named arrays stored under `key` by `store_arrays`, or None: absent, unreadable, or not
     matching their digest (a tampered entry, or one copied from another key, is never trusted)."""
-    folder = usable_cache_dir()
+    folder = usable_cache_dir(variable)
     if folder is None:
         return None
     path = folder / f"{key}.npz"
@@ -111,12 +125,12 @@ def load_arrays(key: str) -> dict[str, np.ndarray] | None:
     return arrays if digest is not None and str(digest) == _arrays_digest(key, arrays) else None
 
 
-def store_arrays(key: str, arrays: dict[str, np.ndarray]) -> None:
+def store_arrays(key: str, arrays: dict[str, np.ndarray], variable: str = "OPBENCH_CACHE") -> None:
     """`arrays` (numbers and text, never objects: nothing stored is unpickled) kept under `key`;
     a read-only or full cache only costs time."""
     if "digest" in arrays or any(np.asarray(a).dtype.hasobject for a in arrays.values()):
         raise ValueError("the cache stores numeric and text arrays, with names other than 'digest'")
-    folder = usable_cache_dir()
+    folder = usable_cache_dir(variable)
     if folder is None:
         return
     path = folder / f"{key}.npz"

@@ -1,7 +1,8 @@
-"""The ONNX export through the reference cache (issue 41, "do each thing once"): the two ONNX
-Runtime ports of one run export the model once and a rerun not at all, with the report of an
-export made afresh; a changed weight, forward, patched torch function or input exports again, and
-so does a model in training mode, whose statistics the key's forward must not move."""
+"""A model's conversions through the cache (issue 41, "do each thing once"): the two ONNX Runtime
+ports of one run export the model once and a rerun not at all, with the report of an export made
+afresh; a changed weight, forward, patched torch function or input exports again, and so does a
+model in training mode, whose statistics the key's forward must not move. An ExecuTorch rerun
+lowers no unit again, and OPBENCH_CONVERSION_CACHE keeps conversions apart from references."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from accuracy.core.errors import OpbenchError
+from accuracy.reference import cache as refcache
 from accuracy.workflows.model import export_cache, onnx_graph
 from accuracy.workflows.model.export_cache import cached_export, export_key
 from accuracy.workflows.model.sweep import ModelRun, run_model
@@ -129,3 +132,72 @@ def test_a_graph_exposes_its_values_in_place_and_is_left_as_it_was():
     with pytest.raises(RuntimeError), graph.exposing(names):
         raise RuntimeError("the session failed")
     assert graph.model.SerializeToString() == before
+
+
+@pytest.fixture
+def lowerings(monkeypatch) -> list:
+    """Every ExecuTorch lowering of a unit or of the model (not the end-to-end run's, with its
+    ETRecord), as it happens."""
+    from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
+
+    calls: list = []
+    real = ExecuTorchPort._lowered
+
+    def counted(self, module, example, etrecord=False):
+        if not etrecord:
+            calls.append((self.delegate, type(module).__name__))
+        return real(self, module, example, etrecord)
+
+    monkeypatch.setattr(ExecuTorchPort, "_lowered", counted)
+    return calls
+
+
+def test_an_executorch_rerun_lowers_nothing_again_and_reports_the_same(cache_path, lowerings):
+    """Both kernels' ports, then again: the second run loads each program (the units lowered as
+    one) from the cache, and the report is the first one's. Each kernel's program is its own (the
+    key holds `delegate`)."""
+    first = _report(["executorch", "executorch-portable"])
+    assert sorted(lowerings) == [(False, "Parts"), (True, "Parts")]
+    assert _report(["executorch", "executorch-portable"]) == first and len(lowerings) == 2
+    assert '"executorch-portable"' in first and '"flagged": 0' in first
+
+
+def test_an_executorch_program_read_back_is_the_bytes_lowered_and_a_changed_weight_lowers_again(cache_path, lowerings):
+    from accuracy.workflows.model.ports.executorch_port import ExecuTorchPort
+
+    model, inputs = small_cnn().eval(), example_inputs("small_cnn")
+    port = ExecuTorchPort("executorch-portable", model, inputs, delegate=False)
+    example = (torch.from_numpy(inputs["x"]),)
+    programs = []
+    for _ in range(2):
+        programs.append(
+            export_cache.cached_program(
+                lambda: port._lowered(model, example).buffer, "delegate=False", (export_cache,), model, example
+            )
+        )
+    assert len(lowerings) == 1 and programs[0] == programs[1] == port._lowered(model, example).buffer
+    _weight(model, inputs, None)
+    export_cache.cached_program(
+        lambda: port._lowered(model, example).buffer, "delegate=False", (export_cache,), model, example
+    )
+    assert len(lowerings) == 3
+
+
+def test_conversions_go_where_opbench_conversion_cache_says_and_else_beside_the_references(
+    tmp_path, monkeypatch, exports
+):
+    model, inputs = small_cnn().eval(), example_inputs("small_cnn")
+    key = export_key(onnx_graph.export, model, inputs)
+    references, conversions = tmp_path / "refs", tmp_path / "conversions"
+    monkeypatch.setenv("OPBENCH_CACHE", str(references))
+    monkeypatch.setenv("OPBENCH_CONVERSION_CACHE", str(conversions))
+    cached_export(onnx_graph.export, model, inputs)
+    assert [p.name for p in conversions.iterdir()] == [f"{key}.npz"] and not references.exists()
+    monkeypatch.delenv("OPBENCH_CONVERSION_CACHE")
+    cached_export(onnx_graph.export, model, inputs)
+    assert [p.name for p in references.iterdir()] == [f"{key}.npz"] and len(exports) == 2
+    # a conversion cache others can write to is refused by its name, as the reference cache is
+    monkeypatch.setenv("OPBENCH_CONVERSION_CACHE", str(conversions))
+    conversions.chmod(0o777)
+    with pytest.raises(OpbenchError, match=r"the conversion cache \(OPBENCH_CONVERSION_CACHE\) .* writable by others"):
+        refcache.cache_dir(refcache.CONVERSIONS)

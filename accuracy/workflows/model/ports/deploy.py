@@ -163,7 +163,8 @@ class _Together:
 
         self.sizes = [len(c.inputs) for c in calls]
         self.feeds = [program_feed(port_inputs(c.inputs, port.fmt)) for c in calls]
-        parts = Parts([_out_of_place(c.module) for c in calls], self.sizes)
+        # in eval mode, as its leaves (_out_of_place's copies) are: a conversion's key reads the mode
+        parts = Parts([_out_of_place(c.module) for c in calls], self.sizes).eval()
         self.program = port.convert(parts, tuple(t for c in calls for t in c.inputs))
         self.outputs: list | None = None
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from accuracy.core import patching
 from accuracy.core.errors import quiet_stderr
 from accuracy.core.patching import replaced
+from accuracy.workflows.model.export_cache import cached_program
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
 from accuracy.workflows.model.trace import call_key
@@ -195,10 +198,18 @@ class ExecuTorchPort(ConvertedPort):
             return lowered.to_executorch()
 
     def convert(self, module, example: tuple):
+        """`module` lowered for `example` (once per model state and inputs: export_cache), loaded."""
         with _quiet():
             from executorch.runtime import Runtime
 
-            return _Method(Runtime.get().load_program(self._lowered(module, example).buffer))
+            program = cached_program(
+                lambda: self._lowered(module, example).buffer,
+                f"delegate={self.delegate}",
+                (sys.modules[__name__], patching),
+                module,
+                example,
+            )
+            return _Method(Runtime.get().load_program(program))
 
     def end_to_end(self, inputs, units) -> EndToEnd:
         """The whole program run once with ETDump on; each layer's output read back by the Inspector."""
