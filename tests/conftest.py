@@ -36,7 +36,8 @@ os.environ["OPBENCH_TEST_RUN_CACHE"] = os.environ["OPBENCH_CACHE"] = _SESSION_CA
 # LibTorch build in the user's cache folder but apart from opbench's own: an entry's key holds the
 # converter's code and the libraries' versions as well as the model and its inputs (export_cache),
 # so an edit of a port converts again. Converting was 58 of a run's ~640 test CPU-s (AMD EPYC,
-# 2 cores). Tests of a cache take `cache_path`, which holds their conversions too.
+# 2 cores); about 15 remain (the ETRecord lowerings of ExecuTorch's end-to-end runs, and the int8
+# ports', which quantize first). Tests of a cache take `cache_path`, which holds their conversions too.
 if _MADE_HERE:
     _CACHE_HOME = os.environ.get("XDG_CACHE_HOME", "")
     os.environ["OPBENCH_CONVERSION_CACHE"] = os.path.join(
