@@ -34,13 +34,16 @@ def warn(line: str) -> None:
 @contextlib.contextmanager
 def quiet_stderr() -> Iterator[None]:
     """File descriptor 2 sent to /dev/null for a while: C++ code writes there directly (a graph
-    dump, a library's log lines), past anything Python's sys.stderr could redirect."""
+    dump, a library's log lines), past anything Python's sys.stderr could redirect. sys.stderr
+    too, where it is not that descriptor (a notebook, pytest's capture): ExecuTorch's bindings
+    write their C++ log lines through it."""
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        yield
+        with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+            yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)

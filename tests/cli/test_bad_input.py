@@ -825,7 +825,7 @@ def test_an_empty_xdg_cache_home_is_treated_as_unset(tmp_path, monkeypatch):
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
-@pytest.mark.parametrize("variable", ["OPBENCH_CACHE", "TORCH_EXTENSIONS_DIR"])
+@pytest.mark.parametrize("variable", ["OPBENCH_CACHE", "OPBENCH_CONVERSION_CACHE", "TORCH_EXTENSIONS_DIR"])
 def test_a_cache_others_can_write_to_is_refused(tmp_path, monkeypatch, variable):
     from accuracy.backends.libtorch import LibTorchBackend
     from accuracy.reference.cache import cache_dir
@@ -835,7 +835,42 @@ def test_a_cache_others_can_write_to_is_refused(tmp_path, monkeypatch, variable)
     shared.chmod(0o777)
     monkeypatch.setenv(variable, str(shared))
     with pytest.raises(OpbenchError, match=f"{shared} is writable by others \\(mode drwxrwxrwx\\)"):
-        cache_dir() if variable == "OPBENCH_CACHE" else LibTorchBackend().build_directory
+        cache_dir(variable) if variable != "TORCH_EXTENSIONS_DIR" else LibTorchBackend().build_directory
+
+
+@pytest.mark.parametrize("made", ["shared", "a file"])
+def test_an_executorch_port_with_a_conversion_cache_it_cannot_trust_or_use_says_so_once(
+    tmp_path, capsys, monkeypatch, made
+):
+    """Shared: the port is absent with the refusal (each unit was "cannot convert it alone"). A file:
+    one warning, and the port converts afresh."""
+    pytest.importorskip("executorch")
+    place = tmp_path / "conversions"
+    if made == "shared":
+        place.mkdir(mode=0o777)
+        place.chmod(0o777)
+    else:
+        place.write_text("")
+    monkeypatch.setenv("OPBENCH_CONVERSION_CACHE", str(place))
+    done = run_main(
+        capsys,
+        "model",
+        "accuracy.workflows.model.zoo:small_cnn",
+        "--inputs",
+        "x=2x3x8x8",
+        "--port",
+        "executorch-portable",
+    )
+    if made == "shared":
+        assert done.returncode == 1 and "nothing was compared (absent: executorch-portable)" in done.stdout
+        absent = f"executorch-portable: absent (the conversion cache (OPBENCH_CONVERSION_CACHE) {place} is writable"
+        assert absent in done.stdout
+    else:
+        assert done.returncode == 0 and "every compared layer within rounding (8 of 8 units compared)" in done.stdout
+        assert done.stderr == (
+            f"opbench: warning: the conversion cache (OPBENCH_CONVERSION_CACHE) {place} cannot be used (a file, not a "
+            "directory); running without it (slower)\n"
+        )
 
 
 def test_explain_with_a_shared_reference_cache_is_one_line(tmp_path, capsys, monkeypatch):

@@ -345,15 +345,18 @@ from accuracy.workflows.model.trace import record
 model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
 inputs = {"input": np.ones((2, 4), np.float32)}
 calls, _ = record(model, inputs)
-port = build_port("executorch", model, inputs)
-unit = port.units(calls)[0]
-assert port.isolated(unit, unit.calls[0].inputs).shape == (2, 4)
+for name in ("executorch-portable", "executorch"):  # cpuinfo probes once a process: the portable first
+    port = build_port(name, model, inputs)
+    units = port.units(calls)
+    assert port.isolated(units[0], units[0].calls[0].inputs).shape == (2, 4)
+    port.end_to_end(inputs, units)
 """
 
 
 @SLOW
 def test_executorch_leaves_the_terminal_clean():
-    """Its runtime's C++ side logged five lines (XNNPACK's cpuinfo) on stderr as a program first loaded."""
+    """Its runtime's C++ side logged five lines (cpuinfo) on stderr: XNNPACK's as a program first
+    loaded, the portable kernels' as one first ran (`opbench model --port executorch-portable`)."""
     _require("executorch")
     import subprocess
     import sys

@@ -21,6 +21,7 @@ import numpy as np
 from accuracy.core import patching
 from accuracy.core.errors import quiet_stderr
 from accuracy.core.patching import replaced
+from accuracy.reference import cache as refcache
 from accuracy.workflows.model.export_cache import cached_program
 from accuracy.workflows.model.ports.base import EndToEnd
 from accuracy.workflows.model.ports.deploy import WRAPPED, ConvertedPort, missing
@@ -262,6 +263,7 @@ class _Method:
 
     def __init__(self, loaded):
         self.loaded, self.method = loaded, loaded.load_method("forward")
+        self.ran = False
 
     def __call__(self, arrays) -> list[np.ndarray]:
         import torch
@@ -269,11 +271,21 @@ class _Method:
         # its runtime takes contiguous inputs only; a leaf's recorded input may be a view (Whisper
         # feeds its layer norm the transposed convolution output)
         tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-        return [out.numpy() for out in self.method.execute(tensors)]
+        if self.ran:
+            return [out.numpy() for out in self.method.execute(tensors)]
+        # the portable kernels probe the CPU (cpuinfo) as a program first runs, not as it loads:
+        # five log lines on stderr; a failure still reaches Python as an exception with its message
+        with quiet_stderr():
+            outputs = [out.numpy() for out in self.method.execute(tensors)]
+        self.ran = True
+        return outputs
 
 
 def executorch_port(name: str, model, inputs, delegate: bool) -> ExecuTorchPort | str:
     absent = missing("executorch")
     if absent:
         return absent
+    # a conversion cache others can write to is refused here, for the port, not as each unit's
+    # failure to convert (one warning where it cannot be used at all: the port converts afresh)
+    refcache.usable_cache_dir(refcache.CONVERSIONS)
     return ExecuTorchPort(name, model, inputs, delegate=delegate)
