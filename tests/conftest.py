@@ -16,6 +16,8 @@ from fixtures_answers import write_suite_results
 from fixtures_report import make_results_dir
 from hypothesis import settings
 
+from accuracy.core.files import cache_home
+
 # Every test process (and every subprocess it starts, which inherits os.environ) uses the test run's
 # own throwaway reference cache, never the user's ~/.cache/opbench; set at import time, so that
 # module-scoped fixtures use it too. The run's tests and xdist workers share it, as `opbench` runs
@@ -39,12 +41,7 @@ os.environ["OPBENCH_TEST_RUN_CACHE"] = os.environ["OPBENCH_CACHE"] = _SESSION_CA
 # 2 cores); about 15 remain (the ETRecord lowerings of ExecuTorch's end-to-end runs, and the int8
 # ports', which quantize first). Tests of a cache take `cache_path`, which holds their conversions too.
 if _MADE_HERE:
-    _CACHE_HOME = os.environ.get("XDG_CACHE_HOME", "")
-    os.environ["OPBENCH_CONVERSION_CACHE"] = os.path.join(
-        _CACHE_HOME if os.path.isabs(_CACHE_HOME) else os.path.join(os.path.expanduser("~"), ".cache"),
-        "opbench-tests",
-        "conversions",
-    )
+    os.environ["OPBENCH_CONVERSION_CACHE"] = str(cache_home() / "opbench-tests" / "conversions")
 
 # Hypothesis' profiles: `make test` (CI) draws each property's examples in full (hypothesis' 100
 # where a test sets no count); `make test-fast`, the edit loop, names HYPOTHESIS_PROFILE=edit-loop

@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 from cli_runner import run_opbench, start_opbench
+from docs_pages import DOCS, sh_block_after
 
 from accuracy.backends.libtorch import BUILDING
 from accuracy.catalog.registry import get_op
@@ -29,7 +29,6 @@ from accuracy.workflows.scan import as_rows, scan
 
 pytestmark = pytest.mark.slow
 CHUNK = 4096  # 16 chunks of float16: enough for a worker to die between them
-DOCS = Path(__file__).resolve().parents[2] / "docs"
 SCALE_OUT = DOCS / "scale-out.md"
 LOCAL = ["--dask", "local:2"]
 
@@ -37,7 +36,7 @@ LOCAL = ["--dask", "local:2"]
 def _page_command(subcommand: str) -> list[str]:
     """A line of docs/scale-out.md's Dask block, as `main` takes it: these tests run each line on
     local:2 and in-process, in place of the docs test (the block is marked not run)."""
-    block = SCALE_OUT.read_text().split("runs each line, on local:2", 1)[1].split("```sh\n", 1)[1].split("\n```")[0]
+    block = sh_block_after("scale-out.md", "runs each line, on local:2")
     for line in block.splitlines():
         program, *words = shlex.split(line.split(" > ", 1)[0])
         if program == ".venv/bin/opbench" and words[0] == subcommand:
@@ -48,8 +47,7 @@ def _page_command(subcommand: str) -> list[str]:
 
 def test_the_models_pages_dask_line_is_the_one_run_here():
     """docs/models.md shows scale-out.md's model sweep (not run there: the sweep test runs it)."""
-    models = (DOCS / "models.md").read_text().split("### Ports on a Dask cluster", 1)[1].split("```sh\n", 1)[1]
-    [line] = models.split("\n```")[0].splitlines()
+    [line] = sh_block_after("models.md", "### Ports on a Dask cluster").splitlines()
     assert shlex.split(line.split(" > ", 1)[0])[1:] == _page_command("model")
 
 

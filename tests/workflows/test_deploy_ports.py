@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from cli_runner import run_main
+from docs_pages import sh_block_after
 from hidden_tools import hide
 from user_modules import user_module
 
@@ -440,9 +440,9 @@ def _models_page_deploy_line() -> list[str]:
     """docs/models.md's line running the deploy ports in child processes (OpenVINO, LiteRT), as
     `main` takes it: the test below runs it in place of the docs test (the block is marked not
     run), which built the same environment and converted the same model a second time."""
-    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
-    block = page.split("<!-- not run: tests/workflows/test_deploy_ports.py runs this line", 1)[1]
-    return shlex.split(block.split("```sh\n", 1)[1].split("\n```", 1)[0])[1:]
+    return shlex.split(
+        sh_block_after("models.md", "<!-- not run: tests/workflows/test_deploy_ports.py runs this line")
+    )[1:]
 
 
 @SLOW

@@ -168,18 +168,16 @@ def test_an_executorch_program_read_back_is_the_bytes_lowered_and_a_changed_weig
     model, inputs = small_cnn().eval(), example_inputs("small_cnn")
     port = ExecuTorchPort("executorch-portable", model, inputs, delegate=False)
     example = (torch.from_numpy(inputs["x"]),)
-    programs = []
-    for _ in range(2):
-        programs.append(
-            export_cache.cached_program(
-                lambda: port._lowered(model, example).buffer, "delegate=False", (export_cache,), model, example
-            )
+
+    def program() -> bytes:
+        return export_cache.cached_program(
+            lambda: port._lowered(model, example).buffer, "delegate=False", (export_cache,), model, example
         )
-    assert len(lowerings) == 1 and programs[0] == programs[1] == port._lowered(model, example).buffer
+
+    stored, read = program(), program()
+    assert len(lowerings) == 1 and stored == read == port._lowered(model, example).buffer
     _weight(model, inputs, None)
-    export_cache.cached_program(
-        lambda: port._lowered(model, example).buffer, "delegate=False", (export_cache,), model, example
-    )
+    program()
     assert len(lowerings) == 3
 
 
